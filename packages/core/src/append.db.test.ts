@@ -1,0 +1,197 @@
+import { recordNotifications, useTestDatabase } from '@sluice/testing';
+import { describe, expect, onTestFinished, test } from 'vitest';
+import { append, transaction } from './append.js';
+import { InvalidEventError } from './errors.js';
+import type { NewEvent } from './events.js';
+import { silentLogger } from './logger.js';
+import { migrate } from './schema/migrate.js';
+import { wakeUpChannel } from './wake-up/channel.js';
+import { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
+
+const db = await useTestDatabase();
+const channel = wakeUpChannel('sluice');
+
+const order = (n: number): NewEvent => ({ streamId: `order-${n}`, type: 'OrderPlaced', data: { n } });
+
+async function countEvents(): Promise<number> {
+  const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from sluice.events`;
+  return row?.n ?? -1;
+}
+
+async function listen() {
+  const recorder = await recordNotifications(db.connect({ max: 1 }), channel);
+  onTestFinished(() => recorder.stop());
+  return recorder;
+}
+
+describe('append', () => {
+  test('returns the stored events with bigint ids in the order given', async () => {
+    const stored = await db.sql.begin((tx) =>
+      append(tx, [order(1), order(2), { ...order(3), metadata: { correlationId: 'c-1' } }]),
+    );
+    expect(stored.map((e) => e.streamId)).toEqual(['order-1', 'order-2', 'order-3']);
+    expect(stored.every((e) => typeof e.id === 'bigint')).toBe(true);
+    expect(stored[1]!.id).toBe(stored[0]!.id + 1n);
+    expect(stored[2]!.id).toBe(stored[0]!.id + 2n);
+    expect(stored[2]).toMatchObject({
+      type: 'OrderPlaced',
+      data: { n: 3 },
+      metadata: { correlationId: 'c-1' },
+    });
+    expect(stored[0]!.createdAt).toBeInstanceOf(Date);
+  });
+
+  test('stores data as a jsonb object, even when it holds JSON text', async () => {
+    const [event] = await db.sql.begin((tx) =>
+      append(tx, [{ streamId: 's', type: 'Noted', data: { text: '{"looks":"like json"}' } }]),
+    );
+    const [row] = await db.sql<{ kind: string; text: string }[]>`
+      select jsonb_typeof(data) as kind, data->>'text' as text from sluice.events where id = ${event!.id.toString()}`;
+    expect(row).toEqual({ kind: 'object', text: '{"looks":"like json"}' });
+  });
+
+  test.each([
+    ['a JSON string as data', { streamId: 's', type: 't', data: '{"a":1}' }, 'data'],
+    ['an array as data', { streamId: 's', type: 't', data: [1] }, 'data'],
+    ['null data', { streamId: 's', type: 't', data: null }, 'data'],
+    ['an empty stream id', { streamId: '', type: 't', data: {} }, 'streamId'],
+    ['a missing type', { streamId: 's', data: {} }, 'type'],
+    ['a NUL in the type', { streamId: 's', type: 'a\u0000b', data: {} }, 'type'],
+    ['a NUL inside data', { streamId: 's', type: 't', data: { note: 'a\u0000b' } }, 'data'],
+    ['a bigint inside data', { streamId: 's', type: 't', data: { n: 1n } }, 'data'],
+    ['metadata that is not an object', { streamId: 's', type: 't', data: {}, metadata: 'x' }, 'metadata'],
+  ])('rejects %s with a typed error and writes nothing', async (_label, bad, field) => {
+    const before = await countEvents();
+    const error = await db.sql
+      .begin(async (tx) => {
+        await append(tx, [order(1), bad as unknown as NewEvent]);
+      })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidEventError);
+    expect(error).toMatchObject({ code: 'SLUICE_INVALID_EVENT', index: 1, field });
+    expect(await countEvents()).toBe(before);
+  });
+
+  test('leaves the caller’s transaction usable after rejecting bad input', async () => {
+    const stored = await db.sql.begin(async (tx) => {
+      await expect(
+        append(tx, [{ streamId: 's', type: 't', data: 'nope' } as unknown as NewEvent]),
+      ).rejects.toThrow();
+      return append(tx, [order(7)]);
+    });
+    expect(stored).toHaveLength(1);
+  });
+
+  test('rejects events larger than maxEventBytes', async () => {
+    await expect(
+      db.sql.begin((tx) =>
+        append(tx, [{ streamId: 's', type: 't', data: { blob: 'x'.repeat(100) } }], { maxEventBytes: 64 }),
+      ),
+    ).rejects.toMatchObject({ code: 'SLUICE_INVALID_EVENT', field: 'data' });
+  });
+
+  test('keeps ids exact around 2^53 and across 9/10 digits', async () => {
+    await migrate(db.sql, { schema: 'big_ids', logger: silentLogger });
+    await db.sql`alter sequence big_ids.events_id_seq restart with 9007199254740991`;
+    const stored = await db.sql.begin((tx) =>
+      append(tx, [order(1), order(2), order(3)], { schema: 'big_ids' }),
+    );
+    expect(stored.map((e) => e.id)).toEqual([9007199254740991n, 9007199254740992n, 9007199254740993n]);
+    await db.sql`alter sequence big_ids.events_id_seq restart with 999999999`;
+    const around = await db.sql.begin((tx) => append(tx, [order(4), order(5)], { schema: 'big_ids' }));
+    expect(around.map((e) => e.id)).toEqual([999999999n, 1000000000n]);
+    expect(around[0]!.id < around[1]!.id).toBe(true);
+  });
+
+  test('an empty batch writes nothing and returns nothing', async () => {
+    const before = await countEvents();
+    expect(await db.sql.begin((tx) => append(tx, []))).toEqual([]);
+    expect(await countEvents()).toBe(before);
+  });
+});
+
+describe('wake-ups', () => {
+  test('transaction(): other processes are notified after the commit, never before it', async () => {
+    const recorder = await listen();
+    const nonce = wakeUpNotifierFor(db.sql, 'sluice').nonce;
+    await transaction(db.sql, async (tx) => {
+      await append(tx, [order(1)]);
+      // Committed by another session while ours is still open: everything notified so far arrives first.
+      expect(await recorder.barrier(db.sql)).toEqual([]);
+    });
+    await expect(recorder.next((payload) => payload === nonce)).resolves.toBe(nonce);
+  });
+
+  test('transaction(): a rolled-back append leaves no row and no notification', async () => {
+    const recorder = await listen();
+    const before = await countEvents();
+    await expect(
+      transaction(db.sql, async (tx) => {
+        await append(tx, [order(1), order(2)]);
+        throw new Error('the order was refused');
+      }),
+    ).rejects.toThrow('the order was refused');
+    expect(await countEvents()).toBe(before);
+    await wakeUpNotifierFor(db.sql, 'sluice').flush();
+    expect(await recorder.barrier(db.sql)).toEqual([]);
+  });
+
+  test('transaction(): wakes a local subscriber directly once committed', async () => {
+    const notifier = wakeUpNotifierFor(db.sql, 'sluice');
+    let woken = 0;
+    const unsubscribe = notifier.subscribe(() => (woken += 1));
+    onTestFinished(unsubscribe);
+    await transaction(db.sql, async (tx) => {
+      await append(tx, [order(1)]);
+      expect(woken).toBe(0);
+    });
+    expect(woken).toBe(1);
+  });
+
+  test('transaction(): an append inside a savepoint still wakes after the commit', async () => {
+    const recorder = await listen();
+    const nonce = wakeUpNotifierFor(db.sql, 'sluice').nonce;
+    await transaction(db.sql, async (tx) => {
+      await tx.savepoint((sp) => append(sp, [order(1)]));
+    });
+    await expect(recorder.next((payload) => payload === nonce)).resolves.toBe(nonce);
+  });
+
+  test('transaction(): many concurrent commits are coalesced into few notifications', async () => {
+    const recorder = await listen();
+    const nonce = wakeUpNotifierFor(db.sql, 'sluice').nonce;
+    await Promise.all(
+      Array.from({ length: 40 }, (_, n) => transaction(db.sql, (tx) => append(tx, [order(n)]))),
+    );
+    await wakeUpNotifierFor(db.sql, 'sluice').flush();
+    const received = (await recorder.barrier(db.sql)).filter((payload) => payload === nonce);
+    expect(received.length).toBeGreaterThanOrEqual(1);
+    expect(received.length).toBeLessThan(40);
+  });
+
+  test("wakeUp: 'in-transaction' notifies at commit and not for a rollback", async () => {
+    const recorder = await listen();
+    await db.sql.begin(async (tx) => {
+      await append(tx, [order(1)], { wakeUp: 'in-transaction' });
+      expect(await recorder.barrier(db.sql)).toEqual([]);
+    });
+    await expect(recorder.next((payload) => payload === '')).resolves.toBe('');
+
+    const rolledBack = await recordNotifications(db.connect({ max: 1 }), channel);
+    onTestFinished(() => rolledBack.stop());
+    await db.sql
+      .begin(async (tx) => {
+        await append(tx, [order(2)], { wakeUp: 'in-transaction' });
+        throw new Error('rollback');
+      })
+      .catch(() => undefined);
+    expect(await rolledBack.barrier(db.sql)).toEqual([]);
+  });
+
+  test("plain sql.begin with wakeUp: 'auto' sends nothing: dispatchers find the events by polling", async () => {
+    const recorder = await listen();
+    await db.sql.begin((tx) => append(tx, [order(1)]));
+    await wakeUpNotifierFor(db.sql, 'sluice').flush();
+    expect(await recorder.barrier(db.sql)).toEqual([]);
+  });
+});

@@ -1,0 +1,154 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { InvalidEventError, InvalidOptionError } from './errors.js';
+import { eventFromRow, type EventRecord, type EventRow, type NewEvent } from './events.js';
+import { resolveSchemaName } from './schema/schema-name.js';
+import { tables } from './schema/tables.js';
+import type { Sql, TransactionSql } from './sql-types.js';
+import { wakeUpChannel } from './wake-up/channel.js';
+import { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
+
+/** How dispatchers learn that the appended events exist. */
+export type WakeUpMode = 'auto' | 'in-transaction' | 'none';
+
+export interface AppendOptions {
+  /** @defaultValue 'sluice' */
+  schema?: string;
+  /**
+   * `'auto'`: inside {@link transaction}, dispatchers are woken right after the commit (local ones
+   * directly, other processes by one coalesced NOTIFY); elsewhere they find the events at their
+   * next poll. `'in-transaction'`: NOTIFY inside the caller's transaction, for writers that cannot
+   * use {@link transaction} — it wakes at commit but serialises the commits of all notifying
+   * transactions (DESIGN §3). `'none'`: polling only.
+   * @defaultValue 'auto'
+   */
+  wakeUp?: WakeUpMode;
+  /** Largest accepted `data` + `metadata`, in bytes of JSON text. @defaultValue 1_048_576 (1 MiB) */
+  maxEventBytes?: number;
+}
+
+const MAX_NAME_BYTES = 1000;
+const DEFAULT_MAX_EVENT_BYTES = 1_048_576;
+
+/** Schemas appended to inside each transaction() call, keyed by its transaction (and by async context for savepoints). */
+const wakeUpsAfterCommit = new WeakMap<TransactionSql, Set<string>>();
+const wakeUpContext = new AsyncLocalStorage<Set<string>>();
+
+/**
+ * Inserts `events` inside the caller's transaction and returns them as stored, in id order.
+ * Nothing is visible to consumers until the caller commits; a rollback leaves no trace.
+ * @throws {InvalidEventError} when an event is malformed (nothing is written)
+ */
+export async function append(
+  tx: TransactionSql,
+  events: readonly NewEvent[],
+  options: AppendOptions = {},
+): Promise<EventRecord[]> {
+  const schema = resolveSchemaName(options.schema);
+  const wakeUp = options.wakeUp ?? 'auto';
+  if (!['auto', 'in-transaction', 'none'].includes(wakeUp)) {
+    throw new InvalidOptionError('wakeUp', "must be 'auto', 'in-transaction' or 'none'");
+  }
+  const maxEventBytes = options.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
+  if (!Number.isSafeInteger(maxEventBytes) || maxEventBytes < 2) {
+    throw new InvalidOptionError('maxEventBytes', 'must be an integer of at least 2');
+  }
+  if (!Array.isArray(events)) throw new InvalidOptionError('events', 'must be an array of events');
+  if (events.length === 0) return [];
+
+  const streamIds: string[] = [];
+  const types: string[] = [];
+  const data: string[] = [];
+  const metadata: string[] = [];
+  // Validated as unknown input: JavaScript callers and request bodies do not respect the types.
+  (events as readonly unknown[]).forEach((event, index) => {
+    if (!isRecord(event)) throw new InvalidEventError(index, 'event', 'must be an object');
+    streamIds.push(checkName(index, 'streamId', event['streamId']));
+    types.push(checkName(index, 'type', event['type']));
+    const dataJson = toJsonObject(index, 'data', event['data']);
+    const metadataJson = toJsonObject(index, 'metadata', event['metadata'] ?? {});
+    if (dataJson.length + metadataJson.length > maxEventBytes) {
+      throw new InvalidEventError(
+        index,
+        'data',
+        `is larger than maxEventBytes (${maxEventBytes} bytes of JSON)`,
+      );
+    }
+    data.push(dataJson);
+    metadata.push(metadataJson);
+  });
+
+  const t = tables(tx, schema);
+  // The JSON text is cast to jsonb in SQL, so it is encoded exactly once: binding an already
+  // serialised string to a jsonb parameter would store a JSON string scalar (DESIGN §3).
+  // ORDER BY n keeps the ids in the caller's order: the id default is evaluated above the sort.
+  const rows = await tx<EventRow[]>`
+    insert into ${t.events} (stream_id, type, data, metadata)
+    select u.stream_id, u.type, u.data::jsonb, u.metadata::jsonb
+    from unnest(${streamIds}::text[], ${types}::text[], ${data}::text[], ${metadata}::text[])
+         with ordinality as u(stream_id, type, data, metadata, n)
+    order by u.n
+    returning id::text as id, stream_id, type, data, metadata, created_at`;
+
+  if (wakeUp === 'in-transaction') {
+    await tx`select pg_notify(${wakeUpChannel(schema)}, '')`;
+  } else if (wakeUp === 'auto') {
+    (wakeUpsAfterCommit.get(tx) ?? wakeUpContext.getStore())?.add(schema);
+  }
+  return rows.map(eventFromRow).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+/**
+ * Runs `fn` in a transaction and, once it has committed, wakes the dispatchers of every schema
+ * `fn` appended to: at once in this process, by one coalesced NOTIFY elsewhere (DESIGN §3).
+ * A rollback (fn throws) wakes nobody. Returns what `fn` returns.
+ */
+export async function transaction<T>(sql: Sql, fn: (tx: TransactionSql) => Promise<T>): Promise<T> {
+  const schemas = new Set<string>();
+  const result = await sql.begin((tx) => {
+    wakeUpsAfterCommit.set(tx, schemas);
+    return wakeUpContext.run(schemas, () => fn(tx));
+  });
+  for (const schema of schemas) wakeUpNotifierFor(sql, schema).poke();
+  return result as T;
+}
+
+function checkName(index: number, field: string, value: unknown): string {
+  if (typeof value !== 'string' || value === '') {
+    throw new InvalidEventError(index, field, 'must be a non-empty string');
+  }
+  if (value.includes('\u0000')) throw new InvalidEventError(index, field, 'must not contain NUL characters');
+  if (Buffer.byteLength(value) > MAX_NAME_BYTES) {
+    throw new InvalidEventError(index, field, `must be at most ${MAX_NAME_BYTES} bytes`);
+  }
+  return value;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function toJsonObject(index: number, field: string, value: unknown): string {
+  if (!isRecord(value)) {
+    throw new InvalidEventError(index, field, 'must be a JSON object (not a string, array or null)');
+  }
+  let json: string | undefined;
+  const nulFound = { inKeyOrString: false };
+  try {
+    json = JSON.stringify(value, (key, item: unknown) => {
+      if (key.includes('\u0000') || (typeof item === 'string' && item.includes('\u0000'))) {
+        nulFound.inKeyOrString = true;
+      }
+      return item;
+    });
+  } catch (error) {
+    throw new InvalidEventError(index, field, `is not JSON-serialisable (${(error as Error).message})`);
+  }
+  // A toJSON() method can turn an object into anything (a Date becomes a string).
+  if (typeof json !== 'string' || !json.startsWith('{')) {
+    throw new InvalidEventError(index, field, 'must serialise to a JSON object');
+  }
+  // jsonb cannot store U+0000; say so here instead of failing the caller's transaction.
+  if (nulFound.inKeyOrString)
+    throw new InvalidEventError(index, field, 'must not contain the character U+0000');
+  return json;
+}

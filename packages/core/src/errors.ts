@@ -1,0 +1,148 @@
+/**
+ * Every failure Sluice reports is a SluiceError with a stable `code`. Each code has a heading in
+ * docs/errors.md (a test enforces it); HTTP statuses are mapped in @sluice/fastify, never here.
+ */
+export const ERROR_CODES = [
+  'SLUICE_INVALID_OPTION',
+  'SLUICE_INVALID_EVENT',
+  'SLUICE_SCHEMA_NOT_MIGRATED',
+  'SLUICE_SEQUENCE_CACHED',
+  'SLUICE_XID_GUARD_MISSING',
+  'SLUICE_POSTGRES_UNSUPPORTED',
+  'SLUICE_MIGRATION_FAILED',
+  'SLUICE_MIGRATION_MODIFIED',
+] as const;
+
+export type SluiceErrorCode = (typeof ERROR_CODES)[number];
+
+export class SluiceError extends Error {
+  readonly code: SluiceErrorCode;
+
+  constructor(code: SluiceErrorCode, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** An option passed to a Sluice function is missing or out of range. */
+export class InvalidOptionError extends SluiceError {
+  readonly option: string;
+
+  constructor(option: string, problem: string) {
+    super('SLUICE_INVALID_OPTION', `Invalid option \`${option}\`: ${problem}`);
+    this.option = option;
+  }
+}
+
+/** An event given to append() is malformed; nothing was written. */
+export class InvalidEventError extends SluiceError {
+  readonly index: number;
+  readonly field: string;
+
+  constructor(index: number, field: string, problem: string) {
+    super('SLUICE_INVALID_EVENT', `Event #${index}: \`${field}\` ${problem}; nothing was appended`);
+    this.index = index;
+    this.field = field;
+  }
+}
+
+/** The Sluice schema (or one of its tables) does not exist in this database. */
+export class SchemaNotMigratedError extends SluiceError {
+  readonly schema: string;
+
+  constructor(schema: string) {
+    super(
+      'SLUICE_SCHEMA_NOT_MIGRATED',
+      `Sluice schema "${schema}" is not migrated in this database: call migrate(sql, { schema: '${schema}' }) first`,
+    );
+    this.schema = schema;
+  }
+}
+
+/** The events id sequence caches values, which breaks id ordering across sessions (DESIGN §3). */
+export class SequenceCachedError extends SluiceError {
+  readonly sequence: string;
+  readonly cacheSize: bigint;
+
+  constructor(sequence: string, cacheSize: bigint) {
+    super(
+      'SLUICE_SEQUENCE_CACHED',
+      `Sequence ${sequence} has CACHE ${cacheSize}: sessions would take ids out of allocation order and ` +
+        `events could be skipped. Run ALTER SEQUENCE ${sequence} CACHE 1.`,
+    );
+    this.sequence = sequence;
+    this.cacheSize = cacheSize;
+  }
+}
+
+/** The trigger that gives appending transactions their xid before any id is drawn is missing or disabled. */
+export class XidGuardMissingError extends SluiceError {
+  readonly table: string;
+
+  constructor(table: string, detail: string) {
+    super(
+      'SLUICE_XID_GUARD_MISSING',
+      `${table}: ${detail}. Without it a late-committing event can be skipped for good (DESIGN §3). ` +
+        `Re-create it by re-running the Sluice migrations on a fresh schema, or ALTER TABLE ${table} ` +
+        `ENABLE ALWAYS TRIGGER events_assign_xid if it was only disabled.`,
+    );
+    this.table = table;
+  }
+}
+
+/** The PostgreSQL server is older than Sluice supports. */
+export class PostgresUnsupportedError extends SluiceError {
+  readonly serverVersionNum: number;
+
+  constructor(serverVersionNum: number, minimum: number) {
+    super(
+      'SLUICE_POSTGRES_UNSUPPORTED',
+      `PostgreSQL ${serverVersionNum} is not supported: Sluice needs ${minimum} or newer`,
+    );
+    this.serverVersionNum = serverVersionNum;
+  }
+}
+
+/** A migration failed to apply; the whole migration transaction was rolled back. */
+export class MigrationFailedError extends SluiceError {
+  readonly version: number;
+  readonly sqlState: string | undefined;
+
+  constructor(version: number, name: string, cause: unknown) {
+    const sqlState = sqlStateOf(cause);
+    super(
+      'SLUICE_MIGRATION_FAILED',
+      `Migration ${name} failed${sqlState ? ` (SQLSTATE ${sqlState})` : ''}: ${messageOf(cause)}. ` +
+        `Nothing was applied.`,
+      { cause },
+    );
+    this.version = version;
+    this.sqlState = sqlState;
+  }
+}
+
+/** An applied migration's text differs from the one shipped: migrations are never edited after release. */
+export class MigrationModifiedError extends SluiceError {
+  readonly version: number;
+
+  constructor(version: number, name: string) {
+    super(
+      'SLUICE_MIGRATION_MODIFIED',
+      `Migration ${name} was applied with different contents than this version of Sluice ships. ` +
+        `Migrations are never edited after release; check which @sluice/core versions write to this database.`,
+    );
+    this.version = version;
+  }
+}
+
+export function sqlStateOf(error: unknown): string | undefined {
+  if (typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string') {
+    return /^[0-9A-Z]{5}$/.test(error.code) ? error.code : undefined;
+  }
+  return undefined;
+}
+
+export function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,43 @@
+/** A JSON object as stored in a jsonb column. */
+export type JsonObject = { [key: string]: unknown };
+
+/** An event to append. `data` and `metadata` must be JSON objects (they are stored as jsonb objects). */
+export interface NewEvent<TData extends JsonObject = JsonObject> {
+  readonly streamId: string;
+  readonly type: string;
+  readonly data: TData;
+  /** Correlation / causation ids; Sluice adds the W3C `traceparent` of the active span. */
+  readonly metadata?: JsonObject;
+}
+
+/** A stored event, as append() returns it and handlers receive it. */
+export interface EventRecord<TData extends JsonObject = JsonObject> {
+  /** Global position in the log. A bigint: ids outgrow 2^53 and must never be compared as strings. */
+  readonly id: bigint;
+  readonly streamId: string;
+  readonly type: string;
+  readonly data: TData;
+  readonly metadata: JsonObject;
+  readonly createdAt: Date;
+}
+
+/** An events row as queries select it (`id::text`, so the id never depends on the pool's type parsers). */
+export interface EventRow {
+  id: string;
+  stream_id: string;
+  type: string;
+  data: JsonObject;
+  metadata: JsonObject;
+  created_at: Date;
+}
+
+export function eventFromRow(row: EventRow): EventRecord {
+  return {
+    id: BigInt(row.id),
+    streamId: row.stream_id,
+    type: row.type,
+    data: row.data,
+    metadata: row.metadata,
+    createdAt: row.created_at,
+  };
+}

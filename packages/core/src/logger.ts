@@ -1,0 +1,39 @@
+/**
+ * The logger Sluice writes to. Its shape is pino's (`logger.warn(fields, message)`), so a Fastify
+ * or pino logger can be passed as is; the default writes one line to the console.
+ */
+export interface Logger {
+  debug(fields: object, message: string): void;
+  info(fields: object, message: string): void;
+  warn(fields: object, message: string): void;
+  error(fields: object, message: string): void;
+}
+
+function consoleLine(level: 'debug' | 'info' | 'warn' | 'error') {
+  return (fields: object, message: string) => {
+    const extra = Object.keys(fields).length > 0 ? ` ${JSON.stringify(fields, jsonSafe)}` : '';
+    console[level](`[sluice] ${message}${extra}`);
+  };
+}
+
+function jsonSafe(_key: string, value: unknown): unknown {
+  if (typeof value === 'bigint') return value.toString();
+  if (value instanceof Error) return { name: value.name, message: value.message };
+  return value;
+}
+
+/** Console logger without debug output. */
+export const consoleLogger: Logger = {
+  debug: () => undefined,
+  info: consoleLine('info'),
+  warn: consoleLine('warn'),
+  error: consoleLine('error'),
+};
+
+/** Discards everything; for tests that assert on behaviour, not on log lines. */
+export const silentLogger: Logger = {
+  debug: () => undefined,
+  info: () => undefined,
+  warn: () => undefined,
+  error: () => undefined,
+};

@@ -1,0 +1,79 @@
+import { useTestDatabase } from '@sluice/testing';
+import { describe, expect, onTestFinished, test } from 'vitest';
+import { MigrationModifiedError } from '../errors.js';
+import { silentLogger } from '../logger.js';
+import { loadMigrations } from './load-migrations.js';
+import { migrate } from './migrate.js';
+
+const db = await useTestDatabase();
+const quiet = { logger: silentLogger };
+
+describe('migrate', () => {
+  test('applies every migration to a new schema, then nothing on the next call', async () => {
+    const shipped = (await loadMigrations()).map((m) => m.name);
+    const first = await migrate(db.sql, { schema: 'idempotent', ...quiet });
+    expect(first.applied).toEqual(shipped);
+    const second = await migrate(db.sql, { schema: 'idempotent', ...quiet });
+    expect(second.applied).toEqual([]);
+    const rows = await db.sql<
+      { version: number }[]
+    >`select version from idempotent.migrations order by version`;
+    expect(rows.map((r) => r.version)).toEqual((await loadMigrations()).map((m) => m.version));
+  });
+
+  test('five processes migrating at the same moment apply each migration exactly once', async () => {
+    // Separate pools: separate sessions racing for the advisory lock, as booting instances do.
+    const pools = Array.from({ length: 5 }, () => db.connect({ max: 1 }));
+    const results = await Promise.all(pools.map((pool) => migrate(pool, { schema: 'racing', ...quiet })));
+    const shipped = (await loadMigrations()).map((m) => m.name);
+    expect(results.flatMap((r) => r.applied).sort()).toEqual([...shipped].sort());
+    expect(results.filter((r) => r.applied.length > 0)).toHaveLength(1);
+    const [count] = await db.sql<{ n: number }[]>`select count(*)::int as n from racing.migrations`;
+    expect(count?.n).toBe(shipped.length);
+  });
+
+  test('refuses to run when an applied migration differs from the shipped one', async () => {
+    await migrate(db.sql, { schema: 'edited', ...quiet });
+    await db.sql`update edited.migrations set checksum = 'something else' where version = 1`;
+    await expect(migrate(db.sql, { schema: 'edited', ...quiet })).rejects.toBeInstanceOf(
+      MigrationModifiedError,
+    );
+  });
+
+  test('the template database given to tests is migrated in the default schema', async () => {
+    const result = await migrate(db.sql, quiet);
+    expect(result).toMatchObject({ schema: 'sluice', applied: [] });
+  });
+
+  test('rejects a schema name that is not a plain identifier, touching nothing', async () => {
+    await expect(migrate(db.sql, { schema: 'bad"; drop schema sluice; --', ...quiet })).rejects.toMatchObject(
+      {
+        code: 'SLUICE_INVALID_OPTION',
+        option: 'schema',
+      },
+    );
+    const [row] = await db.sql<
+      { n: number }[]
+    >`select count(*)::int as n from pg_namespace where nspname like 'bad%'`;
+    expect(row?.n).toBe(0);
+  });
+
+  test('two schemas in one database are isolated', async () => {
+    await migrate(db.sql, { schema: 'tenant_a', ...quiet });
+    await migrate(db.sql, { schema: 'tenant_b', ...quiet });
+    await db.sql`insert into tenant_a.events (stream_id, type, data) values ('s', 'only-in-a', '{}')`;
+    await db.sql`insert into tenant_a.consumers (name, instance_id) values ('projection', '*')`;
+    onTestFinished(async () => {
+      await db.sql`drop schema tenant_a cascade`;
+      await db.sql`drop schema tenant_b cascade`;
+    });
+    const [b] = await db.sql<{ events: number; consumers: number }[]>`
+      select (select count(*)::int from tenant_b.events) as events,
+             (select count(*)::int from tenant_b.consumers) as consumers`;
+    expect(b).toEqual({ events: 0, consumers: 0 });
+    // Each schema has its own id sequence.
+    const [next] = await db.sql<{ id: string }[]>`
+      insert into tenant_b.events (stream_id, type, data) values ('s', 'b', '{}') returning id::text as id`;
+    expect(next?.id).toBe('1');
+  });
+});

@@ -1,0 +1,79 @@
+import { MigrationFailedError, MigrationModifiedError } from '../errors.js';
+import { consoleLogger, type Logger } from '../logger.js';
+import type { Sql } from '../sql-types.js';
+import { loadMigrations, renderMigration } from './load-migrations.js';
+import { resolveSchemaName } from './schema-name.js';
+import { tables } from './tables.js';
+import { verifySchema } from './verify-schema.js';
+
+export interface MigrateOptions {
+  /** Schema holding Sluice's tables. @defaultValue 'sluice' */
+  schema?: string;
+  /** Where verifySchema()'s warnings go. @defaultValue console */
+  logger?: Logger;
+}
+
+export interface MigrateResult {
+  readonly schema: string;
+  /** File names of the migrations this call applied (empty when the schema was up to date). */
+  readonly applied: readonly string[];
+  readonly warnings: readonly string[];
+}
+
+// First key of the two-key advisory lock: 'SLUC'. The second is hashtext(schema), so two schemas
+// migrate independently and N processes booting at once migrate a schema exactly once.
+const MIGRATION_LOCK_CLASS = 0x534c5543;
+
+/**
+ * Applies the pending migrations of `schema` in one transaction under a transaction-scoped advisory
+ * lock, then runs verifySchema(). Safe to call from every process at boot.
+ * @throws {MigrationFailedError} @throws {MigrationModifiedError} and whatever verifySchema() throws
+ */
+export async function migrate(sql: Sql, options: MigrateOptions = {}): Promise<MigrateResult> {
+  const schema = resolveSchemaName(options.schema);
+  const logger = options.logger ?? consoleLogger;
+  const migrations = await loadMigrations();
+
+  const applied = await sql.begin(async (tx) => {
+    const t = tables(tx, schema);
+    await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_CLASS}, hashtext(${schema}))`;
+    await tx`create schema if not exists ${t.schema}`;
+    await tx`
+      create table if not exists ${t.migrations} (
+        version integer primary key,
+        name text not null,
+        checksum text not null,
+        applied_at timestamptz not null default now()
+      )`;
+    const done = new Map(
+      (await tx<{ version: number; checksum: string }[]>`select version, checksum from ${t.migrations}`).map(
+        (row) => [row.version, row.checksum],
+      ),
+    );
+    const names: string[] = [];
+    for (const migration of migrations) {
+      const checksum = done.get(migration.version);
+      if (checksum !== undefined) {
+        if (checksum !== migration.checksum)
+          throw new MigrationModifiedError(migration.version, migration.name);
+        continue;
+      }
+      try {
+        // The one sql.unsafe call in Sluice (CONVENTIONS C3): migration files are multi-statement
+        // SQL shipped with the package; the only substitution is the validated schema identifier.
+        await tx.unsafe(renderMigration(migration.text, schema));
+      } catch (error) {
+        throw new MigrationFailedError(migration.version, migration.name, error);
+      }
+      await tx`
+        insert into ${t.migrations} (version, name, checksum)
+        values (${migration.version}, ${migration.name}, ${migration.checksum})`;
+      names.push(migration.name);
+    }
+    return names;
+  });
+
+  const verification = await verifySchema(sql, { schema });
+  for (const warning of verification.warnings) logger.warn({ schema }, warning);
+  return { schema, applied, warnings: verification.warnings };
+}

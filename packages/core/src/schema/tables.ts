@@ -1,0 +1,18 @@
+import type { Queryable } from '../sql-types.js';
+
+/**
+ * Escaped identifiers for every Sluice table in `schema` (CONVENTIONS C3): queries interpolate
+ * these, never strings. postgres.js quotes `schema.table` part by part.
+ */
+export function tables(sql: Queryable, schema: string) {
+  return {
+    schema: sql(schema),
+    events: sql(`${schema}.events`),
+    consumers: sql(`${schema}.consumers`),
+    deadLetters: sql(`${schema}.dead_letters`),
+    audit: sql(`${schema}.audit`),
+    migrations: sql(`${schema}.migrations`),
+  };
+}
+
+export type Tables = ReturnType<typeof tables>;

@@ -1,0 +1,108 @@
+import {
+  PostgresUnsupportedError,
+  SchemaNotMigratedError,
+  SequenceCachedError,
+  XidGuardMissingError,
+} from '../errors.js';
+import type { Queryable } from '../sql-types.js';
+import { resolveSchemaName } from './schema-name.js';
+
+/** PostgreSQL 14 is the oldest release Sluice supports (xid8 functions, multiranges). */
+export const MINIMUM_SERVER_VERSION_NUM = 140000;
+
+export interface VerifySchemaOptions {
+  /** @defaultValue 'sluice' */
+  schema?: string;
+}
+
+export interface VerifySchemaResult {
+  readonly schema: string;
+  readonly serverVersionNum: number;
+  /** Problems that do not stop Sluice but can lose or re-deliver events; log them. */
+  readonly warnings: readonly string[];
+}
+
+interface ServerRow {
+  server_version_num: number;
+  synchronous_commit: string;
+  events_table: string | null;
+  missing_tables: string[];
+}
+
+interface SequenceRow {
+  sequence: string;
+  cache_size: string;
+}
+
+interface TriggerRow {
+  name: string;
+  enabled: string;
+}
+
+/**
+ * Checks what the gap proof relies on (DESIGN §3): the server version, the events id sequence has
+ * CACHE 1, and a statement-level BEFORE INSERT trigger on events assigns the transaction id before
+ * any id is drawn. Warns when synchronous_commit is off.
+ * @throws {SchemaNotMigratedError} @throws {SequenceCachedError} @throws {XidGuardMissingError}
+ * @throws {PostgresUnsupportedError}
+ */
+export async function verifySchema(
+  sql: Queryable,
+  options: VerifySchemaOptions = {},
+): Promise<VerifySchemaResult> {
+  const schema = resolveSchemaName(options.schema);
+  const [server] = await sql<ServerRow[]>`
+    select current_setting('server_version_num')::int as server_version_num,
+           current_setting('synchronous_commit') as synchronous_commit,
+           to_regclass(format('%I.events', ${schema}::text))::text as events_table,
+           array(select t from unnest(array['events', 'consumers', 'dead_letters', 'audit', 'migrations']) t
+                 where to_regclass(format('%I.%I', ${schema}::text, t)) is null) as missing_tables`;
+  if (!server) throw new Error('verifySchema: the server returned no row');
+  if (server.server_version_num < MINIMUM_SERVER_VERSION_NUM) {
+    throw new PostgresUnsupportedError(server.server_version_num, MINIMUM_SERVER_VERSION_NUM);
+  }
+  if (server.events_table === null || server.missing_tables.length > 0) {
+    throw new SchemaNotMigratedError(schema);
+  }
+  const table = server.events_table;
+
+  const [sequence] = await sql<SequenceRow[]>`
+    select s.seqrelid::regclass::text as sequence, s.seqcache::text as cache_size
+    from pg_sequence s
+    where s.seqrelid = pg_get_serial_sequence(${table}, 'id')::regclass`;
+  if (!sequence) throw new SchemaNotMigratedError(schema);
+  if (BigInt(sequence.cache_size) !== 1n) {
+    throw new SequenceCachedError(sequence.sequence, BigInt(sequence.cache_size));
+  }
+
+  // Judge the trigger by what it does, not by its name: a statement-level BEFORE INSERT trigger
+  // whose function takes the transaction id. tgtype bits: 1 = row level, 2 = before, 4 = insert.
+  const triggers = await sql<TriggerRow[]>`
+    select t.tgname as name, t.tgenabled as enabled
+    from pg_trigger t
+    join pg_proc p on p.oid = t.tgfoid
+    where t.tgrelid = ${table}::regclass
+      and not t.tgisinternal
+      and t.tgtype & 7 = 6
+      and p.prosrc ~ 'pg_current_xact_id\\s*\\(|txid_current\\s*\\('`;
+  if (triggers.length === 0) {
+    throw new XidGuardMissingError(table, 'no BEFORE INSERT statement trigger assigns the transaction id');
+  }
+  if (triggers.every((t) => t.enabled === 'D')) {
+    throw new XidGuardMissingError(table, `trigger ${triggers[0]?.name ?? ''} is disabled`);
+  }
+
+  const warnings: string[] = [];
+  if (triggers.every((t) => t.enabled !== 'A')) {
+    warnings.push(
+      `${table}: the xid trigger does not fire under session_replication_role = replica; ` +
+        `ALTER TABLE ${table} ENABLE ALWAYS TRIGGER ${triggers[0]?.name ?? ''}`,
+    );
+  }
+  if (server.synchronous_commit === 'off') {
+    warnings.push(
+      'synchronous_commit is off: a server crash can take back commits that consumers already handled',
+    );
+  }
+  return { schema, serverVersionNum: server.server_version_num, warnings };
+}

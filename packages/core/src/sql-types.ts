@@ -1,0 +1,8 @@
+import type postgres from 'postgres';
+
+/** A postgres.js pool: functions taking `sql: Sql` open their own transactions (CONVENTIONS C4). */
+export type Sql = postgres.Sql;
+/** A postgres.js transaction: functions taking `tx: TransactionSql` run inside the caller's and never commit. */
+export type TransactionSql = postgres.TransactionSql;
+/** Either; for read-only helpers that work inside or outside a transaction. */
+export type Queryable = postgres.Sql | postgres.TransactionSql;

@@ -1,0 +1,138 @@
+import { randomBytes } from 'node:crypto';
+import { messageOf } from '../errors.js';
+import { consoleLogger, type Logger } from '../logger.js';
+import type { Sql } from '../sql-types.js';
+import { wakeUpChannel } from './channel.js';
+
+/**
+ * Wakes dispatchers after appends committed: local subscribers (a dispatcher on the same pool)
+ * are called at once; other processes get one NOTIFY per coalescing window, sent from the pool in
+ * its own autocommit statement, never inside a producer's transaction.
+ *
+ * Why not NOTIFY inside the producer's transaction: PostgreSQL serialises the commits of every
+ * notifying transaction behind a cluster-wide lock, so concurrent appenders would commit one
+ * after another (DESIGN §3).
+ */
+export interface WakeUpNotifier {
+  readonly channel: string;
+  /** Payload of this notifier's own NOTIFYs, so a local dispatcher (already woken) can ignore them. */
+  readonly nonce: string;
+  /** Wakes local subscribers now and other processes within the coalescing window. */
+  poke(): void;
+  /** Calls `listener` on every poke; returns the unsubscribe function. */
+  subscribe(listener: () => void): () => void;
+  /** Resolves once every poke so far has been sent (or has failed and been logged). */
+  flush(): Promise<void>;
+}
+
+export interface WakeUpNotifierOptions {
+  /** At most one NOTIFY per this many ms. @defaultValue 5 */
+  coalesceMs?: number;
+  /** @defaultValue console */
+  logger?: Logger;
+}
+
+const byPool = new WeakMap<Sql, Map<string, WakeUpNotifier>>();
+
+/** The notifier of `schema` on this pool; created on first use, shared by appenders and dispatchers. */
+export function wakeUpNotifierFor(
+  sql: Sql,
+  schema: string,
+  options: WakeUpNotifierOptions = {},
+): WakeUpNotifier {
+  let notifiers = byPool.get(sql);
+  if (!notifiers) {
+    notifiers = new Map();
+    byPool.set(sql, notifiers);
+  }
+  let notifier = notifiers.get(schema);
+  if (!notifier) {
+    notifier = createWakeUpNotifier(sql, schema, options);
+    notifiers.set(schema, notifier);
+  }
+  return notifier;
+}
+
+function createWakeUpNotifier(sql: Sql, schema: string, options: WakeUpNotifierOptions): WakeUpNotifier {
+  const channel = wakeUpChannel(schema);
+  const nonce = randomBytes(12).toString('hex');
+  const coalesceMs = options.coalesceMs ?? 5;
+  const logger = options.logger ?? consoleLogger;
+  const listeners = new Set<() => void>();
+  let pending = false;
+  let inFlight: Promise<void> | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let lastSentAt = Number.NEGATIVE_INFINITY;
+  let failing = false;
+
+  function schedule(): void {
+    if (inFlight || timer) return;
+    const waitMs = lastSentAt + coalesceMs - performance.now();
+    if (waitMs > 0) {
+      timer = setTimeout(() => {
+        timer = undefined;
+        send();
+      }, waitMs);
+      timer.unref();
+      return;
+    }
+    send();
+  }
+
+  function send(): void {
+    if (!pending) return;
+    pending = false;
+    lastSentAt = performance.now();
+    inFlight = sql`select pg_notify(${channel}, ${nonce})`.then(
+      () => {
+        if (failing) logger.info({ channel }, 'wake-up notifications are being sent again');
+        failing = false;
+      },
+      (error: unknown) => {
+        // Polling still delivers; log once per outage, not once per append (CONVENTIONS C10).
+        if (!failing && !isPoolEnded(error)) {
+          logger.warn(
+            { channel, error: messageOf(error) },
+            'could not send a wake-up notification; dispatchers in other processes fall back to polling',
+          );
+        }
+        failing = true;
+      },
+    );
+    void inFlight.finally(() => {
+      inFlight = undefined;
+      if (pending) schedule();
+    });
+  }
+
+  return {
+    channel,
+    nonce,
+    poke() {
+      for (const listener of listeners) listener();
+      pending = true;
+      schedule();
+    },
+    subscribe(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+    async flush() {
+      for (;;) {
+        if (timer) {
+          clearTimeout(timer);
+          timer = undefined;
+          send();
+        } else if (pending && !inFlight) {
+          send();
+        }
+        if (!inFlight) return;
+        await inFlight;
+      }
+    },
+  };
+}
+
+function isPoolEnded(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && 'code' in error && error.code === 'CONNECTION_ENDED';
+}

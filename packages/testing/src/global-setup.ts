@@ -1,0 +1,52 @@
+// vitest globalSetup: one PostgreSQL server per test run and one migrated template database that
+// every test file clones (CREATE DATABASE … TEMPLATE is far cheaper than migrating per file).
+import { randomBytes } from 'node:crypto';
+import { migrate, silentLogger } from '@sluice/core';
+import postgres from 'postgres';
+import type { TestProject } from 'vitest/node';
+import { withDatabase } from './database-url.js';
+import type {} from './provided-context.js';
+import { startPostgres } from './start-postgres.js';
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const server = await startPostgres({
+    log: (message) => {
+      if (process.env['SLUICE_TEST_VERBOSE']) console.info(`[sluice:testing] ${message}`);
+    },
+  });
+  // Unique per run, so concurrent runs against one DATABASE_URL server do not collide.
+  const template = `sluice_template_${randomBytes(4).toString('hex')}`;
+  try {
+    const admin = postgres(server.url, { max: 1, onnotice: () => undefined });
+    try {
+      await admin`create database ${admin(template)}`;
+    } finally {
+      await admin.end();
+    }
+    // Closed before any test clones it: CREATE DATABASE … TEMPLATE needs it to have no sessions.
+    const templateSql = postgres(withDatabase(server.url, template), { max: 1, onnotice: () => undefined });
+    try {
+      await migrate(templateSql, { logger: silentLogger });
+    } finally {
+      await templateSql.end();
+    }
+  } catch (error) {
+    await server.stop();
+    throw error;
+  }
+
+  project.provide('sluiceServerUrl', server.url);
+  project.provide('sluiceTemplateDatabase', template);
+
+  return async () => {
+    if (server.source === 'env') {
+      const admin = postgres(server.url, { max: 1, onnotice: () => undefined });
+      try {
+        await admin`drop database if exists ${admin(template)} with (force)`;
+      } finally {
+        await admin.end();
+      }
+    }
+    await server.stop();
+  };
+}

@@ -1,0 +1,56 @@
+import { randomBytes } from 'node:crypto';
+import postgres from 'postgres';
+import { afterAll, inject } from 'vitest';
+import type { Sql } from '@sluice/core';
+import { withDatabase } from './database-url.js';
+import type {} from './provided-context.js';
+
+export interface TestDatabase {
+  /** Name of this test file's database. */
+  readonly name: string;
+  readonly url: string;
+  /** The Sluice schema, migrated. */
+  readonly schema: string;
+  /** A pool on this database (max 10 connections), closed after the file. */
+  readonly sql: Sql;
+  /** Another pool on this database (its own connections), closed after the file. */
+  connect(options?: postgres.Options<Record<string, postgres.PostgresType>>): Sql;
+}
+
+const quiet = { onnotice: () => undefined } as const;
+
+/**
+ * Gives the calling test file its own database, cloned from the migrated template of the run's
+ * global setup, and drops it after the file. Call it at module level: `const db = await useTestDatabase()`.
+ */
+export async function useTestDatabase(): Promise<TestDatabase> {
+  const serverUrl = inject('sluiceServerUrl');
+  const template = inject('sluiceTemplateDatabase');
+  const name = `sluice_test_${randomBytes(6).toString('hex')}`;
+  const admin = postgres(serverUrl, { max: 1, ...quiet });
+  try {
+    await admin`create database ${admin(name)} template ${admin(template)}`;
+  } finally {
+    await admin.end();
+  }
+  const url = withDatabase(serverUrl, name);
+  const pools: Sql[] = [];
+  const connect = (options: postgres.Options<Record<string, postgres.PostgresType>> = {}): Sql => {
+    const sql = postgres(url, { max: 10, ...quiet, ...options }) as unknown as Sql;
+    pools.push(sql);
+    return sql;
+  };
+  const sql = connect();
+
+  afterAll(async () => {
+    await Promise.all(pools.map((pool) => pool.end({ timeout: 5 })));
+    const dropper = postgres(serverUrl, { max: 1, ...quiet });
+    try {
+      await dropper`drop database if exists ${dropper(name)} with (force)`;
+    } finally {
+      await dropper.end();
+    }
+  });
+
+  return { name, url, schema: 'sluice', sql, connect };
+}
