@@ -3,6 +3,7 @@ import { InvalidEventError, InvalidOptionError } from './errors.js';
 import { eventFromRow, type EventRecord, type EventRow, type NewEvent } from './events.js';
 import { resolveSchemaName } from './schema/schema-name.js';
 import { tables } from './schema/tables.js';
+import { activeTraceparent } from './telemetry/tracing.js';
 import type { Sql, TransactionSql } from './sql-types.js';
 import { wakeUpChannel } from './wake-up/channel.js';
 import { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
@@ -65,7 +66,7 @@ export async function append(
     streamIds.push(checkName(index, 'streamId', event['streamId']));
     types.push(checkName(index, 'type', event['type']));
     const dataJson = toJsonObject(index, 'data', event['data']);
-    const metadataJson = toJsonObject(index, 'metadata', event['metadata'] ?? {});
+    const metadataJson = toJsonObject(index, 'metadata', withTraceparent(event['metadata'] ?? {}));
     if (dataJson.length + metadataJson.length > maxEventBytes) {
       throw new InvalidEventError(
         index,
@@ -121,6 +122,13 @@ function checkName(index: number, field: string, value: unknown): string {
     throw new InvalidEventError(index, field, `must be at most ${MAX_NAME_BYTES} bytes`);
   }
   return value;
+}
+
+/** Records the active span's W3C traceparent, so handler spans can link to the request (DESIGN §7). */
+function withTraceparent(metadata: unknown): unknown {
+  if (!isRecord(metadata) || 'traceparent' in metadata) return metadata;
+  const traceparent = activeTraceparent();
+  return traceparent === undefined ? metadata : { ...metadata, traceparent };
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

@@ -11,6 +11,8 @@ export const ERROR_CODES = [
   'SLUICE_POSTGRES_UNSUPPORTED',
   'SLUICE_MIGRATION_FAILED',
   'SLUICE_MIGRATION_MODIFIED',
+  'SLUICE_NOT_REGISTERED',
+  'SLUICE_PRUNE_BLOCKED',
 ] as const;
 
 export type SluiceErrorCode = (typeof ERROR_CODES)[number];
@@ -145,4 +147,18 @@ export function sqlStateOf(error: unknown): string | undefined {
 
 export function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** prune() would delete events that registered consumers still need; nothing was deleted. */
+export class PruneBlockedError extends SluiceError {
+  readonly laggingConsumers: readonly string[];
+
+  constructor(before: bigint, lagging: readonly string[]) {
+    super(
+      'SLUICE_PRUNE_BLOCKED',
+      `Prune before ${before} would drop events still needed by: ${lagging.join(', ')}. ` +
+        'Nothing was deleted; prune below their cursors, or repair or restart those consumers first.',
+    );
+    this.laggingConsumers = lagging;
+  }
 }

@@ -1,4 +1,6 @@
 export { append, transaction } from './append.js';
+export { defineConsumer } from './consumers/consumer.js';
+export { createDispatcher, DispatcherNotRegisteredError } from './dispatcher/create-dispatcher.js';
 export {
   ERROR_CODES,
   InvalidEventError,
@@ -6,23 +8,36 @@ export {
   MigrationFailedError,
   MigrationModifiedError,
   PostgresUnsupportedError,
+  PruneBlockedError,
   SchemaNotMigratedError,
   SequenceCachedError,
   SluiceError,
   XidGuardMissingError,
 } from './errors.js';
 export { consoleLogger, silentLogger } from './logger.js';
+export { DEFAULTS, SHARED_INSTANCE_ID } from './options.js';
+export { lockConsumer } from './queries/consumers.js';
+export { listRanges } from './queries/gaps.js';
+export { prune } from './retention/prune.js';
 export { migrate } from './schema/migrate.js';
 export { DEFAULT_SCHEMA, resolveSchemaName } from './schema/schema-name.js';
 export { tables } from './schema/tables.js';
 export { MINIMUM_SERVER_VERSION_NUM, verifySchema } from './schema/verify-schema.js';
+export { ATTR, METRIC } from './telemetry/attributes.js';
 export { wakeUpChannel } from './wake-up/channel.js';
 export { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
 
 export type { AppendOptions, WakeUpMode } from './append.js';
+export type { Consumer, ErrorPolicy, HandlerContext } from './consumers/consumer.js';
+export type { Dispatcher } from './dispatcher/create-dispatcher.js';
+export type { ConsumerPassResult, ConsumerSkip, PassResult } from './dispatcher/pass.js';
 export type { SluiceErrorCode } from './errors.js';
 export type { EventRecord, JsonObject, NewEvent } from './events.js';
+export type { GapRange, Ordering } from './gaps/gaps.js';
 export type { Logger } from './logger.js';
+export type { DispatcherOptions } from './options.js';
+export type { StoredRange } from './queries/gaps.js';
+export type { PruneOptions, PruneResult } from './retention/prune.js';
 export type { MigrateOptions, MigrateResult } from './schema/migrate.js';
 export type { Tables } from './schema/tables.js';
 export type { VerifySchemaOptions, VerifySchemaResult } from './schema/verify-schema.js';

@@ -1,10 +1,16 @@
 export { withDatabase } from './database-url.js';
-export { embeddedServer } from './providers/embedded.js';
+export { drainUntilIdle } from './drain.js';
+export { appendEvents, failingOn, recordingConsumer } from './fixtures.js';
 export { recordNotifications } from './notification-recorder.js';
+export { holdGap, openTransaction } from './open-transaction.js';
+export { embeddedServer } from './providers/embedded.js';
 export { startPostgres } from './start-postgres.js';
 export { useTestDatabase } from './test-database.js';
 
+export type { DrainOptions } from './drain.js';
+export type { RecordingConsumer } from './fixtures.js';
 export type { EmbeddedServer, EmbeddedServerOptions } from './providers/embedded.js';
 export type { NotificationRecorder } from './notification-recorder.js';
+export type { HeldGap, OpenTransaction } from './open-transaction.js';
 export type { PostgresServer, StartPostgresOptions } from './start-postgres.js';
 export type { TestDatabase } from './test-database.js';

@@ -9,6 +9,8 @@ export function tables(sql: Queryable, schema: string) {
     schema: sql(schema),
     events: sql(`${schema}.events`),
     consumers: sql(`${schema}.consumers`),
+    gaps: sql(`${schema}.gaps`),
+    turnStarts: sql(`${schema}.turn_starts`),
     deadLetters: sql(`${schema}.dead_letters`),
     audit: sql(`${schema}.audit`),
     migrations: sql(`${schema}.migrations`),

@@ -1,0 +1,62 @@
+import type { EventRecord } from '../events.js';
+import type { Ordering } from '../gaps/gaps.js';
+import type { TransactionSql } from '../sql-types.js';
+
+/** What a handler is told about the delivery. */
+export interface HandlerContext {
+  readonly consumer: string;
+  /** '*' for shared consumers, the process's instance id for per-instance ones. */
+  readonly instanceId: string;
+  /** 1 for the first delivery of this event to this consumer, 2 for the first retry, … */
+  readonly attempt: number;
+  /**
+   * Transactional consumers: the turn's transaction (inside a savepoint). Writes through it commit
+   * atomically with the consumer's cursor. Undefined for other consumers.
+   */
+  readonly tx: TransactionSql | undefined;
+  /** Aborted when the handler's time is up (handlerTimeoutMs) or the dispatcher stops. */
+  readonly signal: AbortSignal;
+}
+
+export interface ErrorPolicy {
+  /** Failures on one event before the consumer is marked dead. @defaultValue the dispatcher's maxAttempts (10) */
+  readonly maxAttempts?: number;
+  /** At maxAttempts, record the event in dead_letters and go on instead of stopping. @defaultValue false */
+  readonly skipApplyErrors?: boolean;
+}
+
+export interface Consumer {
+  /** Unique per dispatcher; at most 200 bytes. */
+  readonly name: string;
+  /** Handles one event. Must be idempotent: delivery is at least once. */
+  readonly handler: (event: EventRecord, context: HandlerContext) => unknown;
+  /**
+   * Optional fast path: handles a whole batch. When it throws, the same events are delivered
+   * again one by one through `handler`, which pins the failing event.
+   */
+  readonly batchHandler?: (events: readonly EventRecord[], context: HandlerContext) => unknown;
+  readonly errorPolicy?: ErrorPolicy;
+  /** 'shared': one cursor for all instances. 'per-instance': a cursor per process. @defaultValue 'shared' */
+  readonly delivery?: 'shared' | 'per-instance';
+  /** Where a newly registered consumer starts; never changes an existing cursor. @defaultValue 'beginning' */
+  readonly startFrom?: 'beginning' | 'now';
+  /**
+   * 'fast': deliver events as they become visible; an event committed late below the cursor is
+   * delivered when it appears. 'strict': exact id order; the cursor waits at the first unresolved
+   * gap. @defaultValue 'fast'
+   */
+  readonly ordering?: Ordering;
+  /** The handler receives the turn's transaction as `context.tx`. @defaultValue false */
+  readonly transactional?: boolean;
+  /** The consumer runs only while `isFeatureEnabled(featureName)` says so; its cursor waits meanwhile. */
+  readonly featureName?: string;
+  /** Overrides the dispatcher's handlerTimeoutMs for this consumer. */
+  readonly handlerTimeoutMs?: number;
+  /** Overrides the dispatcher's batchSize for this consumer. */
+  readonly batchSize?: number;
+}
+
+/** Identity for defining consumers with checked types. */
+export function defineConsumer(consumer: Consumer): Consumer {
+  return consumer;
+}

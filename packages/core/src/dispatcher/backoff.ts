@@ -1,0 +1,23 @@
+/**
+ * Per-consumer backoff after infrastructure failures (DESIGN §4.5): 1 s, doubling, capped at 60 s
+ * by default; a successful turn clears it. Plain state and pure functions; the clock is passed in.
+ */
+export interface BackoffState {
+  readonly failures: number;
+  readonly untilMs: number;
+}
+
+export function nextBackoff(
+  previous: BackoffState | undefined,
+  nowMs: number,
+  initialMs: number,
+  maxMs: number,
+): BackoffState {
+  const failures = (previous?.failures ?? 0) + 1;
+  const delayMs = Math.min(maxMs, initialMs * 2 ** Math.min(failures - 1, 30));
+  return { failures, untilMs: nowMs + delayMs };
+}
+
+export function isBackingOff(state: BackoffState | undefined, nowMs: number): boolean {
+  return state !== undefined && nowMs < state.untilMs;
+}

@@ -1,0 +1,37 @@
+import { sqlStateOf } from '../errors.js';
+
+/** Failure categories recorded on the consumer row (failure_category) and in metrics. */
+export type FailureCategory =
+  'connection' | 'timeout' | 'serialization' | 'lock' | 'resources' | 'server' | 'unknown';
+
+// postgres.js' own codes for a socket that went away.
+const CONNECTION_CODES = new Set([
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT',
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'EPIPE',
+  'ETIMEDOUT',
+]);
+
+/** Classifies an infrastructure failure of a turn by SQLSTATE or driver code. */
+export function classifyFailure(error: unknown): FailureCategory {
+  const code = typeof error === 'object' && error !== null && 'code' in error ? String(error.code) : '';
+  if (CONNECTION_CODES.has(code)) return 'connection';
+  const sqlState = sqlStateOf(error);
+  if (sqlState === undefined) return 'unknown';
+  if (sqlState.startsWith('08') || sqlState === '57P01' || sqlState === '57P02' || sqlState === '57P03')
+    return 'connection';
+  if (sqlState === '57014' || sqlState === '25P03') return 'timeout';
+  if (sqlState === '40001' || sqlState === '40P01') return 'serialization';
+  if (sqlState === '55P03') return 'lock';
+  if (sqlState.startsWith('53')) return 'resources';
+  return 'server';
+}
+
+/** Whether the turn's connection is gone (the turn cannot continue on it). */
+export function isConnectionLoss(error: unknown): boolean {
+  return classifyFailure(error) === 'connection';
+}

@@ -1,0 +1,217 @@
+import { messageOf, SluiceError } from '../errors.js';
+import type { Consumer } from '../consumers/consumer.js';
+import { resolveOptions, type DispatcherOptions } from '../options.js';
+import { registerConsumers } from '../queries/consumers.js';
+import { tables } from '../schema/tables.js';
+import { verifySchema } from '../schema/verify-schema.js';
+import { createMetrics } from '../telemetry/metrics.js';
+import { createTracer } from '../telemetry/tracing.js';
+import { wakeUpChannel } from '../wake-up/channel.js';
+import { wakeUpNotifierFor } from '../wake-up/wake-up-notifier.js';
+import { PassRunner, type PassResult } from './pass.js';
+import { startListener, type Listener } from './wake-up.js';
+
+export interface Dispatcher {
+  /** Registers every consumer's row, starts the poll timer and LISTEN. Idempotent. */
+  start(): Promise<void>;
+  /** Stops both and waits for every in-flight pass and turn, so the pool can be closed. Idempotent. */
+  stop(): Promise<void>;
+  /**
+   * Runs one pass now: the idle pre-check, then one turn for each consumer that may have work.
+   * @throws {DispatcherNotRegisteredError} before start() or ensureRegistered()
+   */
+  runOnce(): Promise<PassResult>;
+  /** Waits for in-flight passes and turns without stopping. */
+  drain(): Promise<void>;
+  /** (Re-)creates missing consumer rows, e.g. after a test truncated them. Never moves a cursor. */
+  ensureRegistered(): Promise<void>;
+  readonly consumers: readonly Consumer[];
+  /** Whether LISTEN is connected right now (false when listen is off or before start()). */
+  readonly listenConnected: boolean;
+}
+
+/** runOnce() was called before the consumers' rows were registered. */
+export class DispatcherNotRegisteredError extends SluiceError {
+  constructor() {
+    super(
+      'SLUICE_NOT_REGISTERED',
+      'The dispatcher has not registered its consumers: call start() or ensureRegistered() before runOnce()',
+    );
+  }
+}
+
+/**
+ * Creates a dispatcher for `consumers` (DESIGN §4). Options are validated here, once.
+ * @throws {InvalidOptionError} naming the offending option
+ */
+export function createDispatcher(input: DispatcherOptions): Dispatcher {
+  const options = resolveOptions(input);
+  const { sql, logger } = options;
+  const t = tables(sql, options.schema);
+  const metrics = createMetrics(options.meterProvider);
+  const tracer = createTracer(options.tracerProvider);
+  const notifier = wakeUpNotifierFor(sql, options.schema, { logger });
+
+  let registered = false;
+  let started = false;
+  let stopping = false;
+  let systemIdentifier: string | null = null;
+  let pollTimer: NodeJS.Timeout | undefined;
+  let listener: Listener | undefined;
+  let listenConnected = false;
+  let unsubscribe: (() => void) | undefined;
+  let starting: Promise<void> | undefined;
+  let stoppingPromise: Promise<void> | undefined;
+  const inFlightPasses = new Set<Promise<unknown>>();
+  let passRunning = false;
+  let passRequested = false;
+
+  const passes = new PassRunner({
+    options,
+    tables: t,
+    metrics,
+    tracer,
+    logger,
+    systemIdentifier: () => systemIdentifier,
+    isStopping: () => stopping,
+  });
+
+  function track<T>(promise: Promise<T>): Promise<T> {
+    inFlightPasses.add(promise);
+    void promise.finally(() => inFlightPasses.delete(promise)).catch(() => undefined);
+    return promise;
+  }
+
+  /** Wake-ups (timer, NOTIFY, local appends) coalesce: at most one pass runs, one more is queued. */
+  function requestPass(): void {
+    if (!started || stopping) return;
+    if (passRunning) {
+      passRequested = true;
+      return;
+    }
+    passRunning = true;
+    void track(
+      (async () => {
+        try {
+          const again = () => passRequested && !stopping;
+          do {
+            passRequested = false;
+            await passes.run('launch');
+          } while (again());
+        } catch (error) {
+          logger.error({ error: messageOf(error) }, 'dispatcher pass failed');
+        } finally {
+          passRunning = false;
+        }
+      })(),
+    );
+  }
+
+  async function ensureRegistered(): Promise<void> {
+    await registerConsumers(
+      sql,
+      t,
+      options.schema,
+      options.consumers.map((c) => ({
+        name: c.name,
+        instanceId: c.instanceId,
+        startFrom: c.startFrom,
+        perInstance: c.instanceId !== '*',
+      })),
+    );
+    registered = true;
+  }
+
+  async function doStart(): Promise<void> {
+    const verification = await verifySchema(sql, { schema: options.schema });
+    for (const warning of verification.warnings) logger.warn({ schema: options.schema }, warning);
+    const poolMax = sql.options.max;
+    const needed = options.concurrency + (options.countCrashedAttempts ? 1 : 0) + 1;
+    if (typeof poolMax === 'number' && poolMax < needed) {
+      logger.warn(
+        { poolMax, concurrency: options.concurrency },
+        `the pool allows ${poolMax} connections but ${options.concurrency} concurrent turns need ${needed} ` +
+          '(one per turn, one to record turn starts, and room for handlers and requests); raise max or lower concurrency',
+      );
+    }
+    systemIdentifier = await readSystemIdentifier();
+    await ensureRegistered();
+    started = true;
+    unsubscribe = notifier.subscribe(requestPass);
+    pollTimer = setInterval(requestPass, options.pollIntervalMs);
+    if (options.listen) {
+      listener = await startListener({
+        sql,
+        channel: wakeUpChannel(options.schema),
+        ownNonce: notifier.nonce,
+        applicationName:
+          `sluice-listen${options.instanceId === undefined ? '' : `:${options.instanceId}`}`.slice(0, 63),
+        logger,
+        onWake: requestPass,
+        onConnectedChange: (connected) => {
+          listenConnected = connected;
+          metrics.setListenConnected(connected);
+        },
+      });
+    }
+    requestPass();
+  }
+
+  async function readSystemIdentifier(): Promise<string | null> {
+    try {
+      const [row] = await sql<
+        { id: string }[]
+      >`select system_identifier::text as id from pg_control_system()`;
+      return row?.id ?? null;
+    } catch (error) {
+      logger.info(
+        { error: messageOf(error) },
+        'cannot read pg_control_system(); a restore onto another cluster will not be detected',
+      );
+      return null;
+    }
+  }
+
+  async function doStop(): Promise<void> {
+    stopping = true;
+    clearInterval(pollTimer);
+    unsubscribe?.();
+    await listener?.stop();
+    listener = undefined;
+    await drain();
+  }
+
+  async function drain(): Promise<void> {
+    while (inFlightPasses.size > 0) await Promise.allSettled([...inFlightPasses]);
+    await passes.slots.idle();
+  }
+
+  return {
+    consumers: options.consumers.map((c) => c.definition),
+    get listenConnected() {
+      return listenConnected;
+    },
+    start() {
+      if (stopping)
+        return Promise.reject(new Error('a stopped dispatcher cannot be started again; create a new one'));
+      starting ??= doStart().catch((error: unknown) => {
+        starting = undefined;
+        throw error;
+      });
+      return starting;
+    },
+    stop() {
+      stoppingPromise ??= (async () => {
+        if (starting) await starting.catch(() => undefined);
+        await doStop();
+      })();
+      return stoppingPromise;
+    },
+    async runOnce() {
+      if (!registered) throw new DispatcherNotRegisteredError();
+      return track(passes.run('await'));
+    },
+    drain,
+    ensureRegistered,
+  };
+}

@@ -1,0 +1,179 @@
+import type { Span, Tracer } from '@opentelemetry/api';
+import type { HandlerContext } from '../consumers/consumer.js';
+import { messageOf } from '../errors.js';
+import type { EventRecord } from '../events.js';
+import type { ResolvedConsumer } from '../options.js';
+import type { DeadLetterInput } from '../queries/dead-letters.js';
+import type { TransactionSql } from '../sql-types.js';
+import type { DispatcherMetrics } from '../telemetry/metrics.js';
+import { endSpanWithError, startHandlerSpan } from '../telemetry/tracing.js';
+import { isConnectionLoss } from './classify-failure.js';
+
+export interface DeliveryInput {
+  readonly consumer: ResolvedConsumer;
+  readonly tx: TransactionSql;
+  readonly events: readonly EventRecord[];
+  /** Failures already counted for an event (committed attempts plus crashed starts). */
+  readonly priorAttempts: (eventId: bigint) => number;
+  /** Stop starting new handlers after this time (performance.now() ms); the turn commits what it did. */
+  readonly deadlineMs: number;
+  readonly tracer: Tracer;
+  readonly turnSpan: Span;
+  readonly metrics: DispatcherMetrics;
+}
+
+export interface HandlerFailure {
+  readonly event: EventRecord;
+  readonly error: unknown;
+  /** Attempts on this event including this one. */
+  readonly attempts: number;
+}
+
+export interface DeliveryResult {
+  /** Events handled, or skipped into dead letters, in id order: the turn resolves these. */
+  readonly resolved: readonly EventRecord[];
+  readonly deadLetters: readonly DeadLetterInput[];
+  /** The event the turn halted on (DESIGN §4.4), if any. */
+  readonly failure: HandlerFailure | undefined;
+  /** The failure used up maxAttempts and skipApplyErrors is off. */
+  readonly dead: boolean;
+  readonly handled: number;
+  readonly failed: number;
+}
+
+/** A transactional handler overran its time while holding the turn's transaction: roll the turn back. */
+export class TransactionalHandlerTimeout extends Error {
+  readonly failure: HandlerFailure;
+
+  constructor(failure: HandlerFailure) {
+    super(messageOf(failure.error));
+    this.failure = failure;
+  }
+}
+
+class HandlerTimeoutError extends Error {
+  constructor(ms: number) {
+    super(`handler did not finish within ${ms} ms (handlerTimeoutMs)`);
+    this.name = 'HandlerTimeoutError';
+  }
+}
+
+/**
+ * Delivers events in id order (DESIGN §4.3–4.4): through batchHandler first when there is one
+ * (falling back to one-by-one delivery when it throws), halting at the first failing event.
+ * Transactional consumers get each call in a savepoint, so a failure undoes only its own writes.
+ * @throws the turn's connection loss (an infrastructure failure, never a handler attempt)
+ * @throws {TransactionalHandlerTimeout}
+ */
+export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
+  const { consumer, events } = input;
+  const resolved: EventRecord[] = [];
+  const deadLetters: DeadLetterInput[] = [];
+  let handled = 0;
+  let failed = 0;
+
+  const batchHandler = consumer.definition.batchHandler;
+  if (batchHandler && events.length > 1) {
+    const attempt = Math.max(...events.map((e) => input.priorAttempts(e.id))) + 1;
+    const outcome = await invoke(input, events, attempt, (context) => batchHandler(events, context));
+    if (outcome.ok) {
+      return {
+        resolved: [...events],
+        deadLetters,
+        failure: undefined,
+        dead: false,
+        handled: events.length,
+        failed: 0,
+      };
+    }
+    // The whole batch was undone (savepoint) or must be assumed partly done: deliver one by one,
+    // which pins the failing event (handlers are idempotent, DESIGN §4).
+  }
+
+  for (const event of events) {
+    if (resolved.length > 0 && performance.now() > input.deadlineMs) break;
+    const attempt = input.priorAttempts(event.id) + 1;
+    const outcome = await invoke(input, [event], attempt, (context) =>
+      consumer.definition.handler(event, context),
+    );
+    if (outcome.ok) {
+      resolved.push(event);
+      handled += 1;
+      continue;
+    }
+    failed += 1;
+    const failure: HandlerFailure = { event, error: outcome.error, attempts: attempt };
+    if (attempt < consumer.maxAttempts)
+      return { resolved, deadLetters, failure, dead: false, handled, failed };
+    if (!consumer.skipApplyErrors) return { resolved, deadLetters, failure, dead: true, handled, failed };
+    deadLetters.push({ event, reason: 'apply-error', error: messageOf(outcome.error), attempts: attempt });
+    resolved.push(event);
+  }
+  return { resolved, deadLetters, failure: undefined, dead: false, handled, failed };
+}
+
+type Outcome = { ok: true } | { ok: false; error: unknown };
+
+async function invoke(
+  input: DeliveryInput,
+  events: readonly EventRecord[],
+  attempt: number,
+  call: (context: HandlerContext) => unknown,
+): Promise<Outcome> {
+  const { consumer, tx } = input;
+  const controller = new AbortController();
+  const span = startHandlerSpan(input.tracer, input.turnSpan, consumer.name, consumer.instanceId, events);
+  const started = performance.now();
+  const base = {
+    consumer: consumer.name,
+    instanceId: consumer.instanceId,
+    attempt,
+    signal: controller.signal,
+  };
+  const run = consumer.transactional
+    ? tx.savepoint((savepoint) => call({ ...base, tx: savepoint }))
+    : Promise.resolve().then(() => call({ ...base, tx: undefined }));
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      reject(new HandlerTimeoutError(consumer.handlerTimeoutMs));
+    }, consumer.handlerTimeoutMs);
+  });
+  try {
+    await Promise.race([run, timeout]);
+    span.end();
+    input.metrics.handlerDuration(
+      consumer.name,
+      consumer.instanceId,
+      (performance.now() - started) / 1000,
+      'ok',
+    );
+    return { ok: true };
+  } catch (error) {
+    const timedOut = error instanceof HandlerTimeoutError;
+    controller.abort(error);
+    // A late settle of a timed-out handler must not surface as an unhandled rejection (H6).
+    run.catch(() => undefined);
+    endSpanWithError(span, error);
+    input.metrics.handlerDuration(
+      consumer.name,
+      consumer.instanceId,
+      (performance.now() - started) / 1000,
+      timedOut ? 'timeout' : 'error',
+    );
+    input.metrics.failed(consumer.name, consumer.instanceId, events.length === 1 ? 1 : 0);
+    if (consumer.transactional) {
+      if (timedOut) {
+        const first = events[0] as EventRecord;
+        throw new TransactionalHandlerTimeout({ event: first, error, attempts: attempt });
+      }
+      // The savepoint was rolled back; if the turn's connection died with it, this is an
+      // infrastructure failure of the turn, not the handler's attempt.
+      if (isConnectionLoss(error)) throw error;
+      await tx`select 1`;
+    }
+    return { ok: false, error };
+  } finally {
+    clearTimeout(timer);
+  }
+}

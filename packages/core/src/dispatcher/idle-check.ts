@@ -1,0 +1,49 @@
+import { lowestEnded, parseSnapshot, type Snapshot } from '../gaps/snapshot.js';
+import type { ResolvedConsumer } from '../options.js';
+import type { ConsumerStateRow } from '../queries/consumers.js';
+import { rearmDecision } from './rearm.js';
+
+/**
+ * Whether a consumer provably has nothing to do (DESIGN §4.1), judged from its row, the log head
+ * and one snapshot, without a lock or a transaction of its own:
+ * - disabled (and not due to re-enable), or dead and not re-armable yet;
+ * - its cursor is at the head (strict ordering: or waits at a hole that cannot resolve yet);
+ * - its pending ranges cannot resolve yet: all fenced, none burnable (xmin has not passed a fence),
+ *   none flagged for a recheck, and every transaction watched since the last check still runs.
+ */
+export function isProvablyIdle(
+  row: ConsumerStateRow,
+  consumer: ResolvedConsumer,
+  head: bigint,
+  snapshot: Snapshot,
+  now: Date,
+  rules: { rearmCooldownMs: number; maxRearmCount: number },
+): boolean {
+  if (row.status === 'disabled') return row.disabled_until === null || row.disabled_until > now;
+  if (row.status === 'dead') {
+    return (
+      rearmDecision({ rearmCount: row.rearm_count, lastWriteAt: row.updated_at }, now, rules) !== 'rearm'
+    );
+  }
+  if (row.start_fence !== null && snapshot.xmin > BigInt(row.start_fence)) return false;
+  const gapsSettled = row.gap_count === 0 || gapsCannotChange(row, snapshot);
+  const cursor = BigInt(row.cursor);
+  if (cursor < head) {
+    // Strict ordering waits at its hole: new events above it change nothing until the hole resolves.
+    return consumer.ordering === 'strict' && row.gap_count > 0 && gapsSettled;
+  }
+  return gapsSettled;
+}
+
+function gapsCannotChange(row: ConsumerStateRow, snapshot: Snapshot): boolean {
+  if (row.gaps_unfenced > 0 || row.gaps_recheck) return false;
+  if (row.gap_min_fence !== null && BigInt(row.gap_min_fence) < snapshot.xmin) return false;
+  return (
+    lowestEnded(
+      row.gap_watch.map((x) => BigInt(x)),
+      snapshot,
+    ) === null
+  );
+}
+
+export { parseSnapshot };

@@ -1,0 +1,283 @@
+import type { Tracer } from '@opentelemetry/api';
+import { messageOf } from '../errors.js';
+import { parseSnapshot } from '../gaps/snapshot.js';
+import type { Logger } from '../logger.js';
+import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
+import {
+  heartbeat,
+  precheckConsumers,
+  recordFailedAttempt,
+  recordInfraFailure,
+  type PrecheckRow,
+} from '../queries/consumers.js';
+import type { Tables } from '../schema/tables.js';
+import type { DispatcherMetrics } from '../telemetry/metrics.js';
+import { isBackingOff, nextBackoff, type BackoffState } from './backoff.js';
+import { classifyFailure } from './classify-failure.js';
+import { isProvablyIdle } from './idle-check.js';
+import { TurnSlots } from './slots.js';
+import { runTurn, type TurnEnvironment, type TurnOutcome } from './turn.js';
+
+export type ConsumerSkip =
+  'idle' | 'locked' | 'disabled' | 'dead' | 'missing' | 'feature-off' | 'backoff' | 'failed';
+
+export interface ConsumerPassResult {
+  readonly processed: number;
+  readonly failed: number;
+  /** Why no turn delivered anything: idle, held by another instance, disabled, dead, … */
+  readonly skipped: ConsumerSkip | undefined;
+  readonly pendingGaps: number;
+  /** Its cursor is below the log head. */
+  readonly behind: boolean;
+}
+
+export interface PassResult {
+  readonly processed: number;
+  readonly failed: number;
+  readonly byConsumer: Readonly<Record<string, ConsumerPassResult>>;
+}
+
+export interface PassEnvironment {
+  readonly options: ResolvedOptions;
+  readonly tables: Tables;
+  readonly metrics: DispatcherMetrics;
+  readonly tracer: Tracer;
+  readonly logger: Logger;
+  readonly systemIdentifier: () => string | null;
+  readonly isStopping: () => boolean;
+}
+
+/**
+ * One pass (DESIGN §4): the idle pre-check for every consumer of this process in one lock-free
+ * statement, then a turn for each consumer that may have work, within the concurrency slots.
+ */
+export class PassRunner {
+  readonly #env: PassEnvironment;
+  readonly #slots: TurnSlots<ConsumerPassResult>;
+  readonly #backoff = new Map<string, BackoffState>();
+  readonly #rearmExhaustedReported = new Set<string>();
+  #precheckFailing = false;
+  #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
+
+  constructor(env: PassEnvironment) {
+    this.#env = env;
+    this.#slots = new TurnSlots(env.options.concurrency);
+  }
+
+  get slots(): TurnSlots<ConsumerPassResult> {
+    return this.#slots;
+  }
+
+  /**
+   * `await`: one turn per consumer, resolved when all are done (runOnce). `launch`: consumers with
+   * more work keep turning until caught up, and the pass returns once they are started, so a slow
+   * consumer never holds up the next pass for the others.
+   */
+  async run(mode: 'await' | 'launch'): Promise<PassResult> {
+    const { options } = this.#env;
+    const rows = await this.#precheck();
+    const nowMs = Date.now();
+    await this.#heartbeatIfDue(nowMs);
+    const byConsumer: Record<string, ConsumerPassResult> = {};
+    const turns: Promise<void>[] = [];
+    for (const consumer of options.consumers) {
+      const row = rows?.get(consumer.name);
+      const skip = (skipped: ConsumerSkip) => {
+        byConsumer[consumer.name] = {
+          processed: 0,
+          failed: 0,
+          skipped,
+          pendingGaps: row?.gap_count ?? 0,
+          behind: row ? BigInt(row.cursor) < BigInt(row.head) : false,
+        };
+      };
+      const feature = consumer.definition.featureName;
+      if (feature !== undefined && !options.isFeatureEnabled(feature)) {
+        skip('feature-off');
+        continue;
+      }
+      if (isBackingOff(this.#backoff.get(consumer.name), nowMs)) {
+        skip('backoff');
+        continue;
+      }
+      if (rows && !row) {
+        skip('missing');
+        continue;
+      }
+      if (
+        row &&
+        isProvablyIdle(row, consumer, BigInt(row.head), parseSnapshot(row.snapshot), row.now, options)
+      ) {
+        skip(row.status === 'dead' ? 'dead' : row.status === 'disabled' ? 'disabled' : 'idle');
+        continue;
+      }
+      const turn = this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch'));
+      turns.push(
+        turn.then((result) => {
+          byConsumer[consumer.name] = result;
+        }),
+      );
+    }
+    if (mode === 'await') await Promise.all(turns);
+    else for (const turn of turns) turn.catch(() => undefined);
+    const results = Object.values(byConsumer);
+    const processed = results.reduce((sum, r) => sum + r.processed, 0);
+    const failed = results.reduce((sum, r) => sum + r.failed, 0);
+    this.#env.metrics.pass(rows === undefined ? 'precheck-failed' : turns.length === 0 ? 'idle' : 'ok');
+    return { processed, failed, byConsumer };
+  }
+
+  async #precheck(): Promise<Map<string, PrecheckRow> | undefined> {
+    const { options, tables, logger, metrics } = this.#env;
+    try {
+      const rows = await precheckConsumers(
+        options.sql,
+        tables,
+        options.consumers.map((c) => c.name),
+        options.consumers.map((c) => c.instanceId),
+      );
+      if (this.#precheckFailing) logger.info({}, 'idle pre-check works again');
+      this.#precheckFailing = false;
+      const byName = new Map(rows.map((row) => [row.name, row]));
+      for (const consumer of options.consumers) {
+        const row = byName.get(consumer.name);
+        if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
+      }
+      return byName;
+    } catch (error) {
+      // Nothing is proven idle: every consumer takes a turn. Logged once per outage (DESIGN §4.1).
+      if (!this.#precheckFailing) {
+        logger.warn(
+          { error: messageOf(error) },
+          'idle pre-check failed; running every consumer until it works again',
+        );
+      }
+      this.#precheckFailing = true;
+      return undefined;
+    }
+  }
+
+  async #turns(consumer: ResolvedConsumer, continueWhileMore: boolean): Promise<ConsumerPassResult> {
+    let processed = 0;
+    let failed = 0;
+    let outcome: TurnOutcome | undefined;
+    do {
+      try {
+        outcome = await runTurn(this.#turnEnvironment(), consumer);
+      } catch (error) {
+        await this.#infraFailure(consumer, error);
+        return { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true };
+      }
+      this.#backoff.delete(consumer.name);
+      processed += outcome.handled;
+      failed += outcome.failed;
+      if (outcome.timedOut) await this.#recordTimeout(consumer, outcome);
+    } while (continueWhileMore && outcome.hasMore && !this.#env.isStopping());
+    return {
+      processed,
+      failed,
+      skipped: outcome.skipped,
+      pendingGaps: outcome.pendingGaps,
+      behind:
+        outcome.cursor !== undefined && outcome.head !== undefined
+          ? outcome.cursor < outcome.head
+          : outcome.hasMore,
+    };
+  }
+
+  #turnEnvironment(): TurnEnvironment {
+    const env = this.#env;
+    return {
+      options: env.options,
+      tables: env.tables,
+      metrics: env.metrics,
+      tracer: env.tracer,
+      logger: env.logger,
+      systemIdentifier: env.systemIdentifier(),
+      onRearmExhausted: (consumer, lastError) => {
+        if (this.#rearmExhaustedReported.has(consumer.name)) return;
+        this.#rearmExhaustedReported.add(consumer.name);
+        env.metrics.rearmExhausted(consumer.name, consumer.instanceId);
+        env.logger.error(
+          { consumer: consumer.name, maxRearmCount: env.options.maxRearmCount, lastError },
+          'dead consumer has used up its automatic re-arms: an operator must skip the poison event or restart it',
+        );
+      },
+    };
+  }
+
+  async #infraFailure(consumer: ResolvedConsumer, error: unknown): Promise<void> {
+    const { options, tables, logger } = this.#env;
+    const category = classifyFailure(error);
+    const backoff = nextBackoff(
+      this.#backoff.get(consumer.name),
+      Date.now(),
+      options.backoffInitialMs,
+      options.backoffMaxMs,
+    );
+    this.#backoff.set(consumer.name, backoff);
+    logger.error(
+      { consumer: consumer.name, category, error: messageOf(error), retryInMs: backoff.untilMs - Date.now() },
+      'turn failed (infrastructure); backing off this consumer, its attempts are not counted',
+    );
+    try {
+      await recordInfraFailure(options.sql, tables, consumer.name, consumer.instanceId, {
+        message: messageOf(error),
+        category,
+        undoTurnStart: options.countCrashedAttempts,
+      });
+    } catch {
+      // Best effort: the database may well be what failed.
+    }
+  }
+
+  async #recordTimeout(consumer: ResolvedConsumer, outcome: TurnOutcome): Promise<void> {
+    const failure = outcome.timedOut;
+    if (!failure) return;
+    const dead = failure.attempts >= consumer.maxAttempts;
+    this.#env.logger.warn(
+      { consumer: consumer.name, eventId: failure.event.id, attempts: failure.attempts },
+      'transactional handler timed out; its turn was rolled back',
+    );
+    try {
+      await recordFailedAttempt(this.#env.options.sql, this.#env.tables, consumer.name, consumer.instanceId, {
+        eventId: failure.event.id,
+        attempts: failure.attempts,
+        message: messageOf(failure.error),
+        dead,
+      });
+    } catch (error) {
+      await this.#infraFailure(consumer, error);
+    }
+  }
+
+  async #heartbeatIfDue(nowMs: number): Promise<void> {
+    const { options, tables, logger } = this.#env;
+    if (options.instanceId === undefined || nowMs - this.#lastHeartbeatMs < options.heartbeatIntervalMs)
+      return;
+    const names = options.consumers.filter((c) => c.instanceId === options.instanceId).map((c) => c.name);
+    if (names.length === 0) return;
+    this.#lastHeartbeatMs = nowMs;
+    try {
+      await heartbeat(options.sql, tables, names, options.instanceId);
+    } catch (error) {
+      logger.warn({ error: messageOf(error) }, 'could not record the per-instance heartbeat');
+    }
+  }
+}
+
+function gaugesOf(row: PrecheckRow) {
+  const now = row.now.getTime();
+  const head = BigInt(row.head);
+  const cursor = BigInt(row.cursor);
+  const behind = cursor < head;
+  return {
+    lagEvents: behind ? Number(head - cursor) : 0,
+    lagSeconds: row.lag_seconds ?? 0,
+    stagnationSeconds:
+      behind && row.last_progress_at ? Math.max(0, (now - row.last_progress_at.getTime()) / 1000) : 0,
+    gapRanges: row.gap_count,
+    oldestGapAgeSeconds: row.oldest_gap_at ? Math.max(0, (now - row.oldest_gap_at.getTime()) / 1000) : 0,
+    dead: row.status === 'dead',
+  };
+}

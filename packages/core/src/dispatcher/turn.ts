@@ -1,0 +1,432 @@
+import type { Span, Tracer } from '@opentelemetry/api';
+import { messageOf } from '../errors.js';
+import { eventFromRow, type EventRecord, type EventRow } from '../events.js';
+import { deliverableIds, settleTurn, type FetchResult, type GapRange, type TurnInput } from '../gaps/gaps.js';
+import { lowestEnded, parseSnapshot, runningBelow, type Snapshot } from '../gaps/snapshot.js';
+import type { Logger } from '../logger.js';
+import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
+import { lockConsumer, saveTurn, setStatus, type LockedRow } from '../queries/consumers.js';
+import { recordDeadLetters, type DeadLetterInput } from '../queries/dead-letters.js';
+import { fetchBatch, fetchStartStragglers } from '../queries/events.js';
+import { replaceRanges, selectRangesToRecheck, type StoredRange } from '../queries/gaps.js';
+import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
+import type { Tables } from '../schema/tables.js';
+import type { TransactionSql } from '../sql-types.js';
+import { ATTR } from '../telemetry/attributes.js';
+import type { DispatcherMetrics } from '../telemetry/metrics.js';
+import { endSpanWithError, startTurnSpan } from '../telemetry/tracing.js';
+import { deliver, TransactionalHandlerTimeout, type HandlerFailure } from './deliver.js';
+import { rearmDecision } from './rearm.js';
+
+export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing';
+
+export interface TurnOutcome {
+  readonly handled: number;
+  readonly failed: number;
+  readonly skipped: SkipReason | undefined;
+  /** More is waiting right now: the fetch was cut by LIMIT or the turn ran out of time. */
+  readonly hasMore: boolean;
+  readonly pendingGaps: number;
+  readonly cursor: bigint | undefined;
+  readonly head: bigint | undefined;
+  readonly dead: boolean;
+  /** A transactional handler timed out: the turn was rolled back and this attempt must be recorded. */
+  readonly timedOut?: HandlerFailure;
+}
+
+export interface TurnEnvironment {
+  readonly options: ResolvedOptions;
+  readonly tables: Tables;
+  readonly metrics: DispatcherMetrics;
+  readonly tracer: Tracer;
+  readonly logger: Logger;
+  readonly systemIdentifier: string | null;
+  /** Called once per consumer and process when a dead consumer's re-arms are used up. */
+  readonly onRearmExhausted: (consumer: ResolvedConsumer, lastError: string | null) => void;
+}
+
+const MAX_XID = 2n ** 63n - 1n;
+
+/**
+ * One consumer turn in one transaction (DESIGN §4.3): lock the cursor row (SKIP LOCKED), re-fetch
+ * the gap ranges that may have changed and the events above the cursor in one statement, deliver in
+ * id order, and persist cursor, gaps, attempts and status before COMMIT.
+ * Infrastructure failures propagate; handler failures are part of the outcome.
+ */
+export async function runTurn(env: TurnEnvironment, consumer: ResolvedConsumer): Promise<TurnOutcome> {
+  const span = startTurnSpan(env.tracer, consumer.name, consumer.instanceId);
+  try {
+    const outcome = await env.options.sql.begin((tx) => turnInTransaction(env, consumer, tx, span));
+    span.setAttributes({
+      [ATTR.processed]: outcome.handled,
+      [ATTR.failed]: outcome.failed,
+      ...(outcome.skipped ? { [ATTR.skipReason]: outcome.skipped } : {}),
+    });
+    span.end();
+    return outcome;
+  } catch (error) {
+    if (error instanceof TransactionalHandlerTimeout) {
+      span.setAttributes({ [ATTR.failed]: 1 });
+      span.end();
+      return {
+        handled: 0,
+        failed: 1,
+        skipped: undefined,
+        hasMore: true,
+        pendingGaps: 0,
+        cursor: undefined,
+        head: undefined,
+        dead: false,
+        timedOut: error.failure,
+      };
+    }
+    endSpanWithError(span, error);
+    throw error;
+  }
+}
+
+async function turnInTransaction(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  span: Span,
+): Promise<TurnOutcome> {
+  const { options, tables: t } = env;
+  const [row] = await lockConsumer(tx, t, consumer.name, consumer.instanceId, {
+    statementTimeoutMs: options.statementTimeoutMs,
+    idleInTransactionTimeoutMs: consumer.handlerTimeoutMs + options.statementTimeoutMs,
+  });
+  if (!row) return skipped('locked');
+  const now = row.now;
+  let rearmCount = row.rearm_count;
+  let rearmed = false;
+
+  if (row.status === 'disabled') {
+    if (row.disabled_until === null || row.disabled_until > now) return skipped('disabled', row);
+    await setStatus(tx, t, consumer.name, consumer.instanceId, { status: 'idle', clearDisable: true });
+    env.logger.info({ consumer: consumer.name }, 'time-boxed disable expired; consumer enabled again');
+  } else if (row.status === 'dead') {
+    const decision = rearmDecision(
+      { rearmCount: row.rearm_count, lastWriteAt: row.updated_at },
+      now,
+      options,
+    );
+    if (decision === 'exhausted') env.onRearmExhausted(consumer, row.last_error);
+    if (decision !== 'rearm') return { ...skipped('dead', row), dead: true };
+    await setStatus(tx, t, consumer.name, consumer.instanceId, { status: 'idle', rearm: true });
+    rearmCount += 1;
+    rearmed = true;
+    env.logger.warn(
+      { consumer: consumer.name, rearm: rearmCount, maxRearmCount: options.maxRearmCount },
+      're-arming dead consumer after its cooldown',
+    );
+    row.attempts = 0;
+  }
+
+  const xid = BigInt(row.xid);
+  const lockSnapshot = parseSnapshot(row.snapshot);
+  const cursor = BigInt(row.cursor);
+
+  // 'now' consumers: events that were in flight when the consumer registered (DESIGN §4, startFrom).
+  if (row.start_fence !== null && row.start_snapshot !== null && row.start_upto !== null) {
+    if (lockSnapshot.xmin > BigInt(row.start_fence)) {
+      return deliverStartStragglers(env, consumer, tx, span, row, cursor);
+    }
+  }
+
+  // After a restore onto another cluster no transaction of the old one can still commit, and its
+  // xids mean nothing here: one fresh fetch resolves every pending range (DESIGN §3, cluster identity).
+  const clusterChanged =
+    env.systemIdentifier !== null &&
+    row.system_identifier !== null &&
+    row.system_identifier !== env.systemIdentifier;
+
+  let stored: StoredRange[] = [];
+  if (row.gap_count > 0 || clusterChanged) {
+    const watch = row.gap_watch.map((x) => BigInt(x));
+    stored = await selectRangesToRecheck(tx, t, consumer.name, consumer.instanceId, {
+      all: row.gaps_recheck || clusterChanged || consumer.ordering === 'strict',
+      xmin: lockSnapshot.xmin,
+      lowestEnded: lowestEnded(watch, lockSnapshot),
+    });
+  }
+  // Holes observed by earlier turns get this turn's xid as their fence: it was allocated after the
+  // snapshot that saw them (never the snapshot's xmax: a running writer can hold an xid above it).
+  const rechecked: GapRange[] = stored.map((r) => (r.fence === null ? { ...r, fence: xid } : r));
+
+  const limit = consumer.batchSize;
+  const fastRanges = consumer.ordering === 'fast' ? rechecked : [];
+  const rows = await fetchBatch(
+    tx,
+    t,
+    cursor,
+    { from: fastRanges.map((r) => r.from), to: fastRanges.map((r) => r.to) },
+    limit,
+  );
+  const first = rows[0];
+  if (!first) throw new Error('fetchBatch returned no row');
+  const fetchSnapshot = parseSnapshot(first.snapshot);
+  const head = BigInt(first.head);
+  const events = new Map<bigint, EventRecord>();
+  for (const r of rows) if (r.id != null) events.set(BigInt(r.id), eventFromRow(r as EventRow));
+  const fetch: FetchResult = {
+    ids: [...events.keys()],
+    complete: events.size < limit,
+    xmin: clusterChanged ? MAX_XID : fetchSnapshot.xmin,
+  };
+  const input: TurnInput = { cursor, rechecked, fetch, ordering: consumer.ordering };
+  let ids = deliverableIds(input);
+
+  // Crash accounting (F6): a start at this batch that never committed was a crash.
+  const markerFirst = row.marker_first === null ? null : BigInt(row.marker_first);
+  // A re-arm resets the attempts, crashed ones included.
+  const crashed = rearmed ? 0 : (row.marker_started ?? 0);
+  const isolateUntil =
+    markerFirst !== null && (crashed > 0 || row.marker_isolate_until !== null)
+      ? maxOf(BigInt(row.marker_last ?? markerFirst), BigInt(row.marker_isolate_until ?? '0'))
+      : null;
+  const firstId = ids[0];
+  const isolating = isolateUntil !== null && firstId !== undefined && firstId <= isolateUntil;
+  if (isolating) ids = ids.slice(0, 1);
+  const stuckId = row.stuck_event_id === null ? null : BigInt(row.stuck_event_id);
+  const priorAttempts = (id: bigint) =>
+    (stuckId === id ? row.attempts : 0) + (markerFirst === id && id === firstId ? crashed : 0);
+
+  let result: Awaited<ReturnType<typeof deliver>>;
+  const toDeliver = ids.map((id) => events.get(id) as EventRecord);
+  const firstEvent = toDeliver[0];
+  let startRecorded = false;
+  if (firstEvent && priorAttempts(firstEvent.id) >= consumer.maxAttempts) {
+    // The process died maxAttempts times on this event: do not hand it to the handler again.
+    const error = new Error(
+      `the process stopped ${crashed} time(s) while event ${firstEvent.id} was being handled`,
+    );
+    const attempts = priorAttempts(firstEvent.id);
+    result = consumer.skipApplyErrors
+      ? {
+          resolved: [firstEvent],
+          failure: undefined,
+          dead: false,
+          handled: 0,
+          failed: 1,
+          deadLetters: [{ event: firstEvent, reason: 'apply-error', error: error.message, attempts }],
+        }
+      : {
+          resolved: [],
+          deadLetters: [],
+          failure: { event: firstEvent, error, attempts },
+          dead: true,
+          handled: 0,
+          failed: 1,
+        };
+  } else {
+    if (firstEvent && options.countCrashedAttempts) {
+      const last = toDeliver[toDeliver.length - 1] as EventRecord;
+      await recordTurnStart(options.sql, t, consumer.name, consumer.instanceId, {
+        first: firstEvent.id,
+        last: last.id,
+        isolateUntil: isolating ? isolateUntil : null,
+        resetCount: rearmed,
+      });
+      startRecorded = true;
+    }
+    result = await deliver({
+      consumer,
+      tx,
+      events: toDeliver,
+      priorAttempts,
+      deadlineMs: performance.now() + options.maxTurnMs,
+      tracer: env.tracer,
+      turnSpan: span,
+      metrics: env.metrics,
+    });
+  }
+
+  const resolvedIds = result.resolved.map((e) => e.id);
+  const settlement = settleTurn(input, resolvedIds);
+  const gapDelta = await persistRanges(tx, t, consumer, stored, settlement.ranges);
+  const remaining = row.gap_count + gapDelta;
+  const maxFence = [
+    row.max_fence === null ? 0n : BigInt(row.max_fence),
+    ...settlement.ranges.map((r) => r.fence ?? 0n),
+  ].reduce(maxOf, 0n);
+
+  const failure = result.failure;
+  const progressed = settlement.cursor > cursor || resolvedIds.length > 0;
+  const attempts = failure
+    ? failure.attempts
+    : stuckId !== null && !resolvedIds.includes(stuckId)
+      ? row.attempts
+      : 0;
+  const deadLetters: DeadLetterInput[] = [...result.deadLetters];
+  if (deadLetters.length > 0) await recordDeadLetters(tx, t, consumer.name, consumer.instanceId, deadLetters);
+  if (failure) {
+    env.logger.warn(
+      {
+        consumer: consumer.name,
+        eventId: failure.event.id,
+        attempts: failure.attempts,
+        maxAttempts: consumer.maxAttempts,
+        error: messageOf(failure.error),
+      },
+      result.dead
+        ? 'handler failed at maxAttempts: consumer is dead'
+        : 'handler failed; the event will be retried',
+    );
+  }
+  for (const letter of deadLetters) {
+    env.logger.warn(
+      { consumer: consumer.name, eventId: letter.event.id, error: letter.error },
+      'skipped an event into dead_letters (skipApplyErrors)',
+    );
+  }
+  const hasMore = !fetch.complete || resolvedIds.length < ids.length || settlement.cursor < head;
+  await saveTurn(tx, t, consumer.name, consumer.instanceId, {
+    cursor: settlement.cursor,
+    status: result.dead ? 'dead' : hasMore ? 'processing' : 'idle',
+    attempts,
+    stuckEventId: failure ? failure.event.id : attempts > 0 ? stuckId : null,
+    lastError: failure ? messageOf(failure.error) : null,
+    rearmCount: settlement.cursor > cursor ? 0 : rearmCount,
+    progressed,
+    gapCountDelta: gapDelta,
+    gapsUnfenced: settlement.ranges.filter((r) => r.fence === null).length,
+    gapWatch: remaining > 0 && maxFence > 0n ? runningBelow(lockSnapshot, maxFence) : [],
+    gapsRecheck: settlement.needsRecheck,
+    clearStart: false,
+    systemIdentifier: env.systemIdentifier,
+  });
+  if (startRecorded || markerFirst !== null) {
+    const keepIsolating = isolating && settlement.cursor < isolateUntil ? isolateUntil : null;
+    await finishTurnStart(tx, t, consumer.name, consumer.instanceId, keepIsolating);
+  }
+
+  env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
+  env.metrics.late(consumer.name, consumer.instanceId, settlement.lateDeliveries);
+  env.metrics.burnt(consumer.name, consumer.instanceId, Number(settlement.burntIdCount));
+  if (settlement.burnt.length > 0) span.setAttribute(ATTR.burnt, Number(settlement.burntIdCount));
+  return {
+    handled: result.handled,
+    failed: result.failed,
+    skipped: undefined,
+    hasMore: hasMore && !result.dead && !failure,
+    pendingGaps: remaining,
+    cursor: settlement.cursor,
+    head,
+    dead: result.dead,
+  };
+}
+
+/** Writes the replacement of the rechecked ranges, touching only rows that changed. Returns the row delta. */
+async function persistRanges(
+  tx: TransactionSql,
+  t: Tables,
+  consumer: ResolvedConsumer,
+  stored: readonly StoredRange[],
+  next: readonly GapRange[],
+): Promise<number> {
+  const key = (r: GapRange) => `${r.from}:${r.to}:${r.fence ?? ''}`;
+  const before = new Map(stored.map((r) => [key(r), r]));
+  const after = new Set(next.map(key));
+  const removeFroms = stored.filter((r) => !after.has(key(r))).map((r) => r.from);
+  const now = new Date();
+  const add: StoredRange[] = next
+    .filter((r) => !before.has(key(r)))
+    .map((r) => ({ ...r, observedAt: containing(stored, r.from)?.observedAt ?? now }));
+  if (removeFroms.length === 0 && add.length === 0) return 0;
+  return replaceRanges(tx, t, consumer.name, consumer.instanceId, removeFroms, add);
+}
+
+function containing(ranges: readonly StoredRange[], id: bigint): StoredRange | undefined {
+  let lo = 0;
+  let hi = ranges.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >>> 1;
+    const range = ranges[mid] as StoredRange;
+    if (id < range.from) hi = mid - 1;
+    else if (id > range.to) lo = mid + 1;
+    else return range;
+  }
+  return undefined;
+}
+
+async function deliverStartStragglers(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  span: Span,
+  row: LockedRow,
+  cursor: bigint,
+): Promise<TurnOutcome> {
+  const { tables: t } = env;
+  const stragglers = (
+    await fetchStartStragglers(
+      tx,
+      t,
+      row.start_snapshot as string,
+      0n,
+      BigInt(row.start_upto as string),
+      1_000_000,
+    )
+  ).map(eventFromRow);
+  const result = await deliver({
+    consumer,
+    tx,
+    events: stragglers,
+    priorAttempts: (id) =>
+      row.stuck_event_id !== null && BigInt(row.stuck_event_id) === id ? row.attempts : 0,
+    deadlineMs: Number.POSITIVE_INFINITY,
+    tracer: env.tracer,
+    turnSpan: span,
+    metrics: env.metrics,
+  });
+  if (result.deadLetters.length > 0)
+    await recordDeadLetters(tx, t, consumer.name, consumer.instanceId, result.deadLetters);
+  const failure = result.failure;
+  await saveTurn(tx, t, consumer.name, consumer.instanceId, {
+    cursor,
+    status: result.dead ? 'dead' : 'processing',
+    attempts: failure ? failure.attempts : 0,
+    stuckEventId: failure ? failure.event.id : null,
+    lastError: failure ? messageOf(failure.error) : null,
+    rearmCount: row.rearm_count,
+    progressed: result.resolved.length > 0,
+    gapCountDelta: 0,
+    gapsUnfenced: row.gaps_unfenced,
+    gapWatch: row.gap_watch.map((x) => BigInt(x)),
+    gapsRecheck: row.gaps_recheck,
+    clearStart: !failure,
+    systemIdentifier: env.systemIdentifier,
+  });
+  env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
+  env.metrics.late(consumer.name, consumer.instanceId, result.handled);
+  return {
+    handled: result.handled,
+    failed: result.failed,
+    skipped: undefined,
+    hasMore: !failure,
+    pendingGaps: row.gap_count,
+    cursor,
+    head: undefined,
+    dead: result.dead,
+  };
+}
+
+function skipped(reason: SkipReason, row?: LockedRow): TurnOutcome {
+  return {
+    handled: 0,
+    failed: 0,
+    skipped: reason,
+    hasMore: false,
+    pendingGaps: row?.gap_count ?? 0,
+    cursor: row ? BigInt(row.cursor) : undefined,
+    head: undefined,
+    dead: false,
+  };
+}
+
+function maxOf(a: bigint, b: bigint): bigint {
+  return a > b ? a : b;
+}
+
+export type { Snapshot };

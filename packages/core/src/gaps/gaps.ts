@@ -1,0 +1,263 @@
+// Pure gap arithmetic (DESIGN §5). No I/O: turn.ts gathers the inputs and writes the result.
+//
+// A pending range {from, to, fence} holds ids a consumer has passed without seeing. Its fence is
+// an xid allocated *after* the snapshot that observed the hole (the next turn's own xid), and the
+// xid-before-id trigger makes every writer of an id in the range hold an xid below that fence. So
+// once a statement's pg_snapshot_xmin is above the fence, every such writer has ended, and the same
+// statement's fetch sees each committed id of the range: what it does not return is burnt.
+
+export interface GapRange {
+  readonly from: bigint;
+  readonly to: bigint;
+  /** null until the next turn fences it with its own xid. */
+  readonly fence: bigint | null;
+}
+
+export type Ordering = 'fast' | 'strict';
+
+/** What one fetch statement saw: the visible ids it returned and its snapshot's xmin. */
+export interface FetchResult {
+  /** Ascending, distinct: ids above the cursor and ids inside the rechecked ranges. */
+  readonly ids: readonly bigint[];
+  /** False when LIMIT cut the fetch short: ids above the last one returned were not examined. */
+  readonly complete: boolean;
+  readonly xmin: bigint;
+}
+
+export interface TurnInput {
+  readonly cursor: bigint;
+  /** The pending ranges re-fetched by this turn (sorted, disjoint); others are left untouched. */
+  readonly rechecked: readonly GapRange[];
+  readonly fetch: FetchResult;
+  readonly ordering: Ordering;
+}
+
+export interface Settlement {
+  readonly cursor: bigint;
+  /** Replaces `rechecked` (what is left of those ranges), plus the new holes (unfenced). */
+  readonly ranges: readonly GapRange[];
+  /** Ids given up for good, as ranges (for metrics and logs). */
+  readonly burnt: readonly GapRange[];
+  readonly burntIdCount: bigint;
+  /** Delivered ids that came from a pending range (committed late, below the high mark). */
+  readonly lateDeliveries: number;
+  /** Some rechecked id stays pending although it was visible or not examined: recheck next turn. */
+  readonly needsRecheck: boolean;
+}
+
+/**
+ * The ids this turn delivers, in order. Fast ordering delivers everything fetched (late gap ids
+ * come first: they are below the cursor). Strict ordering delivers the contiguous prefix above the
+ * cursor and stops at the first hole it cannot burn.
+ */
+export function deliverableIds(input: TurnInput): bigint[] {
+  const { cursor, fetch, ordering } = input;
+  if (ordering === 'fast') return [...fetch.ids];
+  const out: bigint[] = [];
+  let expected = cursor + 1n;
+  for (const id of fetch.ids) {
+    if (id < expected) continue;
+    if (id > expected && !isBurnable(input.rechecked, expected, id - 1n, fetch.xmin)) break;
+    out.push(id);
+    expected = id + 1n;
+  }
+  return out;
+}
+
+/**
+ * The state after delivering `delivered`, a prefix of deliverableIds(input) (shorter when a handler
+ * failed). Delivered ids are carved out of their ranges (never merged over), holes between newly
+ * delivered ids become unfenced ranges, and rechecked ranges that can be proven empty are burnt.
+ */
+export function settleTurn(input: TurnInput, delivered: readonly bigint[]): Settlement {
+  return input.ordering === 'fast' ? settleFast(input, delivered) : settleStrict(input, delivered);
+}
+
+function settleFast(input: TurnInput, delivered: readonly bigint[]): Settlement {
+  const { cursor, rechecked, fetch } = input;
+  const deliveredSorted = [...delivered].sort(compare);
+  const horizon = examinedHorizon(fetch);
+  const kept: GapRange[] = [];
+  const burnt: GapRange[] = [];
+  let needsRecheck = false;
+
+  for (const range of rechecked) {
+    const burnable = range.fence !== null && range.fence < fetch.xmin;
+    for (const piece of carve(range, deliveredSorted)) {
+      if (!burnable) {
+        // Ids visible but not delivered (the turn halted) stay pending and must be re-fetched.
+        if (hasIdIn(fetch.ids, piece.from, piece.to) || piece.to > horizon) needsRecheck = true;
+        kept.push(piece);
+        continue;
+      }
+      // Provably resolved below the horizon: keep only what is visible-but-undelivered and what lies above it.
+      let start = piece.from;
+      for (const id of idsIn(fetch.ids, piece.from, min(piece.to, horizon))) {
+        if (id > start) burnt.push({ from: start, to: id - 1n, fence: piece.fence });
+        kept.push({ from: id, to: id, fence: piece.fence });
+        needsRecheck = true;
+        start = id + 1n;
+      }
+      const burnEnd = min(piece.to, horizon);
+      if (start <= burnEnd) burnt.push({ from: start, to: burnEnd, fence: piece.fence });
+      if (piece.to > horizon) {
+        kept.push({ from: max(piece.from, horizon + 1n), to: piece.to, fence: piece.fence });
+        needsRecheck = true;
+      }
+    }
+  }
+
+  let newCursor = cursor;
+  let lateDeliveries = 0;
+  for (const id of delivered) {
+    if (id > newCursor) newCursor = id;
+    else if (id <= cursor) lateDeliveries += 1;
+  }
+  // Holes between the ids delivered above the old cursor: passed without being seen.
+  let expected = cursor + 1n;
+  for (const id of fetch.ids) {
+    if (id <= cursor) continue;
+    if (id > newCursor) break;
+    if (id > expected) kept.push({ from: expected, to: id - 1n, fence: null });
+    expected = id + 1n;
+  }
+  return finish(newCursor, kept, burnt, lateDeliveries, needsRecheck);
+}
+
+function settleStrict(input: TurnInput, delivered: readonly bigint[]): Settlement {
+  const { cursor, rechecked, fetch } = input;
+  const newCursor = delivered.length > 0 ? max(cursor, delivered[delivered.length - 1] ?? cursor) : cursor;
+  const deliveredSorted = [...delivered].sort(compare);
+  const kept: GapRange[] = [];
+  const burnt: GapRange[] = [];
+  for (const range of rechecked) {
+    for (const piece of carve(range, deliveredSorted)) {
+      // Holes the cursor has moved past were burnable when passed (deliverableIds checked it).
+      if (piece.to <= newCursor) {
+        burnt.push(piece);
+      } else if (piece.from <= newCursor) {
+        burnt.push({ from: piece.from, to: newCursor, fence: piece.fence });
+        kept.push({ from: newCursor + 1n, to: piece.to, fence: piece.fence });
+      } else {
+        kept.push(piece);
+      }
+    }
+  }
+  // The hole the cursor now waits at: from just above it to the next visible id.
+  const next = fetch.ids.find((id) => id > newCursor);
+  let needsRecheck = false;
+  if (next !== undefined && next > newCursor + 1n) {
+    for (const hole of uncovered(newCursor + 1n, next - 1n, kept)) kept.push({ ...hole, fence: null });
+  } else if (next !== undefined) {
+    // The next id is visible and contiguous but was not delivered: the turn halted before it.
+    needsRecheck = kept.length > 0;
+  }
+  kept.sort((a, b) => compare(a.from, b.from));
+  return finish(newCursor, kept, burnt, 0, needsRecheck);
+}
+
+function finish(
+  cursor: bigint,
+  kept: GapRange[],
+  burnt: GapRange[],
+  lateDeliveries: number,
+  needsRecheck: boolean,
+): Settlement {
+  kept.sort((a, b) => compare(a.from, b.from));
+  const burntIdCount = burnt.reduce((sum, r) => sum + (r.to - r.from + 1n), 0n);
+  return { cursor, ranges: kept, burnt, burntIdCount, lateDeliveries, needsRecheck };
+}
+
+/** Whether every id of [from, to] lies in a fenced rechecked range whose fence is below xmin. */
+function isBurnable(ranges: readonly GapRange[], from: bigint, to: bigint, xmin: bigint): boolean {
+  let next = from;
+  for (const range of ranges) {
+    if (range.to < next) continue;
+    if (range.from > next) return false;
+    if (range.fence === null || range.fence >= xmin) return false;
+    next = range.to + 1n;
+    if (next > to) return true;
+  }
+  return false;
+}
+
+/** The pieces of `range` left after removing the ids in `removed` (ascending). */
+function carve(range: GapRange, removed: readonly bigint[]): GapRange[] {
+  const inside = idsIn(removed, range.from, range.to);
+  if (inside.length === 0) return [range];
+  const pieces: GapRange[] = [];
+  let start = range.from;
+  for (const id of inside) {
+    if (id > start) pieces.push({ from: start, to: id - 1n, fence: range.fence });
+    start = id + 1n;
+  }
+  if (start <= range.to) pieces.push({ from: start, to: range.to, fence: range.fence });
+  return pieces;
+}
+
+/** Sub-intervals of [from, to] not covered by `ranges`. */
+function uncovered(from: bigint, to: bigint, ranges: readonly GapRange[]): { from: bigint; to: bigint }[] {
+  const out: { from: bigint; to: bigint }[] = [];
+  let next = from;
+  for (const range of [...ranges].sort((a, b) => compare(a.from, b.from))) {
+    if (range.to < next) continue;
+    if (range.from > to) break;
+    if (range.from > next) out.push({ from: next, to: range.from - 1n });
+    next = range.to + 1n;
+    if (next > to) return out;
+  }
+  if (next <= to) out.push({ from: next, to });
+  return out;
+}
+
+function examinedHorizon(fetch: FetchResult): bigint {
+  const last = fetch.ids[fetch.ids.length - 1];
+  return fetch.complete || last === undefined ? MAX_ID : last;
+}
+
+/** The ids of ascending `ids` within [from, to], by binary search (ranges can number 100k). */
+function idsIn(ids: readonly bigint[], from: bigint, to: bigint): bigint[] {
+  const out: bigint[] = [];
+  for (let i = lowerBound(ids, from); i < ids.length; i++) {
+    const id = ids[i] as bigint;
+    if (id > to) break;
+    out.push(id);
+  }
+  return out;
+}
+
+function hasIdIn(ids: readonly bigint[], from: bigint, to: bigint): boolean {
+  const id = ids[lowerBound(ids, from)];
+  return id !== undefined && id <= to;
+}
+
+/** Index of the first element of ascending `ids` that is >= value. */
+function lowerBound(ids: readonly bigint[], value: bigint): number {
+  let lo = 0;
+  let hi = ids.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if ((ids[mid] as bigint) < value) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+const MAX_ID = 2n ** 63n - 1n;
+
+export function compare(a: bigint, b: bigint): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function min(a: bigint, b: bigint): bigint {
+  return a < b ? a : b;
+}
+
+function max(a: bigint, b: bigint): bigint {
+  return a > b ? a : b;
+}
+
+/** Number of ids in the ranges. */
+export function idCount(ranges: readonly GapRange[]): bigint {
+  return ranges.reduce((sum, r) => sum + (r.to - r.from + 1n), 0n);
+}

@@ -1,0 +1,247 @@
+import type { MeterProvider } from '@opentelemetry/api';
+import type { TracerProvider } from '@opentelemetry/api';
+import type { Consumer } from './consumers/consumer.js';
+import { InvalidOptionError } from './errors.js';
+import type { Ordering } from './gaps/gaps.js';
+import { consoleLogger, type Logger } from './logger.js';
+import { resolveSchemaName } from './schema/schema-name.js';
+import type { Sql } from './sql-types.js';
+
+/** The instance id under which shared consumers keep their single cursor row. */
+export const SHARED_INSTANCE_ID = '*';
+
+const SECOND_MS = 1000;
+const MINUTE_MS = 60 * SECOND_MS;
+
+export interface DispatcherOptions {
+  /** A postgres.js pool on the primary. Never a replica: its visibility order can differ (DESIGN §3). */
+  sql: Sql;
+  consumers: readonly Consumer[];
+  /** @defaultValue 'sluice' */
+  schema?: string;
+  /** This process's id; required by per-instance consumers. Appears in logs and spans. */
+  instanceId?: string;
+  /** Events per turn. @defaultValue 100 */
+  batchSize?: number;
+  /** A turn commits what it has done after this long; the next turn continues. @defaultValue 5_000 */
+  maxTurnMs?: number;
+  /** Safety-net poll interval. @defaultValue 100 */
+  pollIntervalMs?: number;
+  /** Default failures on one event before a consumer is dead. @defaultValue 10 */
+  maxAttempts?: number;
+  /** A dead consumer is re-armed after this long. @defaultValue 300_000 (5 min) */
+  rearmCooldownMs?: number;
+  /** Re-arms allowed since the consumer's cursor last advanced. @defaultValue 3 */
+  maxRearmCount?: number;
+  /** Turns running at once (each holds a pool connection). @defaultValue 4 */
+  concurrency?: number;
+  /** LISTEN for wake-ups (polling stays on). @defaultValue true */
+  listen?: boolean;
+  /** Per-call bound on a handler. @defaultValue 30_000 */
+  handlerTimeoutMs?: number;
+  /** SET LOCAL statement_timeout for a turn's statements. @defaultValue 30_000 */
+  statementTimeoutMs?: number;
+  /** Per-instance rows record last_seen_at at least this often. @defaultValue 30_000 */
+  heartbeatIntervalMs?: number;
+  /** First infra-failure backoff; doubles up to backoffMaxMs. @defaultValue 1_000 */
+  backoffInitialMs?: number;
+  /** @defaultValue 60_000 */
+  backoffMaxMs?: number;
+  /**
+   * Record each delivering turn in a committed statement first, so handlers that crash the
+   * process still use up maxAttempts (one extra statement per delivering turn). @defaultValue true
+   */
+  countCrashedAttempts?: boolean;
+  /** Decides per pass whether a consumer with `featureName` runs. @defaultValue every feature enabled */
+  isFeatureEnabled?: (featureName: string) => boolean;
+  /** @defaultValue console */
+  logger?: Logger;
+  /** @defaultValue the global meter provider of @opentelemetry/api (a no-op without an SDK) */
+  meterProvider?: MeterProvider;
+  /** @defaultValue the global tracer provider of @opentelemetry/api */
+  tracerProvider?: TracerProvider;
+}
+
+export const DEFAULTS = {
+  batchSize: 100,
+  maxTurnMs: 5 * SECOND_MS,
+  pollIntervalMs: 100,
+  maxAttempts: 10,
+  rearmCooldownMs: 5 * MINUTE_MS,
+  maxRearmCount: 3,
+  concurrency: 4,
+  listen: true,
+  handlerTimeoutMs: 30 * SECOND_MS,
+  statementTimeoutMs: 30 * SECOND_MS,
+  heartbeatIntervalMs: 30 * SECOND_MS,
+  backoffInitialMs: SECOND_MS,
+  backoffMaxMs: MINUTE_MS,
+  countCrashedAttempts: true,
+} as const satisfies Partial<DispatcherOptions>;
+
+export interface ResolvedConsumer {
+  readonly name: string;
+  readonly definition: Consumer;
+  /** Its cursor row's instance id: '*' or this process's instanceId. */
+  readonly instanceId: string;
+  readonly maxAttempts: number;
+  readonly skipApplyErrors: boolean;
+  readonly startFrom: 'beginning' | 'now';
+  readonly ordering: Ordering;
+  readonly transactional: boolean;
+  readonly handlerTimeoutMs: number;
+  readonly batchSize: number;
+}
+
+export interface ResolvedOptions extends Omit<
+  Required<DispatcherOptions>,
+  'consumers' | 'instanceId' | 'meterProvider' | 'tracerProvider'
+> {
+  readonly consumers: readonly ResolvedConsumer[];
+  readonly instanceId: string | undefined;
+  readonly meterProvider: MeterProvider | undefined;
+  readonly tracerProvider: TracerProvider | undefined;
+}
+
+/**
+ * Validates the options once, at construction, and returns a new object with every default applied.
+ * @throws {InvalidOptionError} naming the offending option
+ */
+export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
+  if (typeof (input as unknown) !== 'object' || (input as unknown) === null) {
+    throw new InvalidOptionError('options', 'must be an object');
+  }
+  if (typeof (input.sql as unknown) !== 'function')
+    throw new InvalidOptionError('sql', 'must be a postgres.js pool');
+  const schema = resolveSchemaName(input.schema);
+  const instanceId = input.instanceId;
+  if (instanceId !== undefined) {
+    if (typeof instanceId !== 'string' || instanceId === '' || Buffer.byteLength(instanceId) > 200) {
+      throw new InvalidOptionError('instanceId', 'must be a non-empty string of at most 200 bytes');
+    }
+    if (instanceId === SHARED_INSTANCE_ID) {
+      throw new InvalidOptionError('instanceId', `'${SHARED_INSTANCE_ID}' is reserved for shared consumers`);
+    }
+  }
+  const positive = (name: keyof typeof DEFAULTS, min = 1): number => {
+    const value = input[name] ?? DEFAULTS[name];
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
+      throw new InvalidOptionError(name, `must be an integer of at least ${min}, got ${String(value)}`);
+    }
+    return value;
+  };
+  const options = {
+    sql: input.sql,
+    schema,
+    instanceId,
+    batchSize: positive('batchSize'),
+    maxTurnMs: positive('maxTurnMs'),
+    pollIntervalMs: positive('pollIntervalMs'),
+    maxAttempts: positive('maxAttempts'),
+    rearmCooldownMs: positive('rearmCooldownMs', 0),
+    maxRearmCount: positive('maxRearmCount', 0),
+    concurrency: positive('concurrency'),
+    listen: input.listen ?? DEFAULTS.listen,
+    handlerTimeoutMs: positive('handlerTimeoutMs'),
+    statementTimeoutMs: positive('statementTimeoutMs'),
+    heartbeatIntervalMs: positive('heartbeatIntervalMs'),
+    backoffInitialMs: positive('backoffInitialMs'),
+    backoffMaxMs: positive('backoffMaxMs'),
+    countCrashedAttempts: input.countCrashedAttempts ?? DEFAULTS.countCrashedAttempts,
+    isFeatureEnabled: input.isFeatureEnabled ?? (() => true),
+    logger: input.logger ?? consoleLogger,
+    meterProvider: input.meterProvider,
+    tracerProvider: input.tracerProvider,
+  };
+  if (options.backoffMaxMs < options.backoffInitialMs) {
+    throw new InvalidOptionError('backoffMaxMs', 'must be at least backoffInitialMs');
+  }
+  if (!Array.isArray(input.consumers) || input.consumers.length === 0) {
+    throw new InvalidOptionError('consumers', 'must be a non-empty array of consumers');
+  }
+  const seen = new Set<string>();
+  // Validated as unknown input: JavaScript callers and config files do not respect the types.
+  const consumers = (input.consumers as readonly unknown[]).map((raw, index) => {
+    const where = `consumers[${index}]`;
+    if (typeof raw !== 'object' || raw === null) throw new InvalidOptionError(where, 'must be an object');
+    const c = raw as Record<string, unknown>;
+    const name = c['name'];
+    if (typeof name !== 'string' || name === '' || Buffer.byteLength(name) > 200 || name.includes('\u0000')) {
+      throw new InvalidOptionError(
+        `${where}.name`,
+        'must be a non-empty string of at most 200 bytes without NUL',
+      );
+    }
+    if (seen.has(name)) throw new InvalidOptionError(`${where}.name`, `duplicate consumer name "${name}"`);
+    seen.add(name);
+    if (typeof c['handler'] !== 'function')
+      throw new InvalidOptionError(`${where}.handler`, 'must be a function');
+    if (c['batchHandler'] !== undefined && typeof c['batchHandler'] !== 'function') {
+      throw new InvalidOptionError(`${where}.batchHandler`, 'must be a function');
+    }
+    const delivery = oneOf(
+      c['delivery'] ?? 'shared',
+      ['shared', 'per-instance'] as const,
+      `${where}.delivery`,
+    );
+    if (delivery === 'per-instance' && instanceId === undefined) {
+      throw new InvalidOptionError('instanceId', `is required by the per-instance consumer "${name}"`);
+    }
+    const startFrom = oneOf(
+      c['startFrom'] ?? 'beginning',
+      ['beginning', 'now'] as const,
+      `${where}.startFrom`,
+    );
+    const ordering = oneOf(c['ordering'] ?? 'fast', ['fast', 'strict'] as const, `${where}.ordering`);
+    const policy = c['errorPolicy'];
+    if (policy !== undefined && (typeof policy !== 'object' || policy === null)) {
+      throw new InvalidOptionError(`${where}.errorPolicy`, 'must be an object');
+    }
+    const policyFields = (policy ?? {}) as Record<string, unknown>;
+    const maxAttempts = integer(
+      policyFields['maxAttempts'] ?? options.maxAttempts,
+      `${where}.errorPolicy.maxAttempts`,
+    );
+    const skipApplyErrors = policyFields['skipApplyErrors'] ?? false;
+    if (typeof skipApplyErrors !== 'boolean') {
+      throw new InvalidOptionError(`${where}.errorPolicy.skipApplyErrors`, 'must be a boolean');
+    }
+    const transactional = c['transactional'] ?? false;
+    if (typeof transactional !== 'boolean')
+      throw new InvalidOptionError(`${where}.transactional`, 'must be a boolean');
+    const featureName = c['featureName'];
+    if (featureName !== undefined && (typeof featureName !== 'string' || featureName === '')) {
+      throw new InvalidOptionError(`${where}.featureName`, 'must be a non-empty string');
+    }
+    return {
+      name,
+      definition: raw as Consumer,
+      instanceId: delivery === 'shared' ? SHARED_INSTANCE_ID : (instanceId as string),
+      maxAttempts,
+      skipApplyErrors,
+      startFrom,
+      ordering,
+      transactional,
+      handlerTimeoutMs: integer(
+        c['handlerTimeoutMs'] ?? options.handlerTimeoutMs,
+        `${where}.handlerTimeoutMs`,
+      ),
+      batchSize: integer(c['batchSize'] ?? options.batchSize, `${where}.batchSize`),
+    } satisfies ResolvedConsumer;
+  });
+  return { ...options, consumers };
+}
+
+function oneOf<T extends string>(value: unknown, allowed: readonly T[], option: string): T {
+  if (typeof value !== 'string' || !(allowed as readonly string[]).includes(value)) {
+    throw new InvalidOptionError(option, `must be one of ${allowed.map((a) => `'${a}'`).join(', ')}`);
+  }
+  return value as T;
+}
+
+function integer(value: unknown, option: string, min = 1): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
+    throw new InvalidOptionError(option, `must be an integer of at least ${min}`);
+  }
+  return value;
+}

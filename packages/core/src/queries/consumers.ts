@@ -1,0 +1,265 @@
+import type { Tables } from '../schema/tables.js';
+import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
+
+/** A consumer row as the idle pre-check and the turn read it (ids and xids as text: exact). */
+export interface ConsumerStateRow {
+  name: string;
+  instance_id: string;
+  status: 'idle' | 'processing' | 'dead' | 'disabled';
+  cursor: string;
+  attempts: number;
+  stuck_event_id: string | null;
+  rearm_count: number;
+  last_error: string | null;
+  updated_at: Date;
+  disabled_until: Date | null;
+  gap_count: number;
+  gaps_unfenced: number;
+  gap_min_fence: string | null;
+  gap_watch: string[];
+  gaps_recheck: boolean;
+  oldest_gap_at: Date | null;
+  start_fence: string | null;
+  start_upto: string | null;
+  start_snapshot: string | null;
+  system_identifier: string | null;
+  last_progress_at: Date | null;
+}
+
+const STATE_COLUMNS = (q: Queryable) => q`
+  c.name, c.instance_id, c.status, c.cursor::text as cursor, c.attempts, c.stuck_event_id::text as stuck_event_id,
+  c.rearm_count, c.last_error, c.updated_at, c.disabled_until, c.gap_count, c.gaps_unfenced,
+  c.gap_min_fence::text as gap_min_fence, c.gap_watch::text[] as gap_watch, c.gaps_recheck, c.oldest_gap_at,
+  c.start_fence::text as start_fence, c.start_upto::text as start_upto, c.start_snapshot::text as start_snapshot,
+  c.system_identifier, c.last_progress_at`;
+
+export interface RegisterRow {
+  name: string;
+  instanceId: string;
+  startFrom: 'beginning' | 'now';
+  perInstance: boolean;
+}
+
+// Second key: hashtext(schema). prune() takes it exclusively; registration and operator restarts
+// take it shared, so an event can never be pruned between "nobody needs it" and "someone does".
+export const RETENTION_LOCK_CLASS = 0x534c5552; // 'SLUR'
+
+/**
+ * Creates the missing cursor rows; never touches an existing one. A 'now' consumer starts at the
+ * highest visible id and remembers the snapshot, so events still in flight at that moment are
+ * delivered once they commit (DESIGN §4, startFrom).
+ */
+export async function registerConsumers(sql: Sql, t: Tables, schema: string, rows: readonly RegisterRow[]) {
+  await sql.begin(async (tx) => {
+    await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
+    await tx`
+      insert into ${t.consumers} as c (name, instance_id, cursor, last_seen_at, start_snapshot, start_fence, start_upto)
+      select r.name, r.instance_id,
+             case when r.start_from = 'now' then h.head else 0 end,
+             case when r.per_instance = 'true' then now() end,
+             case when r.start_from = 'now' and h.in_flight then h.snap end,
+             case when r.start_from = 'now' and h.in_flight then h.fence end,
+             case when r.start_from = 'now' and h.in_flight then h.head end
+      from unnest(${rows.map((r) => r.name)}::text[], ${rows.map((r) => r.instanceId)}::text[],
+                  ${rows.map((r) => r.startFrom)}::text[], ${rows.map((r) => String(r.perInstance))}::text[])
+           as r(name, instance_id, start_from, per_instance)
+      cross join (
+        select s.head, s.snap, s.fence,
+               -- Anything that may still commit an id at or below head: a listed in-progress xid,
+               -- or an xid between the snapshot's xmax and ours.
+               exists (select 1 from pg_snapshot_xip(s.snap)) or pg_snapshot_xmax(s.snap) < s.fence as in_flight
+        from (select coalesce((select max(id) from ${t.events}), 0) as head,
+                     pg_current_snapshot() as snap, pg_current_xact_id() as fence) s
+      ) h
+      on conflict (name, instance_id) do nothing`;
+  });
+}
+
+export interface PrecheckRow extends ConsumerStateRow {
+  head: string;
+  snapshot: string;
+  now: Date;
+  lag_seconds: number | null;
+}
+
+/**
+ * The idle pre-check (DESIGN §4.1): one lock-free statement reading every consumer row of this
+ * process with the log head and a snapshot, from which the pass decides who has provably nothing to do.
+ */
+export function precheckConsumers(
+  sql: Sql,
+  t: Tables,
+  names: readonly string[],
+  instanceIds: readonly string[],
+) {
+  return sql<PrecheckRow[]>`
+    select ${STATE_COLUMNS(sql)}, h.head::text as head, pg_current_snapshot()::text as snapshot, now() as now,
+           case when c.cursor < h.head then
+             (select extract(epoch from now() - e.created_at)::float8 from ${t.events} e
+              where e.id > c.cursor order by e.id limit 1)
+           end as lag_seconds
+    from ${t.consumers} c
+    cross join (select coalesce(max(id), 0) as head from ${t.events}) h
+    where (c.name, c.instance_id) in (select * from unnest(${names}::text[], ${instanceIds}::text[]))`;
+}
+
+export interface LockedRow extends ConsumerStateRow {
+  xid: string;
+  snapshot: string;
+  now: Date;
+  max_fence: string | null;
+  marker_first: string | null;
+  marker_last: string | null;
+  marker_started: number | null;
+  marker_isolate_until: string | null;
+}
+
+/**
+ * Locks the consumer's row for this turn, or returns nothing when another instance holds it
+ * (SKIP LOCKED, DESIGN §4.3). Also bounds the turn's statements and idle time, and reads the turn's
+ * xid (the fence for holes seen by earlier turns) and a snapshot for choosing which ranges to re-fetch.
+ */
+export function lockConsumer(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+  instanceId: string,
+  timeouts: { statementTimeoutMs: number; idleInTransactionTimeoutMs: number },
+) {
+  return tx<LockedRow[]>`
+    select ${STATE_COLUMNS(tx)},
+           set_config('statement_timeout', ${String(timeouts.statementTimeoutMs)}, true) as statement_timeout,
+           set_config('idle_in_transaction_session_timeout', ${String(timeouts.idleInTransactionTimeoutMs)}, true) as idle_timeout,
+           pg_current_xact_id()::text as xid, pg_current_snapshot()::text as snapshot, now() as now,
+           (select max(g.fence)::text from ${t.gaps} g
+            where g.consumer_name = c.name and g.instance_id = c.instance_id) as max_fence,
+           m.first_event_id::text as marker_first, m.last_event_id::text as marker_last,
+           m.started_count as marker_started, m.isolate_until::text as marker_isolate_until
+    from ${t.consumers} c
+    left join ${t.turnStarts} m on m.consumer_name = c.name and m.instance_id = c.instance_id
+    where c.name = ${name} and c.instance_id = ${instanceId}
+    for update of c skip locked`;
+}
+
+export interface TurnUpdate {
+  cursor: bigint;
+  status: 'idle' | 'processing' | 'dead';
+  attempts: number;
+  stuckEventId: bigint | null;
+  lastError: string | null;
+  rearmCount: number;
+  progressed: boolean;
+  gapCountDelta: number;
+  gapsUnfenced: number;
+  gapWatch: readonly bigint[];
+  gapsRecheck: boolean;
+  clearStart: boolean;
+  systemIdentifier: string | null;
+}
+
+/** Persists a turn's outcome on the locked row (same transaction as the gap changes). */
+export async function saveTurn(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+  instanceId: string,
+  u: TurnUpdate,
+) {
+  await tx`
+    update ${t.consumers} c set
+      cursor = ${u.cursor.toString()}::bigint,
+      status = ${u.status},
+      attempts = ${u.attempts},
+      stuck_event_id = ${u.stuckEventId === null ? null : u.stuckEventId.toString()}::bigint,
+      last_error = case when ${u.lastError}::text is null then c.last_error else ${u.lastError}::text end,
+      last_error_at = case when ${u.lastError}::text is null then c.last_error_at else now() end,
+      failure_category = case when ${u.lastError}::text is null then c.failure_category else 'handler' end,
+      rearm_count = ${u.rearmCount},
+      gap_count = c.gap_count + ${u.gapCountDelta},
+      gaps_unfenced = ${u.gapsUnfenced},
+      gap_watch = ${u.gapWatch.map(String)}::xid8[],
+      gaps_recheck = ${u.gapsRecheck},
+      gap_min_fence = (select min(g.fence) from ${t.gaps} g where g.consumer_name = c.name and g.instance_id = c.instance_id),
+      oldest_gap_at = (select g.observed_at from ${t.gaps} g
+                       where g.consumer_name = c.name and g.instance_id = c.instance_id order by g.from_id limit 1),
+      start_snapshot = case when ${u.clearStart} then null else c.start_snapshot end,
+      start_fence = case when ${u.clearStart} then null else c.start_fence end,
+      start_upto = case when ${u.clearStart} then null else c.start_upto end,
+      system_identifier = coalesce(${u.systemIdentifier}::text, c.system_identifier),
+      last_progress_at = case when ${u.progressed} then now() else c.last_progress_at end,
+      last_seen_at = case when c.instance_id <> '*' then now() else c.last_seen_at end,
+      updated_at = now()
+    where c.name = ${name} and c.instance_id = ${instanceId}`;
+}
+
+/** Status changes decided at the start of a turn: an expired time-boxed disable, a re-arm. */
+export async function setStatus(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+  instanceId: string,
+  change: { status: 'idle'; clearDisable?: boolean; rearm?: boolean },
+) {
+  await tx`
+    update ${t.consumers} set
+      status = ${change.status},
+      disabled_until = case when ${change.clearDisable ?? false} then null else disabled_until end,
+      disabled_reason = case when ${change.clearDisable ?? false} then null else disabled_reason end,
+      attempts = case when ${change.rearm ?? false} then 0 else attempts end,
+      updated_at = now()
+    where name = ${name} and instance_id = ${instanceId}`;
+}
+
+/** Records an infrastructure failure outside the failed turn (best effort, DESIGN §4.5). */
+export async function recordInfraFailure(
+  sql: Sql,
+  t: Tables,
+  name: string,
+  instanceId: string,
+  failure: { message: string; category: string; undoTurnStart: boolean },
+) {
+  await sql.begin(async (tx) => {
+    await tx`select set_config('lock_timeout', '2000', true)`;
+    await tx`
+      update ${t.consumers} set last_error = ${failure.message}, last_error_at = now(),
+        failure_category = ${failure.category}, updated_at = now()
+      where name = ${name} and instance_id = ${instanceId}`;
+    if (failure.undoTurnStart) {
+      // Our process survived the failure: that start was not a crash, so it must not count as one.
+      await tx`
+        update ${t.turnStarts} set started_count = greatest(started_count - 1, 0)
+        where consumer_name = ${name} and instance_id = ${instanceId}`;
+    }
+  });
+}
+
+/** Refreshes last_seen_at of this process's per-instance rows (they are not stale while it runs). */
+export async function heartbeat(sql: Sql, t: Tables, names: readonly string[], instanceId: string) {
+  await sql`
+    update ${t.consumers} set last_seen_at = now()
+    where instance_id = ${instanceId} and name = any(${names}::text[])`;
+}
+
+/**
+ * Counts a handler attempt outside the turn that made it: a transactional handler that overran its
+ * time holds the turn's transaction, so that turn is rolled back and its attempt recorded here.
+ */
+export async function recordFailedAttempt(
+  sql: Sql,
+  t: Tables,
+  name: string,
+  instanceId: string,
+  failure: { eventId: bigint; attempts: number; message: string; dead: boolean },
+) {
+  await sql.begin(async (tx) => {
+    await tx`select set_config('lock_timeout', '5000', true)`;
+    await tx`
+      update ${t.consumers} set attempts = ${failure.attempts}, stuck_event_id = ${failure.eventId.toString()}::bigint,
+        last_error = ${failure.message}, last_error_at = now(), failure_category = 'handler',
+        status = case when ${failure.dead} then 'dead' else status end, updated_at = now()
+      where name = ${name} and instance_id = ${instanceId}`;
+    await tx`
+      update ${t.turnStarts} set started_count = greatest(started_count - 1, 0)
+      where consumer_name = ${name} and instance_id = ${instanceId}`;
+  });
+}

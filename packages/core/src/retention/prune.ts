@@ -1,0 +1,69 @@
+import { InvalidOptionError, PruneBlockedError } from '../errors.js';
+import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
+import { resolveSchemaName } from '../schema/schema-name.js';
+import { tables } from '../schema/tables.js';
+import type { Sql } from '../sql-types.js';
+
+export interface PruneOptions {
+  /** Delete events with an id below this one. */
+  before: bigint;
+  /** @defaultValue 'sluice' */
+  schema?: string;
+  /**
+   * Per-instance consumer rows not seen for this long belong to instances that are gone: they do
+   * not hold retention back. @defaultValue 86_400_000 (24 h)
+   */
+  staleInstanceTtlMs?: number;
+}
+
+export interface PruneResult {
+  readonly deleted: number;
+}
+
+interface LaggingRow {
+  name: string;
+  instance_id: string;
+  status: string;
+  cursor: string;
+}
+
+/**
+ * Deletes events below `before`, unless a registered consumer (of any status, apart from stale
+ * per-instance rows) still needs one: a cursor below before - 1, a pending gap below before, or
+ * a 'now' registration still waiting for in-flight events (DESIGN §6, Retention; invariant 6).
+ * Holds the retention lock exclusively, so no consumer registers or restarts meanwhile.
+ * @throws {PruneBlockedError} naming the lagging consumers; nothing is deleted then
+ */
+export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResult> {
+  const schema = resolveSchemaName(options.schema);
+  if (typeof options.before !== 'bigint' || options.before < 1n) {
+    throw new InvalidOptionError('before', 'must be a bigint event id of at least 1');
+  }
+  const ttlMs = options.staleInstanceTtlMs ?? 86_400_000;
+  if (!Number.isSafeInteger(ttlMs) || ttlMs < 0)
+    throw new InvalidOptionError('staleInstanceTtlMs', 'must be a non-negative integer');
+  const t = tables(sql, schema);
+  const before = options.before.toString();
+  return sql.begin(async (tx) => {
+    await tx`select pg_advisory_xact_lock(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
+    const lagging = await tx<LaggingRow[]>`
+      select c.name, c.instance_id, c.status, c.cursor::text as cursor from ${t.consumers} c
+      where not (c.instance_id <> '*' and coalesce(c.last_seen_at, c.created_at) < now() - make_interval(secs => ${ttlMs / 1000}))
+        and (c.cursor < ${before}::bigint - 1
+             or c.start_upto is not null
+             or exists (select 1 from ${t.gaps} g where g.consumer_name = c.name and g.instance_id = c.instance_id
+                        and g.from_id < ${before}::bigint))
+      order by c.name, c.instance_id`;
+    if (lagging.length > 0) {
+      throw new PruneBlockedError(
+        options.before,
+        lagging.map(
+          (r) =>
+            `${r.name}${r.instance_id === '*' ? '' : `@${r.instance_id}`} (${r.status}, cursor ${r.cursor})`,
+        ),
+      );
+    }
+    const deleted = await tx`delete from ${t.events} where id < ${before}::bigint`;
+    return { deleted: deleted.count };
+  });
+}

@@ -1,0 +1,130 @@
+import { metrics, type Attributes, type MeterProvider } from '@opentelemetry/api';
+import { ATTR, METRIC } from './attributes.js';
+
+/** The latest known state of one consumer, observed by gauges (no query runs just for telemetry). */
+export interface ConsumerGauges {
+  lagEvents: number;
+  lagSeconds: number;
+  stagnationSeconds: number;
+  gapRanges: number;
+  oldestGapAgeSeconds: number;
+  dead: boolean;
+}
+
+export interface DispatcherMetrics {
+  processed(consumer: string, instance: string, count: number): void;
+  failed(consumer: string, instance: string, count: number): void;
+  late(consumer: string, instance: string, count: number): void;
+  burnt(consumer: string, instance: string, ids: number): void;
+  handlerDuration(
+    consumer: string,
+    instance: string,
+    seconds: number,
+    outcome: 'ok' | 'error' | 'timeout',
+  ): void;
+  pass(outcome: 'ok' | 'idle' | 'precheck-failed' | 'failed'): void;
+  rearmExhausted(consumer: string, instance: string): void;
+  setConsumer(consumer: string, instance: string, gauges: ConsumerGauges): void;
+  setListenConnected(connected: boolean): void;
+}
+
+/** Instruments from `meterProvider` (or the global one: a no-op without an SDK). */
+export function createMetrics(meterProvider: MeterProvider | undefined): DispatcherMetrics {
+  const meter = (meterProvider ?? metrics.getMeterProvider()).getMeter('@sluice/core');
+  const processed = meter.createCounter(METRIC.eventsProcessed, {
+    description: 'Events handled successfully',
+    unit: '{event}',
+  });
+  const failed = meter.createCounter(METRIC.eventsFailed, {
+    description: 'Handler failures',
+    unit: '{event}',
+  });
+  const late = meter.createCounter(METRIC.eventsLate, {
+    description: 'Events delivered below the cursor because they committed late (gap deliveries)',
+    unit: '{event}',
+  });
+  const burnt = meter.createCounter(METRIC.gapsBurnt, {
+    description: 'Ids given up for good: proven never to commit',
+    unit: '{id}',
+  });
+  const handlerDuration = meter.createHistogram(METRIC.handlerDuration, {
+    description: 'Handler call duration',
+    unit: 's',
+  });
+  const passes = meter.createCounter(METRIC.passes, {
+    description: 'Dispatcher passes by outcome',
+    unit: '{pass}',
+  });
+  const rearmExhausted = meter.createCounter(METRIC.rearmExhausted, {
+    description: 'Dead consumers whose automatic re-arms are used up (once per consumer and process)',
+    unit: '{consumer}',
+  });
+
+  const state = new Map<string, { attributes: Attributes; gauges: ConsumerGauges }>();
+  let listenConnected: number | undefined;
+  const gauge = (name: string, description: string, unit: string, pick: (g: ConsumerGauges) => number) => {
+    meter.createObservableGauge(name, { description, unit }).addCallback((result) => {
+      for (const { attributes, gauges } of state.values()) result.observe(pick(gauges), attributes);
+    });
+  };
+  gauge(
+    METRIC.consumerLag,
+    'Events between the consumer cursor and the log head',
+    '{event}',
+    (g) => g.lagEvents,
+  );
+  gauge(
+    METRIC.consumerLagDuration,
+    'Age of the oldest event the consumer has not reached',
+    's',
+    (g) => g.lagSeconds,
+  );
+  gauge(
+    METRIC.consumerStagnation,
+    'Time since the consumer last advanced while behind',
+    's',
+    (g) => g.stagnationSeconds,
+  );
+  gauge(METRIC.gapsPending, 'Pending gap ranges', '{range}', (g) => g.gapRanges);
+  gauge(METRIC.gapsOldestAge, 'Age of the oldest pending gap range', 's', (g) => g.oldestGapAgeSeconds);
+  gauge(METRIC.consumerDead, '1 while the consumer is dead', '1', (g) => (g.dead ? 1 : 0));
+  meter
+    .createObservableGauge(METRIC.listenConnected, { description: '1 while LISTEN is connected', unit: '1' })
+    .addCallback((result) => {
+      if (listenConnected !== undefined) result.observe(listenConnected);
+    });
+
+  const attrs = (consumer: string, instance: string): Attributes => ({
+    [ATTR.consumer]: consumer,
+    [ATTR.instance]: instance,
+  });
+  return {
+    processed(c, i, n) {
+      if (n > 0) processed.add(n, attrs(c, i));
+    },
+    failed(c, i, n) {
+      if (n > 0) failed.add(n, attrs(c, i));
+    },
+    late(c, i, n) {
+      if (n > 0) late.add(n, attrs(c, i));
+    },
+    burnt(c, i, n) {
+      if (n > 0) burnt.add(n, attrs(c, i));
+    },
+    handlerDuration(c, i, seconds, outcome) {
+      handlerDuration.record(seconds, { ...attrs(c, i), [ATTR.handlerOutcome]: outcome });
+    },
+    pass(outcome) {
+      passes.add(1, { [ATTR.passOutcome]: outcome });
+    },
+    rearmExhausted(c, i) {
+      rearmExhausted.add(1, attrs(c, i));
+    },
+    setConsumer(c, i, gauges) {
+      state.set(`${c}\u0000${i}`, { attributes: attrs(c, i), gauges });
+    },
+    setListenConnected(connected) {
+      listenConnected = connected ? 1 : 0;
+    },
+  };
+}

@@ -1,0 +1,100 @@
+import {
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  TraceFlags,
+  type Link,
+  type Span,
+  type SpanContext,
+  type Tracer,
+  type TracerProvider,
+} from '@opentelemetry/api';
+import type { JsonObject } from '../events.js';
+import { ATTR, MESSAGING_SYSTEM } from './attributes.js';
+
+export function createTracer(tracerProvider: TracerProvider | undefined): Tracer {
+  return (tracerProvider ?? trace.getTracerProvider()).getTracer('@sluice/core');
+}
+
+/** The W3C traceparent of the active span, if any (stored in event metadata by append()). */
+export function activeTraceparent(): string | undefined {
+  const context = trace.getActiveSpan()?.spanContext();
+  if (!context || !trace.isSpanContextValid(context)) return undefined;
+  const sampled: number = TraceFlags.SAMPLED;
+  const flags = (context.traceFlags & sampled) === sampled ? '01' : '00';
+  return `00-${context.traceId}-${context.spanId}-${flags}`;
+}
+
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+
+/** Parses a W3C traceparent into a remote span context; undefined when malformed. */
+export function parseTraceparent(value: unknown): SpanContext | undefined {
+  if (typeof value !== 'string') return undefined;
+  const match = TRACEPARENT.exec(value);
+  if (!match) return undefined;
+  const [, traceId = '', spanId = '', flags = '00'] = match;
+  const context: SpanContext = { traceId, spanId, traceFlags: parseInt(flags, 16), isRemote: true };
+  return trace.isSpanContextValid(context) ? context : undefined;
+}
+
+/** Links from a handler span to the traces that appended the events (request → append → handler). */
+export function linksFromMetadata(metadata: readonly JsonObject[]): Link[] {
+  const links: Link[] = [];
+  for (const m of metadata) {
+    const context = parseTraceparent(m['traceparent']);
+    if (context) links.push({ context });
+  }
+  return links;
+}
+
+export function startTurnSpan(tracer: Tracer, consumer: string, instance: string): Span {
+  return tracer.startSpan(`sluice.turn ${consumer}`, {
+    kind: SpanKind.INTERNAL,
+    attributes: {
+      [ATTR.messagingSystem]: MESSAGING_SYSTEM,
+      [ATTR.consumer]: consumer,
+      [ATTR.instance]: instance,
+      [ATTR.messagingConsumerGroup]: consumer,
+    },
+  });
+}
+
+export function startHandlerSpan(
+  tracer: Tracer,
+  parent: Span,
+  consumer: string,
+  instance: string,
+  events: readonly { id: bigint; type: string; metadata: JsonObject }[],
+): Span {
+  const first = events[0];
+  return tracer.startSpan(
+    `process ${consumer}`,
+    {
+      kind: SpanKind.CONSUMER,
+      links: linksFromMetadata(events.map((e) => e.metadata)),
+      attributes: {
+        [ATTR.messagingSystem]: MESSAGING_SYSTEM,
+        [ATTR.messagingOperationType]: 'process',
+        [ATTR.messagingOperationName]: 'process',
+        [ATTR.messagingConsumerGroup]: consumer,
+        [ATTR.consumer]: consumer,
+        [ATTR.instance]: instance,
+        ...(events.length === 1 && first
+          ? { [ATTR.messagingMessageId]: first.id.toString(), [ATTR.eventType]: first.type }
+          : { [ATTR.messagingBatchCount]: events.length }),
+      },
+    },
+    // Child of the turn span; the appenders' traces are links (one handler span, many requests).
+    trace.setSpan(ROOT_CONTEXT, parent),
+  );
+}
+
+export function endSpanWithError(span: Span, error: unknown): void {
+  span.setStatus({
+    code: SpanStatusCode.ERROR,
+    message: error instanceof Error ? error.message : String(error),
+  });
+  if (error instanceof Error) span.recordException(error);
+  span.end();
+}

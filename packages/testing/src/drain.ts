@@ -1,0 +1,40 @@
+import type { Dispatcher, PassResult } from '@sluice/core';
+import { setTimeout as delay } from 'node:timers/promises';
+
+export interface DrainOptions {
+  /** Give up (and throw) after this long. @defaultValue 10_000 */
+  timeoutMs?: number;
+}
+
+/** Skips that mean "nothing more will happen for this consumer without an operator or a config change". */
+const SETTLED_SKIPS = new Set(['dead', 'disabled', 'feature-off']);
+
+/**
+ * Runs passes until one processes nothing, fails nothing, and leaves every live consumer at the
+ * log head with no pending gap. Returns the passes. Waits on the database, never on a fixed sleep;
+ * between idle passes it yields for a few milliseconds so it does not spin.
+ * @throws when the dispatcher is still busy after `timeoutMs`, with the last pass's state
+ */
+export async function drainUntilIdle(
+  dispatcher: Dispatcher,
+  options: DrainOptions = {},
+): Promise<PassResult[]> {
+  const timeoutMs = options.timeoutMs ?? 10_000;
+  const deadline = Date.now() + timeoutMs;
+  const passes: PassResult[] = [];
+  for (;;) {
+    const pass = await dispatcher.runOnce();
+    passes.push(pass);
+    const settled = Object.values(pass.byConsumer).every(
+      (c) => (c.skipped !== undefined && SETTLED_SKIPS.has(c.skipped)) || (c.pendingGaps === 0 && !c.behind),
+    );
+    if (pass.processed === 0 && pass.failed === 0 && settled) return passes;
+    if (Date.now() > deadline) {
+      throw new Error(
+        `drainUntilIdle: the dispatcher is still busy after ${timeoutMs} ms (${passes.length} passes). ` +
+          `Last pass: ${JSON.stringify(pass.byConsumer)}`,
+      );
+    }
+    if (pass.processed === 0) await delay(5);
+  }
+}
