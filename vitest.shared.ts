@@ -4,7 +4,9 @@ import { defaultServerConditions } from 'vite';
 import { defineConfig, defineProject, type TestProjectInlineConfiguration } from 'vitest/config';
 
 /** Resolve workspace packages to their TypeScript sources: tests never need a build. */
-const sourceConditions = ['@sluice/source', ...defaultServerConditions];
+// Without 'module': vitest passes these to its workers as Node --conditions, and Node cannot load the
+// extension-less ESM builds that 'module' selects (e.g. @opentelemetry/api under the OTel SDK).
+const sourceConditions = ['@sluice/source', ...defaultServerConditions.filter((c) => c !== 'module')];
 
 const resolveFromSource = {
   resolve: { conditions: sourceConditions },

@@ -103,6 +103,12 @@ describe('append', () => {
     expect(around[0]!.id < around[1]!.id).toBe(true);
   });
 
+  test('works on a pool without fetch_types (as behind PgBouncer), where postgres.js cannot serialise arrays', async () => {
+    const bare = db.connect({ max: 1, fetch_types: false });
+    const stored = await bare.begin((tx) => append(tx, [order(1), order(2)]));
+    expect(stored.map((e) => e.streamId)).toEqual(['order-1', 'order-2']);
+  });
+
   test('an empty batch writes nothing and returns nothing', async () => {
     const before = await countEvents();
     expect(await db.sql.begin((tx) => append(tx, []))).toEqual([]);

@@ -3,6 +3,7 @@ import { InvalidEventError, InvalidOptionError } from './errors.js';
 import { eventFromRow, type EventRecord, type EventRow, type NewEvent } from './events.js';
 import { resolveSchemaName } from './schema/schema-name.js';
 import { tables } from './schema/tables.js';
+import { pgArray } from './queries/pg-array.js';
 import { activeTraceparent } from './telemetry/tracing.js';
 import type { Sql, TransactionSql } from './sql-types.js';
 import { wakeUpChannel } from './wake-up/channel.js';
@@ -85,7 +86,7 @@ export async function append(
   const rows = await tx<EventRow[]>`
     insert into ${t.events} (stream_id, type, data, metadata)
     select u.stream_id, u.type, u.data::jsonb, u.metadata::jsonb
-    from unnest(${streamIds}::text[], ${types}::text[], ${data}::text[], ${metadata}::text[])
+    from unnest(${pgArray(streamIds)}::text[], ${pgArray(types)}::text[], ${pgArray(data)}::text[], ${pgArray(metadata)}::text[])
          with ordinality as u(stream_id, type, data, metadata, n)
     order by u.n
     returning id::text as id, stream_id, type, data, metadata, created_at`;

@@ -1,4 +1,4 @@
-import { lowestEnded, parseSnapshot, type Snapshot } from '../gaps/snapshot.js';
+import { lowestEnded, parseSnapshot, parseXidList, type Snapshot } from '../gaps/snapshot.js';
 import type { ResolvedConsumer } from '../options.js';
 import type { ConsumerStateRow } from '../queries/consumers.js';
 import { rearmDecision } from './rearm.js';
@@ -38,12 +38,7 @@ export function isProvablyIdle(
 function gapsCannotChange(row: ConsumerStateRow, snapshot: Snapshot): boolean {
   if (row.gaps_unfenced > 0 || row.gaps_recheck) return false;
   if (row.gap_min_fence !== null && BigInt(row.gap_min_fence) < snapshot.xmin) return false;
-  return (
-    lowestEnded(
-      row.gap_watch.map((x) => BigInt(x)),
-      snapshot,
-    ) === null
-  );
+  return lowestEnded(parseXidList(row.gap_watch), snapshot) === null;
 }
 
 export { parseSnapshot };

@@ -15,6 +15,7 @@ import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { isBackingOff, nextBackoff, type BackoffState } from './backoff.js';
 import { classifyFailure } from './classify-failure.js';
 import { isProvablyIdle } from './idle-check.js';
+import { rearmDecision } from './rearm.js';
 import { TurnSlots } from './slots.js';
 import { runTurn, type TurnEnvironment, type TurnOutcome } from './turn.js';
 
@@ -108,6 +109,14 @@ export class PassRunner {
         row &&
         isProvablyIdle(row, consumer, BigInt(row.head), parseSnapshot(row.snapshot), row.now, options)
       ) {
+        if (row.status === 'dead') {
+          const decision = rearmDecision(
+            { rearmCount: row.rearm_count, lastWriteAt: row.updated_at },
+            row.now,
+            options,
+          );
+          if (decision === 'exhausted') this.#reportRearmExhausted(consumer, row.last_error);
+        }
         skip(row.status === 'dead' ? 'dead' : row.status === 'disabled' ? 'disabled' : 'idle');
         continue;
       }
@@ -195,15 +204,21 @@ export class PassRunner {
       logger: env.logger,
       systemIdentifier: env.systemIdentifier(),
       onRearmExhausted: (consumer, lastError) => {
-        if (this.#rearmExhaustedReported.has(consumer.name)) return;
-        this.#rearmExhaustedReported.add(consumer.name);
-        env.metrics.rearmExhausted(consumer.name, consumer.instanceId);
-        env.logger.error(
-          { consumer: consumer.name, maxRearmCount: env.options.maxRearmCount, lastError },
-          'dead consumer has used up its automatic re-arms: an operator must skip the poison event or restart it',
-        );
+        this.#reportRearmExhausted(consumer, lastError);
       },
     };
+  }
+
+  /** Once per consumer and process, however many passes see it (DESIGN §6). */
+  #reportRearmExhausted(consumer: ResolvedConsumer, lastError: string | null): void {
+    const env = this.#env;
+    if (this.#rearmExhaustedReported.has(consumer.name)) return;
+    this.#rearmExhaustedReported.add(consumer.name);
+    env.metrics.rearmExhausted(consumer.name, consumer.instanceId);
+    env.logger.error(
+      { consumer: consumer.name, maxRearmCount: env.options.maxRearmCount, lastError },
+      'dead consumer has used up its automatic re-arms: an operator must skip the poison event or restart it',
+    );
   }
 
   async #infraFailure(consumer: ResolvedConsumer, error: unknown): Promise<void> {

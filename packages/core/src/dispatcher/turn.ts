@@ -2,7 +2,7 @@ import type { Span, Tracer } from '@opentelemetry/api';
 import { messageOf } from '../errors.js';
 import { eventFromRow, type EventRecord, type EventRow } from '../events.js';
 import { deliverableIds, settleTurn, type FetchResult, type GapRange, type TurnInput } from '../gaps/gaps.js';
-import { lowestEnded, parseSnapshot, runningBelow, type Snapshot } from '../gaps/snapshot.js';
+import { lowestEnded, parseSnapshot, parseXidList, runningBelow, type Snapshot } from '../gaps/snapshot.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { lockConsumer, saveTurn, setStatus, type LockedRow } from '../queries/consumers.js';
@@ -143,7 +143,7 @@ async function turnInTransaction(
 
   let stored: StoredRange[] = [];
   if (row.gap_count > 0 || clusterChanged) {
-    const watch = row.gap_watch.map((x) => BigInt(x));
+    const watch = parseXidList(row.gap_watch);
     stored = await selectRangesToRecheck(tx, t, consumer.name, consumer.instanceId, {
       all: row.gaps_recheck || clusterChanged || consumer.ordering === 'strict',
       xmin: lockSnapshot.xmin,
@@ -393,7 +393,7 @@ async function deliverStartStragglers(
     progressed: result.resolved.length > 0,
     gapCountDelta: 0,
     gapsUnfenced: row.gaps_unfenced,
-    gapWatch: row.gap_watch.map((x) => BigInt(x)),
+    gapWatch: parseXidList(row.gap_watch),
     gapsRecheck: row.gaps_recheck,
     clearStart: !failure,
     systemIdentifier: env.systemIdentifier,

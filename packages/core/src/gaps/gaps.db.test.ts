@@ -345,4 +345,39 @@ describe('gaps', () => {
     await passUntil(dispatcher, () => c.ids().length === 2, 'the events past the hole');
     expect(c.ids()).toEqual([2n, 3n]);
   });
+
+  test('ranges and deliveries across the 9/10-digit boundary keep numeric order', async () => {
+    const schema = await freshSchema(db);
+    const c = recordingConsumer('digits');
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    await db.sql.unsafe(`alter sequence "${schema}".events_id_seq restart with 999999997`);
+    await commitOne(schema, 1); // 999999997
+    const low = await openTransaction(db.sql);
+    const high = await openTransaction(db.sql);
+    onTestFinished(async () => {
+      await low.rollback();
+      await high.rollback();
+    });
+    await low.append([event(2)], { schema }); // 999999998
+    await commitOne(schema, 3); // 999999999
+    await high.append([event(4)], { schema }); // 1000000000
+    await commitOne(schema, 5); // 1000000001
+    await dispatcher.runOnce();
+    expect(c.ids()).toEqual([999999997n, 999999999n, 1000000001n]);
+    expect(spans(await rangesOf(db.sql, schema, 'digits'))).toEqual([
+      [1n, 999999996n], // never drawn: the sequence was restarted
+      [999999998n, 999999998n],
+      [1000000000n, 1000000000n],
+    ]);
+    await high.commit();
+    await low.commit();
+    await passUntil(dispatcher, () => c.ids().length === 5, 'both late events');
+    expect(c.ids().slice(3)).toEqual([999999998n, 1000000000n]);
+    await passUntil(
+      dispatcher,
+      async () => (await rangesOf(db.sql, schema, 'digits')).length === 0,
+      'the burn',
+    );
+  });
 });

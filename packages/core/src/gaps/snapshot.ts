@@ -59,3 +59,8 @@ export function lowestEnded(watch: readonly bigint[], snapshot: Snapshot): bigin
   }
   return lowest;
 }
+
+/** Parses the comma-separated xid list the queries return for gap_watch. */
+export function parseXidList(text: string | null): bigint[] {
+  return text === null || text === '' ? [] : text.split(',').map((x) => BigInt(x));
+}

@@ -1,5 +1,6 @@
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
+import { pgArray } from './pg-array.js';
 
 /** A consumer row as the idle pre-check and the turn read it (ids and xids as text: exact). */
 export interface ConsumerStateRow {
@@ -16,7 +17,8 @@ export interface ConsumerStateRow {
   gap_count: number;
   gaps_unfenced: number;
   gap_min_fence: string | null;
-  gap_watch: string[];
+  /** Comma-separated xids (read as text: no dependence on postgres.js array parsing). */
+  gap_watch: string;
   gaps_recheck: boolean;
   oldest_gap_at: Date | null;
   start_fence: string | null;
@@ -29,7 +31,7 @@ export interface ConsumerStateRow {
 const STATE_COLUMNS = (q: Queryable) => q`
   c.name, c.instance_id, c.status, c.cursor::text as cursor, c.attempts, c.stuck_event_id::text as stuck_event_id,
   c.rearm_count, c.last_error, c.updated_at, c.disabled_until, c.gap_count, c.gaps_unfenced,
-  c.gap_min_fence::text as gap_min_fence, c.gap_watch::text[] as gap_watch, c.gaps_recheck, c.oldest_gap_at,
+  c.gap_min_fence::text as gap_min_fence, array_to_string(c.gap_watch, ',') as gap_watch, c.gaps_recheck, c.oldest_gap_at,
   c.start_fence::text as start_fence, c.start_upto::text as start_upto, c.start_snapshot::text as start_snapshot,
   c.system_identifier, c.last_progress_at`;
 
@@ -60,8 +62,8 @@ export async function registerConsumers(sql: Sql, t: Tables, schema: string, row
              case when r.start_from = 'now' and h.in_flight then h.snap end,
              case when r.start_from = 'now' and h.in_flight then h.fence end,
              case when r.start_from = 'now' and h.in_flight then h.head end
-      from unnest(${rows.map((r) => r.name)}::text[], ${rows.map((r) => r.instanceId)}::text[],
-                  ${rows.map((r) => r.startFrom)}::text[], ${rows.map((r) => String(r.perInstance))}::text[])
+      from unnest(${pgArray(rows.map((r) => r.name))}::text[], ${pgArray(rows.map((r) => r.instanceId))}::text[],
+                  ${pgArray(rows.map((r) => r.startFrom))}::text[], ${pgArray(rows.map((r) => String(r.perInstance)))}::text[])
            as r(name, instance_id, start_from, per_instance)
       cross join (
         select s.head, s.snap, s.fence,
@@ -100,7 +102,7 @@ export function precheckConsumers(
            end as lag_seconds
     from ${t.consumers} c
     cross join (select coalesce(max(id), 0) as head from ${t.events}) h
-    where (c.name, c.instance_id) in (select * from unnest(${names}::text[], ${instanceIds}::text[]))`;
+    where (c.name, c.instance_id) in (select * from unnest(${pgArray(names)}::text[], ${pgArray(instanceIds)}::text[]))`;
 }
 
 export interface LockedRow extends ConsumerStateRow {
@@ -177,7 +179,7 @@ export async function saveTurn(
       rearm_count = ${u.rearmCount},
       gap_count = c.gap_count + ${u.gapCountDelta},
       gaps_unfenced = ${u.gapsUnfenced},
-      gap_watch = ${u.gapWatch.map(String)}::xid8[],
+      gap_watch = ${pgArray(u.gapWatch)}::xid8[],
       gaps_recheck = ${u.gapsRecheck},
       gap_min_fence = (select min(g.fence) from ${t.gaps} g where g.consumer_name = c.name and g.instance_id = c.instance_id),
       oldest_gap_at = (select g.observed_at from ${t.gaps} g
@@ -237,7 +239,7 @@ export async function recordInfraFailure(
 export async function heartbeat(sql: Sql, t: Tables, names: readonly string[], instanceId: string) {
   await sql`
     update ${t.consumers} set last_seen_at = now()
-    where instance_id = ${instanceId} and name = any(${names}::text[])`;
+    where instance_id = ${instanceId} and name = any(${pgArray(names)}::text[])`;
 }
 
 /**

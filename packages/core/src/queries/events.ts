@@ -1,6 +1,7 @@
 import type { EventRow } from '../events.js';
 import type { Tables } from '../schema/tables.js';
 import type { TransactionSql } from '../sql-types.js';
+import { pgArray } from './pg-array.js';
 
 export interface FetchRow extends Partial<EventRow> {
   snapshot: string;
@@ -31,7 +32,7 @@ export function fetchBatch(
         (select id, stream_id, type, data, metadata, created_at from ${t.events}
          where id > ${cursor.toString()}::bigint order by id limit ${limit})
         union all
-        (select ev.* from unnest(${ranges.from.map(String)}::int8[], ${ranges.to.map(String)}::int8[]) as r(f, t)
+        (select ev.* from unnest(${pgArray(ranges.from)}::int8[], ${pgArray(ranges.to)}::int8[]) as r(f, t)
          cross join lateral (
            select id, stream_id, type, data, metadata, created_at from ${t.events}
            where id between r.f and r.t order by id limit ${limit}) ev)
@@ -54,9 +55,9 @@ export function fetchStartStragglers(
   limit: number,
 ) {
   return tx<EventRow[]>`
-    select id::text as id, stream_id, type, data, metadata, created_at from ${t.events}
-    where id > ${after.toString()}::bigint and id <= ${upto.toString()}::bigint
-      and tx >= pg_snapshot_xmin(${startSnapshot}::pg_snapshot)
-      and not pg_visible_in_snapshot(tx, ${startSnapshot}::pg_snapshot)
-    order by id limit ${limit}`;
+    select e.id::text as id, e.stream_id, e.type, e.data, e.metadata, e.created_at from ${t.events} e
+    where e.id > ${after.toString()}::bigint and e.id <= ${upto.toString()}::bigint
+      and e.tx >= pg_snapshot_xmin(${startSnapshot}::pg_snapshot)
+      and not pg_visible_in_snapshot(e.tx, ${startSnapshot}::pg_snapshot)
+    order by e.id limit ${limit}`; // e.id: the bigint, not the text output column of the same name
 }

@@ -1,6 +1,7 @@
 import type { GapRange } from '../gaps/gaps.js';
 import type { Tables } from '../schema/tables.js';
 import type { TransactionSql } from '../sql-types.js';
+import { pgArray } from './pg-array.js';
 
 export interface StoredRange extends GapRange {
   readonly observedAt: Date;
@@ -26,11 +27,11 @@ export async function selectRangesToRecheck(
   filter: { all: boolean; xmin: bigint; lowestEnded: bigint | null },
 ): Promise<StoredRange[]> {
   const rows = await tx<GapRow[]>`
-    select from_id::text, to_id::text, fence::text, observed_at from ${t.gaps}
-    where consumer_name = ${name} and instance_id = ${instanceId}
-      and (${filter.all} or fence is null or fence < ${filter.xmin.toString()}::xid8
-           or fence > ${filter.lowestEnded === null ? null : filter.lowestEnded.toString()}::xid8)
-    order by from_id`;
+    select g.from_id::text, g.to_id::text, g.fence::text, g.observed_at from ${t.gaps} g
+    where g.consumer_name = ${name} and g.instance_id = ${instanceId}
+      and (${filter.all} or g.fence is null or g.fence < ${filter.xmin.toString()}::xid8
+           or g.fence > ${filter.lowestEnded === null ? null : filter.lowestEnded.toString()}::xid8)
+    order by g.from_id`; // g.from_id: the bigint; the output column of that name is text
   return rows.map((row) => ({
     from: BigInt(row.from_id),
     to: BigInt(row.to_id),
@@ -52,15 +53,15 @@ export async function replaceRanges(
     await tx`
       delete from ${t.gaps}
       where consumer_name = ${name} and instance_id = ${instanceId}
-        and from_id = any(${removeFroms.map(String)}::int8[])`;
+        and from_id = any(${pgArray(removeFroms)}::int8[])`;
   }
   if (add.length > 0) {
     await tx`
       insert into ${t.gaps} (consumer_name, instance_id, from_id, to_id, fence, observed_at)
       select ${name}, ${instanceId}, r.f, r.t, r.fence, r.observed_at
-      from unnest(${add.map((r) => r.from.toString())}::int8[], ${add.map((r) => r.to.toString())}::int8[],
-                  ${add.map((r) => (r.fence === null ? null : r.fence.toString()))}::xid8[],
-                  ${add.map((r) => r.observedAt.toISOString())}::timestamptz[]) as r(f, t, fence, observed_at)`;
+      from unnest(${pgArray(add.map((r) => r.from))}::int8[], ${pgArray(add.map((r) => r.to))}::int8[],
+                  ${pgArray(add.map((r) => r.fence))}::xid8[],
+                  ${pgArray(add.map((r) => r.observedAt.toISOString()))}::timestamptz[]) as r(f, t, fence, observed_at)`;
   }
   return add.length - removeFroms.length;
 }

@@ -1,0 +1,408 @@
+import {
+  appendEvents,
+  drainUntilIdle,
+  failingOn,
+  openTransaction,
+  recordingConsumer,
+  useTestDatabase,
+} from '@sluice/testing';
+import { describe, expect, onTestFinished, test } from 'vitest';
+import type { EventRecord } from '../events.js';
+import { consumerRow, freshSchema, gate, testDispatcher, until } from '../test-support.js';
+import { DispatcherNotRegisteredError } from './create-dispatcher.js';
+
+const db = await useTestDatabase();
+
+describe('cursors and poison', () => {
+  test('a poisoned consumer never holds back another', async () => {
+    const schema = await freshSchema(db);
+    const poisoned = failingOn('poisoned', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 100 } });
+    const healthy = recordingConsumer('healthy');
+    const dispatcher = testDispatcher(db.sql, schema, [poisoned.consumer, healthy.consumer]);
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 5, undefined, schema);
+    for (let i = 0; i < 3; i++) await dispatcher.runOnce();
+    expect(healthy.ids()).toEqual([1n, 2n, 3n, 4n, 5n]);
+    expect(poisoned.ids()).toEqual([1n]);
+    expect(await consumerRow(db.sql, schema, 'healthy')).toMatchObject({ cursor: 5n, attempts: 0 });
+  });
+
+  test('keeps the cursor before a failing event, counts attempts, and is dead with last_error at maxAttempts', async () => {
+    const schema = await freshSchema(db);
+    const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 3 } });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 3_600_000 });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 3, undefined, schema);
+    await dispatcher.runOnce();
+    expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({
+      cursor: 1n,
+      attempts: 1,
+      status: 'processing',
+      stuck_event_id: 2n,
+    });
+    await dispatcher.runOnce();
+    expect((await consumerRow(db.sql, schema, 'mailer')).attempts).toBe(2);
+    await dispatcher.runOnce();
+    const dead = await consumerRow(db.sql, schema, 'mailer');
+    expect(dead).toMatchObject({ cursor: 1n, attempts: 3, status: 'dead', stuck_event_id: 2n });
+    expect(dead.last_error).toContain('poison event 2');
+    // Dead is frozen: more passes deliver nothing and change nothing.
+    const result = await dispatcher.runOnce();
+    expect(result.byConsumer['mailer']?.skipped).toBe('dead');
+    expect(c.failures.get(2n)).toBe(3);
+    expect(c.ids()).toEqual([1n]);
+    expect(await consumerRow(db.sql, schema, 'mailer')).toEqual(dead);
+  });
+
+  test('skipApplyErrors records the event in dead_letters and continues past it', async () => {
+    const schema = await freshSchema(db);
+    const c = failingOn('indexer', (e) => e.id === 2n, {
+      errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
+    });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 4, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 3n, 4n]);
+    expect(await consumerRow(db.sql, schema, 'indexer')).toMatchObject({
+      cursor: 4n,
+      attempts: 0,
+      status: 'idle',
+    });
+    const letters = await db.sql<
+      { event_id: string; reason: string; error: string; attempts: number; type: string }[]
+    >`
+      select event_id::text, reason, error, attempts, type from ${db.sql(`${schema}.dead_letters`)}`;
+    expect(letters).toEqual([
+      { event_id: '2', reason: 'apply-error', error: 'poison event 2', attempts: 2, type: 'TestEvent' },
+    ]);
+  });
+
+  test('a throwing batchHandler falls back to per-event delivery', async () => {
+    const schema = await freshSchema(db);
+    const batches: number[] = [];
+    const c = recordingConsumer('batchy', {
+      batchHandler: (events) => {
+        batches.push(events.length);
+        throw new Error('bulk index refused');
+      },
+    });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 5, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    expect(batches).toEqual([5]);
+    expect(c.ids()).toEqual([1n, 2n, 3n, 4n, 5n]);
+  });
+
+  test('a batchHandler that succeeds handles the whole batch in one call', async () => {
+    const schema = await freshSchema(db);
+    const batches: bigint[][] = [];
+    const c = recordingConsumer('bulk', {
+      batchSize: 3,
+      batchHandler: (events) => {
+        batches.push(events.map((e) => e.id));
+      },
+    });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 5, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    expect(batches).toEqual([
+      [1n, 2n, 3n],
+      [4n, 5n],
+    ]);
+    expect(c.ids()).toEqual([]);
+  });
+});
+
+describe('rearm', () => {
+  test('re-arms after the cooldown, stays dead after maxRearmCount re-arms without progress, and reports it once', async () => {
+    const schema = await freshSchema(db);
+    const c = failingOn('flaky', (e) => e.id === 1n, { errorPolicy: { maxAttempts: 1 } });
+    const warnings: string[] = [];
+    const errors: string[] = [];
+    const logger = {
+      debug: () => undefined,
+      info: () => undefined,
+      warn: (_: object, message: string) => warnings.push(message),
+      error: (_: object, message: string) => errors.push(message),
+    };
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
+      rearmCooldownMs: 0,
+      maxRearmCount: 2,
+      logger,
+    });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 2, undefined, schema);
+    await dispatcher.runOnce(); // dead after 1 attempt
+    expect((await consumerRow(db.sql, schema, 'flaky')).status).toBe('dead');
+    await dispatcher.runOnce(); // re-arm 1, fails again
+    await dispatcher.runOnce(); // re-arm 2, fails again
+    for (let i = 0; i < 3; i++) await dispatcher.runOnce(); // budget used up
+    const row = await consumerRow(db.sql, schema, 'flaky');
+    expect(row).toMatchObject({ status: 'dead', rearm_count: 2, cursor: 0n });
+    expect(c.failures.get(1n)).toBe(3);
+    expect(warnings.filter((m) => m.startsWith('re-arming'))).toHaveLength(2);
+    expect(errors.filter((m) => m.includes('used up its automatic re-arms'))).toHaveLength(1);
+  });
+
+  test('a dead consumer does not re-arm before its cooldown', async () => {
+    const schema = await freshSchema(db);
+    const c = failingOn('cooling', () => true, { errorPolicy: { maxAttempts: 1 } });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 3_600_000 });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 1, undefined, schema);
+    for (let i = 0; i < 3; i++) await dispatcher.runOnce();
+    expect(await consumerRow(db.sql, schema, 'cooling')).toMatchObject({ status: 'dead', rearm_count: 0 });
+    expect(c.failures.get(1n)).toBe(1);
+  });
+
+  test('a turn that advances the cursor after a re-arm restores the budget', async () => {
+    const schema = await freshSchema(db);
+    let failing = true;
+    const c = failingOn('recovers', (e) => failing && e.id === 1n, { errorPolicy: { maxAttempts: 1 } });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 0, maxRearmCount: 3 });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 2, undefined, schema);
+    await dispatcher.runOnce(); // dead
+    await dispatcher.runOnce(); // re-arm 1, dead again
+    expect((await consumerRow(db.sql, schema, 'recovers')).rearm_count).toBe(1);
+    failing = false; // the outage is over
+    await dispatcher.runOnce(); // re-arm 2, delivers 1 and 2
+    expect(await consumerRow(db.sql, schema, 'recovers')).toMatchObject({
+      status: 'idle',
+      cursor: 2n,
+      rearm_count: 0,
+      attempts: 0,
+    });
+    expect(c.ids()).toEqual([1n, 2n]);
+  });
+});
+
+describe('concurrency slots', () => {
+  test('with concurrency 2 and 6 slow consumers, never more than 2 turns run at once', async () => {
+    const schema = await freshSchema(db);
+    let active = 0;
+    let maxActive = 0;
+    const consumers = Array.from({ length: 6 }, (_, i) =>
+      recordingConsumer(`slow-${i}`, {
+        handler: async () => {
+          active += 1;
+          maxActive = Math.max(maxActive, active);
+          await new Promise((resolve) => setTimeout(resolve, 20));
+          active -= 1;
+        },
+      }),
+    );
+    const dispatcher = testDispatcher(
+      db.sql,
+      schema,
+      consumers.map((c) => c.consumer),
+      { concurrency: 2 },
+    );
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 2, undefined, schema);
+    const result = await dispatcher.runOnce();
+    expect(result.processed).toBe(12);
+    expect(maxActive).toBe(2);
+  });
+
+  test('a consumer already in a turn (or queued) is not started twice', async () => {
+    const schema = await freshSchema(db);
+    let active = 0;
+    let overlapped = false;
+    const handled: bigint[] = [];
+    const release = gate();
+    const c = recordingConsumer('single', {
+      handler: async (event: EventRecord) => {
+        active += 1;
+        if (active > 1) overlapped = true;
+        await release.promise;
+        handled.push(event.id);
+        active -= 1;
+      },
+    });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { concurrency: 1 });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 3, undefined, schema);
+    const first = dispatcher.runOnce();
+    await until(() => active === 1, 5_000, 'the first turn to start');
+    const second = dispatcher.runOnce();
+    const third = dispatcher.runOnce();
+    release.open();
+    const results = await Promise.all([first, second, third]);
+    expect(overlapped).toBe(false);
+    expect(handled).toEqual([1n, 2n, 3n]);
+    // A later caller either joined the running turn (and reports its result) or, if its pre-check
+    // ran after that turn, found the consumer idle; it never ran a turn of its own.
+    for (const result of results) {
+      expect(result.processed === 3 || result.byConsumer['single']?.skipped === 'idle').toBe(true);
+    }
+  });
+});
+
+describe('lifecycle', () => {
+  test('runOnce() before start() or ensureRegistered() throws a typed error', async () => {
+    const schema = await freshSchema(db);
+    const dispatcher = testDispatcher(db.sql, schema, [recordingConsumer('early').consumer]);
+    await expect(dispatcher.runOnce()).rejects.toBeInstanceOf(DispatcherNotRegisteredError);
+    await expect(dispatcher.runOnce()).rejects.toMatchObject({ code: 'SLUICE_NOT_REGISTERED' });
+  });
+
+  test('stop() resolves only after the in-flight handler finishes; then the pool ends cleanly', async () => {
+    const schema = await freshSchema(db);
+    const sql = db.connect({ max: 6 });
+    const release = gate();
+    const order: string[] = [];
+    let entered = false;
+    const c = recordingConsumer('graceful', {
+      handler: async () => {
+        entered = true;
+        await release.promise;
+        order.push('handler finished');
+      },
+    });
+    const dispatcher = testDispatcher(sql, schema, [c.consumer], { pollIntervalMs: 10 });
+    await dispatcher.start();
+    await dispatcher.start(); // idempotent
+    await appendEvents(db.sql, 1, undefined, schema);
+    await until(() => entered, 5_000, 'the handler to start');
+    const stopping = dispatcher.stop().then(() => order.push('stop resolved'));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(order).toEqual([]);
+    release.open();
+    await stopping;
+    await dispatcher.stop(); // idempotent
+    expect(order).toEqual(['handler finished', 'stop resolved']);
+    expect((await consumerRow(db.sql, schema, 'graceful')).cursor).toBe(1n);
+    await sql.end({ timeout: 1 });
+  });
+
+  test('ensureRegistered() re-creates rows a test truncated, without moving existing cursors', async () => {
+    const schema = await freshSchema(db);
+    const a = recordingConsumer('kept');
+    const dispatcher = testDispatcher(db.sql, schema, [a.consumer]);
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 2, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    await dispatcher.ensureRegistered();
+    expect((await consumerRow(db.sql, schema, 'kept')).cursor).toBe(2n);
+    await db.sql`truncate ${db.sql(`${schema}.consumers`)} cascade`;
+    expect((await dispatcher.runOnce()).byConsumer['kept']?.skipped).toBe('missing');
+    await dispatcher.ensureRegistered();
+    expect((await consumerRow(db.sql, schema, 'kept')).cursor).toBe(0n);
+  });
+});
+
+describe('startFrom, feature gate, transactional consumers', () => {
+  test("startFrom: 'now' skips history but delivers events that were in flight when it registered", async () => {
+    const schema = await freshSchema(db);
+    await appendEvents(db.sql, 3, undefined, schema); // 1..3: history
+    const inFlight = await openTransaction(db.sql);
+    onTestFinished(() => inFlight.rollback());
+    const [straggler] = await inFlight.append([{ streamId: 's', type: 'InFlight', data: {} }], { schema }); // 4
+    await appendEvents(db.sql, 1, undefined, schema); // 5, committed before registration
+    const c = recordingConsumer('fresh', { startFrom: 'now' });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    expect((await consumerRow(db.sql, schema, 'fresh')).cursor).toBe(5n);
+    await appendEvents(db.sql, 1, undefined, schema); // 6
+    await dispatcher.runOnce();
+    expect(c.ids()).toEqual([6n]);
+    await inFlight.commit();
+    await until(
+      async () => {
+        await dispatcher.runOnce();
+        return c.ids().length === 2;
+      },
+      10_000,
+      'the straggler',
+    );
+    expect(c.ids()).toEqual([6n, straggler!.id]);
+  });
+
+  test('startFrom never clobbers an existing cursor', async () => {
+    const schema = await freshSchema(db);
+    const first = recordingConsumer('stable');
+    const d1 = testDispatcher(db.sql, schema, [first.consumer]);
+    await d1.ensureRegistered();
+    await appendEvents(db.sql, 2, undefined, schema);
+    await drainUntilIdle(d1);
+    await appendEvents(db.sql, 2, undefined, schema);
+    const again = recordingConsumer('stable', { startFrom: 'now' });
+    const d2 = testDispatcher(db.sql, schema, [again.consumer]);
+    await d2.ensureRegistered();
+    await drainUntilIdle(d2);
+    expect(again.ids()).toEqual([3n, 4n]);
+  });
+
+  test('the feature gate makes the cursor wait and then resume with nothing lost', async () => {
+    const schema = await freshSchema(db);
+    let enabled = false;
+    const c = recordingConsumer('gated', { featureName: 'search' });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
+      isFeatureEnabled: (name) => name === 'search' && enabled,
+    });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 3, undefined, schema);
+    const off = await dispatcher.runOnce();
+    expect(off.byConsumer['gated']?.skipped).toBe('feature-off');
+    expect(c.ids()).toEqual([]);
+    expect((await consumerRow(db.sql, schema, 'gated')).cursor).toBe(0n);
+    enabled = true;
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 2n, 3n]);
+  });
+
+  test('transactional: writes through ctx.tx commit with the cursor; a failing event’s writes are rolled back', async () => {
+    const schema = await freshSchema(db);
+    await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
+    const c = recordingConsumer('projection', {
+      transactional: true,
+      errorPolicy: { maxAttempts: 1 },
+      handler: async (event, ctx) => {
+        await ctx.tx!`insert into ${ctx.tx!(`${schema}.projection`)} (event_id) values (${event.id.toString()})`;
+        if (event.id === 3n) throw new Error('projection rejects 3');
+      },
+    });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 3_600_000 });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 4, undefined, schema);
+    await dispatcher.runOnce();
+    const rows = await db.sql<
+      { event_id: string }[]
+    >`select event_id::text from ${db.sql(`${schema}.projection`)} order by 1`;
+    expect(rows.map((r) => r.event_id)).toEqual(['1', '2']);
+    expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({ cursor: 2n, status: 'dead' });
+  });
+
+  test('transactional: when the turn dies before COMMIT, neither the writes nor the cursor survive', async () => {
+    const schema = await freshSchema(db);
+    await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
+    let pid = 0;
+    const proceed = gate();
+    const c = recordingConsumer('atomic', {
+      transactional: true,
+      handler: async (event, ctx) => {
+        await ctx.tx!`insert into ${ctx.tx!(`${schema}.projection`)} (event_id) values (${event.id.toString()})`;
+        const [row] = await ctx.tx!<{ pid: number }[]>`select pg_backend_pid() as pid`;
+        pid = row!.pid;
+        await proceed.promise;
+      },
+    });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { backoffInitialMs: 10 });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 1, undefined, schema);
+    const pass = dispatcher.runOnce();
+    await until(() => pid !== 0, 5_000, 'the handler to write');
+    await db.sql`select pg_terminate_backend(${pid})`;
+    proceed.open();
+    expect((await pass).byConsumer['atomic']?.skipped).toBe('failed');
+    const [count] = await db.sql<
+      { n: number }[]
+    >`select count(*)::int as n from ${db.sql(`${schema}.projection`)}`;
+    expect(count?.n).toBe(0);
+    expect((await consumerRow(db.sql, schema, 'atomic')).cursor).toBe(0n);
+  });
+});

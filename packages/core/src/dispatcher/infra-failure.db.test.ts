@@ -1,0 +1,54 @@
+import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { expect, test } from 'vitest';
+import { consumerRow, freshSchema, gate, testDispatcher, until } from '../test-support.js';
+
+const db = await useTestDatabase();
+
+test('a terminated turn backend is an infra failure: recorded with its category, backed off, attempts untouched', async () => {
+  const schema = await freshSchema(db);
+  let pid = 0;
+  let firstDelivery = true;
+  const proceed = gate();
+  const victim = recordingConsumer('victim', {
+    transactional: true,
+    handler: async (_event, ctx) => {
+      if (!firstDelivery) return;
+      firstDelivery = false;
+      const [row] = await ctx.tx!<{ pid: number }[]>`select pg_backend_pid() as pid`;
+      pid = row!.pid;
+      await proceed.promise;
+    },
+  });
+  const bystander = recordingConsumer('bystander');
+  const dispatcher = testDispatcher(db.sql, schema, [victim.consumer, bystander.consumer], {
+    backoffInitialMs: 300,
+    backoffMaxMs: 60_000,
+  });
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 3, undefined, schema);
+
+  const pass = dispatcher.runOnce();
+  await until(() => pid !== 0, 5_000, 'the victim turn to be in its handler');
+  await db.sql`select pg_terminate_backend(${pid})`;
+  proceed.open();
+  const result = await pass;
+
+  expect(result.byConsumer['victim']?.skipped).toBe('failed');
+  expect(result.byConsumer['bystander']?.processed).toBe(3); // the others keep flowing
+  const failed = await consumerRow(db.sql, schema, 'victim');
+  expect(failed).toMatchObject({ cursor: 0n, attempts: 0, failure_category: 'connection', status: 'idle' });
+  expect(failed.last_error).toMatch(/terminat|CONNECTION_CLOSED/i);
+
+  // Backing off: the next pass does not touch it.
+  expect((await dispatcher.runOnce()).byConsumer['victim']?.skipped).toBe('backoff');
+
+  // And it recovers once the backoff is over, still without a counted attempt.
+  await until(
+    async () => ((await dispatcher.runOnce()).byConsumer['victim']?.processed ?? 0) === 3,
+    10_000,
+    'recovery',
+  );
+  expect(await consumerRow(db.sql, schema, 'victim')).toMatchObject({ cursor: 3n, attempts: 0 });
+  const [marker] = await db.sql`select * from ${db.sql(`${schema}.turn_starts`)}`;
+  expect(marker).toBeUndefined();
+});

@@ -1,0 +1,85 @@
+import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { expect, test } from 'vitest';
+import { append, transaction } from '../append.js';
+import { wakeUpChannel } from '../wake-up/channel.js';
+import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
+
+const db = await useTestDatabase();
+
+async function listenBackends(): Promise<number[]> {
+  const rows = await db.sql<{ pid: number }[]>`
+    select pid from pg_stat_activity where datname = current_database() and application_name like 'sluice-listen%'`;
+  return rows.map((r) => r.pid);
+}
+
+test('an append committed in another process is handled without waiting for the poll', async () => {
+  const schema = await freshSchema(db);
+  const c = recordingConsumer('prompt');
+  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
+    listen: true,
+    pollIntervalMs: 60_000,
+  });
+  await dispatcher.start();
+  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
+  await until(
+    async () => (await consumerRow(db.sql, schema, 'prompt')).cursor === 0n,
+    5_000,
+    'the first pass',
+  );
+  // Another process: its own pool, so only the after-commit NOTIFY can wake our dispatcher.
+  const otherProcess = db.connect({ max: 2 });
+  const started = Date.now();
+  await transaction(otherProcess, (tx) =>
+    append(tx, [{ streamId: 's', type: 'Woke', data: {} }], { schema }),
+  );
+  await until(() => c.ids().length === 1, 5_000, 'the NOTIFY to wake the dispatcher');
+  expect(Date.now() - started).toBeLessThan(5_000); // far below the 60 s poll
+});
+
+test('with its LISTEN connection terminated, polling still delivers and the connected state drops and recovers', async () => {
+  const schema = await freshSchema(db);
+  const c = recordingConsumer('resilient');
+  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
+    listen: true,
+    pollIntervalMs: 50,
+  });
+  await dispatcher.start();
+  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
+  const [pid] = await listenBackends();
+  expect(pid).toBeDefined();
+
+  let sawDisconnected = false;
+  const watching = (async () => {
+    const deadline = Date.now() + 5_000;
+    while (Date.now() < deadline && !sawDisconnected) {
+      if (!dispatcher.listenConnected) sawDisconnected = true;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  })();
+  await db.sql`select pg_terminate_backend(${pid!})`;
+  await appendEvents(db.sql, 3, undefined, schema); // plain commits: no NOTIFY, polling must find them
+  await watching;
+  expect(sawDisconnected).toBe(true);
+  await until(() => c.ids().length === 3, 5_000, 'polling to deliver');
+  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN to reconnect');
+  const after = await listenBackends();
+  expect(after).toHaveLength(1); // one listener, never duplicated
+  expect(after[0]).not.toBe(pid);
+});
+
+test('a forged NOTIFY costs at most a pass: nothing phantom is delivered, no cursor moves', async () => {
+  const schema = await freshSchema(db);
+  const c = recordingConsumer('skeptic');
+  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
+    listen: true,
+    pollIntervalMs: 60_000,
+  });
+  await dispatcher.start();
+  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
+  for (const payload of ['{"id": 9007199254740993}', "x'; drop table events;--", 'z'.repeat(7_000)]) {
+    await db.sql`select pg_notify(${wakeUpChannel(schema)}, ${payload})`;
+  }
+  await dispatcher.drain();
+  expect(c.ids()).toEqual([]);
+  expect((await consumerRow(db.sql, schema, 'skeptic')).cursor).toBe(0n);
+});

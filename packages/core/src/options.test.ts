@@ -1,0 +1,78 @@
+import { describe, expect, test } from 'vitest';
+import type { Consumer } from './consumers/consumer.js';
+import { InvalidOptionError } from './errors.js';
+import { resolveOptions, type DispatcherOptions } from './options.js';
+import type { Sql } from './sql-types.js';
+
+const sql = (() => undefined) as unknown as Sql;
+const consumer = (name: string, extra: Partial<Consumer> = {}): Consumer => ({
+  name,
+  handler: () => undefined,
+  ...extra,
+});
+const resolve = (options: Partial<DispatcherOptions>) => () =>
+  resolveOptions({ sql, consumers: [consumer('a')], ...options });
+
+describe('resolveOptions', () => {
+  test('applies the documented defaults', () => {
+    const options = resolveOptions({ sql, consumers: [consumer('a')] });
+    expect(options).toMatchObject({
+      schema: 'sluice',
+      batchSize: 100,
+      pollIntervalMs: 100,
+      maxAttempts: 10,
+      rearmCooldownMs: 300_000,
+      maxRearmCount: 3,
+      concurrency: 4,
+      listen: true,
+    });
+    expect(options.consumers[0]).toMatchObject({
+      instanceId: '*',
+      ordering: 'fast',
+      startFrom: 'beginning',
+      maxAttempts: 10,
+    });
+  });
+
+  test.each([
+    ['duplicate consumer names', { consumers: [consumer('a'), consumer('a')] }, 'consumers[1].name'],
+    [
+      'a per-instance consumer without instanceId',
+      { consumers: [consumer('a', { delivery: 'per-instance' })] },
+      'instanceId',
+    ],
+    ["the shared sentinel '*' as instanceId", { instanceId: '*' }, 'instanceId'],
+    ['no consumers', { consumers: [] }, 'consumers'],
+    ['a zero batch size', { batchSize: 0 }, 'batchSize'],
+    ['a fractional poll interval', { pollIntervalMs: 1.5 }, 'pollIntervalMs'],
+    ['concurrency below 1', { concurrency: 0 }, 'concurrency'],
+    [
+      'an unknown ordering',
+      { consumers: [consumer('a', { ordering: 'random' as 'fast' })] },
+      'consumers[0].ordering',
+    ],
+    [
+      'a handler that is not a function',
+      { consumers: [{ name: 'a', handler: 'nope' } as unknown as Consumer] },
+      'consumers[0].handler',
+    ],
+    ['an empty consumer name', { consumers: [consumer('')] }, 'consumers[0].name'],
+    [
+      'maxAttempts 0',
+      { consumers: [consumer('a', { errorPolicy: { maxAttempts: 0 } })] },
+      'consumers[0].errorPolicy.maxAttempts',
+    ],
+    ['a bad schema name', { schema: 'Robert"); drop' }, 'schema'],
+  ])('rejects %s, naming the option', (_label, options, option) => {
+    const attempt = resolve(options);
+    expect(attempt).toThrow(InvalidOptionError);
+    expect(attempt).toThrow(expect.objectContaining({ option }));
+  });
+
+  test('does not mutate the caller’s options', () => {
+    const input = { sql, consumers: [consumer('a')] };
+    const frozen = JSON.stringify(input);
+    resolveOptions(input);
+    expect(JSON.stringify(input)).toBe(frozen);
+  });
+});

@@ -1,0 +1,313 @@
+// DESIGN §7 against real PostgreSQL: the metrics and spans of a dispatcher, read back through
+// in-memory OpenTelemetry readers and exporters, with the names and attributes of attributes.ts.
+import { context, SpanKind, SpanStatusCode, trace, type Attributes } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import {
+  DataPointType,
+  MeterProvider,
+  MetricReader,
+  type DataPoint,
+  type MetricData,
+} from '@opentelemetry/sdk-metrics';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+  type ReadableSpan,
+} from '@opentelemetry/sdk-trace-base';
+import {
+  appendEvents,
+  drainUntilIdle,
+  failingOn,
+  openTransaction,
+  recordingConsumer,
+  useTestDatabase,
+} from '@sluice/testing';
+import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import type { Dispatcher } from '../dispatcher/create-dispatcher.js';
+import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
+import { ATTR, METRIC } from './attributes.js';
+
+const db = await useTestDatabase();
+
+const event = (n: number) => ({ streamId: `s-${n}`, type: 'TelemetryTest', data: { n } });
+const of = (consumer: string, instance = '*'): Attributes => ({
+  [ATTR.consumer]: consumer,
+  [ATTR.instance]: instance,
+});
+
+/** A reader that exports nothing: the test collects from it when it wants to look. */
+class OnDemandReader extends MetricReader {
+  protected override onShutdown(): Promise<void> {
+    return Promise.resolve();
+  }
+  protected override onForceFlush(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+const matching = <T>(points: DataPoint<T>[], attributes: Attributes) =>
+  points.filter((p) => Object.entries(attributes).every(([key, value]) => p.attributes[key] === value));
+
+/** One collection of every metric, with lookups by name and attributes. */
+function snapshot(metrics: MetricData[]) {
+  const find = (name: string) => metrics.find((m) => m.descriptor.name === name);
+  return {
+    metric(name: string): MetricData {
+      const found = find(name);
+      if (!found) throw new Error(`metric ${name} was not collected`);
+      return found;
+    },
+    /** Sum over the matching points of a counter or gauge; undefined when nothing was recorded. */
+    value(name: string, attributes: Attributes = {}): number | undefined {
+      const m = find(name);
+      if (!m) return undefined;
+      if (m.dataPointType !== DataPointType.SUM && m.dataPointType !== DataPointType.GAUGE) {
+        throw new Error(`metric ${name} is not a counter or gauge`);
+      }
+      const points = matching(m.dataPoints, attributes);
+      return points.length === 0 ? undefined : points.reduce((sum, p) => sum + p.value, 0);
+    },
+    /** How many values a histogram recorded at the matching points. */
+    count(name: string, attributes: Attributes = {}): number {
+      const m = find(name);
+      if (m?.dataPointType !== DataPointType.HISTOGRAM)
+        throw new Error(`histogram ${name} was not collected`);
+      return matching(m.dataPoints, attributes).reduce((sum, p) => sum + p.value.count, 0);
+    },
+  };
+}
+
+/** Meter and tracer providers of this test only, passed to the dispatcher explicitly. */
+function telemetry() {
+  const reader = new OnDemandReader();
+  const meterProvider = new MeterProvider({ readers: [reader] });
+  const exporter = new InMemorySpanExporter();
+  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  onTestFinished(async () => {
+    await meterProvider.shutdown();
+    await tracerProvider.shutdown();
+  });
+  return {
+    meterProvider,
+    tracerProvider,
+    async metrics() {
+      const { resourceMetrics, errors } = await reader.collect();
+      expect(errors).toEqual([]);
+      return snapshot(resourceMetrics.scopeMetrics.flatMap((s) => s.metrics));
+    },
+    async spans(): Promise<ReadableSpan[]> {
+      await tracerProvider.forceFlush();
+      return exporter.getFinishedSpans();
+    },
+  };
+}
+
+/** Runs passes until `condition` holds (other files' transactions may hold the xmin horizon briefly). */
+async function passUntil(dispatcher: Dispatcher, condition: () => boolean | Promise<boolean>, what: string) {
+  await until(
+    async () => {
+      await dispatcher.runOnce();
+      return condition();
+    },
+    15_000,
+    what,
+  );
+}
+
+describe('telemetry', () => {
+  beforeAll(() => {
+    // trace.getActiveSpan() at append needs a context manager; the providers stay local to each test.
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  });
+  afterAll(() => {
+    context.disable();
+  });
+
+  test('processed events, handler durations, passes and the lag and gap gauges are recorded per consumer', async () => {
+    const schema = await freshSchema(db);
+    const t = telemetry();
+    const shared = recordingConsumer('shared');
+    const local = recordingConsumer('local', { delivery: 'per-instance' });
+    const dispatcher = testDispatcher(db.sql, schema, [shared.consumer, local.consumer], {
+      instanceId: 'node-a',
+      meterProvider: t.meterProvider,
+    });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 5, event, schema);
+
+    await dispatcher.runOnce(); // its pre-check saw both cursors 5 events behind the head
+    let m = await t.metrics();
+    expect(m.value(METRIC.consumerLag, of('shared'))).toBe(5);
+    expect(m.value(METRIC.consumerLag, of('local', 'node-a'))).toBe(5);
+
+    const passes = await drainUntilIdle(dispatcher);
+    m = await t.metrics();
+    expect(shared.ids()).toHaveLength(5);
+    expect(m.value(METRIC.eventsProcessed, of('shared'))).toBe(5);
+    expect(m.value(METRIC.eventsProcessed, of('local', 'node-a'))).toBe(5);
+    expect(m.metric(METRIC.eventsProcessed).descriptor.unit).toBe('{event}');
+    expect(m.metric(METRIC.handlerDuration).descriptor.unit).toBe('s');
+    expect(m.count(METRIC.handlerDuration, { ...of('shared'), [ATTR.handlerOutcome]: 'ok' })).toBe(5);
+    expect(m.count(METRIC.handlerDuration, { ...of('local', 'node-a'), [ATTR.handlerOutcome]: 'ok' })).toBe(
+      5,
+    );
+    expect(m.value(METRIC.passes)).toBe(passes.length + 1);
+    expect(m.value(METRIC.passes, { [ATTR.passOutcome]: 'ok' })).toBeGreaterThanOrEqual(1);
+    expect(m.value(METRIC.passes, { [ATTR.passOutcome]: 'idle' })).toBeGreaterThanOrEqual(1);
+    for (const attributes of [of('shared'), of('local', 'node-a')]) {
+      expect(m.value(METRIC.consumerLag, attributes)).toBe(0);
+      expect(m.value(METRIC.gapsPending, attributes)).toBe(0);
+      expect(m.value(METRIC.consumerDead, attributes)).toBe(0);
+    }
+    expect(m.value(METRIC.eventsFailed)).toBeUndefined();
+  });
+
+  test('handler failures count in sluice.events.failed and a consumer at maxAttempts shows as dead', async () => {
+    const schema = await freshSchema(db);
+    const t = telemetry();
+    const c = failingOn('poisoned', () => true, { errorPolicy: { maxAttempts: 2 } });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { meterProvider: t.meterProvider });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 1, event, schema);
+
+    await dispatcher.runOnce(); // attempt 1 fails
+    await dispatcher.runOnce(); // its pre-check sees the consumer alive; attempt 2 fails: dead
+    let m = await t.metrics();
+    expect(m.value(METRIC.eventsFailed, of('poisoned'))).toBe(2);
+    expect(m.count(METRIC.handlerDuration, { ...of('poisoned'), [ATTR.handlerOutcome]: 'error' })).toBe(2);
+    expect(m.value(METRIC.consumerDead, of('poisoned'))).toBe(0);
+    expect((await consumerRow(db.sql, schema, 'poisoned')).status).toBe('dead');
+
+    await dispatcher.runOnce(); // the pre-check observes the dead row
+    m = await t.metrics();
+    expect(m.value(METRIC.consumerDead, of('poisoned'))).toBe(1);
+    expect(m.value(METRIC.consumerLag, of('poisoned'))).toBe(1);
+    expect(m.value(METRIC.eventsProcessed)).toBeUndefined();
+  });
+
+  test('a pending gap shows in sluice.gaps.pending, and a rolled-back id counts in sluice.gaps.burnt', async () => {
+    const schema = await freshSchema(db);
+    const t = telemetry();
+    const c = recordingConsumer('burning');
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { meterProvider: t.meterProvider });
+    await dispatcher.ensureRegistered();
+    const holder = await openTransaction(db.sql);
+    onTestFinished(() => holder.rollback());
+    await holder.append([event(1)], { schema });
+    await appendEvents(db.sql, 1, event, schema);
+
+    await dispatcher.runOnce(); // delivers the visible event, records the hole below it
+    await dispatcher.runOnce(); // its pre-check observes the pending range
+    let m = await t.metrics();
+    expect(m.value(METRIC.gapsPending, of('burning'))).toBe(1);
+    expect(m.value(METRIC.gapsOldestAge, of('burning'))).toBeGreaterThanOrEqual(0);
+    expect(m.value(METRIC.gapsBurnt)).toBeUndefined();
+
+    await holder.rollback();
+    await passUntil(
+      dispatcher,
+      async () => (await consumerRow(db.sql, schema, 'burning')).gap_count === 0,
+      'the burn',
+    );
+    await dispatcher.runOnce(); // refreshes the gauges
+    m = await t.metrics();
+    expect(m.value(METRIC.gapsBurnt, of('burning'))).toBe(1);
+    expect(m.value(METRIC.gapsPending, of('burning'))).toBe(0);
+    expect(m.value(METRIC.eventsLate)).toBeUndefined();
+  });
+
+  test('an event committed late below the cursor counts in sluice.events.late', async () => {
+    const schema = await freshSchema(db);
+    const t = telemetry();
+    const c = recordingConsumer('late');
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { meterProvider: t.meterProvider });
+    await dispatcher.ensureRegistered();
+    const holder = await openTransaction(db.sql);
+    onTestFinished(() => holder.rollback());
+    const [held] = await holder.append([event(1)], { schema });
+    await appendEvents(db.sql, 1, event, schema);
+    await dispatcher.runOnce(); // delivers the visible event above the hole
+    expect((await t.metrics()).value(METRIC.eventsLate)).toBeUndefined();
+
+    await holder.commit();
+    await passUntil(dispatcher, () => c.ids().includes(held!.id), 'the late event');
+    const m = await t.metrics();
+    expect(m.value(METRIC.eventsLate, of('late'))).toBe(1);
+    expect(m.value(METRIC.eventsProcessed, of('late'))).toBe(2);
+    expect(m.value(METRIC.gapsBurnt)).toBeUndefined();
+  });
+
+  test('sluice.listen.connected is 1 while LISTEN is connected and 0 once the dispatcher stops', async () => {
+    const schema = await freshSchema(db);
+    const t = telemetry();
+    const c = recordingConsumer('listening');
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
+      listen: true,
+      pollIntervalMs: 50,
+      meterProvider: t.meterProvider,
+    });
+    expect((await t.metrics()).value(METRIC.listenConnected)).toBeUndefined();
+
+    await dispatcher.start();
+    await until(() => dispatcher.listenConnected, 10_000, 'LISTEN to connect');
+    expect((await t.metrics()).value(METRIC.listenConnected)).toBe(1);
+
+    await dispatcher.stop();
+    expect((await t.metrics()).value(METRIC.listenConnected)).toBe(0);
+  });
+
+  test('turn and handler spans carry the messaging attributes; the handler span links to the appending request', async () => {
+    const schema = await freshSchema(db);
+    const t = telemetry();
+    const c = recordingConsumer('traced');
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { tracerProvider: t.tracerProvider });
+    await dispatcher.ensureRegistered();
+
+    const request = t.tracerProvider.getTracer('test-app').startSpan('POST /orders');
+    const [linked] = await context.with(trace.setSpan(context.active(), request), () =>
+      appendEvents(db.sql, 1, event, schema),
+    );
+    request.end();
+    const [unlinked] = await appendEvents(db.sql, 1, event, schema); // no active span
+    const { traceId, spanId } = request.spanContext();
+    expect(linked!.metadata['traceparent']).toBe(`00-${traceId}-${spanId}-01`);
+    expect(unlinked!.metadata).not.toHaveProperty('traceparent');
+
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([linked!.id, unlinked!.id]);
+    expect(c.seen[0]!.metadata['traceparent']).toBe(`00-${traceId}-${spanId}-01`);
+    const spans = await t.spans();
+
+    const turn = spans.find((s) => s.name === 'sluice.turn traced' && s.attributes[ATTR.processed] === 2);
+    expect(turn).toBeDefined(); // one turn delivered both events
+    expect(turn!.kind).toBe(SpanKind.INTERNAL);
+    expect(turn!.status.code).not.toBe(SpanStatusCode.ERROR);
+    expect(turn!.attributes).toMatchObject({
+      [ATTR.messagingSystem]: 'sluice',
+      [ATTR.consumer]: 'traced',
+      [ATTR.instance]: '*',
+      [ATTR.processed]: 2,
+    });
+
+    const handlers = spans.filter((s) => s.name === 'process traced');
+    expect(handlers.map((s) => s.attributes[ATTR.messagingMessageId])).toEqual([
+      linked!.id.toString(),
+      unlinked!.id.toString(),
+    ]);
+    for (const handler of handlers) {
+      expect(handler.kind).toBe(SpanKind.CONSUMER);
+      expect(handler.attributes).toMatchObject({
+        [ATTR.messagingSystem]: 'sluice',
+        [ATTR.messagingOperationType]: 'process',
+        [ATTR.consumer]: 'traced',
+      });
+      expect(handler.parentSpanContext?.spanId).toBe(turn!.spanContext().spanId);
+      expect(handler.spanContext().traceId).toBe(turn!.spanContext().traceId);
+    }
+    const [first, second] = handlers;
+    expect(first!.links.map((l) => [l.context.traceId, l.context.spanId])).toEqual([[traceId, spanId]]);
+    expect(first!.spanContext().traceId).not.toBe(traceId); // a link, not a parent
+    expect(second!.links).toEqual([]);
+  });
+});
