@@ -56,6 +56,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   let started = false;
   let stopping = false;
   let systemIdentifier: string | null = null;
+  let systemIdentifierRead = false;
   let pollTimer: NodeJS.Timeout | undefined;
   let listener: Listener | undefined;
   let listenConnected = false;
@@ -108,6 +109,10 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   }
 
   async function ensureRegistered(): Promise<void> {
+    if (!systemIdentifierRead) {
+      systemIdentifier = await readSystemIdentifier();
+      systemIdentifierRead = true;
+    }
     await registerConsumers(
       sql,
       t,
@@ -134,7 +139,6 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
           '(one per turn, one to record turn starts, and room for handlers and requests); raise max or lower concurrency',
       );
     }
-    systemIdentifier = await readSystemIdentifier();
     await ensureRegistered();
     started = true;
     unsubscribe = notifier.subscribe(requestPass);

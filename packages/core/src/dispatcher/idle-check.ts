@@ -18,6 +18,7 @@ export function isProvablyIdle(
   snapshot: Snapshot,
   now: Date,
   rules: { rearmCooldownMs: number; maxRearmCount: number },
+  systemIdentifier: string | null = null,
 ): boolean {
   if (row.status === 'disabled') return row.disabled_until === null || row.disabled_until > now;
   if (row.status === 'dead') {
@@ -26,6 +27,15 @@ export function isProvablyIdle(
     );
   }
   if (row.start_fence !== null && snapshot.xmin > BigInt(row.start_fence)) return false;
+  // Gaps fenced on another cluster (a restore): the next turn resolves them.
+  if (
+    row.gap_count > 0 &&
+    systemIdentifier !== null &&
+    row.system_identifier !== null &&
+    row.system_identifier !== systemIdentifier
+  ) {
+    return false;
+  }
   const gapsSettled = row.gap_count === 0 || gapsCannotChange(row, snapshot);
   const cursor = BigInt(row.cursor);
   if (cursor < head) {

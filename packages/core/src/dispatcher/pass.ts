@@ -107,7 +107,15 @@ export class PassRunner {
       }
       if (
         row &&
-        isProvablyIdle(row, consumer, BigInt(row.head), parseSnapshot(row.snapshot), row.now, options)
+        isProvablyIdle(
+          row,
+          consumer,
+          BigInt(row.head),
+          parseSnapshot(row.snapshot),
+          row.now,
+          options,
+          this.#env.systemIdentifier(),
+        )
       ) {
         if (row.status === 'dead') {
           const decision = rearmDecision(

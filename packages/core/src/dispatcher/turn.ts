@@ -6,6 +6,7 @@ import { lowestEnded, parseSnapshot, parseXidList, runningBelow, type Snapshot }
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { lockConsumer, saveTurn, setStatus, type LockedRow } from '../queries/consumers.js';
+import { writeAudit } from '../queries/audit.js';
 import { recordDeadLetters, type DeadLetterInput } from '../queries/dead-letters.js';
 import { fetchBatch, fetchStartStragglers } from '../queries/events.js';
 import { replaceRanges, selectRangesToRecheck, type StoredRange } from '../queries/gaps.js';
@@ -243,7 +244,29 @@ async function turnInTransaction(
   }
 
   const resolvedIds = result.resolved.map((e) => e.id);
-  const settlement = settleTurn(input, resolvedIds);
+  let settlement = settleTurn(input, resolvedIds);
+  if (clusterChanged) {
+    // Ranges this fetch did not examine keep old-cluster fences, which mean nothing here: refence them.
+    settlement = { ...settlement, ranges: settlement.ranges.map((r) => ({ ...r, fence: null })) };
+    await writeAudit(tx, t, {
+      actor: 'sluice-dispatcher',
+      action: 'cluster-changed',
+      consumerName: consumer.name,
+      instanceId: consumer.instanceId,
+      cursorBefore: cursor,
+      cursorAfter: settlement.cursor,
+      details: {
+        previousSystemIdentifier: row.system_identifier,
+        systemIdentifier: env.systemIdentifier,
+        burntRanges: settlement.burnt.length,
+        burntIds: settlement.burntIdCount,
+      },
+    });
+    env.logger.warn(
+      { consumer: consumer.name, previous: row.system_identifier, current: env.systemIdentifier },
+      'the database cluster changed (restore or failover to another cluster): pending gaps were resolved by one fresh fetch',
+    );
+  }
   const gapDelta = await persistRanges(tx, t, consumer, stored, settlement.ranges);
   const remaining = row.gap_count + gapDelta;
   const maxFence = [

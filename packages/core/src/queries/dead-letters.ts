@@ -9,6 +9,9 @@ export interface DeadLetterInput {
   readonly attempts: number;
 }
 
+// JSON text goes in as ::text::jsonb: a parameter the server describes as jsonb makes postgres.js
+// JSON-encode the string a second time and store a JSON string scalar (DESIGN §3).
+
 /** Copies skipped events into dead_letters (in the skipping transaction). Re-skipping an event updates its row. */
 export async function recordDeadLetters(
   tx: TransactionSql,
@@ -23,7 +26,7 @@ export async function recordDeadLetters(
       insert into ${t.deadLetters} (consumer_name, instance_id, event_id, stream_id, type, data, metadata,
                                     event_created_at, reason, error, attempts)
       values (${name}, ${instanceId}, ${e.id.toString()}::bigint, ${e.streamId}, ${e.type},
-              ${JSON.stringify(e.data)}::jsonb, ${JSON.stringify(e.metadata)}::jsonb, ${e.createdAt},
+              ${JSON.stringify(e.data)}::text::jsonb, ${JSON.stringify(e.metadata)}::text::jsonb, ${e.createdAt},
               ${letter.reason}, ${letter.error}, ${letter.attempts})
       on conflict (consumer_name, instance_id, event_id) do update set
         reason = excluded.reason, error = excluded.error, attempts = excluded.attempts,

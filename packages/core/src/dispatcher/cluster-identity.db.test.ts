@@ -1,0 +1,38 @@
+// DESIGN §3, cluster identity: fences are xids of the cluster that took them. After a restore onto
+// another cluster, no transaction of the old one can still commit, so one fresh fetch resolves
+// every pending range, and the event is audited.
+import { appendEvents, openTransaction, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { expect, onTestFinished, test } from 'vitest';
+import { consumerRow, freshSchema, rangesOf, testDispatcher } from '../test-support.js';
+
+const db = await useTestDatabase();
+
+test('a consumer whose gaps were fenced on another cluster resolves them with one fetch and audits it', async () => {
+  const schema = await freshSchema(db);
+  const c = recordingConsumer('restored');
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+  await dispatcher.ensureRegistered();
+  const writer = await openTransaction(db.sql);
+  onTestFinished(() => writer.rollback());
+  await writer.append([{ streamId: 's', type: 'InFlight', data: {} }], { schema }); // id 1, held open
+  await appendEvents(db.sql, 1, undefined, schema); // id 2
+  await dispatcher.runOnce(); // hole {1}
+  await dispatcher.runOnce(); // fenced
+  // The horizon is held by the writer, so on this cluster the range must stay pending…
+  await dispatcher.runOnce();
+  expect(await rangesOf(db.sql, schema, 'restored')).toHaveLength(1);
+  // …but pretend the state was restored from a dump of another cluster.
+  await db.sql`update ${db.sql(`${schema}.consumers`)} set system_identifier = '1'`;
+  await dispatcher.runOnce();
+  expect(await rangesOf(db.sql, schema, 'restored')).toEqual([]);
+  const [audit] = await db.sql<
+    { action: string; actor: string; details: { previousSystemIdentifier: string } }[]
+  >`
+    select action, actor, details from ${db.sql(`${schema}.audit`)}`;
+  expect(audit).toMatchObject({
+    action: 'cluster-changed',
+    actor: 'sluice-dispatcher',
+    details: { previousSystemIdentifier: '1' },
+  });
+  expect((await consumerRow(db.sql, schema, 'restored')).gap_count).toBe(0);
+});

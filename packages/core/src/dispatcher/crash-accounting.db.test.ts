@@ -1,0 +1,106 @@
+// F6: a handler that kills the process never reaches its turn's COMMIT, so its attempt would roll
+// back with the turn. The turn records its start in a committed statement first; a start that is
+// still there at the next turn was a crash. These tests leave exactly what a crash leaves behind
+// (turn_starts rows with started_count > 0) and check how the next turn counts them. The real
+// kill -9 of a dispatcher process is exercised by the e2e suites.
+import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { expect, test } from 'vitest';
+import type { HandlerContext } from '../consumers/consumer.js';
+import type { EventRecord } from '../events.js';
+import { consumerRow, freshSchema, testDispatcher } from '../test-support.js';
+
+const db = await useTestDatabase();
+
+async function leaveCrashedStarts(schema: string, name: string, first: bigint, last: bigint, count: number) {
+  await db.sql`
+    insert into ${db.sql(`${schema}.turn_starts`)} (consumer_name, instance_id, first_event_id, last_event_id, started_count)
+    values (${name}, '*', ${first.toString()}::bigint, ${last.toString()}::bigint, ${count})`;
+}
+
+async function marker(schema: string) {
+  const [row] = await db.sql<{ started_count: number; isolate_until: string | null }[]>`
+    select started_count, isolate_until::text from ${db.sql(`${schema}.turn_starts`)}`;
+  return row;
+}
+
+test('every delivering turn records its start and removes it when it commits', async () => {
+  const schema = await freshSchema(db);
+  const seen: number[] = [];
+  const c = recordingConsumer('mailer', {
+    handler: async () => {
+      const row = await marker(schema);
+      seen.push(row?.started_count ?? -1);
+    },
+  });
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 2, undefined, schema);
+  await dispatcher.runOnce();
+  expect(seen).toEqual([1, 1]); // visible (committed) while the handlers ran
+  expect(await marker(schema)).toBeUndefined(); // gone with the turn's commit
+});
+
+test('crashed starts count as attempts; the next turns deliver one event at a time through the crashed batch', async () => {
+  const schema = await freshSchema(db);
+  const deliveries: { ids: bigint[]; attempt: number }[] = [];
+  const c = recordingConsumer('mailer', {
+    errorPolicy: { maxAttempts: 5 },
+    handler: (event: EventRecord, context: HandlerContext) => {
+      deliveries.push({ ids: [event.id], attempt: context.attempt });
+    },
+  });
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 4, undefined, schema);
+  await leaveCrashedStarts(schema, 'mailer', 1n, 3n, 2); // the process died twice delivering 1..3
+
+  await dispatcher.runOnce();
+  expect(deliveries).toEqual([{ ids: [1n], attempt: 3 }]); // alone, as its third attempt
+  expect(await marker(schema)).toEqual({ started_count: 0, isolate_until: '3' });
+  await dispatcher.runOnce();
+  await dispatcher.runOnce();
+  expect(deliveries.slice(1)).toEqual([
+    { ids: [2n], attempt: 1 },
+    { ids: [3n], attempt: 1 },
+  ]);
+  expect(await marker(schema)).toBeUndefined(); // past the crashed batch: back to normal batches
+  await dispatcher.runOnce();
+  expect(c.ids()).toEqual([]); // (recordingConsumer's own list is bypassed by the custom handler)
+  expect(deliveries.map((d) => d.ids[0])).toEqual([1n, 2n, 3n, 4n]);
+  expect((await consumerRow(db.sql, schema, 'mailer')).attempts).toBe(0);
+});
+
+test('after maxAttempts crashed starts the consumer is dead without calling the handler again', async () => {
+  const schema = await freshSchema(db);
+  let calls = 0;
+  const c = recordingConsumer('mailer', {
+    errorPolicy: { maxAttempts: 3 },
+    handler: () => {
+      calls += 1;
+    },
+  });
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 3_600_000 });
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 2, undefined, schema);
+  await leaveCrashedStarts(schema, 'mailer', 1n, 1n, 3);
+  await dispatcher.runOnce();
+  expect(calls).toBe(0);
+  const row = await consumerRow(db.sql, schema, 'mailer');
+  expect(row).toMatchObject({ status: 'dead', attempts: 3, stuck_event_id: 1n, cursor: 0n });
+  expect(row.last_error).toContain('stopped 3 time(s)');
+});
+
+test('with skipApplyErrors, the crash-poison event goes to dead_letters and the rest flows', async () => {
+  const schema = await freshSchema(db);
+  const c = recordingConsumer('mailer', { errorPolicy: { maxAttempts: 2, skipApplyErrors: true } });
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 3, undefined, schema);
+  await leaveCrashedStarts(schema, 'mailer', 1n, 1n, 2);
+  for (let i = 0; i < 3; i++) await dispatcher.runOnce();
+  expect(c.ids()).toEqual([2n, 3n]);
+  const letters = await db.sql<
+    { event_id: string }[]
+  >`select event_id::text from ${db.sql(`${schema}.dead_letters`)}`;
+  expect(letters.map((l) => l.event_id)).toEqual(['1']);
+});
