@@ -11,6 +11,8 @@ create table :SLUICE_SCHEMA.consumers (
   -- Consecutive failures on stuck_event_id; reset when that event is finally handled.
   attempts integer not null default 0 check (attempts >= 0),
   stuck_event_id bigint,
+  -- An operator skipped this event (it is in dead_letters): the next turn resolves it unhandled.
+  skip_event_id bigint,
   last_error text,
   last_error_at timestamptz,
   failure_category text,

@@ -18,3 +18,7 @@ create table :SLUICE_SCHEMA.dead_letters (
   replayed_at timestamptz,
   unique (consumer_name, instance_id, event_id)
 );
+
+-- Replays an operator requested and the consumer has not done yet (read by every idle pre-check).
+create index dead_letters_replay_idx on :SLUICE_SCHEMA.dead_letters (consumer_name, instance_id, id)
+  where replay_requested_at is not null and replayed_at is null;

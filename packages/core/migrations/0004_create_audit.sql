@@ -12,3 +12,4 @@ create table :SLUICE_SCHEMA.audit (
 );
 
 create index audit_consumer_idx on :SLUICE_SCHEMA.audit (consumer_name, at);
+create index audit_action_idx on :SLUICE_SCHEMA.audit (action, at);

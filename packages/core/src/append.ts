@@ -1,6 +1,12 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { InvalidEventError, InvalidOptionError } from './errors.js';
-import { eventFromRow, type EventRecord, type EventRow, type NewEvent } from './events.js';
+import {
+  eventFromRow,
+  RESERVED_TYPE_PREFIX,
+  type EventRecord,
+  type EventRow,
+  type NewEvent,
+} from './events.js';
 import { resolveSchemaName } from './schema/schema-name.js';
 import { tables } from './schema/tables.js';
 import { pgArray } from './queries/pg-array.js';
@@ -65,7 +71,15 @@ export async function append(
   (events as readonly unknown[]).forEach((event, index) => {
     if (!isRecord(event)) throw new InvalidEventError(index, 'event', 'must be an object');
     streamIds.push(checkName(index, 'streamId', event['streamId']));
-    types.push(checkName(index, 'type', event['type']));
+    const type = checkName(index, 'type', event['type']);
+    if (type.startsWith(RESERVED_TYPE_PREFIX)) {
+      throw new InvalidEventError(
+        index,
+        'type',
+        `must not start with "${RESERVED_TYPE_PREFIX}" (reserved for Sluice)`,
+      );
+    }
+    types.push(type);
     const dataJson = toJsonObject(index, 'data', event['data']);
     const metadataJson = toJsonObject(index, 'metadata', withTraceparent(event['metadata'] ?? {}));
     if (dataJson.length + metadataJson.length > maxEventBytes) {

@@ -41,3 +41,13 @@ export function eventFromRow(row: EventRow): EventRecord {
     createdAt: row.created_at,
   };
 }
+
+/** Event types starting with this prefix are Sluice's own; append() refuses them. */
+export const RESERVED_TYPE_PREFIX = '$sluice';
+
+/**
+ * The type of a tombstone an operator inserts to give up on a gap id (DESIGN §6, fence): a late
+ * writer of that id fails on the primary key instead of its event being skipped silently.
+ * Dispatchers resolve tombstones without calling handlers.
+ */
+export const TOMBSTONE_TYPE = '$sluice.tombstone';

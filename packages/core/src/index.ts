@@ -1,5 +1,6 @@
 export { append, transaction } from './append.js';
 export { defineConsumer } from './consumers/consumer.js';
+export { RESERVED_TYPE_PREFIX, TOMBSTONE_TYPE } from './events.js';
 export { createDispatcher, DispatcherNotRegisteredError } from './dispatcher/create-dispatcher.js';
 export {
   ERROR_CODES,
@@ -16,14 +17,17 @@ export {
 } from './errors.js';
 export { consoleLogger, silentLogger } from './logger.js';
 export { DEFAULTS, SHARED_INSTANCE_ID } from './options.js';
-export { lockConsumer } from './queries/consumers.js';
+export { lockConsumer, lockConsumerForOperator, RETENTION_LOCK_CLASS } from './queries/consumers.js';
+export { writeAudit } from './queries/audit.js';
+export { pgArray } from './queries/pg-array.js';
 export { listRanges } from './queries/gaps.js';
-export { prune } from './retention/prune.js';
+export { prune, retentionFloor } from './retention/prune.js';
 export { migrate } from './schema/migrate.js';
 export { DEFAULT_SCHEMA, resolveSchemaName } from './schema/schema-name.js';
 export { tables } from './schema/tables.js';
 export { MINIMUM_SERVER_VERSION_NUM, verifySchema } from './schema/verify-schema.js';
 export { ATTR, METRIC } from './telemetry/attributes.js';
+export { parseSnapshot } from './gaps/snapshot.js';
 export { wakeUpChannel } from './wake-up/channel.js';
 export { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
 
@@ -36,6 +40,8 @@ export type { EventRecord, JsonObject, NewEvent } from './events.js';
 export type { GapRange, Ordering } from './gaps/gaps.js';
 export type { Logger } from './logger.js';
 export type { DispatcherOptions } from './options.js';
+export type { AuditEntry } from './queries/audit.js';
+export type { ConsumerStateRow, OperatorRow } from './queries/consumers.js';
 export type { StoredRange } from './queries/gaps.js';
 export type { PruneOptions, PruneResult } from './retention/prune.js';
 export type { MigrateOptions, MigrateResult } from './schema/migrate.js';

@@ -17,6 +17,8 @@ export interface DeliveryInput {
   readonly priorAttempts: (eventId: bigint) => number;
   /** Stop starting new handlers after this time (performance.now() ms); the turn commits what it did. */
   readonly deadlineMs: number;
+  /** Events resolved without a handler call: operator skips and tombstones. */
+  readonly resolvesUnhandled: (event: EventRecord) => boolean;
   readonly tracer: Tracer;
   readonly turnSpan: Span;
   readonly metrics: DispatcherMetrics;
@@ -73,16 +75,17 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   let failed = 0;
 
   const batchHandler = consumer.definition.batchHandler;
-  if (batchHandler && events.length > 1) {
-    const attempt = Math.max(...events.map((e) => input.priorAttempts(e.id))) + 1;
-    const outcome = await invoke(input, events, attempt, (context) => batchHandler(events, context));
+  const toHandle = events.filter((e) => !input.resolvesUnhandled(e));
+  if (batchHandler && toHandle.length > 1) {
+    const attempt = Math.max(...toHandle.map((e) => input.priorAttempts(e.id))) + 1;
+    const outcome = await invoke(input, toHandle, attempt, (context) => batchHandler(toHandle, context));
     if (outcome.ok) {
       return {
         resolved: [...events],
         deadLetters,
         failure: undefined,
         dead: false,
-        handled: events.length,
+        handled: toHandle.length,
         failed: 0,
       };
     }
@@ -92,6 +95,10 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
 
   for (const event of events) {
     if (resolved.length > 0 && performance.now() > input.deadlineMs) break;
+    if (input.resolvesUnhandled(event)) {
+      resolved.push(event);
+      continue;
+    }
     const attempt = input.priorAttempts(event.id) + 1;
     const outcome = await invoke(input, [event], attempt, (context) =>
       consumer.definition.handler(event, context),

@@ -27,6 +27,8 @@ export function isProvablyIdle(
     );
   }
   if (row.start_fence !== null && snapshot.xmin > BigInt(row.start_fence)) return false;
+  // An operator skipped an event or asked for replays: the next turn acts on it.
+  if (row.skip_event_id !== null || row.replays_pending) return false;
   // Gaps fenced on another cluster (a restore): the next turn resolves them.
   if (
     row.gap_count > 0 &&

@@ -1,6 +1,6 @@
 import type { Span, Tracer } from '@opentelemetry/api';
 import { messageOf } from '../errors.js';
-import { eventFromRow, type EventRecord, type EventRow } from '../events.js';
+import { eventFromRow, TOMBSTONE_TYPE, type EventRecord, type EventRow } from '../events.js';
 import { deliverableIds, settleTurn, type FetchResult, type GapRange, type TurnInput } from '../gaps/gaps.js';
 import { lowestEnded, parseSnapshot, parseXidList, runningBelow, type Snapshot } from '../gaps/snapshot.js';
 import type { Logger } from '../logger.js';
@@ -10,6 +10,7 @@ import { writeAudit } from '../queries/audit.js';
 import { recordDeadLetters, type DeadLetterInput } from '../queries/dead-letters.js';
 import { fetchBatch, fetchStartStragglers } from '../queries/events.js';
 import { replaceRanges, selectRangesToRecheck, type StoredRange } from '../queries/gaps.js';
+import { finishReplays, selectRequestedReplays } from '../queries/replays.js';
 import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
 import type { Tables } from '../schema/tables.js';
 import type { TransactionSql } from '../sql-types.js';
@@ -124,6 +125,9 @@ async function turnInTransaction(
     row.attempts = 0;
   }
 
+  // Replays an operator requested (DESIGN §6): delivered before new events, out of order by nature.
+  if (row.replays_pending) await deliverReplays(env, consumer, tx, span);
+
   const xid = BigInt(row.xid);
   const lockSnapshot = parseSnapshot(row.snapshot);
   const cursor = BigInt(row.cursor);
@@ -190,6 +194,9 @@ async function turnInTransaction(
   const isolating = isolateUntil !== null && firstId !== undefined && firstId <= isolateUntil;
   if (isolating) ids = ids.slice(0, 1);
   const stuckId = row.stuck_event_id === null ? null : BigInt(row.stuck_event_id);
+  const skipId = row.skip_event_id === null ? null : BigInt(row.skip_event_id);
+  // Operator skips (already in dead_letters) and tombstones are resolved without the handler.
+  const resolvesUnhandled = (event: EventRecord) => event.type === TOMBSTONE_TYPE || event.id === skipId;
   const priorAttempts = (id: bigint) =>
     (stuckId === id ? row.attempts : 0) + (markerFirst === id && id === firstId ? crashed : 0);
 
@@ -197,7 +204,7 @@ async function turnInTransaction(
   const toDeliver = ids.map((id) => events.get(id) as EventRecord);
   const firstEvent = toDeliver[0];
   let startRecorded = false;
-  if (firstEvent && priorAttempts(firstEvent.id) >= consumer.maxAttempts) {
+  if (firstEvent && !resolvesUnhandled(firstEvent) && priorAttempts(firstEvent.id) >= consumer.maxAttempts) {
     // The process died maxAttempts times on this event: do not hand it to the handler again.
     const error = new Error(
       `the process stopped ${crashed} time(s) while event ${firstEvent.id} was being handled`,
@@ -236,6 +243,7 @@ async function turnInTransaction(
       tx,
       events: toDeliver,
       priorAttempts,
+      resolvesUnhandled,
       deadlineMs: performance.now() + options.maxTurnMs,
       tracer: env.tracer,
       turnSpan: span,
@@ -309,6 +317,7 @@ async function turnInTransaction(
     status: result.dead ? 'dead' : hasMore ? 'processing' : 'idle',
     attempts,
     stuckEventId: failure ? failure.event.id : attempts > 0 ? stuckId : null,
+    skipEventId: skipId !== null && !resolvedIds.includes(skipId) ? skipId : null,
     lastError: failure ? messageOf(failure.error) : null,
     rearmCount: settlement.cursor > cursor ? 0 : rearmCount,
     progressed,
@@ -398,6 +407,8 @@ async function deliverStartStragglers(
     events: stragglers,
     priorAttempts: (id) =>
       row.stuck_event_id !== null && BigInt(row.stuck_event_id) === id ? row.attempts : 0,
+    resolvesUnhandled: (event) =>
+      event.type === TOMBSTONE_TYPE || (row.skip_event_id !== null && event.id === BigInt(row.skip_event_id)),
     deadlineMs: Number.POSITIVE_INFINITY,
     tracer: env.tracer,
     turnSpan: span,
@@ -411,6 +422,10 @@ async function deliverStartStragglers(
     status: result.dead ? 'dead' : 'processing',
     attempts: failure ? failure.attempts : 0,
     stuckEventId: failure ? failure.event.id : null,
+    skipEventId:
+      row.skip_event_id === null || result.resolved.some((e) => e.id === BigInt(row.skip_event_id as string))
+        ? null
+        : BigInt(row.skip_event_id),
     lastError: failure ? messageOf(failure.error) : null,
     rearmCount: row.rearm_count,
     progressed: result.resolved.length > 0,
@@ -433,6 +448,47 @@ async function deliverStartStragglers(
     head: undefined,
     dead: result.dead,
   };
+}
+
+/**
+ * Re-delivers the dead letters an operator asked to replay, through the consumer's handler, in the
+ * turn's transaction. A replay that fails again clears its request and records the error.
+ */
+async function deliverReplays(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  span: Span,
+) {
+  const { tables: t } = env;
+  const replays = await selectRequestedReplays(tx, t, consumer.name, consumer.instanceId, consumer.batchSize);
+  if (replays.length === 0) return;
+  const result = await deliver({
+    consumer: { ...consumer, maxAttempts: 1, skipApplyErrors: false },
+    tx,
+    events: replays.map((r) => r.event),
+    priorAttempts: () => 0,
+    resolvesUnhandled: () => false,
+    deadlineMs: performance.now() + env.options.maxTurnMs,
+    tracer: env.tracer,
+    turnSpan: span,
+    metrics: env.metrics,
+  });
+  const done = replays.slice(0, result.resolved.length).map((r) => r.deadLetterId);
+  const failedReplay = result.failure ? replays[result.resolved.length] : undefined;
+  await finishReplays(
+    tx,
+    t,
+    done,
+    failedReplay && result.failure
+      ? { deadLetterId: failedReplay.deadLetterId, error: messageOf(result.failure.error) }
+      : undefined,
+  );
+  env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
+  env.logger.info(
+    { consumer: consumer.name, replayed: done.length, failed: result.failed },
+    'replayed dead letters',
+  );
 }
 
 function skipped(reason: SkipReason, row?: LockedRow): TurnOutcome {

@@ -10,6 +10,9 @@ export interface ConsumerStateRow {
   cursor: string;
   attempts: number;
   stuck_event_id: string | null;
+  skip_event_id: string | null;
+  /** Dead letters of this consumer whose replay was requested and not done yet. */
+  replays_pending: boolean;
   rearm_count: number;
   last_error: string | null;
   updated_at: Date;
@@ -28,12 +31,16 @@ export interface ConsumerStateRow {
   last_progress_at: Date | null;
 }
 
-const STATE_COLUMNS = (q: Queryable) => q`
+const STATE_COLUMNS = (q: Queryable, t: Tables) => q`
   c.name, c.instance_id, c.status, c.cursor::text as cursor, c.attempts, c.stuck_event_id::text as stuck_event_id,
+  c.skip_event_id::text as skip_event_id,
   c.rearm_count, c.last_error, c.updated_at, c.disabled_until, c.gap_count, c.gaps_unfenced,
   c.gap_min_fence::text as gap_min_fence, array_to_string(c.gap_watch, ',') as gap_watch, c.gaps_recheck, c.oldest_gap_at,
   c.start_fence::text as start_fence, c.start_upto::text as start_upto, c.start_snapshot::text as start_snapshot,
-  c.system_identifier, c.last_progress_at`;
+  c.system_identifier, c.last_progress_at,
+  exists (select 1 from ${t.deadLetters} d
+          where d.consumer_name = c.name and d.instance_id = c.instance_id
+            and d.replay_requested_at is not null and d.replayed_at is null) as replays_pending`;
 
 export interface RegisterRow {
   name: string;
@@ -95,7 +102,7 @@ export function precheckConsumers(
   instanceIds: readonly string[],
 ) {
   return sql<PrecheckRow[]>`
-    select ${STATE_COLUMNS(sql)}, h.head::text as head, pg_current_snapshot()::text as snapshot, now() as now,
+    select ${STATE_COLUMNS(sql, t)}, h.head::text as head, pg_current_snapshot()::text as snapshot, now() as now,
            case when c.cursor < h.head then
              (select extract(epoch from now() - e.created_at)::float8 from ${t.events} e
               where e.id > c.cursor order by e.id limit 1)
@@ -129,7 +136,7 @@ export function lockConsumer(
   timeouts: { statementTimeoutMs: number; idleInTransactionTimeoutMs: number },
 ) {
   return tx<LockedRow[]>`
-    select ${STATE_COLUMNS(tx)},
+    select ${STATE_COLUMNS(tx, t)},
            set_config('statement_timeout', ${String(timeouts.statementTimeoutMs)}, true) as statement_timeout,
            set_config('idle_in_transaction_session_timeout', ${String(timeouts.idleInTransactionTimeoutMs)}, true) as idle_timeout,
            pg_current_xact_id()::text as xid, pg_current_snapshot()::text as snapshot, now() as now,
@@ -148,6 +155,7 @@ export interface TurnUpdate {
   status: 'idle' | 'processing' | 'dead';
   attempts: number;
   stuckEventId: bigint | null;
+  skipEventId: bigint | null;
   lastError: string | null;
   rearmCount: number;
   progressed: boolean;
@@ -173,6 +181,7 @@ export async function saveTurn(
       status = ${u.status},
       attempts = ${u.attempts},
       stuck_event_id = ${u.stuckEventId === null ? null : u.stuckEventId.toString()}::bigint,
+      skip_event_id = ${u.skipEventId === null ? null : u.skipEventId.toString()}::bigint,
       last_error = case when ${u.lastError}::text is null then c.last_error else ${u.lastError}::text end,
       last_error_at = case when ${u.lastError}::text is null then c.last_error_at else now() end,
       failure_category = case when ${u.lastError}::text is null then c.failure_category else 'handler' end,
@@ -264,4 +273,26 @@ export async function recordFailedAttempt(
       update ${t.turnStarts} set started_count = greatest(started_count - 1, 0)
       where consumer_name = ${name} and instance_id = ${instanceId}`;
   });
+}
+
+export interface OperatorRow extends ConsumerStateRow {
+  now: Date;
+  last_error_at: Date | null;
+  failure_category: string | null;
+  disabled_reason: string | null;
+  last_seen_at: Date | null;
+  created_at: Date;
+}
+
+/**
+ * The dispatcher's own row lock (FOR UPDATE), taken by operator actions: it waits for a running
+ * turn to commit, up to the transaction's lock_timeout, instead of skipping (DESIGN §6).
+ */
+export function lockConsumerForOperator(tx: TransactionSql, t: Tables, name: string, instanceId: string) {
+  return tx<OperatorRow[]>`
+    select ${STATE_COLUMNS(tx, t)}, now() as now, c.last_error_at, c.failure_category, c.disabled_reason,
+           c.last_seen_at, c.created_at
+    from ${t.consumers} c
+    where c.name = ${name} and c.instance_id = ${instanceId}
+    for update of c`;
 }

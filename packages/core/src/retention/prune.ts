@@ -1,8 +1,9 @@
 import { InvalidOptionError, PruneBlockedError } from '../errors.js';
+import { writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
 import { resolveSchemaName } from '../schema/schema-name.js';
-import { tables } from '../schema/tables.js';
-import type { Sql } from '../sql-types.js';
+import { tables, type Tables } from '../schema/tables.js';
+import type { Queryable, Sql } from '../sql-types.js';
 
 export interface PruneOptions {
   /** Delete events with an id below this one. */
@@ -14,6 +15,8 @@ export interface PruneOptions {
    * not hold retention back. @defaultValue 86_400_000 (24 h)
    */
   staleInstanceTtlMs?: number;
+  /** Recorded in the audit table. @defaultValue 'sluice-prune' */
+  actor?: string;
 }
 
 export interface PruneResult {
@@ -64,6 +67,26 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
       );
     }
     const deleted = await tx`delete from ${t.events} where id < ${before}::bigint`;
+    // Restarts below the floor are refused later (they would skip pruned events silently).
+    await writeAudit(tx, t, {
+      actor: options.actor ?? 'sluice-prune',
+      action: 'prune',
+      consumerName: null,
+      instanceId: null,
+      cursorBefore: null,
+      cursorAfter: null,
+      details: { before: options.before, deleted: deleted.count },
+    });
     return { deleted: deleted.count };
   });
+}
+
+/**
+ * The lowest id retention may have kept: events below it were pruned (from the audit of prune()).
+ * 1 when nothing was ever pruned.
+ */
+export async function retentionFloor(tx: Queryable, t: Tables): Promise<bigint> {
+  const [row] = await tx<{ floor: string | null }[]>`
+    select max((details->>'before')::bigint)::text as floor from ${t.audit} where action = 'prune'`;
+  return row?.floor ? BigInt(row.floor) : 1n;
 }
