@@ -13,6 +13,13 @@ export const ERROR_CODES = [
   'SLUICE_MIGRATION_MODIFIED',
   'SLUICE_NOT_REGISTERED',
   'SLUICE_PRUNE_BLOCKED',
+  'SLUICE_CONSUMER_NOT_FOUND',
+  'SLUICE_CONSUMER_BUSY',
+  'SLUICE_SKIP_MISMATCH',
+  'SLUICE_BELOW_RETENTION_FLOOR',
+  'SLUICE_BEYOND_HEAD',
+  'SLUICE_NOT_A_GAP',
+  'SLUICE_GAP_HELD',
 ] as const;
 
 export type SluiceErrorCode = (typeof ERROR_CODES)[number];
@@ -160,5 +167,98 @@ export class PruneBlockedError extends SluiceError {
         'Nothing was deleted; prune below their cursors, or repair or restart those consumers first.',
     );
     this.laggingConsumers = lagging;
+  }
+}
+
+/** No cursor row with this name (and instance id) exists. */
+export class ConsumerNotFoundError extends SluiceError {
+  readonly consumer: string;
+  readonly instanceId: string | undefined;
+
+  constructor(consumer: string, instanceId?: string) {
+    super(
+      'SLUICE_CONSUMER_NOT_FOUND',
+      `No consumer "${consumer}"${instanceId === undefined ? '' : ` with instance id "${instanceId}"`} is registered`,
+    );
+    this.consumer = consumer;
+    this.instanceId = instanceId;
+  }
+}
+
+/** A turn (or another operator) held the consumer's row longer than the lock timeout; nothing changed. */
+export class ConsumerBusyError extends SluiceError {
+  readonly consumer: string;
+
+  constructor(consumer: string, lockTimeoutMs: number) {
+    super(
+      'SLUICE_CONSUMER_BUSY',
+      `Consumer "${consumer}" is in a turn that held its row for more than ${lockTimeoutMs} ms; nothing was changed. Try again.`,
+    );
+    this.consumer = consumer;
+  }
+}
+
+/** skip() names an event the consumer is not stuck on; nothing changed. */
+export class SkipMismatchError extends SluiceError {
+  readonly requestedEventId: bigint;
+  readonly stuckEventId: bigint | null;
+
+  constructor(consumer: string, requested: bigint, stuck: bigint | null) {
+    super(
+      'SLUICE_SKIP_MISMATCH',
+      stuck === null
+        ? `Consumer "${consumer}" is not stuck on any event; refusing to skip event ${requested}`
+        : `Consumer "${consumer}" is stuck on event ${stuck}, not ${requested}; refusing to skip`,
+    );
+    this.requestedEventId = requested;
+    this.stuckEventId = stuck;
+  }
+}
+
+/** A restart would start below the retention floor: pruned events would be skipped silently. */
+export class BelowRetentionFloorError extends SluiceError {
+  readonly floor: bigint;
+
+  constructor(requested: bigint, floor: bigint) {
+    super(
+      'SLUICE_BELOW_RETENTION_FLOOR',
+      `Events below ${floor} were pruned; a restart from ${requested} would skip them silently. ` +
+        `Restart from ${floor - 1n} or later (or from 'beginning', which starts at the oldest kept event).`,
+    );
+    this.floor = floor;
+  }
+}
+
+/** A restart target above the log head: the cursor would claim events that do not exist yet. */
+export class BeyondHeadError extends SluiceError {
+  readonly head: bigint;
+
+  constructor(requested: bigint, head: bigint) {
+    super('SLUICE_BEYOND_HEAD', `Cannot restart from ${requested}: the log head is ${head}`);
+    this.head = head;
+  }
+}
+
+/** fenceGap() names an id that is not in one of the consumer's pending gaps. */
+export class NotAGapError extends SluiceError {
+  readonly eventId: bigint;
+
+  constructor(consumer: string, eventId: bigint, why: string) {
+    super('SLUICE_NOT_A_GAP', `Event id ${eventId} is not a pending gap of consumer "${consumer}": ${why}`);
+    this.eventId = eventId;
+  }
+}
+
+/** A transaction still owns the id an operator tried to fence; nothing changed. */
+export class GapHeldError extends SluiceError {
+  readonly eventId: bigint;
+
+  constructor(eventId: bigint) {
+    super(
+      'SLUICE_GAP_HELD',
+      `A running transaction still owns event id ${eventId} (its insert is not committed); it cannot be fenced. ` +
+        'Find it with diagnose() and end it, or wait for it.',
+    );
+    this.eventId = eventId;
   }
 }

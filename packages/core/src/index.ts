@@ -3,7 +3,14 @@ export { defineConsumer } from './consumers/consumer.js';
 export { RESERVED_TYPE_PREFIX, TOMBSTONE_TYPE } from './events.js';
 export { createDispatcher, DispatcherNotRegisteredError } from './dispatcher/create-dispatcher.js';
 export {
+  BelowRetentionFloorError,
+  BeyondHeadError,
+  ConsumerBusyError,
+  ConsumerNotFoundError,
   ERROR_CODES,
+  GapHeldError,
+  NotAGapError,
+  SkipMismatchError,
   InvalidEventError,
   InvalidOptionError,
   MigrationFailedError,
@@ -14,6 +21,8 @@ export {
   SequenceCachedError,
   SluiceError,
   XidGuardMissingError,
+  messageOf,
+  sqlStateOf,
 } from './errors.js';
 export { consoleLogger, silentLogger } from './logger.js';
 export { DEFAULTS, SHARED_INSTANCE_ID } from './options.js';

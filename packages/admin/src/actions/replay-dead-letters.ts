@@ -1,0 +1,72 @@
+import { pgArray, writeAudit } from '@sluice/core';
+import { withLockedConsumer, type AdminContext } from '../context.js';
+import { optionalName } from '../read-models.js';
+import { checkEventId, checkLimit, checkName, checkText } from '../validate.js';
+import type { ActionOptions } from './result.js';
+import { InvalidOptionError } from '@sluice/core';
+
+export interface ReplayOptions extends ActionOptions {
+  /** Dead-letter ids to replay (also ones replayed before). Default: those not replayed yet. */
+  readonly ids?: readonly bigint[];
+  /** At most this many, oldest first. @defaultValue 100 */
+  readonly limit?: number;
+  /** Count what would be replayed and change nothing. */
+  readonly dryRun?: boolean;
+}
+
+export interface ReplayResult {
+  readonly consumer: string;
+  readonly instanceId: string;
+  readonly dryRun: boolean;
+  readonly count: number;
+  readonly deadLetterIds: readonly bigint[];
+}
+
+/**
+ * Asks for dead letters to be delivered again through the consumer's handler; the dispatcher
+ * does it on the consumer's next turn (DESIGN §6). A dry run only counts.
+ * @throws {InvalidOptionError} @throws {ConsumerNotFoundError} @throws {ConsumerBusyError}
+ */
+export async function replayDeadLetters(
+  ctx: AdminContext,
+  nameInput: string,
+  options: ReplayOptions = {},
+): Promise<ReplayResult> {
+  const name = checkName(nameInput, 'name');
+  const limit = checkLimit(options.limit);
+  const reason = checkText(options.reason, 'reason');
+  const actor = checkText(options.actor, 'actor', 200) ?? ctx.defaultActor;
+  const ids = options.ids === undefined ? undefined : (options.ids as unknown);
+  if (ids !== undefined && (!Array.isArray(ids) || ids.length === 0 || ids.length > 1000)) {
+    throw new InvalidOptionError('ids', 'must be a non-empty list of at most 1000 dead-letter ids');
+  }
+  const wanted = ids?.map((id: unknown) => checkEventId(id, 'ids'));
+  const dryRun = options.dryRun ?? false;
+  const t = ctx.tables;
+  return withLockedConsumer(ctx, name, optionalName(options.instanceId), async ({ tx, row, instanceId }) => {
+    const selected = await tx<{ id: string }[]>`
+      select d.id::text from ${t.deadLetters} d
+      where d.consumer_name = ${name} and d.instance_id = ${instanceId}
+        and (case when ${wanted === undefined}
+                  then d.replayed_at is null and d.replay_requested_at is null
+                  else d.id = any(${pgArray(wanted ?? [])}::int8[]) end)
+      order by d.id limit ${limit}`;
+    const deadLetterIds = selected.map((r) => BigInt(r.id));
+    if (!dryRun && deadLetterIds.length > 0) {
+      await tx`
+        update ${t.deadLetters} set replay_requested_at = now(), replayed_at = null
+        where id = any(${pgArray(deadLetterIds)}::int8[])`;
+      const cursor = BigInt(row.cursor);
+      await writeAudit(tx, t, {
+        actor,
+        action: 'replay',
+        consumerName: name,
+        instanceId,
+        cursorBefore: cursor,
+        cursorAfter: cursor,
+        details: { deadLetterIds: deadLetterIds.map(String), reason: reason ?? null },
+      });
+    }
+    return { consumer: name, instanceId, dryRun, count: deadLetterIds.length, deadLetterIds };
+  });
+}

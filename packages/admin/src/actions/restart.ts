@@ -1,0 +1,103 @@
+import {
+  BeyondHeadError,
+  BelowRetentionFloorError,
+  InvalidOptionError,
+  RETENTION_LOCK_CLASS,
+  retentionFloor,
+  writeAudit,
+} from '@sluice/core';
+import { withLockedConsumer, type AdminContext } from '../context.js';
+import { optionalName } from '../read-models.js';
+import { checkEventId, checkName, checkText } from '../validate.js';
+import type { ActionOptions, ActionResult } from './result.js';
+
+export interface RestartOptions extends ActionOptions {
+  /** 'beginning' (the oldest kept event), 'now' (the log head), or the id after which to continue. */
+  readonly from: 'beginning' | 'now' | bigint;
+}
+
+/**
+ * Moves the cursor (DESIGN §6): to the beginning, to now, or to a given id, and clears attempts,
+ * pending gaps, crash records and the re-arm budget. A dead consumer becomes idle; a disabled one
+ * stays disabled. Refuses to start below the retention floor (pruned events would be skipped).
+ * @throws {InvalidOptionError} @throws {ConsumerNotFoundError} @throws {ConsumerBusyError}
+ * @throws {BelowRetentionFloorError} @throws {BeyondHeadError}
+ */
+export async function restart(
+  ctx: AdminContext,
+  nameInput: string,
+  options: RestartOptions,
+): Promise<ActionResult> {
+  const name = checkName(nameInput, 'name');
+  const from = options.from as unknown;
+  if (
+    from !== 'beginning' &&
+    from !== 'now' &&
+    !(from === 0n || (typeof from === 'bigint' && checkEventId(from, 'from')))
+  ) {
+    throw new InvalidOptionError('from', "must be 'beginning', 'now' or a bigint event id (0 or more)");
+  }
+  const reason = checkText(options.reason, 'reason');
+  const actor = checkText(options.actor, 'actor', 200) ?? ctx.defaultActor;
+  const t = ctx.tables;
+  return withLockedConsumer(ctx, name, optionalName(options.instanceId), async ({ tx, row, instanceId }) => {
+    // Shared retention lock: no prune can delete what the new cursor still needs meanwhile.
+    await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${ctx.schema}))`;
+    const floor = await retentionFloor(tx, t);
+    const [state] = await tx<{ head: string; snap: string; fence: string; in_flight: boolean }[]>`
+      select s.head::text, s.snap::text, s.fence::text,
+             exists (select 1 from pg_snapshot_xip(s.snap)) or pg_snapshot_xmax(s.snap) < s.fence as in_flight
+      from (select coalesce((select max(id) from ${t.events}), 0) as head,
+                   pg_current_snapshot() as snap, pg_current_xact_id() as fence) s`;
+    if (!state) throw new Error('restart: no state row');
+    const head = BigInt(state.head);
+    let cursor: bigint;
+    if (from === 'beginning') cursor = floor - 1n;
+    else if (from === 'now') cursor = head;
+    else if (typeof from === 'bigint') {
+      if (from < floor - 1n) throw new BelowRetentionFloorError(from, floor);
+      if (from > head) throw new BeyondHeadError(from, head);
+      cursor = from;
+    } else {
+      throw new Error('unreachable');
+    }
+    // 'now' remembers what was in flight, as registration does, so those events are not skipped.
+    const watchInFlight = from === 'now' && state.in_flight;
+    await tx`delete from ${t.gaps} where consumer_name = ${name} and instance_id = ${instanceId}`;
+    await tx`delete from ${t.turnStarts} where consumer_name = ${name} and instance_id = ${instanceId}`;
+    const statusAfter = row.status === 'disabled' ? 'disabled' : 'idle';
+    await tx`
+      update ${t.consumers} set
+        cursor = ${cursor.toString()}::bigint, status = ${statusAfter}, attempts = 0, stuck_event_id = null,
+        skip_event_id = null, rearm_count = 0, gap_count = 0, gaps_unfenced = 0, gap_min_fence = null,
+        gap_watch = '{}', gaps_recheck = false, oldest_gap_at = null,
+        start_snapshot = ${watchInFlight ? state.snap : null}::pg_snapshot,
+        start_fence = ${watchInFlight ? state.fence : null}::xid8,
+        start_upto = ${watchInFlight ? state.head : null}::bigint,
+        updated_at = now()
+      where name = ${name} and instance_id = ${instanceId}`;
+    const before = BigInt(row.cursor);
+    await writeAudit(tx, t, {
+      actor,
+      action: 'restart',
+      consumerName: name,
+      instanceId,
+      cursorBefore: before,
+      cursorAfter: cursor,
+      details: {
+        from: typeof from === 'bigint' ? from.toString() : from,
+        reason: reason ?? null,
+        statusBefore: row.status,
+      },
+    });
+    return {
+      consumer: name,
+      instanceId,
+      action: 'restart',
+      cursorBefore: before,
+      cursorAfter: cursor,
+      statusBefore: row.status,
+      statusAfter,
+    };
+  });
+}

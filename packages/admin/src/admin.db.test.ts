@@ -1,0 +1,411 @@
+import { createDispatcher, migrate, prune, silentLogger, type Consumer, type Dispatcher } from '@sluice/core';
+import {
+  appendEvents,
+  drainUntilIdle,
+  failingOn,
+  openTransaction,
+  recordingConsumer,
+  useTestDatabase,
+} from '@sluice/testing';
+import { describe, expect, onTestFinished, test } from 'vitest';
+import { createAdmin } from './create-admin.js';
+
+const db = await useTestDatabase();
+let schemaCounter = 0;
+
+async function setup(consumers: readonly Consumer[], extra: { instanceId?: string } = {}) {
+  const schema = `adm_${process.pid}_${schemaCounter++}`;
+  await migrate(db.sql, { schema, logger: silentLogger });
+  const dispatcher = createDispatcher({
+    sql: db.sql,
+    schema,
+    consumers,
+    logger: silentLogger,
+    listen: false,
+    rearmCooldownMs: 3_600_000,
+    ...extra,
+  });
+  onTestFinished(() => dispatcher.stop());
+  await dispatcher.ensureRegistered();
+  const admin = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 5_000, defaultActor: 'test-operator' });
+  return { schema, dispatcher, admin };
+}
+
+async function row(schema: string, name: string, instanceId = '*') {
+  const [r] = await db.sql<
+    { cursor: string; status: string; attempts: number; gap_count: number; skip_event_id: string | null }[]
+  >`
+    select cursor::text, status, attempts, gap_count, skip_event_id::text
+    from ${db.sql(`${schema}.consumers`)} where name = ${name} and instance_id = ${instanceId}`;
+  return r;
+}
+
+async function auditActions(schema: string): Promise<string[]> {
+  const rows = await db.sql<
+    { action: string }[]
+  >`select action from ${db.sql(`${schema}.audit`)} order by id`;
+  return rows.map((r) => r.action);
+}
+
+async function stuck(dispatcher: Dispatcher, times = 1) {
+  for (let i = 0; i < times; i++) await dispatcher.runOnce();
+}
+
+/** Resolves once `condition` holds (checked every few ms; set by handlers running elsewhere). */
+async function until(condition: () => boolean): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+}
+
+describe('read models', () => {
+  test('listConsumers shows status, cursor, head, lag and errors of every row', async () => {
+    const healthy = recordingConsumer('healthy');
+    const broken = failingOn('broken', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } });
+    const { dispatcher, admin, schema } = await setup([healthy.consumer, broken.consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    await stuck(dispatcher, 2);
+    const list = await admin.listConsumers();
+    expect(list.map((c) => [c.name, c.status, c.cursor, c.head, c.lagEvents])).toEqual([
+      ['broken', 'dead', 1n, 3n, 2n],
+      ['healthy', 'idle', 3n, 3n, 0n],
+    ]);
+    const dead = list[0]!;
+    expect(dead).toMatchObject({ attempts: 1, stuckEventId: 2n, instanceId: '*' });
+    expect(dead.lastError).toContain('poison event 2');
+    expect(dead.lagSeconds).toBeGreaterThanOrEqual(0);
+  });
+
+  test('diagnose names the backend whose open transaction keeps the oldest gap pending', async () => {
+    const c = recordingConsumer('waiting');
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    const holder = await openTransaction(db.sql);
+    onTestFinished(() => holder.rollback());
+    await holder.sql`set application_name = 'forgotten-batch-job'`;
+    await holder.append([{ streamId: 's', type: 'Held', data: {} }], { schema });
+    await appendEvents(db.sql, 1, undefined, schema);
+    await stuck(dispatcher, 2); // observe, then fence
+    const diagnosis = await admin.diagnose('waiting');
+    expect(diagnosis.oldestGap).toMatchObject({ from: 1n, to: 1n });
+    expect(diagnosis.oldestGap!.heldBy.map((b) => b.pid)).toContain(holder.pid);
+    expect(diagnosis.findings.join('\n')).toContain(`pid ${holder.pid} (forgotten-batch-job`);
+  });
+
+  test('diagnose of a dead consumer gives its error and what to do', async () => {
+    const c = failingOn('mailer', () => true, { errorPolicy: { maxAttempts: 1 } });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 1, undefined, schema);
+    await stuck(dispatcher);
+    const diagnosis = await admin.diagnose('mailer');
+    expect(diagnosis.findings[0]).toContain('dead after 1 failed attempt(s) on event 1: poison event 1');
+    expect(diagnosis.nextRearmAt).toBeInstanceOf(Date);
+  });
+
+  test('an unknown consumer is a typed not-found error', async () => {
+    const { admin } = await setup([recordingConsumer('known').consumer]);
+    await expect(admin.diagnose('unknown')).rejects.toMatchObject({ code: 'SLUICE_CONSUMER_NOT_FOUND' });
+    await expect(admin.restart('unknown', { from: 'beginning' })).rejects.toMatchObject({
+      code: 'SLUICE_CONSUMER_NOT_FOUND',
+    });
+  });
+});
+
+describe('actions', () => {
+  test('restart moves the cursor, clears attempts and gaps, and is audited', async () => {
+    const c = failingOn('mailer', (e) => e.id === 3n, { errorPolicy: { maxAttempts: 1 } });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 4, undefined, schema);
+    await stuck(dispatcher);
+    expect(await row(schema, 'mailer')).toMatchObject({ cursor: '2', status: 'dead' });
+    const result = await admin.restart('mailer', { from: 'now', actor: 'alice', reason: 'give up on 3' });
+    expect(result).toMatchObject({
+      cursorBefore: 2n,
+      cursorAfter: 4n,
+      statusBefore: 'dead',
+      statusAfter: 'idle',
+    });
+    expect(await row(schema, 'mailer')).toMatchObject({
+      cursor: '4',
+      status: 'idle',
+      attempts: 0,
+      gap_count: 0,
+    });
+    const [audit] = await admin.listAudit({ consumer: 'mailer' });
+    expect(audit).toMatchObject({ action: 'restart', actor: 'alice', cursorBefore: 2n, cursorAfter: 4n });
+    await admin.restart('mailer', { from: 1n });
+    expect((await row(schema, 'mailer'))?.cursor).toBe('1');
+  });
+
+  test('a restart issued during a turn waits for it and is neither lost nor undone by its commit', async () => {
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let inHandler = false;
+    const c = recordingConsumer('busy', {
+      handler: async () => {
+        inHandler = true;
+        await gate;
+      },
+    });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    const turn = dispatcher.runOnce();
+    await until(() => inHandler);
+    const restarting = admin.restart('busy', { from: 'beginning' });
+    // The restart waits on the row lock the turn holds: wait until it is blocked, then let the turn go.
+    for (;;) {
+      const [waiting] = await db.sql`
+        select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like '%for update of c%' and state = 'active'`;
+      if (waiting) break;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    release();
+    await turn;
+    const result = await restarting;
+    expect(result.cursorBefore).toBe(3n); // it saw the turn's committed cursor…
+    expect((await row(schema, 'busy'))?.cursor).toBe('0'); // …and its own change stands
+  });
+
+  test('a row held longer than lockTimeoutMs is reported busy and nothing changes', async () => {
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let inHandler = false;
+    const c = recordingConsumer('held', {
+      handler: async () => {
+        inHandler = true;
+        await gate;
+      },
+    });
+    const { dispatcher, schema } = await setup([c.consumer]);
+    const impatient = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 100 });
+    await appendEvents(db.sql, 1, undefined, schema);
+    const turn = dispatcher.runOnce();
+    await until(() => inHandler);
+    await expect(impatient.disable('held')).rejects.toMatchObject({ code: 'SLUICE_CONSUMER_BUSY' });
+    release();
+    await turn;
+    expect((await row(schema, 'held'))?.status).toBe('idle');
+    expect(await auditActions(schema)).toEqual([]);
+  });
+
+  test('skip refuses any event but the one the consumer is stuck on, and changes nothing then', async () => {
+    const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 2 } });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    await stuck(dispatcher);
+    const before = await row(schema, 'mailer');
+    const refused = await admin.skip('mailer', { eventId: 3n }).catch((e: unknown) => e);
+    expect(refused).toMatchObject({ code: 'SLUICE_SKIP_MISMATCH', stuckEventId: 2n, requestedEventId: 3n });
+    expect(await row(schema, 'mailer')).toEqual(before);
+    expect(await auditActions(schema)).toEqual([]);
+    const healthy = await setup([recordingConsumer('fine').consumer]);
+    await expect(healthy.admin.skip('fine', { eventId: 1n })).rejects.toMatchObject({
+      code: 'SLUICE_SKIP_MISMATCH',
+    });
+  });
+
+  test('skip of the stuck event records a dead letter and the next turn passes it without the handler', async () => {
+    const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    await stuck(dispatcher);
+    expect((await row(schema, 'mailer'))?.status).toBe('dead');
+    const result = await admin.skip('mailer', { eventId: 2n, reason: 'bad address' });
+    expect(result).toMatchObject({ statusAfter: 'idle', eventId: 2n });
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 3n]);
+    expect(c.failures.get(2n)).toBe(1);
+    expect(await row(schema, 'mailer')).toMatchObject({ cursor: '3', skip_event_id: null, status: 'idle' });
+    const [letter] = await admin.listDeadLetters('mailer');
+    expect(letter).toMatchObject({
+      eventId: 2n,
+      reason: 'operator-skip',
+      error: 'poison event 2',
+      attempts: 1,
+    });
+    // Two operators racing to skip the same event: the second finds nothing to skip.
+    await expect(admin.skip('mailer', { eventId: 2n })).rejects.toMatchObject({
+      code: 'SLUICE_SKIP_MISMATCH',
+    });
+    expect(await auditActions(schema)).toEqual(['skip']);
+  });
+
+  test('skip of a late gap event that is poison removes it from the gaps without moving the cursor', async () => {
+    const c = failingOn('indexer', (e) => e.type === 'Poison', { errorPolicy: { maxAttempts: 1 } });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    const writer = await openTransaction(db.sql);
+    onTestFinished(() => writer.rollback());
+    await writer.append([{ streamId: 's', type: 'Poison', data: {} }], { schema }); // id 1
+    await appendEvents(db.sql, 2, undefined, schema); // 2, 3
+    await dispatcher.runOnce(); // cursor 3, gap {1}
+    await writer.commit();
+    for (let i = 0; i < 5 && (await row(schema, 'indexer'))?.status !== 'dead'; i++)
+      await dispatcher.runOnce();
+    expect(await row(schema, 'indexer')).toMatchObject({ status: 'dead', cursor: '3' });
+    await admin.skip('indexer', { eventId: 1n });
+    await drainUntilIdle(dispatcher);
+    expect(await row(schema, 'indexer')).toMatchObject({ status: 'idle', cursor: '3', gap_count: 0 });
+  });
+
+  test('disable stops turns (a time-boxed one expires by itself); enable resumes with nothing lost', async () => {
+    const c = recordingConsumer('feed');
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await admin.disable('feed', { reason: 'maintenance' });
+    await appendEvents(db.sql, 2, undefined, schema);
+    expect((await dispatcher.runOnce()).byConsumer['feed']?.skipped).toBe('disabled');
+    expect(c.ids()).toEqual([]);
+    await admin.enable('feed');
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 2n]);
+    await admin.disable('feed', { until: new Date(Date.now() + 60_000) });
+    await db.sql`update ${db.sql(`${schema}.consumers`)} set disabled_until = now() - interval '1 second'`;
+    await appendEvents(db.sql, 1, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 2n, 3n]);
+    await expect(admin.disable('feed', { until: new Date(Date.now() - 1000) })).rejects.toMatchObject({
+      code: 'SLUICE_INVALID_OPTION',
+      option: 'until',
+    });
+    expect(await auditActions(schema)).toEqual(['disable', 'enable', 'disable']);
+  });
+
+  test('replay re-delivers dead letters through the handler on the next turn; a dry run only counts', async () => {
+    let failing = true;
+    const c = failingOn('mailer', (e) => failing && e.id === 2n, {
+      errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+    });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 3n]);
+    expect(await admin.replayDeadLetters('mailer', { dryRun: true })).toMatchObject({
+      count: 1,
+      dryRun: true,
+    });
+    expect(await auditActions(schema)).toEqual([]);
+    failing = false;
+    const requested = await admin.replayDeadLetters('mailer');
+    expect(requested.count).toBe(1);
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 3n, 2n]);
+    const [letter] = await admin.listDeadLetters('mailer');
+    expect(letter?.replayedAt).toBeInstanceOf(Date);
+    expect(await admin.replayDeadLetters('mailer', { dryRun: true })).toMatchObject({ count: 0 });
+  });
+
+  test('fenceGap inserts a tombstone: the consumer resolves the id, a late writer fails on the key', async () => {
+    const c = recordingConsumer('strict', { ordering: 'strict' });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    // An id drawn and never used: a sequence jump leaves a hole no transaction owns.
+    await appendEvents(db.sql, 1, undefined, schema); // 1
+    await db.sql`select nextval(${`${schema}.events_id_seq`}::regclass)`; // 2: drawn, never inserted
+    await appendEvents(db.sql, 1, undefined, schema); // 3
+    const horizon = await openTransaction(db.sql); // holds the horizon: 2 cannot burn
+    onTestFinished(() => horizon.rollback());
+    await horizon.xid();
+    for (let i = 0; i < 3; i++) await dispatcher.runOnce();
+    expect(c.ids()).toEqual([1n]); // strict: waits at 2
+    await expect(admin.fenceGap('strict', { eventId: 3n })).rejects.toMatchObject({
+      code: 'SLUICE_NOT_A_GAP',
+    });
+    await admin.fenceGap('strict', { eventId: 2n, reason: 'sequence jump' });
+    await dispatcher.runOnce();
+    expect(c.ids()).toEqual([1n, 3n]); // the tombstone was resolved without the handler
+    await expect(
+      db.sql.unsafe(
+        `insert into "${schema}".events (id, stream_id, type, data) overriding system value values (2, 's', 'Late', '{}')`,
+      ),
+    ).rejects.toMatchObject({ code: '23505' });
+    expect(await auditActions(schema)).toEqual(['fence']);
+  });
+
+  test('fenceGap refuses an id that a running transaction still owns', async () => {
+    const c = recordingConsumer('waiting');
+    const { dispatcher, schema } = await setup([c.consumer]);
+    const admin = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 200 });
+    const writer = await openTransaction(db.sql);
+    onTestFinished(() => writer.rollback());
+    await writer.append([{ streamId: 's', type: 'Held', data: {} }], { schema }); // 1, uncommitted
+    await appendEvents(db.sql, 1, undefined, schema);
+    await dispatcher.runOnce();
+    await expect(admin.fenceGap('waiting', { eventId: 1n })).rejects.toMatchObject({
+      code: 'SLUICE_GAP_HELD',
+    });
+    expect(await auditActions(schema)).toEqual([]);
+  });
+
+  test('collectStaleInstances removes per-instance rows of instances gone longer than the threshold', async () => {
+    const feed: Consumer = { name: 'sse', delivery: 'per-instance', handler: () => undefined };
+    const { admin, schema } = await setup([feed], { instanceId: 'pod-a' });
+    const other = createDispatcher({
+      sql: db.sql,
+      schema,
+      consumers: [feed],
+      instanceId: 'pod-b',
+      logger: silentLogger,
+      listen: false,
+    });
+    await other.ensureRegistered();
+    await db.sql`update ${db.sql(`${schema}.consumers`)} set last_seen_at = now() - interval '2 hours' where instance_id = 'pod-b'`;
+    const { removed } = await admin.collectStaleInstances({ olderThanMs: 3_600_000 });
+    expect(removed.map((r) => r.instanceId)).toEqual(['pod-b']);
+    expect((await admin.listConsumers()).map((c) => c.instanceId)).toEqual(['pod-a']);
+    await expect(admin.collectStaleInstances({ olderThanMs: 5 })).rejects.toMatchObject({
+      code: 'SLUICE_INVALID_OPTION',
+    });
+  });
+
+  test('per-instance consumers need an instanceId when there are several rows', async () => {
+    const feed: Consumer = { name: 'sse', delivery: 'per-instance', handler: () => undefined };
+    const { admin, schema } = await setup([feed], { instanceId: 'pod-a' });
+    const other = createDispatcher({
+      sql: db.sql,
+      schema,
+      consumers: [feed],
+      instanceId: 'pod-b',
+      logger: silentLogger,
+      listen: false,
+    });
+    await other.ensureRegistered();
+    await expect(admin.disable('sse')).rejects.toMatchObject({
+      code: 'SLUICE_INVALID_OPTION',
+      option: 'instanceId',
+    });
+    await admin.disable('sse', { instanceId: 'pod-b' });
+    expect((await admin.listConsumers()).map((c) => [c.instanceId, c.status])).toEqual([
+      ['pod-a', 'idle'],
+      ['pod-b', 'disabled'],
+    ]);
+  });
+
+  test('restart below the retention floor is refused; beginning starts at the oldest kept event', async () => {
+    const c = recordingConsumer('archive');
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 5, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    await prune(db.sql, { before: 4n, schema });
+    await expect(admin.restart('archive', { from: 1n })).rejects.toMatchObject({
+      code: 'SLUICE_BELOW_RETENTION_FLOOR',
+    });
+    await expect(admin.restart('archive', { from: 99n })).rejects.toMatchObject({
+      code: 'SLUICE_BEYOND_HEAD',
+    });
+    expect((await admin.restart('archive', { from: 'beginning' })).cursorAfter).toBe(3n);
+    expect(await auditActions(schema)).toEqual(['prune', 'restart']);
+  });
+
+  test('names with SQL meta-characters are just names', async () => {
+    const name = `x'; drop table events; --"`;
+    const c = recordingConsumer(name);
+    const { admin, schema } = await setup([c.consumer]);
+    await admin.disable(name);
+    expect((await row(schema, name))?.status).toBe('disabled');
+    await expect(admin.enable('')).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION' });
+    await expect(admin.enable('a\u0000b')).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION' });
+  });
+});

@@ -1,0 +1,71 @@
+import { resolveSchemaName, tables, InvalidOptionError, type Sql } from '@sluice/core';
+import { collectStaleInstances } from './actions/collect-stale-instances.js';
+import { fenceGap } from './actions/fence-gap.js';
+import { replayDeadLetters } from './actions/replay-dead-letters.js';
+import { restart } from './actions/restart.js';
+import { disable, enable } from './actions/set-enabled.js';
+import { skip } from './actions/skip-poison.js';
+import type { AdminContext } from './context.js';
+import { diagnose } from './diagnose.js';
+import { listAudit, listConsumers, listDeadLetters, showConsumer } from './read-models.js';
+
+export interface AdminOptions {
+  /** A postgres.js pool on the primary. */
+  sql: Sql;
+  /** @defaultValue 'sluice' */
+  schema?: string;
+  /** How long an action waits for a consumer's row while a turn holds it. @defaultValue 2_000 */
+  lockTimeoutMs?: number;
+  /** The dispatchers' rearmCooldownMs, to tell when a dead consumer re-arms. @defaultValue 300_000 */
+  rearmCooldownMs?: number;
+  /** The dispatchers' maxRearmCount. @defaultValue 3 */
+  maxRearmCount?: number;
+  /** Actor recorded in the audit when an action names none. @defaultValue 'operator' */
+  defaultActor?: string;
+}
+
+/**
+ * Operator actions on consumer state (DESIGN §6), bound to one database and schema. Every action
+ * validates its input, takes the dispatcher's own row lock, and is audited; a refused action
+ * changes nothing.
+ * @throws {InvalidOptionError}
+ */
+export function createAdmin(options: AdminOptions) {
+  if (typeof (options.sql as unknown) !== 'function')
+    throw new InvalidOptionError('sql', 'must be a postgres.js pool');
+  const schema = resolveSchemaName(options.schema);
+  const integer = (value: number | undefined, fallback: number, option: string, min: number) => {
+    const n = value ?? fallback;
+    if (!Number.isSafeInteger(n) || n < min)
+      throw new InvalidOptionError(option, `must be an integer of at least ${min}`);
+    return n;
+  };
+  const ctx: AdminContext = {
+    sql: options.sql,
+    schema,
+    tables: tables(options.sql, schema),
+    lockTimeoutMs: integer(options.lockTimeoutMs, 2_000, 'lockTimeoutMs', 1),
+    rearmCooldownMs: integer(options.rearmCooldownMs, 300_000, 'rearmCooldownMs', 0),
+    maxRearmCount: integer(options.maxRearmCount, 3, 'maxRearmCount', 0),
+    defaultActor: options.defaultActor ?? 'operator',
+  };
+  return {
+    schema,
+    listConsumers: () => listConsumers(ctx),
+    showConsumer: (name: string, o?: Parameters<typeof showConsumer>[2]) => showConsumer(ctx, name, o),
+    diagnose: (name: string, o?: Parameters<typeof diagnose>[2]) => diagnose(ctx, name, o),
+    restart: (name: string, o: Parameters<typeof restart>[2]) => restart(ctx, name, o),
+    disable: (name: string, o?: Parameters<typeof disable>[2]) => disable(ctx, name, o),
+    enable: (name: string, o?: Parameters<typeof enable>[2]) => enable(ctx, name, o),
+    skip: (name: string, o: Parameters<typeof skip>[2]) => skip(ctx, name, o),
+    listDeadLetters: (name: string, o?: Parameters<typeof listDeadLetters>[2]) =>
+      listDeadLetters(ctx, name, o),
+    replayDeadLetters: (name: string, o?: Parameters<typeof replayDeadLetters>[2]) =>
+      replayDeadLetters(ctx, name, o),
+    fenceGap: (name: string, o: Parameters<typeof fenceGap>[2]) => fenceGap(ctx, name, o),
+    collectStaleInstances: (o: Parameters<typeof collectStaleInstances>[1]) => collectStaleInstances(ctx, o),
+    listAudit: (o?: Parameters<typeof listAudit>[1]) => listAudit(ctx, o),
+  };
+}
+
+export type Admin = ReturnType<typeof createAdmin>;

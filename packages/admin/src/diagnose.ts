@@ -1,0 +1,169 @@
+import { listRanges, type StoredRange } from '@sluice/core';
+import { resolveInstance, type AdminContext } from './context.js';
+import { optionalName, showConsumer, type ConsumerSummary } from './read-models.js';
+import { checkName } from './validate.js';
+
+/** A backend (or prepared transaction) that matters to a diagnosis, from pg_stat_activity. */
+export interface Backend {
+  readonly pid: number | null;
+  readonly database: string | null;
+  readonly applicationName: string | null;
+  readonly state: string | null;
+  readonly xactStart: Date | null;
+  readonly xid: bigint | null;
+  /** Set for a prepared transaction (no backend): its global id. */
+  readonly preparedGid: string | null;
+}
+
+export interface Diagnosis {
+  readonly consumer: ConsumerSummary;
+  /** Why it is (not) moving, most important first, in plain words. */
+  readonly findings: readonly string[];
+  readonly oldestGap:
+    | (StoredRange & {
+        readonly ageSeconds: number;
+        /** Transactions below the gap's fence that are still running: they keep it pending. */
+        readonly heldBy: readonly Backend[];
+      })
+    | null;
+  /** The backend holding the consumer's row right now (a turn in progress), if any. */
+  readonly rowLockedBy: Backend | null;
+  /** When the dispatcher may re-arm it (dead consumers with re-arms left). */
+  readonly nextRearmAt: Date | null;
+}
+
+interface BackendRow {
+  pid: number | null;
+  datname: string | null;
+  application_name: string | null;
+  state: string | null;
+  xact_start: Date | null;
+  xid8: string | null;
+  gid: string | null;
+}
+
+/**
+ * Why a consumer is not moving (DESIGN §6): cursor vs head, its oldest pending gap and the
+ * backends whose transactions keep it open, whether a turn holds its row, its last error and
+ * attempts, and when it can be re-armed. Reads only; takes no lock.
+ * @throws {ConsumerNotFoundError}
+ */
+export async function diagnose(
+  ctx: AdminContext,
+  nameInput: string,
+  options: { instanceId?: string } = {},
+): Promise<Diagnosis> {
+  const name = checkName(nameInput, 'name');
+  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const consumer = await showConsumer(ctx, name, { instanceId });
+  const ranges = await ctx.sql.begin((tx) => listRanges(tx, ctx.tables, name, instanceId));
+  const findings: string[] = [];
+  const now = Date.now();
+
+  // xid8 of every backend with an xid, and of prepared transactions: 32-bit xids widened with
+  // the current epoch (one less for those past the wrap point).
+  const holders = await ctx.sql<BackendRow[]>`
+    with s as (select pg_snapshot_xmax(pg_current_snapshot())::text::bigint as xmax8)
+    select a.pid, a.datname, a.application_name, a.state, a.xact_start,
+           (((s.xmax8 >> 32) - case when a.backend_xid::text::bigint > (s.xmax8 & 4294967295) then 1 else 0 end) * 4294967296
+             + a.backend_xid::text::bigint)::text as xid8,
+           null::text as gid
+    from pg_stat_activity a, s where a.backend_xid is not null
+    union all
+    select null, p.database, null, 'prepared', p.prepared,
+           (((s.xmax8 >> 32) - case when p.transaction::text::bigint > (s.xmax8 & 4294967295) then 1 else 0 end) * 4294967296
+             + p.transaction::text::bigint)::text,
+           p.gid
+    from pg_prepared_xacts p, s`;
+  const backend = (r: BackendRow): Backend => ({
+    pid: r.pid,
+    database: r.datname,
+    applicationName: r.application_name,
+    state: r.state,
+    xactStart: r.xact_start,
+    xid: r.xid8 === null ? null : BigInt(r.xid8),
+    preparedGid: r.gid,
+  });
+
+  let oldestGap: Diagnosis['oldestGap'] = null;
+  const oldest = [...ranges].sort((a, b) => ((a.fence ?? 2n ** 63n) < (b.fence ?? 2n ** 63n) ? -1 : 1))[0];
+  if (oldest) {
+    const heldBy =
+      oldest.fence === null
+        ? []
+        : holders.filter((h) => h.xid8 !== null && BigInt(h.xid8) < (oldest.fence as bigint)).map(backend);
+    oldestGap = { ...oldest, ageSeconds: (now - oldest.observedAt.getTime()) / 1000, heldBy };
+  }
+
+  const [lock] = await ctx.sql<{ locker: string | null }[]>`
+    select case when c.xmax::text <> '0' then c.xmax::text end as locker
+    from ${ctx.tables.consumers} c where c.name = ${name} and c.instance_id = ${instanceId}`;
+  const lockerXid = lock?.locker ? BigInt(lock.locker) : null;
+  const lockerRow =
+    lockerXid === null
+      ? undefined
+      : holders.find((h) => h.xid8 !== null && (BigInt(h.xid8) & 0xffffffffn) === lockerXid);
+  const rowLockedBy = lockerRow ? backend(lockerRow) : null;
+
+  const nextRearmAt =
+    consumer.status === 'dead' && consumer.rearmCount < ctx.maxRearmCount
+      ? new Date(consumer.updatedAt.getTime() + ctx.rearmCooldownMs)
+      : null;
+
+  if (consumer.status === 'dead') {
+    findings.push(
+      `dead after ${consumer.attempts} failed attempt(s) on event ${consumer.stuckEventId ?? '?'}: ${consumer.lastError ?? 'no error recorded'}`,
+    );
+    findings.push(
+      nextRearmAt
+        ? `will be re-armed automatically at ${nextRearmAt.toISOString()} (re-arm ${consumer.rearmCount + 1}); or skip the event / restart it`
+        : 'automatic re-arms are used up: skip the poison event or restart the consumer',
+    );
+  } else if (consumer.status === 'disabled') {
+    findings.push(
+      `disabled${consumer.disabledUntil ? ` until ${consumer.disabledUntil.toISOString()}` : ''}${consumer.disabledReason ? `: ${consumer.disabledReason}` : ''}`,
+    );
+  } else if (consumer.attempts > 0) {
+    findings.push(
+      `retrying event ${consumer.stuckEventId ?? '?'} (attempt ${consumer.attempts} failed): ${consumer.lastError ?? ''}`,
+    );
+  }
+  if (consumer.failureCategory && consumer.failureCategory !== 'handler' && consumer.lastErrorAt) {
+    findings.push(
+      `last infrastructure failure (${consumer.failureCategory}) at ${consumer.lastErrorAt.toISOString()}: ${consumer.lastError ?? ''}; the failing process backs off (1 s doubling to 60 s)`,
+    );
+  }
+  if (consumer.lagEvents > 0n) {
+    findings.push(
+      `${consumer.lagEvents} event(s) behind the head (${consumer.head})` +
+        (consumer.lastProgressAt
+          ? `, last progress ${consumer.lastProgressAt.toISOString()}`
+          : ', no progress recorded yet'),
+    );
+  } else {
+    findings.push('at the log head');
+  }
+  if (oldestGap) {
+    const holdersText = oldestGap.heldBy
+      .map((b) =>
+        b.preparedGid !== null
+          ? `prepared transaction "${b.preparedGid}"`
+          : `pid ${b.pid ?? '?'} (${b.applicationName || 'no application_name'}, ${b.state ?? '?'}, in ${b.database ?? '?'}, transaction since ${b.xactStart?.toISOString() ?? '?'})`,
+      )
+      .join('; ');
+    findings.push(
+      `${consumer.pendingGaps} pending gap range(s); the oldest, ids ${oldestGap.from}–${oldestGap.to}, is ${Math.round(oldestGap.ageSeconds)} s old` +
+        (oldestGap.fence === null
+          ? ' and not fenced yet (the next turn does it)'
+          : oldestGap.heldBy.length > 0
+            ? ` and held open by: ${holdersText}`
+            : ' and no transaction holds it any more: the next turn resolves it'),
+    );
+  }
+  if (rowLockedBy) {
+    findings.push(
+      `a turn holds its row now: pid ${rowLockedBy.pid ?? '?'} (${rowLockedBy.applicationName || 'no application_name'})`,
+    );
+  }
+  return { consumer, findings, oldestGap, rowLockedBy, nextRearmAt };
+}

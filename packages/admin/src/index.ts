@@ -1,0 +1,19 @@
+export { createAdmin } from './create-admin.js';
+export { parseEventId } from './validate.js';
+
+export type { Admin, AdminOptions } from './create-admin.js';
+export type { StaleInstance } from './actions/collect-stale-instances.js';
+export type { FenceOptions } from './actions/fence-gap.js';
+export type { ReplayOptions, ReplayResult } from './actions/replay-dead-letters.js';
+export type { RestartOptions } from './actions/restart.js';
+export type { ActionOptions, ActionResult } from './actions/result.js';
+export type { DisableOptions } from './actions/set-enabled.js';
+export type { SkipOptions } from './actions/skip-poison.js';
+export type { Backend, Diagnosis } from './diagnose.js';
+export type {
+  AuditRecord,
+  ConsumerDetail,
+  ConsumerStatus,
+  ConsumerSummary,
+  DeadLetter,
+} from './read-models.js';

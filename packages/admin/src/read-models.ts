@@ -1,0 +1,254 @@
+import { listRanges, type StoredRange } from '@sluice/core';
+import { resolveInstance, type AdminContext } from './context.js';
+import { checkLimit, checkName, checkText } from './validate.js';
+
+export type ConsumerStatus = 'idle' | 'processing' | 'dead' | 'disabled';
+
+/** One cursor row as operators see it. */
+export interface ConsumerSummary {
+  readonly name: string;
+  /** '*' for a shared consumer, else the instance that owns this cursor. */
+  readonly instanceId: string;
+  readonly status: ConsumerStatus;
+  readonly cursor: bigint;
+  readonly head: bigint;
+  readonly lagEvents: bigint;
+  /** Age of the oldest event not reached yet; null when at the head. */
+  readonly lagSeconds: number | null;
+  readonly pendingGaps: number;
+  readonly oldestGapAgeSeconds: number | null;
+  readonly attempts: number;
+  readonly stuckEventId: bigint | null;
+  readonly lastError: string | null;
+  readonly lastErrorAt: Date | null;
+  readonly failureCategory: string | null;
+  readonly rearmCount: number;
+  readonly disabledUntil: Date | null;
+  readonly disabledReason: string | null;
+  readonly lastSeenAt: Date | null;
+  readonly lastProgressAt: Date | null;
+  readonly updatedAt: Date;
+  /** Dead letters not replayed yet. */
+  readonly deadLetters: number;
+}
+
+interface SummaryRow {
+  name: string;
+  instance_id: string;
+  status: ConsumerStatus;
+  cursor: string;
+  head: string;
+  lag_seconds: number | null;
+  gap_count: number;
+  oldest_gap_age: number | null;
+  attempts: number;
+  stuck_event_id: string | null;
+  last_error: string | null;
+  last_error_at: Date | null;
+  failure_category: string | null;
+  rearm_count: number;
+  disabled_until: Date | null;
+  disabled_reason: string | null;
+  last_seen_at: Date | null;
+  last_progress_at: Date | null;
+  updated_at: Date;
+  dead_letters: number;
+}
+
+async function summaries(ctx: AdminContext, name?: string): Promise<ConsumerSummary[]> {
+  const t = ctx.tables;
+  const rows = await ctx.sql<SummaryRow[]>`
+    select c.name, c.instance_id, c.status, c.cursor::text, h.head::text,
+           case when c.cursor < h.head then
+             (select extract(epoch from now() - e.created_at)::float8 from ${t.events} e
+              where e.id > c.cursor order by e.id limit 1)
+           end as lag_seconds,
+           c.gap_count, extract(epoch from now() - c.oldest_gap_at)::float8 as oldest_gap_age,
+           c.attempts, c.stuck_event_id::text, c.last_error, c.last_error_at, c.failure_category, c.rearm_count,
+           c.disabled_until, c.disabled_reason, c.last_seen_at, c.last_progress_at, c.updated_at,
+           (select count(*)::int from ${t.deadLetters} d
+            where d.consumer_name = c.name and d.instance_id = c.instance_id and d.replayed_at is null) as dead_letters
+    from ${t.consumers} c
+    cross join (select coalesce(max(id), 0) as head from ${t.events}) h
+    where ${name === undefined} or c.name = ${name ?? ''}
+    order by c.name, c.instance_id`;
+  return rows.map(toSummary);
+}
+
+function toSummary(r: SummaryRow): ConsumerSummary {
+  const cursor = BigInt(r.cursor);
+  const head = BigInt(r.head);
+  return {
+    name: r.name,
+    instanceId: r.instance_id,
+    status: r.status,
+    cursor,
+    head,
+    lagEvents: cursor < head ? head - cursor : 0n,
+    lagSeconds: r.lag_seconds,
+    pendingGaps: r.gap_count,
+    oldestGapAgeSeconds: r.oldest_gap_age,
+    attempts: r.attempts,
+    stuckEventId: r.stuck_event_id === null ? null : BigInt(r.stuck_event_id),
+    lastError: r.last_error,
+    lastErrorAt: r.last_error_at,
+    failureCategory: r.failure_category,
+    rearmCount: r.rearm_count,
+    disabledUntil: r.disabled_until,
+    disabledReason: r.disabled_reason,
+    lastSeenAt: r.last_seen_at,
+    lastProgressAt: r.last_progress_at,
+    updatedAt: r.updated_at,
+    deadLetters: r.dead_letters,
+  };
+}
+
+/** Every cursor row: status, cursor, head, lag, gaps, errors, instance rows. */
+export function listConsumers(ctx: AdminContext): Promise<ConsumerSummary[]> {
+  return summaries(ctx);
+}
+
+export interface ConsumerDetail extends ConsumerSummary {
+  /** The first pending gap ranges (at most 100), oldest first. */
+  readonly gaps: readonly StoredRange[];
+}
+
+/** One cursor row with its first pending gaps. @throws {ConsumerNotFoundError} */
+export async function showConsumer(
+  ctx: AdminContext,
+  nameInput: string,
+  options: { instanceId?: string } = {},
+): Promise<ConsumerDetail> {
+  const name = checkName(nameInput, 'name');
+  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const summary = (await summaries(ctx, name)).find((s) => s.instanceId === instanceId);
+  if (!summary) throw new Error(`consumer ${name} vanished while being read`);
+  const gaps = (await ctx.sql.begin((tx) => listRanges(tx, ctx.tables, name, instanceId))).slice(0, 100);
+  return { ...summary, gaps };
+}
+
+export interface DeadLetter {
+  readonly id: bigint;
+  readonly consumer: string;
+  readonly instanceId: string;
+  readonly eventId: bigint;
+  readonly streamId: string;
+  readonly type: string;
+  readonly data: Record<string, unknown>;
+  readonly metadata: Record<string, unknown>;
+  readonly eventCreatedAt: Date;
+  readonly reason: 'apply-error' | 'operator-skip';
+  readonly error: string | null;
+  readonly attempts: number;
+  readonly createdAt: Date;
+  readonly replayRequestedAt: Date | null;
+  readonly replayedAt: Date | null;
+}
+
+interface DeadLetterRow {
+  id: string;
+  consumer_name: string;
+  instance_id: string;
+  event_id: string;
+  stream_id: string;
+  type: string;
+  data: Record<string, unknown>;
+  metadata: Record<string, unknown>;
+  event_created_at: Date;
+  reason: 'apply-error' | 'operator-skip';
+  error: string | null;
+  attempts: number;
+  created_at: Date;
+  replay_requested_at: Date | null;
+  replayed_at: Date | null;
+}
+
+/** A consumer's dead letters, newest first. @throws {ConsumerNotFoundError} */
+export async function listDeadLetters(
+  ctx: AdminContext,
+  nameInput: string,
+  options: { instanceId?: string; limit?: number } = {},
+): Promise<DeadLetter[]> {
+  const name = checkName(nameInput, 'name');
+  const limit = checkLimit(options.limit);
+  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const rows = await ctx.sql<DeadLetterRow[]>`
+    select d.id::text, d.consumer_name, d.instance_id, d.event_id::text, d.stream_id, d.type, d.data, d.metadata,
+           d.event_created_at, d.reason, d.error, d.attempts, d.created_at, d.replay_requested_at, d.replayed_at
+    from ${ctx.tables.deadLetters} d
+    where d.consumer_name = ${name} and d.instance_id = ${instanceId}
+    order by d.id desc limit ${limit}`;
+  return rows.map((r) => ({
+    id: BigInt(r.id),
+    consumer: r.consumer_name,
+    instanceId: r.instance_id,
+    eventId: BigInt(r.event_id),
+    streamId: r.stream_id,
+    type: r.type,
+    data: r.data,
+    metadata: r.metadata,
+    eventCreatedAt: r.event_created_at,
+    reason: r.reason,
+    error: r.error,
+    attempts: r.attempts,
+    createdAt: r.created_at,
+    replayRequestedAt: r.replay_requested_at,
+    replayedAt: r.replayed_at,
+  }));
+}
+
+export interface AuditRecord {
+  readonly id: bigint;
+  readonly at: Date;
+  readonly actor: string;
+  readonly action: string;
+  readonly consumer: string | null;
+  readonly instanceId: string | null;
+  readonly cursorBefore: bigint | null;
+  readonly cursorAfter: bigint | null;
+  readonly details: Record<string, unknown>;
+}
+
+/** The audit trail, newest first, optionally for one consumer. */
+export async function listAudit(
+  ctx: AdminContext,
+  options: { consumer?: string; limit?: number } = {},
+): Promise<AuditRecord[]> {
+  const consumer = options.consumer === undefined ? undefined : checkName(options.consumer, 'consumer');
+  const limit = checkLimit(options.limit);
+  const rows = await ctx.sql<
+    {
+      id: string;
+      at: Date;
+      actor: string;
+      action: string;
+      consumer_name: string | null;
+      instance_id: string | null;
+      cursor_before: string | null;
+      cursor_after: string | null;
+      details: Record<string, unknown>;
+    }[]
+  >`
+    select a.id::text, a.at, a.actor, a.action, a.consumer_name, a.instance_id,
+           a.cursor_before::text, a.cursor_after::text, a.details
+    from ${ctx.tables.audit} a
+    where ${consumer === undefined} or a.consumer_name = ${consumer ?? ''}
+    order by a.id desc limit ${limit}`;
+  return rows.map((r) => ({
+    id: BigInt(r.id),
+    at: r.at,
+    actor: r.actor,
+    action: r.action,
+    consumer: r.consumer_name,
+    instanceId: r.instance_id,
+    cursorBefore: r.cursor_before === null ? null : BigInt(r.cursor_before),
+    cursorAfter: r.cursor_after === null ? null : BigInt(r.cursor_after),
+    details: r.details,
+  }));
+}
+
+export function optionalName(value: unknown): string | undefined {
+  return value === undefined ? undefined : checkName(value, 'instanceId');
+}
+
+export { checkText };
