@@ -1,0 +1,78 @@
+import { InvalidOptionError, type DispatcherOptions, type Logger } from '@sluice/core';
+import type { FastifyRequest } from 'fastify';
+
+/** What operators see of an event payload (dead letters), after redaction. */
+export interface RedactInput {
+  readonly type: string;
+  readonly streamId: string;
+  readonly data: Record<string, unknown>;
+  readonly metadata: Record<string, unknown>;
+}
+
+export interface OpsOptions {
+  /** Where the ops routes and the dashboard live. @defaultValue '/sluice' */
+  prefix?: string;
+  /**
+   * Authenticates an ops request: resolves to the actor (recorded in the audit), or to
+   * undefined/false (or throws) to answer 401. Required unless `insecure`.
+   */
+  auth?: (request: FastifyRequest) => string | false | undefined | Promise<string | false | undefined>;
+  /** Serve ops routes without authentication: local development only, logged loudly at boot. */
+  insecure?: boolean;
+  /** Write routes answer 405; reads still work. @defaultValue false */
+  readOnly?: boolean;
+  /** Applied to every event payload before an operator sees it. @defaultValue shown unchanged */
+  redact?: (event: RedactInput) => { data: unknown; metadata: unknown };
+  /** How long an action waits for a consumer row a turn holds. @defaultValue 2_000 */
+  lockTimeoutMs?: number;
+}
+
+export interface SluicePluginOptions extends Omit<DispatcherOptions, 'logger'> {
+  /** @defaultValue the Fastify instance's logger */
+  logger?: Logger;
+  /** Run the migrations in onReady, before the dispatcher starts. @defaultValue true */
+  migrate?: boolean;
+  /** Register the ops routes (never open by default: they need `auth` or `insecure`). */
+  ops?: OpsOptions;
+}
+
+export interface ResolvedOps {
+  readonly prefix: string;
+  readonly auth: OpsOptions['auth'];
+  readonly insecure: boolean;
+  readonly readOnly: boolean;
+  readonly redact: NonNullable<OpsOptions['redact']>;
+  readonly lockTimeoutMs: number;
+}
+
+/**
+ * Validates the ops options. Ops routes are never open by default (DESIGN §8): without `auth`
+ * they need an explicit `insecure: true`.
+ * @throws {InvalidOptionError}
+ */
+export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined {
+  if (ops === undefined) return undefined;
+  const prefix = ops.prefix ?? '/sluice';
+  if (typeof prefix !== 'string' || !/^\/[A-Za-z0-9._~\-/]*$/.test(prefix)) {
+    throw new InvalidOptionError('ops.prefix', "must be a path starting with '/'");
+  }
+  if (ops.auth !== undefined && typeof ops.auth !== 'function') {
+    throw new InvalidOptionError('ops.auth', 'must be a function (request) => actor | undefined');
+  }
+  const insecure = ops.insecure === true;
+  if (ops.auth === undefined && !insecure) {
+    throw new InvalidOptionError(
+      'ops.auth',
+      'is required to register the ops routes (they can restart consumers and skip events); ' +
+        'pass ops.auth, or ops.insecure: true for local development only',
+    );
+  }
+  return {
+    prefix: prefix.replace(/\/$/, '') || '/',
+    auth: ops.auth,
+    insecure,
+    readOnly: ops.readOnly === true,
+    redact: ops.redact ?? ((event) => ({ data: event.data, metadata: event.metadata })),
+    lockTimeoutMs: ops.lockTimeoutMs ?? 2_000,
+  };
+}

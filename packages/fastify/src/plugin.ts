@@ -1,0 +1,77 @@
+import { createAdmin } from '@sluice/admin';
+import {
+  append,
+  createDispatcher,
+  migrate as runMigrations,
+  resolveSchemaName,
+  transaction,
+  type Logger,
+} from '@sluice/core';
+import type { FastifyInstance } from 'fastify';
+import { opsRoutes } from './ops-routes.js';
+import { resolveOps, type SluicePluginOptions } from './options.js';
+import type { SluiceDecorator } from './type-augmentation.js';
+
+/**
+ * Wires a Sluice dispatcher into a Fastify app (DESIGN §8): decorates `app.sluice`, migrates and
+ * starts the dispatcher in onReady, stops it (waiting for running handlers) in onClose, and
+ * registers the ops routes when `ops` is given.
+ * @throws {InvalidOptionError} at registration, for bad options or ops routes without auth
+ */
+export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOptions): Promise<void> {
+  const { migrate = true, ops: opsInput, logger: loggerInput, ...dispatcherOptions } = options;
+  const ops = resolveOps(opsInput);
+  // Fastify's pino logger has Sluice's logger shape: (fields, message).
+  const logger: Logger = loggerInput ?? app.log;
+  const schema = resolveSchemaName(dispatcherOptions.schema);
+  const dispatcher = createDispatcher({ ...dispatcherOptions, logger });
+  const admin = createAdmin({
+    sql: dispatcherOptions.sql,
+    schema,
+    ...(ops ? { lockTimeoutMs: ops.lockTimeoutMs } : {}),
+    ...(dispatcherOptions.rearmCooldownMs === undefined
+      ? {}
+      : { rearmCooldownMs: dispatcherOptions.rearmCooldownMs }),
+    ...(dispatcherOptions.maxRearmCount === undefined
+      ? {}
+      : { maxRearmCount: dispatcherOptions.maxRearmCount }),
+  });
+  let running = false;
+
+  const decorator: SluiceDecorator = {
+    dispatcher,
+    admin,
+    schema,
+    append: (tx, events, appendOptions = {}) => append(tx, events, { ...appendOptions, schema }),
+    transaction: (fn) => transaction(dispatcherOptions.sql, fn),
+  };
+  app.decorate('sluice', decorator);
+
+  app.addHook('onReady', async () => {
+    if (migrate) await runMigrations(dispatcherOptions.sql, { schema, logger });
+    await dispatcher.start();
+    running = true;
+  });
+  app.addHook('onClose', async () => {
+    running = false;
+    await dispatcher.stop();
+  });
+
+  if (ops) {
+    if (ops.insecure) {
+      app.log.warn(
+        { prefix: ops.prefix },
+        'SLUICE OPS ROUTES ARE OPEN WITHOUT AUTHENTICATION (ops.insecure): anyone who can reach this server can ' +
+          'restart consumers and skip events. Use this for local development only.',
+      );
+    }
+    await app.register(opsRoutes, {
+      prefix: ops.prefix,
+      admin,
+      dispatcher,
+      ops,
+      isRunning: () => running,
+      listenExpected: dispatcherOptions.listen !== false,
+    });
+  }
+}

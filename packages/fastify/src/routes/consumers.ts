@@ -1,0 +1,180 @@
+import type { FastifyInstance } from 'fastify';
+import { toJson } from '../json.js';
+import {
+  actionResult,
+  consumerDetail,
+  consumerSummary,
+  diagnosis,
+  disableBody,
+  enableBody,
+  errorResponses,
+  eventBody,
+  instanceQuery,
+  nameParams,
+  restartBody,
+} from '../schemas.js';
+import type { OpsContext } from './context.js';
+
+interface NameParams {
+  name: string;
+}
+interface InstanceQuery {
+  instance?: string;
+}
+interface ActionBody {
+  instanceId?: string;
+  reason?: string;
+}
+
+const instanceOf = (query: InstanceQuery, body?: ActionBody) => {
+  const instanceId = body?.instanceId ?? query.instance;
+  return instanceId === undefined ? {} : { instanceId };
+};
+const reasonOf = (body?: ActionBody) => (body?.reason === undefined ? {} : { reason: body.reason });
+
+/** Consumers: list, show, diagnose, and the write actions (DESIGN §6, §8). */
+export function consumerRoutes(app: FastifyInstance, { admin }: OpsContext): void {
+  app.get('/consumers', {
+    schema: { response: { 200: { type: 'array', items: consumerSummary }, ...errorResponses } },
+    handler: async () => toJson(await admin.listConsumers()),
+  });
+
+  app.get<{ Params: NameParams; Querystring: InstanceQuery }>('/consumers/:name', {
+    schema: {
+      params: nameParams,
+      querystring: instanceQuery,
+      response: { 200: consumerDetail, ...errorResponses },
+    },
+    handler: async (request) =>
+      toJson(await admin.showConsumer(request.params.name, instanceOf(request.query))),
+  });
+
+  app.get<{ Params: NameParams; Querystring: InstanceQuery }>('/consumers/:name/diagnose', {
+    schema: {
+      params: nameParams,
+      querystring: instanceQuery,
+      response: { 200: diagnosis, ...errorResponses },
+    },
+    handler: async (request) => toJson(await admin.diagnose(request.params.name, instanceOf(request.query))),
+  });
+
+  app.post<{ Params: NameParams; Querystring: InstanceQuery; Body: ActionBody & { from: string } }>(
+    '/consumers/:name/restart',
+    {
+      config: { write: true },
+      schema: {
+        params: nameParams,
+        querystring: instanceQuery,
+        body: restartBody,
+        response: { 200: actionResult, ...errorResponses },
+      },
+      handler: async (request) => {
+        const { from } = request.body;
+        return toJson(
+          await admin.restart(request.params.name, {
+            from: from === 'beginning' || from === 'now' ? from : BigInt(from),
+            actor: request.sluiceActor,
+            ...instanceOf(request.query, request.body),
+            ...reasonOf(request.body),
+          }),
+        );
+      },
+    },
+  );
+
+  app.post<{
+    Params: NameParams;
+    Querystring: InstanceQuery;
+    Body: (ActionBody & { until?: string; forMs?: number }) | undefined;
+  }>('/consumers/:name/disable', {
+    config: { write: true },
+    schema: {
+      params: nameParams,
+      querystring: instanceQuery,
+      body: disableBody,
+      response: { 200: actionResult, ...errorResponses },
+    },
+    handler: async (request) => {
+      const body = request.body ?? {};
+      const until =
+        body.until !== undefined
+          ? new Date(body.until)
+          : body.forMs !== undefined
+            ? new Date(Date.now() + body.forMs)
+            : undefined;
+      return toJson(
+        await admin.disable(request.params.name, {
+          actor: request.sluiceActor,
+          ...(until === undefined ? {} : { until }),
+          ...instanceOf(request.query, body),
+          ...reasonOf(body),
+        }),
+      );
+    },
+  });
+
+  app.post<{ Params: NameParams; Querystring: InstanceQuery; Body: ActionBody | undefined }>(
+    '/consumers/:name/enable',
+    {
+      config: { write: true },
+      schema: {
+        params: nameParams,
+        querystring: instanceQuery,
+        body: enableBody,
+        response: { 200: actionResult, ...errorResponses },
+      },
+      handler: async (request) =>
+        toJson(
+          await admin.enable(request.params.name, {
+            actor: request.sluiceActor,
+            ...instanceOf(request.query, request.body),
+            ...reasonOf(request.body),
+          }),
+        ),
+    },
+  );
+
+  app.post<{ Params: NameParams; Querystring: InstanceQuery; Body: ActionBody & { eventId: string } }>(
+    '/consumers/:name/skip',
+    {
+      config: { write: true },
+      schema: {
+        params: nameParams,
+        querystring: instanceQuery,
+        body: eventBody,
+        response: { 200: actionResult, ...errorResponses },
+      },
+      handler: async (request) =>
+        toJson(
+          await admin.skip(request.params.name, {
+            eventId: BigInt(request.body.eventId),
+            actor: request.sluiceActor,
+            ...instanceOf(request.query, request.body),
+            ...reasonOf(request.body),
+          }),
+        ),
+    },
+  );
+
+  app.post<{ Params: NameParams; Querystring: InstanceQuery; Body: ActionBody & { eventId: string } }>(
+    '/consumers/:name/fence',
+    {
+      config: { write: true },
+      schema: {
+        params: nameParams,
+        querystring: instanceQuery,
+        body: eventBody,
+        response: { 200: actionResult, ...errorResponses },
+      },
+      handler: async (request) =>
+        toJson(
+          await admin.fenceGap(request.params.name, {
+            eventId: BigInt(request.body.eventId),
+            actor: request.sluiceActor,
+            ...instanceOf(request.query, request.body),
+            ...reasonOf(request.body),
+          }),
+        ),
+    },
+  );
+}

@@ -1,0 +1,73 @@
+import type { FastifyInstance } from 'fastify';
+import { toJson } from '../json.js';
+import { deadLetter, errorResponses, listQuery, nameParams, replayBody, replayResult } from '../schemas.js';
+import type { OpsContext } from './context.js';
+
+interface NameParams {
+  name: string;
+}
+
+/** Dead letters: list (payloads redacted) and replay. */
+export function deadLetterRoutes(app: FastifyInstance, { admin, ops }: OpsContext): void {
+  app.get<{ Params: NameParams; Querystring: { instance?: string; limit?: number } }>(
+    '/consumers/:name/dead-letters',
+    {
+      schema: {
+        params: nameParams,
+        querystring: listQuery,
+        response: { 200: { type: 'array', items: deadLetter }, ...errorResponses },
+      },
+      handler: async (request) => {
+        const { instance, limit } = request.query;
+        const letters = await admin.listDeadLetters(request.params.name, {
+          ...(instance === undefined ? {} : { instanceId: instance }),
+          ...(limit === undefined ? {} : { limit }),
+        });
+        return toJson(
+          letters.map((letter) => ({
+            ...letter,
+            ...ops.redact({
+              type: letter.type,
+              streamId: letter.streamId,
+              data: letter.data,
+              metadata: letter.metadata,
+            }),
+          })),
+        );
+      },
+    },
+  );
+
+  app.post<{
+    Params: NameParams;
+    Querystring: { instance?: string };
+    Body:
+      { ids?: string[]; limit?: number; dryRun?: boolean; instanceId?: string; reason?: string } | undefined;
+  }>('/consumers/:name/dead-letters/replay', {
+    config: { write: true },
+    schema: {
+      params: nameParams,
+      querystring: {
+        type: 'object',
+        properties: { instance: nameParams.properties.name },
+        additionalProperties: false,
+      },
+      body: replayBody,
+      response: { 200: replayResult, ...errorResponses },
+    },
+    handler: async (request) => {
+      const body = request.body ?? {};
+      const instanceId = body.instanceId ?? request.query.instance;
+      return toJson(
+        await admin.replayDeadLetters(request.params.name, {
+          actor: request.sluiceActor,
+          ...(body.ids === undefined ? {} : { ids: body.ids.map((id) => BigInt(id)) }),
+          ...(body.limit === undefined ? {} : { limit: body.limit }),
+          ...(body.dryRun === undefined ? {} : { dryRun: body.dryRun }),
+          ...(instanceId === undefined ? {} : { instanceId }),
+          ...(body.reason === undefined ? {} : { reason: body.reason }),
+        }),
+      );
+    },
+  });
+}
