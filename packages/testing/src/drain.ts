@@ -1,3 +1,4 @@
+import { createAdmin } from '@sluice/admin';
 import type { Dispatcher, PassResult } from '@sluice/core';
 import { setTimeout as delay } from 'node:timers/promises';
 
@@ -13,7 +14,8 @@ const SETTLED_SKIPS = new Set(['dead', 'disabled', 'feature-off']);
  * Runs passes until one processes nothing, fails nothing, and leaves every live consumer at the
  * log head with no pending gap. Returns the passes. Waits on the database, never on a fixed sleep;
  * between idle passes it yields for a few milliseconds so it does not spin.
- * @throws when the dispatcher is still busy after `timeoutMs`, with the last pass's state
+ * @throws when the dispatcher is still busy after `timeoutMs`, with `diagnose` of each unsettled
+ * consumer: why it is not moving, and which backend holds its gaps open
  */
 export async function drainUntilIdle(
   dispatcher: Dispatcher,
@@ -25,16 +27,34 @@ export async function drainUntilIdle(
   for (;;) {
     const pass = await dispatcher.runOnce();
     passes.push(pass);
-    const settled = Object.values(pass.byConsumer).every(
-      (c) => (c.skipped !== undefined && SETTLED_SKIPS.has(c.skipped)) || (c.pendingGaps === 0 && !c.behind),
+    const unsettled = Object.entries(pass.byConsumer).filter(
+      ([, c]) =>
+        !((c.skipped !== undefined && SETTLED_SKIPS.has(c.skipped)) || (c.pendingGaps === 0 && !c.behind)),
     );
-    if (pass.processed === 0 && pass.failed === 0 && settled) return passes;
+    if (pass.processed === 0 && pass.failed === 0 && unsettled.length === 0) return passes;
     if (Date.now() > deadline) {
       throw new Error(
-        `drainUntilIdle: the dispatcher is still busy after ${timeoutMs} ms (${passes.length} passes). ` +
-          `Last pass: ${JSON.stringify(pass.byConsumer)}`,
+        `drainUntilIdle: the dispatcher is still busy after ${timeoutMs} ms (${passes.length} passes).\n` +
+          (await explain(
+            dispatcher,
+            unsettled.map(([name]) => name),
+          )),
       );
     }
     if (pass.processed === 0) await delay(5);
   }
+}
+
+async function explain(dispatcher: Dispatcher, names: readonly string[]): Promise<string> {
+  const admin = createAdmin({ sql: dispatcher.sql, schema: dispatcher.schema });
+  const lines: string[] = [];
+  for (const name of names) {
+    try {
+      const diagnosis = await admin.diagnose(name);
+      lines.push(`${name}:`, ...diagnosis.findings.map((finding) => `  - ${finding}`));
+    } catch (error) {
+      lines.push(`${name}: could not diagnose (${(error as Error).message})`);
+    }
+  }
+  return lines.join('\n');
 }

@@ -1,6 +1,7 @@
 import { messageOf, SluiceError } from '../errors.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
+import type { Sql } from '../sql-types.js';
 import { registerConsumers } from '../queries/consumers.js';
 import { tables } from '../schema/tables.js';
 import { verifySchema } from '../schema/verify-schema.js';
@@ -26,6 +27,10 @@ export interface Dispatcher {
   /** (Re-)creates missing consumer rows, e.g. after a test truncated them. Never moves a cursor. */
   ensureRegistered(): Promise<void>;
   readonly consumers: readonly Consumer[];
+  /** The pool the dispatcher uses (operators' tools and test helpers reuse it). */
+  readonly sql: Sql;
+  /** The Sluice schema it dispatches from. */
+  readonly schema: string;
   /** Whether LISTEN is connected right now (false when listen is off or before start()). */
   readonly listenConnected: boolean;
 }
@@ -192,6 +197,8 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
 
   return {
     consumers: options.consumers.map((c) => c.definition),
+    sql,
+    schema: options.schema,
     get listenConnected() {
       return listenConnected;
     },
