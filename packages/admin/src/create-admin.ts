@@ -1,4 +1,11 @@
-import { resolveSchemaName, tables, InvalidOptionError, type Sql } from '@sluice/core';
+import {
+  InvalidOptionError,
+  resolveSchemaName,
+  SchemaNotMigratedError,
+  sqlStateOf,
+  tables,
+  type Sql,
+} from '@sluice/core';
 import { collectStaleInstances } from './actions/collect-stale-instances.js';
 import { fenceGap } from './actions/fence-gap.js';
 import { replayDeadLetters } from './actions/replay-dead-letters.js';
@@ -8,6 +15,7 @@ import { skip } from './actions/skip-poison.js';
 import type { AdminContext } from './context.js';
 import { diagnose } from './diagnose.js';
 import { listAudit, listConsumers, listDeadLetters, showConsumer } from './read-models.js';
+import { checkText } from './validate.js';
 
 export interface AdminOptions {
   /** A postgres.js pool on the primary. */
@@ -47,24 +55,42 @@ export function createAdmin(options: AdminOptions) {
     lockTimeoutMs: integer(options.lockTimeoutMs, 2_000, 'lockTimeoutMs', 1),
     rearmCooldownMs: integer(options.rearmCooldownMs, 300_000, 'rearmCooldownMs', 0),
     maxRearmCount: integer(options.maxRearmCount, 3, 'maxRearmCount', 0),
-    defaultActor: options.defaultActor ?? 'operator',
+    defaultActor: checkText(options.defaultActor, 'defaultActor', 200) ?? 'operator',
   };
+  // A missing table or schema means this database was never migrated: say so in Sluice's terms.
+  const explained =
+    <A extends unknown[], R>(action: (...args: A) => Promise<R>) =>
+    async (...args: A): Promise<R> => {
+      try {
+        return await action(...args);
+      } catch (error) {
+        const state = sqlStateOf(error);
+        if (state === '42P01' || state === '3F000') throw new SchemaNotMigratedError(schema);
+        throw error;
+      }
+    };
   return {
     schema,
-    listConsumers: () => listConsumers(ctx),
-    showConsumer: (name: string, o?: Parameters<typeof showConsumer>[2]) => showConsumer(ctx, name, o),
-    diagnose: (name: string, o?: Parameters<typeof diagnose>[2]) => diagnose(ctx, name, o),
-    restart: (name: string, o: Parameters<typeof restart>[2]) => restart(ctx, name, o),
-    disable: (name: string, o?: Parameters<typeof disable>[2]) => disable(ctx, name, o),
-    enable: (name: string, o?: Parameters<typeof enable>[2]) => enable(ctx, name, o),
-    skip: (name: string, o: Parameters<typeof skip>[2]) => skip(ctx, name, o),
-    listDeadLetters: (name: string, o?: Parameters<typeof listDeadLetters>[2]) =>
+    listConsumers: explained(() => listConsumers(ctx)),
+    showConsumer: explained((name: string, o?: Parameters<typeof showConsumer>[2]) =>
+      showConsumer(ctx, name, o),
+    ),
+    diagnose: explained((name: string, o?: Parameters<typeof diagnose>[2]) => diagnose(ctx, name, o)),
+    restart: explained((name: string, o: Parameters<typeof restart>[2]) => restart(ctx, name, o)),
+    disable: explained((name: string, o?: Parameters<typeof disable>[2]) => disable(ctx, name, o)),
+    enable: explained((name: string, o?: Parameters<typeof enable>[2]) => enable(ctx, name, o)),
+    skip: explained((name: string, o: Parameters<typeof skip>[2]) => skip(ctx, name, o)),
+    listDeadLetters: explained((name: string, o?: Parameters<typeof listDeadLetters>[2]) =>
       listDeadLetters(ctx, name, o),
-    replayDeadLetters: (name: string, o?: Parameters<typeof replayDeadLetters>[2]) =>
+    ),
+    replayDeadLetters: explained((name: string, o?: Parameters<typeof replayDeadLetters>[2]) =>
       replayDeadLetters(ctx, name, o),
-    fenceGap: (name: string, o: Parameters<typeof fenceGap>[2]) => fenceGap(ctx, name, o),
-    collectStaleInstances: (o: Parameters<typeof collectStaleInstances>[1]) => collectStaleInstances(ctx, o),
-    listAudit: (o?: Parameters<typeof listAudit>[1]) => listAudit(ctx, o),
+    ),
+    fenceGap: explained((name: string, o: Parameters<typeof fenceGap>[2]) => fenceGap(ctx, name, o)),
+    collectStaleInstances: explained((o: Parameters<typeof collectStaleInstances>[1]) =>
+      collectStaleInstances(ctx, o),
+    ),
+    listAudit: explained((o?: Parameters<typeof listAudit>[1]) => listAudit(ctx, o)),
   };
 }
 

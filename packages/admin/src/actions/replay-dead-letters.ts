@@ -1,7 +1,7 @@
 import { pgArray, writeAudit } from '@sluice/core';
 import { withLockedConsumer, type AdminContext } from '../context.js';
 import { optionalName } from '../read-models.js';
-import { checkEventId, checkLimit, checkName, checkText } from '../validate.js';
+import { checkLimit, checkName, checkText } from '../validate.js';
 import type { ActionOptions } from './result.js';
 import { InvalidOptionError } from '@sluice/core';
 
@@ -33,14 +33,21 @@ export async function replayDeadLetters(
   options: ReplayOptions = {},
 ): Promise<ReplayResult> {
   const name = checkName(nameInput, 'name');
-  const limit = checkLimit(options.limit);
+  const limit =
+    options.limit === undefined && options.ids !== undefined ? options.ids.length : checkLimit(options.limit);
   const reason = checkText(options.reason, 'reason');
   const actor = checkText(options.actor, 'actor', 200) ?? ctx.defaultActor;
   const ids = options.ids === undefined ? undefined : (options.ids as unknown);
   if (ids !== undefined && (!Array.isArray(ids) || ids.length === 0 || ids.length > 1000)) {
     throw new InvalidOptionError('ids', 'must be a non-empty list of at most 1000 dead-letter ids');
   }
-  const wanted = ids?.map((id: unknown) => checkEventId(id, 'ids'));
+  // Dead-letter ids (not event ids): positive int8 values.
+  const wanted = ids?.map((id: unknown) => {
+    if (typeof id !== 'bigint' || id < 1n || id > 2n ** 63n - 1n) {
+      throw new InvalidOptionError('ids', 'must hold dead-letter ids (positive bigints)');
+    }
+    return id;
+  });
   const dryRun = options.dryRun ?? false;
   const t = ctx.tables;
   return withLockedConsumer(ctx, name, optionalName(options.instanceId), async ({ tx, row, instanceId }) => {

@@ -69,7 +69,7 @@ export async function restart(
     await tx`
       update ${t.consumers} set
         cursor = ${cursor.toString()}::bigint, status = ${statusAfter}, attempts = 0, stuck_event_id = null,
-        skip_event_id = null, rearm_count = 0, gap_count = 0, gaps_unfenced = 0, gap_min_fence = null,
+        skip_event_id = null, rearm_count = 0, last_error = null, last_error_at = null, failure_category = null, gap_count = 0, gaps_unfenced = 0, gap_min_fence = null,
         gap_watch = '{}', gaps_recheck = false, oldest_gap_at = null,
         start_snapshot = ${watchInFlight ? state.snap : null}::pg_snapshot,
         start_fence = ${watchInFlight ? state.fence : null}::xid8,

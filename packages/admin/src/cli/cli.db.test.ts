@@ -1,0 +1,559 @@
+// Runs the built `sluice` binary (dist/cli/main.js) as an operator would, against a real database:
+// exit codes, stdout/stderr and the database state after each command.
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { userInfo } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  createDispatcher,
+  migrate,
+  silentLogger,
+  tables,
+  type Consumer,
+  type Dispatcher,
+} from '@sluice/core';
+import { appendEvents, drainUntilIdle, failingOn, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+
+const PACKAGE_DIR = fileURLToPath(new URL('../../', import.meta.url));
+const MAIN = join(PACKAGE_DIR, 'dist', 'cli', 'main.js');
+const BUILD_HINT =
+  'build it first: cd packages/core && npx tsc -p tsconfig.build.json && cd ../admin && npx tsc -p tsconfig.build.json ' +
+  "(turbo runs the build before this package's tests)";
+
+/** The newest modification time of the admin sources the binary is built from. */
+function newestSourceMs(dir: string): number {
+  let newest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) newest = Math.max(newest, newestSourceMs(path));
+    else if (entry.name.endsWith('.ts') && !entry.name.includes('.test.')) {
+      newest = Math.max(newest, statSync(path).mtimeMs);
+    }
+  }
+  return newest;
+}
+
+beforeAll(() => {
+  if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: these tests run the built CLI; ${BUILD_HINT}`);
+  if (newestSourceMs(join(PACKAGE_DIR, 'src')) > statSync(MAIN).mtimeMs) {
+    throw new Error(`${MAIN} is older than packages/admin/src: rebuild it; ${BUILD_HINT}`);
+  }
+});
+
+const db = await useTestDatabase();
+
+// The child gets no DATABASE_URL (the test server's may point at another database) and no
+// NODE_OPTIONS (the test runner's could make it resolve packages to their TypeScript sources).
+const childEnv: NodeJS.ProcessEnv = Object.fromEntries(
+  Object.entries(process.env).filter(([key]) => key !== 'DATABASE_URL' && key !== 'NODE_OPTIONS'),
+);
+
+interface Run {
+  /** null when the process was killed (it hung). */
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs `node dist/cli/main.js …args`; a process still running after 20 s is killed (code null). */
+function run(args: readonly string[], env: NodeJS.ProcessEnv = childEnv): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [MAIN, ...args], { env, timeout: 20_000 });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** Expects success (exit 0, nothing on stderr) and gives stdout. */
+async function ok(pending: Promise<Run>): Promise<string> {
+  const { code, stdout, stderr } = await pending;
+  expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
+  return stdout;
+}
+
+/** Expects success and parses stdout as JSON. */
+async function json<T>(pending: Promise<Run>): Promise<T> {
+  return JSON.parse(await ok(pending)) as T;
+}
+
+type Row = Record<string, unknown>;
+
+/** The CLI on this test file's database and the given schema. */
+function sluice(schema: string, ...args: string[]): Promise<Run> {
+  return run([...args, '--database-url', db.url, '--schema', schema]);
+}
+
+/** A migrated schema of its own for one test. */
+async function freshSchema(): Promise<string> {
+  const schema = `cli_${randomBytes(5).toString('hex')}`;
+  await migrate(db.sql, { schema, logger: silentLogger });
+  return schema;
+}
+
+function dispatcherFor(schema: string, consumers: readonly Consumer[]): Dispatcher {
+  const dispatcher = createDispatcher({
+    sql: db.sql,
+    schema,
+    consumers,
+    logger: silentLogger,
+    listen: false,
+    // No automatic re-arm while a test looks at a dead consumer.
+    rearmCooldownMs: 3_600_000,
+  });
+  onTestFinished(() => dispatcher.stop());
+  return dispatcher;
+}
+
+async function rowOf(schema: string, name: string) {
+  const [row] = await db.sql<
+    { cursor: string; status: string; attempts: number; stuck_event_id: string | null }[]
+  >`
+    select cursor::text, status, attempts, stuck_event_id::text
+    from ${tables(db.sql, schema).consumers} where name = ${name} and instance_id = '*'`;
+  if (!row) throw new Error(`no consumer row ${name}`);
+  return row;
+}
+
+async function countOf(schema: string, table: 'audit' | 'deadLetters'): Promise<number> {
+  const [row] = await db.sql<
+    { n: number }[]
+  >`select count(*)::int as n from ${tables(db.sql, schema)[table]}`;
+  return row?.n ?? -1;
+}
+
+/**
+ * `healthy` at event 3 and `mailer` dead on event 2 (cursor 1); then 2 more events, so both are
+ * behind a head of 5.
+ */
+async function deadAndBehind() {
+  const schema = await freshSchema();
+  const healthy = recordingConsumer('healthy');
+  const mailer = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } });
+  const dispatcher = dispatcherFor(schema, [healthy.consumer, mailer.consumer]);
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 3, undefined, schema);
+  await drainUntilIdle(dispatcher);
+  await appendEvents(db.sql, 2, undefined, schema);
+  expect(await rowOf(schema, 'mailer')).toMatchObject({ cursor: '1', status: 'dead', stuck_event_id: '2' });
+  expect(await rowOf(schema, 'healthy')).toMatchObject({ cursor: '3', status: 'idle' });
+  return { schema, dispatcher, healthy, mailer };
+}
+
+/** `indexer` skipped event 2 with skipApplyErrors (a dead letter) while `poisoned` is true. */
+async function withDeadLetter() {
+  const schema = await freshSchema();
+  const state = { poisoned: true };
+  const indexer = failingOn('indexer', (e) => state.poisoned && e.id === 2n, {
+    errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+  });
+  const dispatcher = dispatcherFor(schema, [indexer.consumer]);
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 3, undefined, schema);
+  await drainUntilIdle(dispatcher);
+  expect(indexer.ids()).toEqual([1n, 3n]);
+  return { schema, dispatcher, indexer, state };
+}
+
+const VERBS = {
+  status: ['--json'],
+  diagnose: ['<name>', '--instance', '--json'],
+  restart: ['<name>', '--from', '--instance', '--reason'],
+  disable: ['<name>', '--for', '--until', '--reason', '--instance'],
+  enable: ['<name>', '--instance', '--reason'],
+  skip: ['<name>', '--event', '--instance', '--reason'],
+  'dead-letters': ['<name>', '--instance', '--limit', '--json'],
+  replay: ['<name>', '--ids', '--limit', '--dry-run', '--instance', '--reason'],
+  audit: ['--consumer', '--limit', '--json'],
+} as const;
+
+describe('help', () => {
+  test('sluice --help lists every command, the common options and the exit codes, and needs no database', async () => {
+    const help = await ok(run(['--help']));
+    for (const verb of Object.keys(VERBS)) expect(help).toMatch(new RegExp(`^  ${verb} `, 'm'));
+    for (const option of ['--database-url', '--schema', '--actor', 'DATABASE_URL'])
+      expect(help).toContain(option);
+    expect(help).toContain('Exit codes:');
+    for (const code of ['0', '1', '2', '3', '4', '5'])
+      expect(help).toMatch(new RegExp(`^  ${code}  \\S`, 'm'));
+  });
+
+  test('every command has --help that exits 0 and names its arguments and options', async () => {
+    const helps = await Promise.all(
+      Object.entries(VERBS).map(async ([verb, options]) => ({
+        verb,
+        options,
+        help: await ok(run([verb, '--help'])),
+      })),
+    );
+    for (const { verb, options, help } of helps) {
+      expect(help, verb).toContain(`Usage: sluice ${verb}`);
+      for (const option of [...options, '--database-url']) expect(help, verb).toContain(option);
+    }
+    // -h and `sluice help <verb>` say the same.
+    const short = await ok(run(['skip', '-h']));
+    expect(short).toBe(helps.find((h) => h.verb === 'skip')?.help);
+    expect(await ok(run(['help', 'skip']))).toBe(short);
+  });
+
+  test('no command at all prints the help on stderr and exits 2', async () => {
+    const result = await run([]);
+    expect(result.code).toBe(2);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toContain('Usage: sluice <command>');
+  });
+});
+
+describe('status', () => {
+  test('prints an aligned table: a consumer behind and a dead one with its last error', async () => {
+    const { schema } = await deadAndBehind();
+    const [header, ...rows] = (await ok(sluice(schema, 'status'))).trimEnd().split('\n');
+    expect(header?.split(/\s{2,}/)).toEqual([
+      'NAME',
+      'INSTANCE',
+      'STATUS',
+      'CURSOR',
+      'HEAD',
+      'LAG',
+      'GAPS',
+      'ATTEMPTS',
+      'LAST ERROR',
+    ]);
+    expect(rows).toHaveLength(2);
+    const healthy = rows.find((r) => r.startsWith('healthy'));
+    const mailer = rows.find((r) => r.startsWith('mailer'));
+    expect(healthy?.split(/\s{2,}/)).toEqual([
+      'healthy',
+      '*',
+      'idle',
+      '3',
+      '5',
+      expect.stringMatching(/^2 \(\d+s\)$/),
+      '0',
+      '0',
+      '-',
+    ]);
+    expect(mailer?.split(/\s{2,}/)).toEqual([
+      'mailer',
+      '*',
+      'dead',
+      '1',
+      '5',
+      expect.stringMatching(/^4 \(\d+s\)$/),
+      '0',
+      '1',
+      'poison event 2',
+    ]);
+    // Aligned: the last column starts at the same place on every line, and numbers are
+    // right-aligned under their title.
+    expect(mailer?.indexOf('poison event 2')).toBe(header?.indexOf('LAST ERROR'));
+    expect(mailer?.[(header?.indexOf('HEAD') ?? 0) + 'HEAD'.length - 1]).toBe('5');
+  });
+
+  test('--json prints every row, ids and cursors as strings and times in ISO 8601', async () => {
+    const { schema } = await deadAndBehind();
+    const rows = await json<Row[]>(sluice(schema, 'status', '--json'));
+    expect(rows.map((r) => r['name'])).toEqual(['healthy', 'mailer']);
+    expect(rows[0]).toMatchObject({
+      instanceId: '*',
+      status: 'idle',
+      cursor: '3',
+      head: '5',
+      lagEvents: '2',
+      lastError: null,
+    });
+    expect(rows[1]).toMatchObject({
+      status: 'dead',
+      cursor: '1',
+      head: '5',
+      lagEvents: '4',
+      attempts: 1,
+      stuckEventId: '2',
+      lastError: 'poison event 2',
+      disabledUntil: null,
+    });
+    expect(rows[1]?.['lastErrorAt']).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  });
+
+  test('with no consumers it says so, and --json prints []', async () => {
+    const schema = await freshSchema();
+    expect(await ok(sluice(schema, 'status'))).toBe('no consumers are registered\n');
+    expect(await ok(sluice(schema, 'status', '--json'))).toBe('[]\n');
+  });
+});
+
+describe('diagnose', () => {
+  test('names the last error and the stuck event of a dead consumer', async () => {
+    const { schema } = await deadAndBehind();
+    const text = await ok(sluice(schema, 'diagnose', 'mailer'));
+    expect(text).toMatch(/^status\s+dead$/m);
+    expect(text).toMatch(/^last error\s+poison event 2 \(at \d{4}-/m);
+    expect(text).toContain('findings:\n- dead after 1 failed attempt(s) on event 2: poison event 2');
+    expect(text).toMatch(/^- 4 event\(s\) behind the head \(5\)/m);
+
+    const diagnosis = await json<{ consumer: Row; findings: string[] }>(
+      sluice(schema, 'diagnose', 'mailer', '--json'),
+    );
+    expect(diagnosis.consumer).toMatchObject({ name: 'mailer', status: 'dead', stuckEventId: '2' });
+    expect(diagnosis.findings[0]).toContain('poison event 2');
+  });
+});
+
+describe('restart', () => {
+  test('--from 0 moves the cursor, says so, and is in the audit with the OS user as actor', async () => {
+    const { schema } = await deadAndBehind();
+    expect(
+      await ok(sluice(schema, 'restart', 'healthy', '--from', '0', '--reason', 'rebuild the index')),
+    ).toBe('restarted healthy: cursor 3 → 0\n');
+    expect((await rowOf(schema, 'healthy')).cursor).toBe('0');
+
+    const records = await json<Row[]>(sluice(schema, 'audit', '--json'));
+    expect(records).toHaveLength(1);
+    expect(records[0]).toMatchObject({
+      action: 'restart',
+      consumer: 'healthy',
+      instanceId: '*',
+      actor: `cli:${userInfo().username}`,
+      cursorBefore: '3',
+      cursorAfter: '0',
+      details: { from: '0', reason: 'rebuild the index' },
+    });
+    expect(await ok(sluice(schema, 'audit', '--consumer', 'healthy'))).toMatch(
+      /^\s*1 .*restart\s+healthy\s+3 → 0\s+.*rebuild the index/m,
+    );
+  });
+
+  test('a dead consumer restarted from now becomes idle at the head; --actor names who did it', async () => {
+    const { schema } = await deadAndBehind();
+    expect(await ok(sluice(schema, 'restart', 'mailer', '--from', 'now', '--actor', 'alice'))).toBe(
+      'restarted mailer: cursor 1 → 5, dead → idle\n',
+    );
+    expect(await rowOf(schema, 'mailer')).toMatchObject({ cursor: '5', status: 'idle', attempts: 0 });
+    const [record] = await json<Row[]>(sluice(schema, 'audit', '--json', '--limit', '1'));
+    expect(record?.['actor']).toBe('alice');
+  });
+
+  test('a target beyond the head is refused with exit 4 and changes nothing', async () => {
+    const { schema } = await deadAndBehind();
+    const result = await sluice(schema, 'restart', 'healthy', '--from', '99');
+    expect(result.code).toBe(4);
+    expect(result.stderr).toBe('sluice: Cannot restart from 99: the log head is 5\n');
+    expect((await rowOf(schema, 'healthy')).cursor).toBe('3');
+    expect(await countOf(schema, 'audit')).toBe(0);
+  });
+});
+
+describe('skip', () => {
+  test('an event the consumer is not stuck on: exit 4 naming the stuck event, nothing changed', async () => {
+    const { schema } = await deadAndBehind();
+    const before = await rowOf(schema, 'mailer');
+    const result = await sluice(schema, 'skip', 'mailer', '--event', '3');
+    expect(result.code).toBe(4);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toBe('sluice: Consumer "mailer" is stuck on event 2, not 3; refusing to skip\n');
+    expect(await rowOf(schema, 'mailer')).toEqual(before);
+    expect(await countOf(schema, 'audit')).toBe(0);
+    expect(await countOf(schema, 'deadLetters')).toBe(0);
+  });
+
+  test('the stuck event: exit 0, and the next turn passes it without calling the handler', async () => {
+    const { schema, dispatcher, mailer } = await deadAndBehind();
+    expect(await ok(sluice(schema, 'skip', 'mailer', '--event', '2', '--reason', 'bad address'))).toMatch(
+      /^skipped event 2 of mailer, dead → idle;/,
+    );
+    expect(await countOf(schema, 'audit')).toBe(1);
+    await drainUntilIdle(dispatcher);
+    expect(mailer.ids()).toEqual([1n, 3n, 4n, 5n]);
+    expect(mailer.failures.get(2n)).toBe(1);
+    expect(await rowOf(schema, 'mailer')).toMatchObject({ cursor: '5', status: 'idle' });
+  });
+});
+
+describe('disable and enable', () => {
+  const healthyRow = async (schema: string) =>
+    (await json<Row[]>(sluice(schema, 'status', '--json'))).find((r) => r['name'] === 'healthy');
+
+  test('disable --for 1h shows in status --json as disabled until an hour from now; enable undoes it', async () => {
+    const { schema } = await deadAndBehind();
+    const before = Date.now();
+    const text = await ok(sluice(schema, 'disable', 'healthy', '--for', '1h', '--reason', 'maintenance'));
+    const after = Date.now();
+    expect(text).toMatch(/^disabled healthy until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(was idle\)\n$/);
+
+    const disabled = await healthyRow(schema);
+    expect(disabled).toMatchObject({ status: 'disabled', disabledReason: 'maintenance' });
+    const until = Date.parse(String(disabled?.['disabledUntil']));
+    expect(until).toBeGreaterThanOrEqual(before + 3_600_000);
+    expect(until).toBeLessThanOrEqual(after + 3_600_000);
+
+    expect(await ok(sluice(schema, 'enable', 'healthy'))).toBe('enabled healthy: disabled → idle\n');
+    expect(await healthyRow(schema)).toMatchObject({
+      status: 'idle',
+      disabledUntil: null,
+      disabledReason: null,
+    });
+    const actions = (await json<Row[]>(sluice(schema, 'audit', '--json'))).map((a) => a['action']);
+    expect(actions).toEqual(['enable', 'disable']);
+  });
+
+  test('disable --until takes an ISO time with a zone; bad or conflicting values are usage errors', async () => {
+    const { schema } = await deadAndBehind();
+    const cases = [
+      ['--for', '1h', '--until', '2999-01-01T00:00:00Z'],
+      ['--for', '10x'],
+      ['--for', '0s'],
+      ['--until', '2999-01-01T00:00:00'],
+      ['--until', '2999-02-30T00:00:00Z'],
+      ['--until', '2000-01-01T00:00:00Z'], // in the past: refused by the admin API (SLUICE_INVALID_OPTION)
+    ];
+    for (const args of cases) {
+      const result = await sluice(schema, 'disable', 'healthy', ...args);
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr, args.join(' ')).toMatch(/^sluice: .*(--for|--until|until)/);
+    }
+    expect((await rowOf(schema, 'healthy')).status).toBe('idle');
+    expect(await countOf(schema, 'audit')).toBe(0);
+
+    expect(await ok(sluice(schema, 'disable', 'healthy', '--until', '2999-01-01T12:00:00+02:00'))).toBe(
+      'disabled healthy until 2999-01-01T10:00:00Z (was idle)\n',
+    );
+  });
+});
+
+describe('dead letters and replay', () => {
+  test('dead-letters --json lists an event skipped with skipApplyErrors', async () => {
+    const { schema } = await withDeadLetter();
+    const letters = await json<Row[]>(sluice(schema, 'dead-letters', 'indexer', '--json'));
+    expect(letters).toHaveLength(1);
+    expect(letters[0]?.['id']).toMatch(/^\d+$/);
+    expect(letters[0]).toMatchObject({
+      consumer: 'indexer',
+      eventId: '2',
+      reason: 'apply-error',
+      error: 'poison event 2',
+      attempts: 1,
+      replayRequestedAt: null,
+      replayedAt: null,
+    });
+    expect(await ok(sluice(schema, 'dead-letters', 'indexer'))).toMatch(
+      /^\s*\d+\s+2\s+TestEvent\s+\S+\s+apply-error\s+1\s+\S+\s+-\s+poison event 2$/m,
+    );
+  });
+
+  test('replay --dry-run only counts; replay has the next turn deliver the event again', async () => {
+    const { schema, dispatcher, indexer, state } = await withDeadLetter();
+    const letters = () => db.sql<{ replay_requested_at: Date | null; replayed_at: Date | null }[]>`
+      select replay_requested_at, replayed_at from ${tables(db.sql, schema).deadLetters}`;
+
+    expect(await ok(sluice(schema, 'replay', 'indexer', '--dry-run'))).toMatch(
+      /^dry run: would replay 1 dead letter\(s\) of indexer \(ids \d+\)\n$/,
+    );
+    expect(await letters()).toEqual([{ replay_requested_at: null, replayed_at: null }]);
+    expect(await countOf(schema, 'audit')).toBe(0);
+
+    state.poisoned = false;
+    expect(await ok(sluice(schema, 'replay', 'indexer', '--reason', 'fixed the index'))).toMatch(
+      /^replay requested for 1 dead letter\(s\) of indexer \(ids \d+\)/,
+    );
+    expect((await letters())[0]?.replay_requested_at).toBeInstanceOf(Date);
+    expect(await countOf(schema, 'audit')).toBe(1);
+
+    await dispatcher.runOnce();
+    expect(indexer.ids()).toEqual([1n, 3n, 2n]);
+    expect((await letters())[0]?.replayed_at).toBeInstanceOf(Date);
+  });
+
+  test('replay --ids takes dead-letter ids and reports the ones that are not there', async () => {
+    const { schema } = await withDeadLetter();
+    const [letter] = await json<Row[]>(sluice(schema, 'dead-letters', 'indexer', '--json'));
+    const id = String(letter?.['id']);
+    expect(await ok(sluice(schema, 'replay', 'indexer', '--ids', `${id},999`, '--dry-run'))).toBe(
+      `dry run: would replay 1 dead letter(s) of indexer (ids ${id}); 1 of the given ids are not dead letters of indexer\n`,
+    );
+  });
+});
+
+describe('failures and exit codes', () => {
+  test('an unknown consumer exits 3', async () => {
+    const schema = await freshSchema();
+    for (const args of [
+      ['diagnose', 'nobody'],
+      ['restart', 'nobody', '--from', 'now'],
+      ['dead-letters', 'nobody'],
+    ]) {
+      const result = await sluice(schema, ...args);
+      expect(result.code, args.join(' ')).toBe(3);
+      expect(result.stderr, args.join(' ')).toBe('sluice: No consumer "nobody" is registered\n');
+    }
+  });
+
+  test('malformed values, unknown commands and options are usage errors (exit 2), before any database work', async () => {
+    // Port 1 answers nothing: exit 2 rather than 5 proves the values are checked first.
+    const nowhere = 'postgres://nobody@127.0.0.1:1/nothing';
+    const cases: [string[], RegExp][] = [
+      [['skip', 'mailer', '--event', 'abc'], /--event/],
+      [['skip', 'mailer', '--event', '0'], /--event/],
+      [['skip', 'mailer'], /missing --event <id>/],
+      [['restart', 'mailer', '--from', '1.5'], /--from must be 'beginning', 'now' or an event id/],
+      [['restart', '--from', 'now'], /missing <name>/],
+      [['dead-letters', 'mailer', '--limit', '1e3'], /--limit must be a positive integer/],
+      [['replay', 'mailer', '--ids', '1,,2'], /--ids/],
+      [['status', '--bogus'], /unknown option --bogus/],
+      [['status', 'extra'], /unexpected argument "extra"/],
+      [['frobnicate'], /unknown command "frobnicate"/],
+    ];
+    const results = await Promise.all(cases.map(([args]) => run([...args, '--database-url', nowhere])));
+    results.forEach((result, i) => {
+      const [args, message] = cases[i]!;
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stdout, args.join(' ')).toBe('');
+      expect(result.stderr, args.join(' ')).toMatch(/^sluice: /);
+      expect(result.stderr, args.join(' ')).toMatch(message);
+    });
+  });
+
+  test('a limit out of the API range and a bad schema name are usage errors (SLUICE_INVALID_OPTION)', async () => {
+    const schema = await freshSchema();
+    const limit = await sluice(schema, 'audit', '--limit', '5000');
+    expect(limit.code).toBe(2);
+    expect(limit.stderr).toContain('Invalid option `limit`');
+    const badSchema = await run(['status', '--database-url', db.url, '--schema', 'Bad-Name']);
+    expect(badSchema.code).toBe(2);
+    expect(badSchema.stderr).toContain('Invalid option `schema`');
+  });
+
+  test('without --database-url or DATABASE_URL it exits 2 and says how to give one', async () => {
+    const result = await run(['status']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toBe(
+      'sluice: no database given: pass --database-url <url> or set the DATABASE_URL environment variable\n',
+    );
+  });
+
+  test('DATABASE_URL is used when --database-url is not given', async () => {
+    const schema = await freshSchema();
+    expect(
+      await ok(run(['status', '--json', '--schema', schema], { ...childEnv, DATABASE_URL: db.url })),
+    ).toBe('[]\n');
+  });
+
+  test('an unreachable database exits 5', async () => {
+    const result = await run(['status', '--database-url', 'postgres://nobody@127.0.0.1:1/nothing']);
+    expect(result.code).toBe(5);
+    expect(result.stderr).toMatch(/^sluice: cannot reach the database: .*ECONNREFUSED/);
+  });
+
+  test('a schema that is not migrated exits 5', async () => {
+    const result = await run(['status', '--database-url', db.url, '--schema', 'not_migrated']);
+    expect(result.code).toBe(5);
+    expect(result.stderr).toMatch(/^sluice: Sluice schema "not_migrated" is not migrated in this database/);
+  });
+});

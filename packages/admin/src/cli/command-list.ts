@@ -1,0 +1,23 @@
+import type { Command } from './command.js';
+import { auditCommand } from './commands/audit.js';
+import { deadLettersCommand } from './commands/dead-letters.js';
+import { diagnoseCommand } from './commands/diagnose.js';
+import { disableCommand } from './commands/disable.js';
+import { enableCommand } from './commands/enable.js';
+import { replayCommand } from './commands/replay.js';
+import { restartCommand } from './commands/restart.js';
+import { skipCommand } from './commands/skip.js';
+import { statusCommand } from './commands/status.js';
+
+/** Every verb of the CLI, in the order `sluice --help` lists them. */
+export const COMMAND_LIST: readonly Command[] = [
+  statusCommand,
+  diagnoseCommand,
+  restartCommand,
+  disableCommand,
+  enableCommand,
+  skipCommand,
+  deadLettersCommand,
+  replayCommand,
+  auditCommand,
+];

@@ -1,0 +1,49 @@
+import type { Admin } from '../create-admin.js';
+
+/** An option of one command: `--name <value>` or a `--flag`. */
+export type OptionSpec =
+  | {
+      readonly type: 'string';
+      /** Placeholder of the value in help: `--from <where>`. */
+      readonly value: string;
+      readonly description: string;
+      /** The command cannot run without it (checked with the other usage errors). */
+      readonly required?: boolean;
+    }
+  | { readonly type: 'boolean'; readonly description: string };
+
+/** The parsed option values of one command, by option name (without the dashes). */
+export interface OptionValues<O extends string> {
+  /** The value of a `--name <value>` option, undefined when absent. */
+  text(name: O): string | undefined;
+  /** Whether a `--flag` was given. */
+  flag(name: O): boolean;
+}
+
+export interface CommandInput<O extends string> {
+  readonly admin: Admin;
+  /** The positional arguments, as many as the command declares (checked before `run`). */
+  readonly args: readonly string[];
+  readonly options: OptionValues<O>;
+  /** Who acts, for the audit: `--actor`, else `cli:<OS user>`. */
+  readonly actor: string;
+}
+
+/** One verb of the `sluice` CLI: its help, its options, and a thin wrapper over the admin API. */
+export interface Command<O extends string = string> {
+  readonly name: string;
+  /** One line for `sluice --help`. */
+  readonly summary: string;
+  /** Required positional arguments, in order. */
+  readonly positionals: readonly { readonly name: string; readonly description: string }[];
+  readonly options: Readonly<Record<O, OptionSpec>>;
+  /** Extra lines for `sluice <verb> --help`. */
+  readonly notes?: readonly string[];
+  /** Does the work; the text it returns goes to stdout. */
+  run(input: CommandInput<O>): Promise<string>;
+}
+
+/** Declares a command with its option names checked against its `run`. */
+export function defineCommand<const O extends string>(command: Command<O>): Command {
+  return command;
+}

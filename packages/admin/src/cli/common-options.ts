@@ -1,0 +1,61 @@
+import { userInfo } from 'node:os';
+import type { OptionSpec } from './command.js';
+import { UsageError } from './usage-error.js';
+
+/** Options every command takes. */
+export const COMMON_OPTIONS = {
+  'database-url': {
+    type: 'string',
+    value: 'url',
+    description: 'PostgreSQL URL of the primary (default: the DATABASE_URL environment variable)',
+  },
+  schema: { type: 'string', value: 'name', description: 'the Sluice schema (default: sluice)' },
+  actor: {
+    type: 'string',
+    value: 'name',
+    description: 'who acts, recorded in the audit (default: cli:<OS user name>)',
+  },
+  help: { type: 'boolean', description: 'print this help and exit' },
+} as const satisfies Record<string, OptionSpec>;
+
+/** `--database-url`, else DATABASE_URL; neither is a usage error. */
+export function resolveDatabaseUrl(option: string | undefined, env: NodeJS.ProcessEnv): string {
+  const url = option ?? env['DATABASE_URL'];
+  if (url === undefined || url === '') {
+    throw new UsageError(
+      'no database given: pass --database-url <url> or set the DATABASE_URL environment variable',
+    );
+  }
+  return url;
+}
+
+/** `cli:` and the OS user name; userInfo() throws when the uid has no passwd entry (containers). */
+export function defaultActor(env: NodeJS.ProcessEnv): string {
+  let user: string | undefined;
+  try {
+    user = userInfo().username;
+  } catch {
+    user = env['USER'] ?? env['LOGNAME'];
+  }
+  return `cli:${user === undefined || user === '' ? 'unknown' : user}`;
+}
+
+/** `--json`, for the commands that can print their result as JSON. */
+export const JSON_OPTION = {
+  type: 'boolean',
+  description: 'print JSON instead of text (ids and cursors as strings, times in ISO 8601)',
+} as const satisfies OptionSpec;
+
+/** `--instance`, for the commands that act on one cursor row. */
+export const INSTANCE_OPTION = {
+  type: 'string',
+  value: 'id',
+  description: 'the instance of a per-instance consumer (default: the shared row, or the only one)',
+} as const satisfies OptionSpec;
+
+/** `--reason`, kept in the audit. */
+export const REASON_OPTION = {
+  type: 'string',
+  value: 'text',
+  description: 'why, kept in the audit',
+} as const satisfies OptionSpec;

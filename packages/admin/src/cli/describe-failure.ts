@@ -1,0 +1,95 @@
+import {
+  SchemaNotMigratedError,
+  SluiceError,
+  messageOf,
+  sqlStateOf,
+  type SluiceErrorCode,
+} from '@sluice/core';
+import { EXIT_CODES, type ExitCode } from './exit-codes.js';
+import { UsageError } from './usage-error.js';
+
+/** What the operator is told, and the exit code scripts see. */
+export interface Failure {
+  readonly exitCode: ExitCode;
+  readonly message: string;
+}
+
+const BY_CODE: Partial<Record<SluiceErrorCode, ExitCode>> = {
+  SLUICE_INVALID_OPTION: EXIT_CODES.usage,
+  SLUICE_CONSUMER_NOT_FOUND: EXIT_CODES.notFound,
+  SLUICE_SKIP_MISMATCH: EXIT_CODES.refused,
+  SLUICE_CONSUMER_BUSY: EXIT_CODES.refused,
+  SLUICE_BELOW_RETENTION_FLOOR: EXIT_CODES.refused,
+  SLUICE_BEYOND_HEAD: EXIT_CODES.refused,
+  SLUICE_NOT_A_GAP: EXIT_CODES.refused,
+  SLUICE_GAP_HELD: EXIT_CODES.refused,
+  SLUICE_SCHEMA_NOT_MIGRATED: EXIT_CODES.unreachable,
+};
+
+// Errors of the socket (Node) and of postgres.js's connection handling: the database cannot be
+// reached, or the connection was lost before the answer came.
+const CONNECTION_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EPIPE',
+  'ENOENT', // a Unix socket path that does not exist
+  'CONNECT_TIMEOUT',
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'SASL_SIGNATURE_MISMATCH',
+  'AUTH_TYPE_NOT_IMPLEMENTED',
+]);
+
+/**
+ * SQLSTATEs that mean "this database cannot be used": connection exceptions (class 08), failed
+ * authentication (28), no such database, the server shutting down or starting up, too many
+ * connections.
+ */
+function isUnreachableState(state: string): boolean {
+  return (
+    state.startsWith('08') ||
+    state.startsWith('28') ||
+    ['3D000', '57P01', '57P02', '57P03', '53300'].includes(state)
+  );
+}
+
+function codeOf(error: unknown): string | undefined {
+  if (typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string') {
+    return error.code;
+  }
+  return undefined;
+}
+
+/** Maps anything a command threw to its message and exit code (see exit-codes.ts). */
+export function describeFailure(error: unknown, schema: string): Failure {
+  if (error instanceof UsageError) return { exitCode: EXIT_CODES.usage, message: error.message };
+  if (error instanceof SluiceError) {
+    return { exitCode: BY_CODE[error.code] ?? EXIT_CODES.failure, message: error.message };
+  }
+  const state = sqlStateOf(error);
+  // The admin API queries the tables directly: a missing schema or table means "not migrated".
+  if (state === '42P01' || state === '3F000') {
+    return {
+      exitCode: EXIT_CODES.unreachable,
+      message: `${new SchemaNotMigratedError(schema).message} (wrong --schema or --database-url?)`,
+    };
+  }
+  if (state !== undefined && isUnreachableState(state)) {
+    return { exitCode: EXIT_CODES.unreachable, message: `cannot use the database: ${messageOf(error)}` };
+  }
+  const code = codeOf(error);
+  if (code !== undefined && CONNECTION_ERROR_CODES.has(code)) {
+    return { exitCode: EXIT_CODES.unreachable, message: `cannot reach the database: ${messageOf(error)}` };
+  }
+  if (code === 'ERR_INVALID_URL') {
+    return { exitCode: EXIT_CODES.usage, message: 'the database URL is not a valid URL' };
+  }
+  const detail = state === undefined ? '' : ` (SQLSTATE ${state})`;
+  return { exitCode: EXIT_CODES.failure, message: `${messageOf(error)}${detail}` };
+}

@@ -1,0 +1,34 @@
+/**
+ * Exit codes of the `sluice` CLI. Scripts branch on them, so they never change meaning:
+ *   0 success
+ *   1 anything else (an unexpected failure)
+ *   2 usage error: unknown command or option, missing argument, malformed value (SLUICE_INVALID_OPTION)
+ *   3 not found: no such consumer or instance (SLUICE_CONSUMER_NOT_FOUND)
+ *   4 refused because of the consumer's state; nothing was changed (SLUICE_SKIP_MISMATCH,
+ *     SLUICE_CONSUMER_BUSY, SLUICE_BELOW_RETENTION_FLOOR, SLUICE_BEYOND_HEAD, SLUICE_NOT_A_GAP,
+ *     SLUICE_GAP_HELD)
+ *   5 cannot reach the database, or the Sluice schema is not migrated there (SLUICE_SCHEMA_NOT_MIGRATED)
+ */
+export const EXIT_CODES = {
+  success: 0,
+  failure: 1,
+  usage: 2,
+  notFound: 3,
+  refused: 4,
+  unreachable: 5,
+} as const;
+
+export type ExitCode = (typeof EXIT_CODES)[keyof typeof EXIT_CODES];
+
+/** The table `sluice --help` prints. */
+export const EXIT_CODES_HELP = [
+  ['0', 'success'],
+  ['1', 'unexpected failure'],
+  ['2', 'usage error: unknown command or option, missing argument, malformed value'],
+  ['3', 'no such consumer (or instance)'],
+  [
+    '4',
+    "refused because of the consumer's state (wrong event to skip, busy, beyond head, …); nothing changed",
+  ],
+  ['5', 'cannot reach the database, or the Sluice schema is not migrated there'],
+] as const;

@@ -1,0 +1,31 @@
+/** One line: runs of whitespace (newlines of stack traces, tabs) become a single space. */
+export function oneLine(text: string): string {
+  return text.replace(/\s+/g, ' ').trim();
+}
+
+const segmenter = new Intl.Segmenter();
+
+/** The user-perceived characters of a text (a flag or an accented letter counts once). */
+export function graphemes(text: string): string[] {
+  return Array.from(segmenter.segment(text), (s) => s.segment);
+}
+
+/** At most `max` characters, with an ellipsis when cut. */
+export function truncate(text: string, max: number): string {
+  const chars = graphemes(text);
+  return chars.length <= max ? text : `${chars.slice(0, max - 1).join('')}…`;
+}
+
+/** A short age: 45s, 12m, 3h, 2d. */
+export function formatAge(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 120) return `${s}s`;
+  if (s < 2 * 3600) return `${Math.round(s / 60)}m`;
+  if (s < 2 * 86_400) return `${Math.round(s / 3600)}h`;
+  return `${Math.round(s / 86_400)}d`;
+}
+
+/** A date for tables: ISO 8601 in UTC, to the second. */
+export function formatTime(date: Date | null): string {
+  return date === null ? '-' : date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+}

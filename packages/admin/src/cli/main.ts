@@ -1,0 +1,83 @@
+#!/usr/bin/env node
+// The `sluice` CLI: operator actions on Sluice consumers, a thin layer over createAdmin().
+//
+// Exit codes (stable: scripts branch on them; the table lives in exit-codes.ts and `sluice --help`):
+//   0  success
+//   1  anything else (an unexpected failure)
+//   2  usage error: unknown command or option, missing argument, malformed value, SLUICE_INVALID_OPTION
+//   3  not found: SLUICE_CONSUMER_NOT_FOUND
+//   4  refused because of the consumer's state, nothing changed: SLUICE_SKIP_MISMATCH, SLUICE_CONSUMER_BUSY,
+//      SLUICE_BELOW_RETENTION_FLOOR, SLUICE_BEYOND_HEAD, SLUICE_NOT_A_GAP, SLUICE_GAP_HELD
+//   5  cannot reach the database, or the schema is not migrated there: SLUICE_SCHEMA_NOT_MIGRATED
+// Results go to stdout; errors go to stderr as `sluice: <message>`.
+import postgres from 'postgres';
+import type { Sql } from '@sluice/core';
+import { createAdmin } from '../create-admin.js';
+import { COMMAND_LIST } from './command-list.js';
+import { defaultActor, resolveDatabaseUrl } from './common-options.js';
+import { describeFailure } from './describe-failure.js';
+import { EXIT_CODES, type ExitCode } from './exit-codes.js';
+import { commandHelp, globalHelp } from './help-text.js';
+import { parseCommandLine } from './parse-command-line.js';
+import { withoutUndefined } from './without-undefined.js';
+
+/** Two connections are plenty for one command; a dead host fails within connect_timeout (seconds). */
+function openPool(url: string): Sql {
+  return postgres(url, { max: 2, onnotice: () => undefined, connect_timeout: 10 });
+}
+
+async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<ExitCode> {
+  if (argv.length === 0) {
+    process.stderr.write(`${globalHelp(COMMAND_LIST)}\n`);
+    return EXIT_CODES.usage;
+  }
+  let schema = 'sluice';
+  let sql: Sql | undefined;
+  try {
+    const parsed = parseCommandLine(argv, COMMAND_LIST);
+    if (parsed.kind === 'help') {
+      const help = parsed.command ? commandHelp(parsed.command) : globalHelp(COMMAND_LIST);
+      process.stdout.write(`${help}\n`);
+      return EXIT_CODES.success;
+    }
+    const { command, args, values } = parsed;
+    const text = (name: string) => {
+      const value = values[name];
+      return typeof value === 'string' ? value : undefined;
+    };
+    const url = resolveDatabaseUrl(text('database-url'), env);
+    schema = text('schema') ?? schema;
+    sql = openPool(url);
+    const admin = createAdmin({ sql, ...withoutUndefined({ schema: text('schema') }) });
+    const output = await command.run({
+      admin,
+      args,
+      options: { text, flag: (name) => values[name] === true },
+      actor: text('actor') ?? defaultActor(env),
+    });
+    process.stdout.write(`${output}\n`);
+    return EXIT_CODES.success;
+  } catch (error) {
+    const failure = describeFailure(error, schema);
+    process.stderr.write(`sluice: ${failure.message}\n`);
+    return failure.exitCode;
+  } finally {
+    // Always close the pool, or its idle connections keep the process alive.
+    await sql?.end({ timeout: 5 }).catch(() => undefined);
+  }
+}
+
+// `sluice status | head -1` closes stdout early: that is not an error worth a stack trace.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code !== 'EPIPE') throw error;
+});
+
+const exitCode = await main(process.argv.slice(2), process.env);
+process.exitCode = exitCode;
+// Everything is closed by now and Node exits on its own. Should something still hold the event loop
+// (a bug), an operator's shell or a script must not hang: say so and exit anyway. unref() keeps
+// this timer from being that something.
+setTimeout(() => {
+  process.stderr.write('sluice: something kept the process alive after the command finished; exiting\n');
+  process.exit(exitCode);
+}, 2_000).unref();

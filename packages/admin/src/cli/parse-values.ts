@@ -1,0 +1,79 @@
+import { parseEventId } from '../validate.js';
+import { UsageError } from './usage-error.js';
+
+// Values typed on a command line are parsed strictly: `Number('1e3')`, `Number(' 7 ')` or
+// `new Date('1')` would each accept a typo and act on something the operator did not mean.
+
+/** A positive count (`--limit`): digits only. The admin API checks the range. */
+export function parseLimit(text: string, option = '--limit'): number {
+  if (!/^[0-9]{1,9}$/.test(text))
+    throw new UsageError(`${option} must be a positive integer (digits only), got "${text}"`);
+  return Number(text);
+}
+
+/** A comma-separated list of ids (`--ids 1,2,3`). */
+export function parseIdList(text: string, option: string): bigint[] {
+  const parts = text.split(',').map((part) => part.trim());
+  if (parts.some((part) => part === '')) {
+    throw new UsageError(`${option} must be a comma-separated list of ids like 1,2,3, got "${text}"`);
+  }
+  return parts.map((part) => parseEventId(part, option));
+}
+
+/** `--from` of restart: 'beginning', 'now', or the id after which to continue (0 or more). */
+export function parseRestartFrom(text: string): 'beginning' | 'now' | bigint {
+  if (text === 'beginning' || text === 'now') return text;
+  if (text === '0') return 0n;
+  if (!/^[0-9]{1,19}$/.test(text)) {
+    throw new UsageError(
+      `--from must be 'beginning', 'now' or an event id (digits, 0 or more), got "${text}"`,
+    );
+  }
+  return parseEventId(text, '--from');
+}
+
+const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/** A duration like 90s, 30m, 2h, 1d or 1h30m, in milliseconds; more than zero. */
+export function parseDurationMs(text: string, option: string): number {
+  const invalid = () =>
+    new UsageError(`${option} must be a duration like 90s, 30m, 2h, 1d or 1h30m, got "${text}"`);
+  if (!/^([0-9]{1,9}(ms|s|m|h|d))+$/.test(text)) throw invalid();
+  let total = 0;
+  for (const match of text.matchAll(/([0-9]+)(ms|s|m|h|d)/g)) {
+    const [, amount, unit] = match;
+    total += Number(amount) * UNIT_MS[unit as keyof typeof UNIT_MS];
+  }
+  if (total <= 0 || !Number.isSafeInteger(total)) throw invalid();
+  return total;
+}
+
+const ISO_TIME =
+  /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})$/i;
+
+/**
+ * An ISO 8601 time with a time zone (`2025-06-01T12:00:00Z`, `2025-06-01T14:00+02:00`). A time
+ * without a zone is refused: JavaScript reads it as local time, a date alone as UTC.
+ */
+export function parseTime(text: string, option: string): Date {
+  const match = ISO_TIME.exec(text);
+  const date = new Date(text);
+  const invalid = () =>
+    new UsageError(
+      `${option} must be an ISO 8601 time with a time zone, like 2025-06-01T12:00:00Z, got "${text}"`,
+    );
+  if (!match || Number.isNaN(date.getTime())) throw invalid();
+  const [, year, month, day, hour, minute, second] = match;
+  // new Date() rolls 2025-02-30 over to March: check the fields it was given.
+  const fields = new Date(Date.UTC(Number(year), Number(month) - 1, Number(day)));
+  if (
+    fields.getUTCMonth() !== Number(month) - 1 ||
+    fields.getUTCDate() !== Number(day) ||
+    Number(hour) > 23 ||
+    Number(minute) > 59 ||
+    Number(second ?? 0) > 59
+  ) {
+    throw invalid();
+  }
+  return date;
+}
