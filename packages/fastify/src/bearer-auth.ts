@@ -1,22 +1,52 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
 
+/** An `ops.auth` function; `challenge`, when set, is sent as WWW-Authenticate with a 401. */
+export type OpsAuth = ((request: FastifyRequest) => string | false | undefined | Promise<string | false | undefined>) & {
+  challenge?: string;
+};
+
+function digest(value: string): Buffer {
+  return createHash('sha256').update(value).digest();
+}
+
+/** Constant-time equality of two strings (hashed first, so their lengths never leak). */
+function same(given: string, expected: Buffer): boolean {
+  return timingSafeEqual(digest(given), expected);
+}
+
 /**
  * An `ops.auth` that accepts `Authorization: Bearer <token>` for one shared token, compared in
- * constant time (both sides hashed first, so their lengths never leak). Resolves to `actor`.
+ * constant time. Resolves to `actor`.
  */
-export function bearerAuth(
-  token: string,
-  actor = 'ops-token',
-): (request: FastifyRequest) => string | undefined {
+export function bearerAuth(token: string, actor = 'ops-token'): OpsAuth {
   if (typeof token !== 'string' || token.length < 16) {
     throw new Error('bearerAuth: the token must be a string of at least 16 characters');
   }
-  const expected = createHash('sha256').update(token).digest();
+  const expected = digest(token);
   return (request) => {
     const header = request.headers.authorization;
     if (typeof header !== 'string' || !header.startsWith('Bearer ')) return undefined;
-    const given = createHash('sha256').update(header.slice('Bearer '.length)).digest();
-    return timingSafeEqual(given, expected) ? actor : undefined;
+    return same(header.slice('Bearer '.length), expected) ? actor : undefined;
   };
+}
+
+/**
+ * An `ops.auth` for HTTP Basic authentication (browsers prompt for it, so the dashboard works
+ * without a login page). Compares in constant time; the actor is the user name.
+ */
+export function basicAuth(credentials: { username: string; password: string }): OpsAuth {
+  const { username, password } = credentials;
+  if (!username || username.includes(':') || typeof password !== 'string' || password.length < 12) {
+    throw new Error('basicAuth: needs a user name without ":" and a password of at least 12 characters');
+  }
+  const expected = digest(`${username}:${password}`);
+  const auth: OpsAuth = (request) => {
+    const header = request.headers.authorization;
+    if (typeof header !== 'string' || !header.startsWith('Basic ')) return undefined;
+    const decoded = Buffer.from(header.slice('Basic '.length), 'base64').toString('utf8');
+    return same(decoded, expected) ? username : undefined;
+  };
+  auth.challenge = 'Basic realm="sluice ops", charset="UTF-8"';
+  return auth;
 }

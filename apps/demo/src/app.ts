@@ -1,0 +1,70 @@
+import { basicAuth } from '@sluice/fastify';
+import sluice from '@sluice/fastify';
+import type { Sql } from '@sluice/core';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { liveFeed } from './consumers/live-feed.js';
+import { fakeMailTransport, mailer } from './consumers/mailer.js';
+import { orderStats } from './consumers/order-stats.js';
+import { searchIndex } from './consumers/search-index.js';
+import { feedRoutes } from './routes/feed.js';
+import { homeRoutes } from './routes/home.js';
+import { orderRoutes } from './routes/orders.js';
+import { readModelRoutes } from './routes/read-models.js';
+import { createShopSchema } from './shop-schema.js';
+import { createMetrics, createTracing } from './telemetry.js';
+
+export interface DemoOptions {
+  sql: Sql;
+  /** This process's id (per-instance consumers). */
+  instanceId: string;
+  /** Customers whose mail bounces: their orders poison the `mailer`. */
+  bounce: RegExp;
+  /** Password of the `ops` user for the dashboard and ops routes. */
+  opsPassword: string;
+  traces?: boolean;
+  logger?: boolean;
+  pollIntervalMs?: number;
+}
+
+export const OPS_PREFIX = '/sluice';
+
+/** The demo shop: its routes, its four consumers and the Sluice plugin with ops routes and metrics. */
+export async function buildApp(options: DemoOptions): Promise<{
+  app: FastifyInstance;
+  mails: ReturnType<typeof fakeMailTransport>;
+  search: ReturnType<typeof searchIndex>;
+  feed: ReturnType<typeof liveFeed>;
+}> {
+  const app = Fastify({ logger: options.logger ?? false, routerOptions: { maxParamLength: 256 } });
+  await createShopSchema(options.sql);
+  const metrics = createMetrics();
+  const tracing = createTracing(options.traces ?? false);
+  tracing.routes(app);
+  const mails = fakeMailTransport(options.bounce);
+  const search = searchIndex();
+  const feed = liveFeed();
+  const customerOf = async (orderId: string) => {
+    const [row] = await options.sql<
+      { customer: string }[]
+    >`select customer from shop.orders where id = ${orderId}`;
+    return row?.customer;
+  };
+
+  await app.register(sluice, {
+    sql: options.sql,
+    instanceId: options.instanceId,
+    consumers: [orderStats(), mailer(mails, customerOf), search.consumer, feed.consumer],
+    meterProvider: metrics.meterProvider,
+    ...(tracing.tracerProvider ? { tracerProvider: tracing.tracerProvider } : {}),
+    ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),
+    ops: { prefix: OPS_PREFIX, auth: basicAuth({ username: 'ops', password: options.opsPassword }) },
+  });
+  app.addHook('onClose', () => metrics.shutdown());
+
+  homeRoutes(app, OPS_PREFIX);
+  orderRoutes(app);
+  readModelRoutes(app, { search, sentMails: mails.sent });
+  feedRoutes(app, feed);
+  metrics.routes(app);
+  return { app, mails, search, feed };
+}
