@@ -40,5 +40,22 @@ export default tseslint.config(
     files: ['**/*.js'],
     ...tseslint.configs.disableTypeChecked,
   },
+  {
+    // The ops dashboard's browser script: a classic script with browser globals.
+    files: ['packages/fastify/src/dashboard/static/*.js'],
+    languageOptions: {
+      sourceType: 'script',
+      globals: {
+        document: 'readonly',
+        fetch: 'readonly',
+        location: 'readonly',
+        sessionStorage: 'readonly',
+        setTimeout: 'readonly',
+        clearTimeout: 'readonly',
+        URLSearchParams: 'readonly',
+        Element: 'readonly',
+      },
+    },
+  },
   prettier,
 );

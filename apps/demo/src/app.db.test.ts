@@ -116,7 +116,10 @@ test('/feed streams events over Server-Sent Events and /metrics shows Sluice met
     return received.includes('event: OrderPlaced');
   }, 'an SSE event');
   expect(received).toContain('feed@example.com');
-  const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  expect(metrics).toMatch(/sluice_events_processed_total\{sluice_consumer_name="order-stats"/);
+  let metrics = '';
+  await until(async () => {
+    metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    return /sluice_events_processed_total\{sluice_consumer_name="order-stats"/.test(metrics);
+  }, 'the order-stats metrics');
   expect(metrics).toContain('sluice_consumer_lag');
 });

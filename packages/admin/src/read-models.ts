@@ -28,7 +28,7 @@ export interface ConsumerSummary {
   readonly lastSeenAt: Date | null;
   readonly lastProgressAt: Date | null;
   readonly updatedAt: Date;
-  /** Dead letters not replayed yet. */
+  /** Dead letters awaiting action: neither replayed nor asked to be. */
   readonly deadLetters: number;
 }
 
@@ -67,7 +67,8 @@ async function summaries(ctx: AdminContext, name?: string): Promise<ConsumerSumm
            c.attempts, c.stuck_event_id::text, c.last_error, c.last_error_at, c.failure_category, c.rearm_count,
            c.disabled_until, c.disabled_reason, c.last_seen_at, c.last_progress_at, c.updated_at,
            (select count(*)::int from ${t.deadLetters} d
-            where d.consumer_name = c.name and d.instance_id = c.instance_id and d.replayed_at is null) as dead_letters
+            where d.consumer_name = c.name and d.instance_id = c.instance_id
+              and d.replayed_at is null and d.replay_requested_at is null) as dead_letters
     from ${t.consumers} c
     cross join (select coalesce(max(id), 0) as head from ${t.events}) h
     where ${name === undefined} or c.name = ${name ?? ''}

@@ -2,7 +2,9 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
 
 /** An `ops.auth` function; `challenge`, when set, is sent as WWW-Authenticate with a 401. */
-export type OpsAuth = ((request: FastifyRequest) => string | false | undefined | Promise<string | false | undefined>) & {
+export type OpsAuth = ((
+  request: FastifyRequest,
+) => string | false | undefined | Promise<string | false | undefined>) & {
   challenge?: string;
 };
 

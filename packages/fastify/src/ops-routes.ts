@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { dashboardRoutes } from './dashboard/dashboard.js';
 import { errorBody, sendOpsError } from './http-errors.js';
 import { findUnsafeNumber } from './json.js';
 import { auditRoutes } from './routes/audit.js';
@@ -35,6 +36,8 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
       actor = undefined;
     }
     if (typeof actor !== 'string' || actor === '') {
+      const challenge = (ops.auth as { challenge?: unknown } | undefined)?.challenge;
+      if (typeof challenge === 'string') void reply.header('www-authenticate', challenge);
       return reply
         .code(401)
         .send(errorBody(401, 'SLUICE_UNAUTHORIZED', 'The Sluice ops routes need valid credentials'));
@@ -67,5 +70,6 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
   deadLetterRoutes(app, context);
   auditRoutes(app, context);
   healthRoutes(app, context);
+  dashboardRoutes(app, context);
   await Promise.resolve();
 }
