@@ -484,13 +484,16 @@
     drawSparkline(row, key, now);
 
     cells.gaps.setAttribute('data-pending-gaps', String(c.pendingGaps));
+    // replaceChildren() would print a null child as the text "null": pass only real nodes.
     cells.gaps.replaceChildren(
-      c.pendingGaps > 0
-        ? el('span', { text: plural(c.pendingGaps, 'range') })
-        : el('span', { class: 'muted', text: 'none' }),
-      c.pendingGaps > 0 && c.oldestGapAgeSeconds !== null && c.oldestGapAgeSeconds !== undefined
-        ? el('span', { class: 'cell-note', text: `oldest ${formatDuration(c.oldestGapAgeSeconds)}` })
-        : null,
+      ...[
+        c.pendingGaps > 0
+          ? el('span', { text: plural(c.pendingGaps, 'range') })
+          : el('span', { class: 'muted', text: 'none' }),
+        c.pendingGaps > 0 && c.oldestGapAgeSeconds !== null && c.oldestGapAgeSeconds !== undefined
+          ? el('span', { class: 'cell-note', text: `oldest ${formatDuration(c.oldestGapAgeSeconds)}` })
+          : null,
+      ].filter((node) => node !== null),
     );
 
     cells.attempts.textContent = String(c.attempts);
