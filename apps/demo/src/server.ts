@@ -55,6 +55,7 @@ Sluice demo shop is running (${Date.now() - started} ms)
   Stats           ${base}/stats
   Live feed (SSE) ${base}/feed
   Metrics         ${base}/metrics
+  Database        ${server ? url : '(DATABASE_URL)'}
 
 Try it:
   curl -s -X POST ${base}/orders -H 'content-type: application/json' \\
