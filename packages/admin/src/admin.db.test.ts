@@ -23,6 +23,7 @@ async function setup(consumers: readonly Consumer[], extra: { instanceId?: strin
     logger: silentLogger,
     listen: false,
     rearmCooldownMs: 3_600_000,
+    retryDelayMs: 0,
     ...extra,
   });
   onTestFinished(() => dispatcher.stop());

@@ -82,7 +82,7 @@ export async function append(
     types.push(type);
     const dataJson = toJsonObject(index, 'data', event['data']);
     const metadataJson = toJsonObject(index, 'metadata', withTraceparent(event['metadata'] ?? {}));
-    if (dataJson.length + metadataJson.length > maxEventBytes) {
+    if (Buffer.byteLength(dataJson) + Buffer.byteLength(metadataJson) > maxEventBytes) {
       throw new InvalidEventError(
         index,
         'data',

@@ -19,7 +19,7 @@ export interface DispatcherOptions {
   consumers: readonly Consumer[];
   /** @defaultValue 'sluice' */
   schema?: string;
-  /** This process's id; required by per-instance consumers. Appears in logs and spans. */
+  /** This process's id; required by per-instance consumers (their rows, spans and the LISTEN connection name). */
   instanceId?: string;
   /** Events per turn. @defaultValue 100 */
   batchSize?: number;
@@ -41,8 +41,16 @@ export interface DispatcherOptions {
   handlerTimeoutMs?: number;
   /** SET LOCAL statement_timeout for a turn's statements. @defaultValue 30_000 */
   statementTimeoutMs?: number;
-  /** Per-instance rows record last_seen_at at least this often. @defaultValue 30_000 */
+  /** Per-instance rows record last_seen_at at most this often, on a pass. @defaultValue 30_000 */
   heartbeatIntervalMs?: number;
+  /**
+   * After a handler failure the consumer waits this long before the next attempt, doubling with
+   * each failed attempt up to retryMaxDelayMs (shared by all instances: it counts from last_error_at).
+   * @defaultValue 100
+   */
+  retryDelayMs?: number;
+  /** @defaultValue 30_000 */
+  retryMaxDelayMs?: number;
   /** First infra-failure backoff; doubles up to backoffMaxMs. @defaultValue 1_000 */
   backoffInitialMs?: number;
   /** @defaultValue 60_000 */
@@ -74,6 +82,8 @@ export const DEFAULTS = {
   handlerTimeoutMs: 30 * SECOND_MS,
   statementTimeoutMs: 30 * SECOND_MS,
   heartbeatIntervalMs: 30 * SECOND_MS,
+  retryDelayMs: 100,
+  retryMaxDelayMs: 30 * SECOND_MS,
   backoffInitialMs: SECOND_MS,
   backoffMaxMs: MINUTE_MS,
   countCrashedAttempts: true,
@@ -141,13 +151,19 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     rearmCooldownMs: positive('rearmCooldownMs', 0),
     maxRearmCount: positive('maxRearmCount', 0),
     concurrency: positive('concurrency'),
-    listen: input.listen ?? DEFAULTS.listen,
+    listen: boolean('listen', input.listen, DEFAULTS.listen),
     handlerTimeoutMs: positive('handlerTimeoutMs'),
     statementTimeoutMs: positive('statementTimeoutMs'),
     heartbeatIntervalMs: positive('heartbeatIntervalMs'),
+    retryDelayMs: positive('retryDelayMs', 0),
+    retryMaxDelayMs: positive('retryMaxDelayMs', 0),
     backoffInitialMs: positive('backoffInitialMs'),
     backoffMaxMs: positive('backoffMaxMs'),
-    countCrashedAttempts: input.countCrashedAttempts ?? DEFAULTS.countCrashedAttempts,
+    countCrashedAttempts: boolean(
+      'countCrashedAttempts',
+      input.countCrashedAttempts,
+      DEFAULTS.countCrashedAttempts,
+    ),
     isFeatureEnabled: input.isFeatureEnabled ?? (() => true),
     logger: input.logger ?? consoleLogger,
     meterProvider: input.meterProvider,
@@ -243,5 +259,11 @@ function integer(value: unknown, option: string, min = 1): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
     throw new InvalidOptionError(option, `must be an integer of at least ${min}`);
   }
+  return value;
+}
+
+function boolean(option: string, value: unknown, fallback: boolean): boolean {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'boolean') throw new InvalidOptionError(option, 'must be true or false');
   return value;
 }

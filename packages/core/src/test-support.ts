@@ -25,10 +25,12 @@ export function testDispatcher(
   consumers: readonly Consumer[],
   extra: Partial<DispatcherOptions> = {},
 ): Dispatcher {
+  // Retries without delay unless a test asks for one: tests count attempts pass by pass.
   const dispatcher = createDispatcher({
     sql,
     schema,
     consumers,
+    retryDelayMs: 0,
     logger: silentLogger,
     listen: false,
     ...extra,

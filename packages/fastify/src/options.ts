@@ -60,6 +60,9 @@ export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined
     throw new InvalidOptionError('ops.auth', 'must be a function (request) => actor | undefined');
   }
   const insecure = ops.insecure === true;
+  if (insecure && ops.auth !== undefined) {
+    throw new InvalidOptionError('ops.insecure', 'cannot be combined with ops.auth: pick one');
+  }
   if (ops.auth === undefined && !insecure) {
     throw new InvalidOptionError(
       'ops.auth',

@@ -30,6 +30,7 @@ async function build(
     pollIntervalMs: 60_000,
     logger: silentLogger,
     rearmCooldownMs: 3_600_000,
+    retryDelayMs: 0,
     ops,
   });
   onTestFinished(() => app.close());

@@ -59,6 +59,11 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
 
   if (ops) {
     if (ops.insecure) {
+      // Also a process warning: with Fastify's default `logger: false` app.log drops everything.
+      process.emitWarning(
+        `Sluice ops routes under ${ops.prefix} are open without authentication (ops.insecure): local development only`,
+        { code: 'SLUICE_OPS_INSECURE' },
+      );
       app.log.warn(
         { prefix: ops.prefix },
         'SLUICE OPS ROUTES ARE OPEN WITHOUT AUTHENTICATION (ops.insecure): anyone who can reach this server can ' +

@@ -106,8 +106,9 @@ function dispatcherFor(schema: string, consumers: readonly Consumer[]): Dispatch
     consumers,
     logger: silentLogger,
     listen: false,
-    // No automatic re-arm while a test looks at a dead consumer.
+    // No automatic re-arm while a test looks at a dead consumer; retries without delay.
     rearmCooldownMs: 3_600_000,
+    retryDelayMs: 0,
   });
   onTestFinished(() => dispatcher.stop());
   return dispatcher;

@@ -14,7 +14,7 @@ export interface HandlerContext {
    * atomically with the consumer's cursor. Undefined for other consumers.
    */
   readonly tx: TransactionSql | undefined;
-  /** Aborted when the handler's time is up (handlerTimeoutMs) or the dispatcher stops. */
+  /** Aborted when the handler's time is up (handlerTimeoutMs); stop() waits for handlers instead. */
   readonly signal: AbortSignal;
 }
 

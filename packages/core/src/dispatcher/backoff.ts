@@ -21,3 +21,29 @@ export function nextBackoff(
 export function isBackingOff(state: BackoffState | undefined, nowMs: number): boolean {
   return state !== undefined && nowMs < state.untilMs;
 }
+
+/**
+ * How long a consumer waits after `attempts` failed handler attempts before the next one:
+ * retryDelayMs doubling per attempt, capped (the clock is the database's: last_error_at, now()).
+ */
+export function retryDelayMs(
+  attempts: number,
+  rules: { retryDelayMs: number; retryMaxDelayMs: number },
+): number {
+  if (attempts <= 0 || rules.retryDelayMs === 0) return 0;
+  return Math.min(rules.retryMaxDelayMs, rules.retryDelayMs * 2 ** Math.min(attempts - 1, 30));
+}
+
+/** Whether a consumer that failed on an event must still wait before retrying it. */
+export function isWaitingToRetry(
+  row: {
+    readonly attempts: number;
+    readonly stuck_event_id: string | null;
+    readonly last_error_at: Date | null;
+  },
+  now: Date,
+  rules: { retryDelayMs: number; retryMaxDelayMs: number },
+): boolean {
+  if (row.attempts <= 0 || row.stuck_event_id === null || row.last_error_at === null) return false;
+  return now.getTime() - row.last_error_at.getTime() < retryDelayMs(row.attempts, rules);
+}

@@ -1,6 +1,7 @@
 import { lowestEnded, parseSnapshot, parseXidList, type Snapshot } from '../gaps/snapshot.js';
 import type { ResolvedConsumer } from '../options.js';
 import type { ConsumerStateRow } from '../queries/consumers.js';
+import { isWaitingToRetry } from './backoff.js';
 import { rearmDecision } from './rearm.js';
 
 /**
@@ -17,7 +18,7 @@ export function isProvablyIdle(
   head: bigint,
   snapshot: Snapshot,
   now: Date,
-  rules: { rearmCooldownMs: number; maxRearmCount: number },
+  rules: { rearmCooldownMs: number; maxRearmCount: number; retryDelayMs: number; retryMaxDelayMs: number },
   systemIdentifier: string | null = null,
 ): boolean {
   if (row.status === 'disabled') return row.disabled_until === null || row.disabled_until > now;
@@ -27,6 +28,8 @@ export function isProvablyIdle(
     );
   }
   if (row.start_fence !== null && snapshot.xmin > BigInt(row.start_fence)) return false;
+  // Waiting before retrying a failed event: nothing to do until then (the turn checks it too).
+  if (isWaitingToRetry(row, now, rules) && row.skip_event_id === null && !row.replays_pending) return true;
   // An operator skipped an event or asked for replays: the next turn acts on it.
   if (row.skip_event_id !== null || row.replays_pending) return false;
   // Gaps fenced on another cluster (a restore): the next turn resolves them.

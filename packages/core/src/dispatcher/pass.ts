@@ -12,7 +12,7 @@ import {
 } from '../queries/consumers.js';
 import type { Tables } from '../schema/tables.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
-import { isBackingOff, nextBackoff, type BackoffState } from './backoff.js';
+import { isBackingOff, isWaitingToRetry, nextBackoff, type BackoffState } from './backoff.js';
 import { classifyFailure } from './classify-failure.js';
 import { isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
@@ -20,7 +20,7 @@ import { TurnSlots } from './slots.js';
 import { runTurn, type TurnEnvironment, type TurnOutcome } from './turn.js';
 
 export type ConsumerSkip =
-  'idle' | 'locked' | 'disabled' | 'dead' | 'missing' | 'feature-off' | 'backoff' | 'failed';
+  'idle' | 'locked' | 'disabled' | 'dead' | 'missing' | 'feature-off' | 'backoff' | 'retry-later' | 'failed';
 
 export interface ConsumerPassResult {
   readonly processed: number;
@@ -125,7 +125,15 @@ export class PassRunner {
           );
           if (decision === 'exhausted') this.#reportRearmExhausted(consumer, row.last_error);
         }
-        skip(row.status === 'dead' ? 'dead' : row.status === 'disabled' ? 'disabled' : 'idle');
+        skip(
+          row.status === 'dead'
+            ? 'dead'
+            : row.status === 'disabled'
+              ? 'disabled'
+              : isWaitingToRetry(row, row.now, options)
+                ? 'retry-later'
+                : 'idle',
+        );
         continue;
       }
       const turn = this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch'));

@@ -71,3 +71,37 @@ test('handlerTimeoutMs on a transactional consumer rolls its turn back and still
   >`select count(*)::int as n from ${db.sql(`${schema}.projection`)}`;
   expect(count?.n).toBe(0);
 });
+
+test('a failed event is retried after a delay that doubles with each attempt, for every instance alike', async () => {
+  const schema = await freshSchema(db);
+  let calls = 0;
+  const c = recordingConsumer('patient', {
+    errorPolicy: { maxAttempts: 5 },
+    handler: () => {
+      calls += 1;
+      throw new Error('downstream unavailable');
+    },
+  });
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
+    retryDelayMs: 300,
+    retryMaxDelayMs: 600,
+  });
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 1, undefined, schema);
+  await dispatcher.runOnce();
+  expect(calls).toBe(1);
+  // Right after the failure: the consumer waits (no turn, no row lock).
+  expect((await dispatcher.runOnce()).byConsumer['patient']?.skipped).toBe('retry-later');
+  expect(calls).toBe(1);
+  // Another instance honours the same wait: it is counted from last_error_at in the database.
+  const other = testDispatcher(db.sql, schema, [c.consumer], { retryDelayMs: 300, retryMaxDelayMs: 600 });
+  await other.ensureRegistered();
+  expect((await other.runOnce()).byConsumer['patient']?.skipped).toBe('retry-later');
+  await new Promise((resolve) => setTimeout(resolve, 350));
+  await dispatcher.runOnce();
+  expect(calls).toBe(2);
+  expect((await consumerRow(db.sql, schema, 'patient')).attempts).toBe(2);
+  // The second wait is twice as long (600 ms, the cap).
+  await new Promise((resolve) => setTimeout(resolve, 350));
+  expect((await dispatcher.runOnce()).byConsumer['patient']?.skipped).toBe('retry-later');
+});

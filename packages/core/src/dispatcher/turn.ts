@@ -18,9 +18,10 @@ import { ATTR } from '../telemetry/attributes.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startTurnSpan } from '../telemetry/tracing.js';
 import { deliver, TransactionalHandlerTimeout, type HandlerFailure } from './deliver.js';
+import { isWaitingToRetry } from './backoff.js';
 import { rearmDecision } from './rearm.js';
 
-export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing';
+export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later';
 
 export interface TurnOutcome {
   readonly handled: number;
@@ -124,6 +125,9 @@ async function turnInTransaction(
     );
     row.attempts = 0;
   }
+
+  // A failed event is retried after a growing delay (the database clock decides, for all instances).
+  if (row.skip_event_id === null && isWaitingToRetry(row, now, options)) return skipped('retry-later', row);
 
   // Replays an operator requested (DESIGN §6): delivered before new events, out of order by nature.
   if (row.replays_pending) await deliverReplays(env, consumer, tx, span);

@@ -15,6 +15,7 @@ export interface ConsumerStateRow {
   replays_pending: boolean;
   rearm_count: number;
   last_error: string | null;
+  last_error_at: Date | null;
   updated_at: Date;
   disabled_until: Date | null;
   gap_count: number;
@@ -34,7 +35,7 @@ export interface ConsumerStateRow {
 const STATE_COLUMNS = (q: Queryable, t: Tables) => q`
   c.name, c.instance_id, c.status, c.cursor::text as cursor, c.attempts, c.stuck_event_id::text as stuck_event_id,
   c.skip_event_id::text as skip_event_id,
-  c.rearm_count, c.last_error, c.updated_at, c.disabled_until, c.gap_count, c.gaps_unfenced,
+  c.rearm_count, c.last_error, c.last_error_at, c.updated_at, c.disabled_until, c.gap_count, c.gaps_unfenced,
   c.gap_min_fence::text as gap_min_fence, array_to_string(c.gap_watch, ',') as gap_watch, c.gaps_recheck, c.oldest_gap_at,
   c.start_fence::text as start_fence, c.start_upto::text as start_upto, c.start_snapshot::text as start_snapshot,
   c.system_identifier, c.last_progress_at,
@@ -277,7 +278,6 @@ export async function recordFailedAttempt(
 
 export interface OperatorRow extends ConsumerStateRow {
   now: Date;
-  last_error_at: Date | null;
   failure_category: string | null;
   disabled_reason: string | null;
   last_seen_at: Date | null;
@@ -290,7 +290,7 @@ export interface OperatorRow extends ConsumerStateRow {
  */
 export function lockConsumerForOperator(tx: TransactionSql, t: Tables, name: string, instanceId: string) {
   return tx<OperatorRow[]>`
-    select ${STATE_COLUMNS(tx, t)}, now() as now, c.last_error_at, c.failure_category, c.disabled_reason,
+    select ${STATE_COLUMNS(tx, t)}, now() as now, c.failure_category, c.disabled_reason,
            c.last_seen_at, c.created_at
     from ${t.consumers} c
     where c.name = ${name} and c.instance_id = ${instanceId}
