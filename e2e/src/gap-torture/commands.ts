@@ -1,0 +1,205 @@
+// The command alphabet of RELIABILITY.md §6.2, as fast-check commands over a TortureRun. Every
+// command is one awaited SQL step (or a pass), so no step can block another; templates emit the
+// E1/E2/cache/mid-turn-commit shapes that kill the mutants in a few dozen runs.
+import fc from 'fast-check';
+import { WRITERS, type TortureRun, type WriterState } from './harness.js';
+
+/** The run carries both the facts (run.model) and the sessions' states: it is model and real. */
+type Cmd = fc.AsyncCommand<TortureRun, TortureRun>;
+
+interface Step {
+  readonly name: string;
+  check(run: Readonly<TortureRun>): boolean;
+  act(run: TortureRun): Promise<void>;
+}
+
+const state = (run: Readonly<TortureRun>, w: number) => run.writers[w] as WriterState;
+
+function command(step: Step): Cmd {
+  return {
+    check: (run) => step.check(run),
+    run: async (_model, run) => {
+      await step.act(run);
+      run.log.push(step.name);
+    },
+    toString: () => step.name,
+  };
+}
+
+const begin = (w: number): Step => ({
+  name: `Begin(${w})`,
+  check: (r) => !state(r, w).inTx,
+  act: (r) => r.begin(w),
+});
+const forceXid = (w: number): Step => ({
+  name: `ForceXid(${w})`,
+  check: (r) => state(r, w).inTx && !state(r, w).hasXid,
+  act: (r) => r.forceXid(w),
+});
+/** nextval() only. Sluice supports it only once the xid exists; the no-xid-first mutant allows it without. */
+const reserve = (w: number): Step => ({
+  name: `Reserve(${w})`,
+  check: (r) => {
+    const s = state(r, w);
+    return s.inTx && s.reserved.length === 0 && (s.hasXid || r.mutant === 'no-xid-first');
+  },
+  act: (r) => r.reserve(w),
+});
+const insert = (w: number): Step => ({
+  name: `Insert(${w})`,
+  check: (r) => state(r, w).inTx && state(r, w).inserted.length < 4,
+  act: (r) => r.insert(w),
+});
+const end = (w: number, commit: boolean): Step => ({
+  name: `${commit ? 'Commit' : 'Rollback'}(${w})`,
+  check: (r) => state(r, w).inTx,
+  act: (r) => r.end(w, commit),
+});
+const foreign = (hold: boolean): Step => ({
+  name: `Foreign(${hold ? 'hold' : 'release'})`,
+  check: (r) => r.foreignHolding !== hold,
+  act: (r) => r.foreign(hold),
+});
+const burnXids = (count: number): Step => ({
+  name: `BurnXids(${count})`,
+  check: () => true,
+  act: (r) => r.burnXids(count),
+});
+const pass = (i: number): Step => ({ name: `Pass(${i})`, check: () => true, act: (r) => r.pass(i) });
+/** A pass during whose turn writer w commits, right after the turn's fetch statement. */
+const passWithMidTurnCommit = (i: number, w: number): Step => ({
+  name: `Pass(${i}, commit ${w} mid-turn)`,
+  check: (r) => state(r, w).inTx && state(r, w).inserted.length > 0,
+  act: (r) => r.pass(i, () => r.end(w, true)),
+});
+
+/** A fixed sequence of steps; each runs only when its precondition holds at that point. */
+function template(name: string, steps: readonly Step[]): Cmd {
+  return {
+    check: (r) => steps[0]?.check(r) ?? false,
+    run: async (_model, r) => {
+      r.log.push(`${name} {`);
+      for (const step of steps) {
+        if (!step.check(r)) continue;
+        await step.act(r);
+        r.log.push(`  ${step.name}`);
+      }
+      r.log.push('}');
+    },
+    toString: () => `${name}[${steps.map((s) => s.name).join(', ')}]`,
+  };
+}
+
+const writer = fc.integer({ min: 0, max: WRITERS - 1 });
+const instance = fc.integer({ min: 0, max: 1 });
+const distinct = (...xs: number[]) => new Set(xs).size === xs.length;
+
+/** E1: a reserver draws an id (without an xid only where the mutant allows it), others commit above it. */
+const e1 = fc
+  .tuple(writer, writer, instance)
+  .filter(([r, o]) => distinct(r, o))
+  .map(([r, o, i]) =>
+    template('E1', [
+      begin(r),
+      reserve(r),
+      forceXid(r),
+      reserve(r),
+      begin(o),
+      insert(o),
+      end(o, true),
+      pass(i),
+      pass(i),
+      burnXids(2),
+      insert(r),
+      pass(i),
+      end(r, true),
+      pass(i),
+    ]),
+  );
+
+/** E2: M takes an older xid, A an unrelated one, R an xid and an id; M commits above R; A ends. */
+const e2 = fc
+  .tuple(writer, writer, writer, instance)
+  .filter(([m, a, r]) => distinct(m, a, r))
+  .map(([m, a, r, i]) =>
+    template('E2', [
+      begin(m),
+      forceXid(m),
+      begin(a),
+      forceXid(a),
+      begin(r),
+      forceXid(r),
+      insert(r),
+      insert(m),
+      end(m, true),
+      pass(i),
+      pass(i),
+      end(a, true),
+      pass(i),
+      pass(i),
+      end(r, true),
+      pass(i),
+    ]),
+  );
+
+/** A session uses ids from its sequence cache in a later transaction (kills CACHE > 1). */
+const cacheShape = fc
+  .tuple(writer, writer, instance)
+  .filter(([a, b]) => distinct(a, b))
+  .map(([a, b, i]) =>
+    template('Cache', [
+      begin(a),
+      insert(a),
+      end(a, true),
+      begin(b),
+      insert(b),
+      end(b, true),
+      pass(i),
+      pass(i),
+      begin(a),
+      insert(a),
+      burnXids(2),
+      pass(i),
+      pass(i),
+      end(a, true),
+      pass(i),
+    ]),
+  );
+
+/** A commit lands between a turn's fetch and the rest of the turn (kills a late snapshot). */
+const midTurn = fc
+  .tuple(writer, writer, instance)
+  .filter(([a, b]) => distinct(a, b))
+  .map(([a, b, i]) =>
+    template('MidTurn', [
+      begin(a),
+      insert(a),
+      begin(b),
+      insert(b),
+      end(b, true),
+      pass(i),
+      pass(i),
+      passWithMidTurnCommit(i, a),
+      pass(i),
+      pass(i),
+    ]),
+  );
+
+export const commandArbitraries: fc.Arbitrary<Cmd>[] = [
+  writer.map((w) => command(begin(w))),
+  writer.map((w) => command(forceXid(w))),
+  writer.map((w) => command(reserve(w))),
+  writer.map((w) => command(insert(w))),
+  writer.map((w) => command(insert(w))),
+  fc.tuple(writer, fc.boolean()).map(([w, c]) => command(end(w, c))),
+  writer.map((w) => command(end(w, true))),
+  fc.boolean().map((h) => command(foreign(h))),
+  fc.integer({ min: 1, max: 3 }).map((k) => command(burnXids(k))),
+  instance.map((i) => command(pass(i))),
+  instance.map((i) => command(pass(i))),
+  fc.tuple(instance, writer).map(([i, w]) => command(passWithMidTurnCommit(i, w))),
+  e1,
+  e2,
+  cacheShape,
+  midTurn,
+];

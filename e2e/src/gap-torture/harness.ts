@@ -1,0 +1,257 @@
+// Real sessions for the gap torture (RELIABILITY.md §6.1): four writer sessions, a foreign session
+// in another database, two dispatcher instances, all driven one SQL step at a time by fast-check
+// commands, so the interleaving is exactly the generated one and replays from seed and path.
+import { randomBytes } from 'node:crypto';
+import {
+  createDispatcher,
+  listRanges,
+  migrate,
+  silentLogger,
+  tables,
+  type Dispatcher,
+  type Sql,
+} from '@sluice/core';
+import type postgres from 'postgres';
+import { TortureModel } from './model.js';
+import { switchboard, type Mutant } from './switchboard.js';
+
+export const WRITERS = 4;
+export const CONSUMERS = [
+  { name: 'fast', strict: false },
+  { name: 'strict', strict: true },
+] as const;
+
+export interface WriterState {
+  inTx: boolean;
+  hasXid: boolean;
+  reserved: bigint[];
+  inserted: bigint[];
+}
+
+export interface Pools {
+  readonly admin: Sql;
+  readonly writers: Sql;
+  readonly dispatchers: readonly [Sql, Sql];
+  readonly foreign: Sql;
+}
+
+/** One run's world: a fresh schema, its dispatchers, the writer sessions and the model. */
+export class TortureRun {
+  readonly model = new TortureModel(CONSUMERS);
+  readonly writers: WriterState[] = Array.from({ length: WRITERS }, () => ({
+    inTx: false,
+    hasXid: false,
+    reserved: [],
+    inserted: [],
+  }));
+  foreignHolding = false;
+  cacheSize = 1;
+  private sessions: postgres.ReservedSql[] = [];
+  private foreignSession: postgres.ReservedSql | undefined;
+  dispatchers: Dispatcher[] = [];
+  readonly log: string[] = [];
+
+  readonly pools: Pools;
+  readonly schema: string;
+  readonly mutant: Mutant | null;
+
+  private constructor(pools: Pools, schema: string, mutant: Mutant | null) {
+    this.pools = pools;
+    this.schema = schema;
+    this.mutant = mutant;
+  }
+
+  static async start(pools: Pools, mutant: Mutant | null): Promise<TortureRun> {
+    const schema = `gt_${randomBytes(5).toString('hex')}`;
+    const run = new TortureRun(pools, schema, mutant);
+    switchboard().mutant = mutant;
+    switchboard().afterFetch = null;
+    await migrate(pools.admin, { schema, logger: silentLogger });
+    if (mutant === 'no-xid-first')
+      await pools.admin.unsafe(`drop trigger events_assign_xid on "${schema}".events`);
+    if (mutant === 'cached-sequence') {
+      await pools.admin.unsafe(`alter sequence "${schema}".events_id_seq cache 20`);
+      run.cacheSize = 20;
+    }
+    // nextval() takes an xid when it WAL-logs the sequence (its first call): draw it here, so
+    // reservers in the run behave like the common case.
+    await pools.admin`select nextval(${`${schema}.events_id_seq`}::regclass)`;
+    run.sessions = await Promise.all(Array.from({ length: WRITERS }, () => pools.writers.reserve()));
+    run.foreignSession = await pools.foreign.reserve();
+    run.dispatchers = pools.dispatchers.map((sql, instance) =>
+      createDispatcher({
+        sql,
+        schema,
+        logger: silentLogger,
+        listen: false,
+        retryDelayMs: 0,
+        instanceId: `torture-${instance}`,
+        consumers: CONSUMERS.map((c) => ({
+          name: c.name,
+          ordering: c.strict ? 'strict' : 'fast',
+          batchSize: 3, // small: fetches are often cut by LIMIT
+          handler: (event) => {
+            run.model.deliver(c.name, event.id);
+          },
+        })),
+      }),
+    );
+    for (const d of run.dispatchers) await d.ensureRegistered();
+    return run;
+  }
+
+  session(w: number): postgres.ReservedSql {
+    const s = this.sessions[w];
+    if (!s) throw new Error(`no session ${w}`);
+    return s;
+  }
+
+  // ---- steps (each one SQL step, awaited) --------------------------------------------------
+
+  async begin(w: number): Promise<void> {
+    await this.session(w)`begin`;
+    this.writers[w] = { inTx: true, hasXid: false, reserved: [], inserted: [] };
+  }
+
+  async forceXid(w: number): Promise<void> {
+    await this.session(w)`select pg_current_xact_id()`;
+    (this.writers[w] as WriterState).hasXid = true;
+  }
+
+  async reserve(w: number): Promise<void> {
+    const [row] = await this.session(w)<
+      { id: string }[]
+    >`select nextval(${`${this.schema}.events_id_seq`}::regclass)::text as id`;
+    const id = BigInt(row?.id ?? '0');
+    this.noteDraw(w, id);
+    (this.writers[w] as WriterState).reserved.push(id);
+  }
+
+  async insert(w: number): Promise<void> {
+    const state = this.writers[w] as WriterState;
+    const t = tables(this.session(w), this.schema);
+    const reserved = state.reserved.shift();
+    let id: bigint;
+    if (reserved !== undefined) {
+      await this.session(w)`
+        insert into ${t.events} (id, stream_id, type, data) overriding system value
+        values (${reserved.toString()}::bigint, ${`w${w}`}, 'Torture', '{}'::jsonb)`;
+      id = reserved;
+    } else {
+      const [row] = await this.session(w)<{ id: string }[]>`
+        insert into ${t.events} (stream_id, type, data) values (${`w${w}`}, 'Torture', '{}'::jsonb) returning id::text`;
+      id = BigInt(row?.id ?? '0');
+      this.noteDraw(w, id);
+    }
+    state.inserted.push(id);
+    state.hasXid = true;
+  }
+
+  async end(w: number, commit: boolean): Promise<void> {
+    const state = this.writers[w] as WriterState;
+    await (commit ? this.session(w)`commit` : this.session(w)`rollback`);
+    this.model.ended(w, state.inserted, commit);
+    this.writers[w] = { inTx: false, hasXid: false, reserved: [], inserted: [] };
+  }
+
+  async foreign(hold: boolean): Promise<void> {
+    const s = this.foreignSession as postgres.ReservedSql;
+    if (hold) {
+      await s`begin`;
+      await s`select pg_current_xact_id()`;
+    } else {
+      await s`commit`;
+    }
+    this.foreignHolding = hold;
+  }
+
+  async burnXids(count: number): Promise<void> {
+    for (let i = 0; i < count; i++) await this.pools.admin`select pg_current_xact_id()`;
+  }
+
+  /** One dispatcher pass; `midTurn` runs right after the first fetch statement of the pass. */
+  async pass(instance: number, midTurn?: () => Promise<void>): Promise<void> {
+    const hook = { ran: false };
+    if (midTurn) {
+      switchboard().afterFetch = async () => {
+        hook.ran = true;
+        await midTurn();
+      };
+    }
+    try {
+      await (this.dispatchers[instance] as Dispatcher).runOnce();
+    } finally {
+      switchboard().afterFetch = null;
+    }
+    if (midTurn && !hook.ran) await midTurn(); // no turn fetched: the step still happens, after the pass
+    await this.observe();
+  }
+
+  async observe(): Promise<void> {
+    const t = tables(this.pools.admin, this.schema);
+    for (const c of CONSUMERS) {
+      const [row] = await this.pools.admin<{ cursor: string }[]>`
+        select cursor::text from ${t.consumers} where name = ${c.name} and instance_id = '*'`;
+      const ranges = await this.pools.admin.begin((tx) => listRanges(tx, t, c.name, '*'));
+      const pending = new Set<bigint>();
+      for (const r of ranges)
+        for (let id = r.from; id <= r.to && id - r.from < 10_000n; id++) pending.add(id);
+      this.model.observe(c.name, BigInt(row?.cursor ?? '0'), pending);
+    }
+  }
+
+  private noteDraw(w: number, id: bigint): void {
+    this.model.drawn(id, w);
+    if (this.cacheSize > 1 && !this.model.cachedBy.has(id)) {
+      // A new block: the session now holds the next cacheSize - 1 values for later transactions.
+      for (let k = 1n; k < BigInt(this.cacheSize); k++) this.model.cachedBy.set(id + k, w);
+    }
+  }
+
+  /** §6.4: end every transaction, free the horizon, pass until nothing changes; then I1 and no gaps left. */
+  async quiesce(): Promise<void> {
+    for (let w = 0; w < WRITERS; w++) if (this.writers[w]?.inTx) await this.end(w, true);
+    if (this.foreignHolding) await this.foreign(false);
+    // Ids still cached by sessions will never be used now: release the sessions' caches.
+    for (const s of this.sessions) await s`discard sequences`;
+    this.model.cachedBy.clear();
+    let quietRounds = 0;
+    for (let round = 0; round < 60 && quietRounds < 2; round++) {
+      const before = JSON.stringify([...this.model.delivered.values()].map((l) => l.length));
+      await this.burnXids(1);
+      for (let i = 0; i < this.dispatchers.length; i++) await this.pass(i);
+      const pending = await this.pendingRanges();
+      const after = JSON.stringify([...this.model.delivered.values()].map((l) => l.length));
+      quietRounds = before === after && pending === 0 ? quietRounds + 1 : 0;
+    }
+    this.model.quiescent();
+    const left = await this.pendingRanges();
+    if (left > 0)
+      this.model.violations.push({
+        invariant: 'I1',
+        message: `${left} gap range(s) still pending at quiescence`,
+      });
+  }
+
+  async pendingRanges(): Promise<number> {
+    const [row] = await this.pools.admin<
+      { n: number }[]
+    >`select count(*)::int as n from ${this.pools.admin(`${this.schema}.gaps`)}`;
+    return row?.n ?? 0;
+  }
+
+  async close(): Promise<void> {
+    switchboard().mutant = null;
+    switchboard().afterFetch = null;
+    for (const d of this.dispatchers) await d.stop();
+    for (const [w, s] of this.sessions.entries()) {
+      if (this.writers[w]?.inTx) await s`rollback`.catch(() => undefined);
+      s.release();
+    }
+    if (this.foreignSession) {
+      if (this.foreignHolding) await this.foreignSession`rollback`.catch(() => undefined);
+      this.foreignSession.release();
+    }
+    await this.pools.admin.unsafe(`drop schema "${this.schema}" cascade`);
+  }
+}
