@@ -44,6 +44,17 @@ describe('resolveOptions', () => {
     ["the shared sentinel '*' as instanceId", { instanceId: '*' }, 'instanceId'],
     ['no consumers', { consumers: [] }, 'consumers'],
     ['a zero batch size', { batchSize: 0 }, 'batchSize'],
+    ['maxBatchSize below batchSize', { batchSize: 50, maxBatchSize: 10 }, 'maxBatchSize'],
+    [
+      "maxBatchSize below a consumer's batchSize",
+      { maxBatchSize: 100, consumers: [consumer('a', { batchSize: 500 })] },
+      'maxBatchSize',
+    ],
+    [
+      "a consumer's maxBatchSize below its batchSize",
+      { consumers: [consumer('a', { batchSize: 20, maxBatchSize: 5 })] },
+      'consumers[0].maxBatchSize',
+    ],
     ['a fractional poll interval', { pollIntervalMs: 1.5 }, 'pollIntervalMs'],
     ['concurrency below 1', { concurrency: 0 }, 'concurrency'],
     [

@@ -23,6 +23,12 @@ export interface DispatcherOptions {
   instanceId?: string;
   /** Events per turn. @defaultValue 100 */
   batchSize?: number;
+  /**
+   * While a consumer is behind, each turn that fills its batch doubles the next one, up to this
+   * (fewer commits per event when catching up); a short fetch or a failure goes back to batchSize.
+   * Set it to batchSize to keep batches fixed. @defaultValue 10 × batchSize
+   */
+  maxBatchSize?: number;
   /** A turn commits what it has done after this long; the next turn continues. @defaultValue 5_000 */
   maxTurnMs?: number;
   /** Safety-net poll interval. @defaultValue 100 */
@@ -101,12 +107,15 @@ export interface ResolvedConsumer {
   readonly transactional: boolean;
   readonly handlerTimeoutMs: number;
   readonly batchSize: number;
+  readonly maxBatchSize: number;
 }
 
 export interface ResolvedOptions extends Omit<
   Required<DispatcherOptions>,
-  'consumers' | 'instanceId' | 'meterProvider' | 'tracerProvider'
+  'consumers' | 'instanceId' | 'meterProvider' | 'tracerProvider' | 'maxBatchSize'
 > {
+  /** undefined: 10 × each consumer's batchSize. */
+  readonly maxBatchSize: number | undefined;
   readonly consumers: readonly ResolvedConsumer[];
   readonly instanceId: string | undefined;
   readonly meterProvider: MeterProvider | undefined;
@@ -145,6 +154,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     schema,
     instanceId,
     batchSize: positive('batchSize'),
+    maxBatchSize: input.maxBatchSize === undefined ? undefined : integer(input.maxBatchSize, 'maxBatchSize'),
     maxTurnMs: positive('maxTurnMs'),
     pollIntervalMs: positive('pollIntervalMs'),
     maxAttempts: positive('maxAttempts'),
@@ -169,6 +179,9 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     meterProvider: input.meterProvider,
     tracerProvider: input.tracerProvider,
   };
+  if (options.maxBatchSize !== undefined && options.maxBatchSize < options.batchSize) {
+    throw new InvalidOptionError('maxBatchSize', `must be at least batchSize (${options.batchSize})`);
+  }
   if (options.backoffMaxMs < options.backoffInitialMs) {
     throw new InvalidOptionError('backoffMaxMs', 'must be at least backoffInitialMs');
   }
@@ -225,6 +238,17 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     const transactional = c['transactional'] ?? false;
     if (typeof transactional !== 'boolean')
       throw new InvalidOptionError(`${where}.transactional`, 'must be a boolean');
+    const batchSize = integer(c['batchSize'] ?? options.batchSize, `${where}.batchSize`);
+    const maxBatchSize = integer(
+      c['maxBatchSize'] ?? options.maxBatchSize ?? batchSize * 10,
+      `${where}.maxBatchSize`,
+    );
+    if (maxBatchSize < batchSize) {
+      throw new InvalidOptionError(
+        c['maxBatchSize'] === undefined ? 'maxBatchSize' : `${where}.maxBatchSize`,
+        `must be at least the batchSize of consumer "${name}" (${batchSize})`,
+      );
+    }
     const featureName = c['featureName'];
     if (featureName !== undefined && (typeof featureName !== 'string' || featureName === '')) {
       throw new InvalidOptionError(`${where}.featureName`, 'must be a non-empty string');
@@ -242,7 +266,8 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
         c['handlerTimeoutMs'] ?? options.handlerTimeoutMs,
         `${where}.handlerTimeoutMs`,
       ),
-      batchSize: integer(c['batchSize'] ?? options.batchSize, `${where}.batchSize`),
+      batchSize,
+      maxBatchSize,
     } satisfies ResolvedConsumer;
   });
   return { ...options, consumers };

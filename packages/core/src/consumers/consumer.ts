@@ -54,6 +54,8 @@ export interface Consumer {
   readonly handlerTimeoutMs?: number;
   /** Overrides the dispatcher's batchSize for this consumer. */
   readonly batchSize?: number;
+  /** Overrides the dispatcher's maxBatchSize for this consumer. */
+  readonly maxBatchSize?: number;
 }
 
 /** Identity for defining consumers with checked types. */

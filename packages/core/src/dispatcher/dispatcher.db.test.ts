@@ -119,6 +119,55 @@ describe('cursors and poison', () => {
   });
 });
 
+describe('batch growth', () => {
+  test('a consumer that is behind doubles its batch up to maxBatchSize, and a short fetch or a failure resets it', async () => {
+    const schema = await freshSchema(db);
+    // Sizes of the turns' deliveries: a batchHandler call, or a run of single handler calls.
+    const turns: number[] = [];
+    let singles = 0;
+    let failOn: bigint | undefined;
+    const consumer = {
+      name: 'catch-up',
+      batchSize: 2,
+      maxBatchSize: 8,
+      batchHandler: (events: readonly EventRecord[]) => {
+        if (failOn !== undefined && events.some((e) => e.id === failOn)) throw new Error('batch refused');
+        turns.push(events.length);
+      },
+      handler: (event: EventRecord) => {
+        if (event.id === failOn) throw new Error(`event ${event.id} refused`);
+        singles += 1;
+      },
+    };
+    const dispatcher = testDispatcher(db.sql, schema, [consumer], { retryDelayMs: 0 });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 30, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    // 2 + 4 + 8 + 8 + 8 = 30: the last fetch was cut at 8, one more turn found nothing.
+    expect(turns).toEqual([2, 4, 8, 8, 8]);
+
+    turns.length = 0;
+    await appendEvents(db.sql, 3, undefined, schema); // 31..33
+    await drainUntilIdle(dispatcher);
+    expect(turns).toEqual([2]); // caught up in between: back to batchSize
+    expect(singles).toBe(1); // 33, alone in its turn
+
+    turns.length = 0;
+    singles = 0;
+    await appendEvents(db.sql, 12, undefined, schema); // 34..45
+    failOn = 40n;
+    await dispatcher.runOnce(); // 34, 35
+    await dispatcher.runOnce(); // 36..39
+    await dispatcher.runOnce(); // 40..45 refused as a batch; one by one, 40 fails
+    expect(turns).toEqual([2, 4]);
+    expect(await consumerRow(db.sql, schema, 'catch-up')).toMatchObject({ cursor: 39n, attempts: 1 });
+    failOn = undefined;
+    await drainUntilIdle(dispatcher);
+    expect(turns).toEqual([2, 4, 2, 4]); // the failure reset the batch: 40, 41, then 42..45
+    expect(await consumerRow(db.sql, schema, 'catch-up')).toMatchObject({ cursor: 45n, attempts: 0 });
+  });
+});
+
 describe('rearm', () => {
   test('re-arms after the cooldown, stays dead after maxRearmCount re-arms without progress, and reports it once', async () => {
     const schema = await freshSchema(db);

@@ -57,6 +57,8 @@ export class PassRunner {
   readonly #slots: TurnSlots<ConsumerPassResult>;
   readonly #backoff = new Map<string, BackoffState>();
   readonly #rearmExhaustedReported = new Set<string>();
+  /** Each consumer's next batch limit: grows while turns fill their batch (catching up). */
+  readonly #limits = new Map<string, number>();
   #precheckFailing = false;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
 
@@ -84,6 +86,7 @@ export class PassRunner {
     for (const consumer of options.consumers) {
       const row = rows?.get(consumer.name);
       const skip = (skipped: ConsumerSkip) => {
+        this.#limits.delete(consumer.name); // caught up or stopped: the next batch starts small
         byConsumer[consumer.name] = {
           processed: 0,
           failed: 0,
@@ -187,13 +190,17 @@ export class PassRunner {
     let failed = 0;
     let outcome: TurnOutcome | undefined;
     do {
+      const limit = this.#limits.get(consumer.name) ?? consumer.batchSize;
       try {
-        outcome = await runTurn(this.#turnEnvironment(), consumer);
+        outcome = await runTurn(this.#turnEnvironment(), consumer, limit);
       } catch (error) {
+        this.#limits.delete(consumer.name);
         await this.#infraFailure(consumer, error);
         return { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true };
       }
       this.#backoff.delete(consumer.name);
+      if (outcome.filledBatch) this.#limits.set(consumer.name, Math.min(limit * 2, consumer.maxBatchSize));
+      else if (outcome.skipped === undefined) this.#limits.delete(consumer.name);
       processed += outcome.handled;
       failed += outcome.failed;
       if (outcome.timedOut) await this.#recordTimeout(consumer, outcome);

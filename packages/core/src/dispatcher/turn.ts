@@ -29,6 +29,8 @@ export interface TurnOutcome {
   readonly skipped: SkipReason | undefined;
   /** More is waiting right now: the fetch was cut by LIMIT or the turn ran out of time. */
   readonly hasMore: boolean;
+  /** The fetch was cut by LIMIT and everything it returned was resolved: a larger batch would have helped. */
+  readonly filledBatch: boolean;
   readonly pendingGaps: number;
   readonly cursor: bigint | undefined;
   readonly head: bigint | undefined;
@@ -56,10 +58,14 @@ const MAX_XID = 2n ** 63n - 1n;
  * id order, and persist cursor, gaps, attempts and status before COMMIT.
  * Infrastructure failures propagate; handler failures are part of the outcome.
  */
-export async function runTurn(env: TurnEnvironment, consumer: ResolvedConsumer): Promise<TurnOutcome> {
+export async function runTurn(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  limit: number = consumer.batchSize,
+): Promise<TurnOutcome> {
   const span = startTurnSpan(env.tracer, consumer.name, consumer.instanceId);
   try {
-    const outcome = await env.options.sql.begin((tx) => turnInTransaction(env, consumer, tx, span));
+    const outcome = await env.options.sql.begin((tx) => turnInTransaction(env, consumer, tx, span, limit));
     span.setAttributes({
       [ATTR.processed]: outcome.handled,
       [ATTR.failed]: outcome.failed,
@@ -76,6 +82,7 @@ export async function runTurn(env: TurnEnvironment, consumer: ResolvedConsumer):
         failed: 1,
         skipped: undefined,
         hasMore: true,
+        filledBatch: false,
         pendingGaps: 0,
         cursor: undefined,
         head: undefined,
@@ -93,6 +100,7 @@ async function turnInTransaction(
   consumer: ResolvedConsumer,
   tx: TransactionSql,
   span: Span,
+  limit: number,
 ): Promise<TurnOutcome> {
   const { options, tables: t } = env;
   const [row] = await lockConsumer(tx, t, consumer.name, consumer.instanceId, {
@@ -163,7 +171,6 @@ async function turnInTransaction(
   // snapshot that saw them (never the snapshot's xmax: a running writer can hold an xid above it).
   const rechecked: GapRange[] = stored.map((r) => (r.fence === null ? { ...r, fence: xid } : r));
 
-  const limit = consumer.batchSize;
   const fastRanges = consumer.ordering === 'fast' ? rechecked : [];
   const rows = await fetchBatch(
     tx,
@@ -346,6 +353,7 @@ async function turnInTransaction(
     failed: result.failed,
     skipped: undefined,
     hasMore: hasMore && !result.dead && !failure,
+    filledBatch: !fetch.complete && !failure && resolvedIds.length === ids.length && !isolating,
     pendingGaps: remaining,
     cursor: settlement.cursor,
     head,
@@ -447,6 +455,7 @@ async function deliverStartStragglers(
     failed: result.failed,
     skipped: undefined,
     hasMore: !failure,
+    filledBatch: false,
     pendingGaps: row.gap_count,
     cursor,
     head: undefined,
@@ -501,6 +510,7 @@ function skipped(reason: SkipReason, row?: LockedRow): TurnOutcome {
     failed: 0,
     skipped: reason,
     hasMore: false,
+    filledBatch: false,
     pendingGaps: row?.gap_count ?? 0,
     cursor: row ? BigInt(row.cursor) : undefined,
     head: undefined,
