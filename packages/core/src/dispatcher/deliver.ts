@@ -128,18 +128,30 @@ async function invoke(
   call: (context: HandlerContext) => unknown,
 ): Promise<Outcome> {
   const { consumer, tx } = input;
-  const controller = new AbortController();
   const span = startHandlerSpan(input.tracer, input.turnSpan, consumer.name, consumer.instanceId, events);
   const started = performance.now();
-  const base = {
+  // The signal is made on first use: most handlers never read it, and one per event adds up.
+  let controller: AbortController | undefined;
+  let abortedWith: { reason: unknown } | undefined;
+  const signal = () => {
+    if (!controller) {
+      controller = new AbortController();
+      if (abortedWith) controller.abort(abortedWith.reason);
+    }
+    return controller.signal;
+  };
+  const context = (handlerTx: TransactionSql | undefined): HandlerContext => ({
     consumer: consumer.name,
     instanceId: consumer.instanceId,
     attempt,
-    signal: controller.signal,
-  };
+    get signal() {
+      return signal();
+    },
+    tx: handlerTx,
+  });
   const run = consumer.transactional
-    ? tx.savepoint((savepoint) => call({ ...base, tx: savepoint }))
-    : Promise.resolve().then(() => call({ ...base, tx: undefined }));
+    ? tx.savepoint((savepoint) => call(context(savepoint)))
+    : Promise.resolve().then(() => call(context(undefined)));
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
@@ -158,7 +170,8 @@ async function invoke(
     return { ok: true };
   } catch (error) {
     const timedOut = error instanceof HandlerTimeoutError;
-    controller.abort(error);
+    abortedWith = { reason: error };
+    controller?.abort(error);
     // A late settle of a timed-out handler must not surface as an unhandled rejection (H6).
     run.catch(() => undefined);
     endSpanWithError(span, error);
