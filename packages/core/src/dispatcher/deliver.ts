@@ -8,6 +8,7 @@ import type { TransactionSql } from '../sql-types.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startHandlerSpan } from '../telemetry/tracing.js';
 import { isConnectionLoss } from './classify-failure.js';
+import { assertTurnLive } from './turn-guard.js';
 
 export interface DeliveryInput {
   readonly consumer: ResolvedConsumer;
@@ -65,6 +66,7 @@ class HandlerTimeoutError extends Error {
  * (falling back to one-by-one delivery when it throws), halting at the first failing event.
  * Transactional consumers get each call in a savepoint, so a failure undoes only its own writes.
  * @throws the turn's connection loss (an infrastructure failure, never a handler attempt)
+ * @throws {TurnAbandonedError} when the turn's transaction ended under it: no handler is called after that
  * @throws {TransactionalHandlerTimeout}
  */
 export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
@@ -77,6 +79,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   const batchHandler = consumer.definition.batchHandler;
   const toHandle = events.filter((e) => !input.resolvesUnhandled(e));
   if (batchHandler && toHandle.length > 1) {
+    assertTurnLive(input.tx);
     const attempt = Math.max(...toHandle.map((e) => input.priorAttempts(e.id))) + 1;
     const outcome = await invoke(input, toHandle, attempt, (context) => batchHandler(toHandle, context));
     if (outcome.ok) {
@@ -99,6 +102,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
       resolved.push(event);
       continue;
     }
+    assertTurnLive(input.tx);
     const attempt = input.priorAttempts(event.id) + 1;
     const outcome = await invoke(input, [event], attempt, (context) =>
       consumer.definition.handler(event, context),

@@ -52,3 +52,53 @@ test('a terminated turn backend is an infra failure: recorded with its category,
   const [marker] = await db.sql`select * from ${db.sql(`${schema}.turn_starts`)}`;
   expect(marker).toBeUndefined();
 });
+
+test('a turn whose connection dies under a handler calls no further handler and never overlaps the next turn (R1c)', async () => {
+  const schema = await freshSchema(db);
+  const application = 'r1c-turns';
+  const pool = db.connect({ max: 4, connection: { application_name: application } });
+  const calls: bigint[] = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
+  let terminated = false;
+  const consumer = recordingConsumer('shared', {
+    handler: async (event) => {
+      inFlight += 1;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      calls.push(event.id);
+      try {
+        if (!terminated) {
+          terminated = true;
+          // The turn's backend (it holds an xid: FOR UPDATE on the cursor row) dies under this call.
+          await db.sql`
+            select pg_terminate_backend(pid) from pg_stat_activity
+            where application_name = ${application} and backend_xid is not null`;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      } finally {
+        inFlight -= 1;
+      }
+    },
+  });
+  const dispatcher = testDispatcher(pool, schema, [consumer.consumer], {
+    backoffInitialMs: 1,
+    backoffMaxMs: 1,
+  });
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 5, undefined, schema);
+
+  const failed = await dispatcher.runOnce();
+  expect(failed.byConsumer['shared']?.skipped).toBe('failed');
+  // Had the dead turn gone on, events 2..5 would be handled by now.
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  expect(calls).toEqual([1n]);
+
+  await until(
+    async () => ((await dispatcher.runOnce()).byConsumer['shared']?.processed ?? 0) === 5,
+    10_000,
+    'the next turn to deliver the batch',
+  );
+  expect(calls).toEqual([1n, 1n, 2n, 3n, 4n, 5n]);
+  expect(maxInFlight).toBe(1);
+  expect(await consumerRow(db.sql, schema, 'shared')).toMatchObject({ cursor: 5n, attempts: 0 });
+});

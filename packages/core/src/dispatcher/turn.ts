@@ -20,6 +20,7 @@ import { endSpanWithError, startTurnSpan } from '../telemetry/tracing.js';
 import { deliver, TransactionalHandlerTimeout, type HandlerFailure } from './deliver.js';
 import { isWaitingToRetry } from './backoff.js';
 import { rearmDecision } from './rearm.js';
+import { guardTurnTransaction } from './turn-guard.js';
 
 export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later';
 
@@ -64,8 +65,15 @@ export async function runTurn(
   limit: number = consumer.batchSize,
 ): Promise<TurnOutcome> {
   const span = startTurnSpan(env.tracer, consumer.name, consumer.instanceId);
+  let body: Promise<TurnOutcome> | undefined;
+  let endTurn: () => void = () => undefined;
   try {
-    const outcome = await env.options.sql.begin((tx) => turnInTransaction(env, consumer, tx, span, limit));
+    const outcome = await env.options.sql.begin((tx) => {
+      const guarded = guardTurnTransaction(tx);
+      endTurn = guarded.end;
+      body = turnInTransaction(env, consumer, guarded.tx, span, limit);
+      return body;
+    });
     span.setAttributes({
       [ATTR.processed]: outcome.handled,
       [ATTR.failed]: outcome.failed,
@@ -91,7 +99,13 @@ export async function runTurn(
       };
     }
     endSpanWithError(span, error);
+    // begin() may have settled on a lost connection while the turn was still in a handler: stop it
+    // and wait until it has, so the next turn of this consumer never overlaps with it (I2, I3).
+    endTurn();
+    if (body) await body.catch(() => undefined);
     throw error;
+  } finally {
+    endTurn();
   }
 }
 
