@@ -6,3 +6,6 @@ export type Sql = postgres.Sql;
 export type TransactionSql = postgres.TransactionSql;
 /** Either; for read-only helpers that work inside or outside a transaction. */
 export type Queryable = postgres.Sql | postgres.TransactionSql;
+
+/** A connection reserved from a pool (`sql.reserve()`): must be released. */
+export type ReservedSql = postgres.ReservedSql;

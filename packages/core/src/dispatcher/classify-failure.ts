@@ -1,4 +1,5 @@
 import { sqlStateOf } from '../errors.js';
+import { PoolExhaustedError } from '../queries/turn-starts.js';
 
 /** Failure categories recorded on the consumer row (failure_category) and in metrics. */
 export type FailureCategory =
@@ -18,6 +19,7 @@ const CONNECTION_CODES = new Set([
 
 /** Classifies an infrastructure failure of a turn by SQLSTATE or driver code. */
 export function classifyFailure(error: unknown): FailureCategory {
+  if (error instanceof PoolExhaustedError) return 'resources';
   const code = typeof error === 'object' && error !== null && 'code' in error ? String(error.code) : '';
   if (CONNECTION_CODES.has(code)) return 'connection';
   const sqlState = sqlStateOf(error);

@@ -1,4 +1,4 @@
-import { messageOf, SluiceError } from '../errors.js';
+import { InvalidOptionError, messageOf, SluiceError } from '../errors.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
 import type { Sql } from '../sql-types.js';
@@ -52,6 +52,15 @@ export class DispatcherNotRegisteredError extends SluiceError {
 export function createDispatcher(input: DispatcherOptions): Dispatcher {
   const options = resolveOptions(input);
   const { sql, logger } = options;
+  const poolMax = sql.options.max;
+  if (options.countCrashedAttempts && poolMax === 1) {
+    throw new InvalidOptionError(
+      'sql',
+      "the pool's max is 1, but with countCrashedAttempts a delivering turn records its start on a second " +
+        'connection while it holds the first: raise max (to concurrency + 2) or set countCrashedAttempts: false',
+    );
+  }
+  const turnSlots = turnSlotsFitting(options.concurrency, poolMax, options.countCrashedAttempts);
   const t = tables(sql, options.schema);
   const metrics = createMetrics(options.meterProvider);
   const tracer = createTracer(options.tracerProvider);
@@ -73,7 +82,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   let passRequested = false;
 
   const passes = new PassRunner({
-    options,
+    options: { ...options, concurrency: turnSlots },
     tables: t,
     metrics,
     tracer,
@@ -135,13 +144,13 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   async function doStart(): Promise<void> {
     const verification = await verifySchema(sql, { schema: options.schema });
     for (const warning of verification.warnings) logger.warn({ schema: options.schema }, warning);
-    const poolMax = sql.options.max;
     const needed = options.concurrency + (options.countCrashedAttempts ? 1 : 0) + 1;
     if (typeof poolMax === 'number' && poolMax < needed) {
       logger.warn(
-        { poolMax, concurrency: options.concurrency },
+        { poolMax, concurrency: options.concurrency, turnSlots },
         `the pool allows ${poolMax} connections but ${options.concurrency} concurrent turns need ${needed} ` +
-          '(one per turn, one to record turn starts, and room for handlers and requests); raise max or lower concurrency',
+          '(one per turn, one to record turn starts, and room for handlers and requests); ' +
+          `running at most ${turnSlots} turn${turnSlots === 1 ? '' : 's'} at a time: raise max or lower concurrency`,
       );
     }
     await ensureRegistered();
@@ -225,4 +234,14 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     drain,
     ensureRegistered,
   };
+}
+
+/**
+ * Turns that may run at once without exhausting the pool: each holds a connection, a delivering
+ * turn needs a second one for its start record, and one is left for handlers and requests. Taking
+ * them all deadlocks the turns against each other until the idle-in-transaction timeout (R1).
+ */
+function turnSlotsFitting(concurrency: number, poolMax: unknown, countCrashedAttempts: boolean): number {
+  if (typeof poolMax !== 'number') return concurrency;
+  return Math.max(1, Math.min(concurrency, poolMax - 1 - (countCrashedAttempts ? 1 : 0)));
 }

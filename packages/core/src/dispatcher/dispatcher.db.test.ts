@@ -7,6 +7,7 @@ import {
   useTestDatabase,
 } from '@sluice/testing';
 import { describe, expect, onTestFinished, test } from 'vitest';
+import { append } from '../append.js';
 import type { EventRecord } from '../events.js';
 import { consumerRow, freshSchema, gate, testDispatcher, until } from '../test-support.js';
 import { DispatcherNotRegisteredError } from './create-dispatcher.js';
@@ -345,6 +346,83 @@ describe('lifecycle', () => {
     });
     await dispatcher.start();
     expect(warnings.some((m) => m.includes('the pool allows 2 connections'))).toBe(true);
+  });
+
+  test('a pool of 2 with five consumers whose handlers append through it makes progress (R1a)', async () => {
+    const schema = await freshSchema(db);
+    const small = db.connect({ max: 2 });
+    const seen = Array.from({ length: 5 }, (): bigint[] => []);
+    const consumers = Array.from({ length: 5 }, (_, i) =>
+      recordingConsumer(`appender-${i}`, {
+        handler: async (event) => {
+          seen[i]?.push(event.id);
+          if (event.type !== 'Root') return;
+          await small.begin((tx) =>
+            append(tx, [{ streamId: `derived-${i}`, type: 'Derived', data: {} }], { schema }),
+          );
+        },
+      }),
+    );
+    const dispatcher = testDispatcher(
+      small,
+      schema,
+      consumers.map((c) => c.consumer),
+      { concurrency: 4, handlerTimeoutMs: 2_000, statementTimeoutMs: 2_000 },
+    );
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 3, () => ({ streamId: 'roots', type: 'Root', data: {} }), schema);
+    // Four turns at once would each hold one of the two connections and wait for another.
+    const results = [];
+    for (let pass = 0; pass < 10; pass += 1) results.push(await dispatcher.runOnce());
+    const skips = results.flatMap((r) => Object.values(r.byConsumer).map((c) => c.skipped));
+    expect(skips).not.toContain('failed');
+    expect(results.every((r) => r.failed === 0)).toBe(true);
+    for (const ids of seen)
+      expect(ids).toEqual([1n, 2n, 3n, ...Array.from({ length: 15 }, (_, i) => BigInt(i + 4))]);
+    await small.end({ timeout: 1 });
+  });
+
+  test('a pool of 1 with countCrashedAttempts is refused: the turn start needs a second connection', () => {
+    const single = db.connect({ max: 1 });
+    onTestFinished(() => single.end({ timeout: 1 }));
+    expect(() => testDispatcher(single, 'sluice', [recordingConsumer('alone').consumer])).toThrow(
+      /Invalid option `sql`: the pool's max is 1.*countCrashedAttempts/,
+    );
+    expect(() =>
+      testDispatcher(single, 'sluice', [recordingConsumer('alone').consumer], {
+        countCrashedAttempts: false,
+      }),
+    ).not.toThrow();
+  });
+
+  test('no free connection to record a turn start within statementTimeoutMs: an infra failure, not a hang', async () => {
+    const schema = await freshSchema(db);
+    const small = db.connect({ max: 2 });
+    const seen = recordingConsumer('starved');
+    const dispatcher = testDispatcher(small, schema, [seen.consumer], {
+      statementTimeoutMs: 300,
+      backoffInitialMs: 1,
+      backoffMaxMs: 1,
+    });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 2, undefined, schema);
+    const held = await small.reserve(); // the application holds one connection; the turn takes the other
+    const starved = await dispatcher.runOnce();
+    held.release();
+    expect(starved.byConsumer['starved']?.skipped).toBe('failed');
+    expect(seen.ids()).toEqual([]);
+    expect(await consumerRow(db.sql, schema, 'starved')).toMatchObject({
+      cursor: 0n,
+      attempts: 0,
+      failure_category: 'resources',
+    });
+    expect((await consumerRow(db.sql, schema, 'starved')).last_error).toMatch(/no free pool connection/);
+    await until(
+      async () => ((await dispatcher.runOnce()).byConsumer['starved']?.processed ?? 0) === 2,
+      5_000,
+      'delivery once the connection is back',
+    );
+    await small.end({ timeout: 1 });
   });
 
   test('ensureRegistered() re-creates rows a test truncated, without moving existing cursors', async () => {

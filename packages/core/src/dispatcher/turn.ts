@@ -255,12 +255,19 @@ async function turnInTransaction(
   } else {
     if (firstEvent && options.countCrashedAttempts) {
       const last = toDeliver[toDeliver.length - 1] as EventRecord;
-      await recordTurnStart(options.sql, t, consumer.name, consumer.instanceId, {
-        first: firstEvent.id,
-        last: last.id,
-        isolateUntil: isolating ? isolateUntil : null,
-        resetCount: rearmed,
-      });
+      await recordTurnStart(
+        options.sql,
+        t,
+        consumer.name,
+        consumer.instanceId,
+        {
+          first: firstEvent.id,
+          last: last.id,
+          isolateUntil: isolating ? isolateUntil : null,
+          resetCount: rearmed,
+        },
+        options.statementTimeoutMs,
+      );
       startRecorded = true;
     }
     result = await deliver({

@@ -1,15 +1,32 @@
 import type { Tables } from '../schema/tables.js';
-import type { Sql, TransactionSql } from '../sql-types.js';
+import type { ReservedSql, Sql, TransactionSql } from '../sql-types.js';
 
 /**
- * Records, in its own committed transaction (on another pool connection), that a turn is about to
- * deliver ids [first, last]. Counts consecutive starts at the same first id: a start that never
- * reached its COMMIT was a crash (F6).
+ * No pool connection came free to record a turn start in time: the pool is exhausted (turns,
+ * handlers and the application's requests hold every connection). The turn is abandoned as an
+ * infrastructure failure instead of waiting, inside its transaction, for a connection that may only
+ * come free when the turn itself ends.
+ */
+export class PoolExhaustedError extends Error {
+  constructor(poolMax: unknown, waitedMs: number) {
+    super(
+      `no free pool connection to record the turn start within ${waitedMs} ms (statementTimeoutMs); ` +
+        `the pool's max is ${String(poolMax)}: raise it, lower concurrency, or keep handlers from holding connections`,
+    );
+    this.name = 'PoolExhaustedError';
+  }
+}
+
+/**
+ * Records, in its own committed transaction (on another pool connection, waited for at most
+ * `waitMs`), that a turn is about to deliver ids [first, last]. Counts consecutive starts at the
+ * same first id: a start that never reached its COMMIT was a crash (F6).
  *
- * The commit does not wait for its WAL flush (synchronous_commit off for this transaction only):
- * what it guards against is the Node process dying, and the row is visible to every session as
- * soon as it commits. Only a PostgreSQL crash in the next few hundred milliseconds can lose it,
- * and then one crash goes uncounted. Waiting for the flush cost a second disk flush per turn.
+ * The commit does not wait for its WAL flush (synchronous_commit off for this statement's
+ * transaction only): what it guards against is the Node process dying, and the row is visible to
+ * every session as soon as it commits. Only a PostgreSQL crash in the next few hundred milliseconds
+ * can lose it, and then one crash goes uncounted. Waiting for the flush cost a second disk flush per turn.
+ * @throws {PoolExhaustedError}
  */
 export async function recordTurnStart(
   sql: Sql,
@@ -17,21 +34,50 @@ export async function recordTurnStart(
   name: string,
   instanceId: string,
   batch: { first: bigint; last: bigint; isolateUntil: bigint | null; resetCount: boolean },
+  waitMs: number,
 ): Promise<void> {
-  await sql.begin((tx) => [
-    tx`select set_config('synchronous_commit', 'off', true)`,
-    tx`
-    insert into ${t.turnStarts} as m (consumer_name, instance_id, first_event_id, last_event_id, started_count, isolate_until)
-    values (${name}, ${instanceId}, ${batch.first.toString()}::bigint, ${batch.last.toString()}::bigint, 1,
-            ${batch.isolateUntil === null ? null : batch.isolateUntil.toString()}::bigint)
-    on conflict (consumer_name, instance_id) do update set
-      started_count = case when m.first_event_id = excluded.first_event_id and not ${batch.resetCount}
-                           then m.started_count + 1 else 1 end,
-      first_event_id = excluded.first_event_id,
-      last_event_id = excluded.last_event_id,
-      isolate_until = excluded.isolate_until,
-      updated_at = now()`,
-  ]);
+  const connection = await reserveWithin(sql, waitMs);
+  try {
+    await connection`
+      with async_commit as (select set_config('synchronous_commit', 'off', true))
+      insert into ${t.turnStarts} as m (consumer_name, instance_id, first_event_id, last_event_id, started_count, isolate_until)
+      select ${name}, ${instanceId}, ${batch.first.toString()}::bigint, ${batch.last.toString()}::bigint, 1,
+             ${batch.isolateUntil === null ? null : batch.isolateUntil.toString()}::bigint
+      from async_commit
+      on conflict (consumer_name, instance_id) do update set
+        started_count = case when m.first_event_id = excluded.first_event_id and not ${batch.resetCount}
+                             then m.started_count + 1 else 1 end,
+        first_event_id = excluded.first_event_id,
+        last_event_id = excluded.last_event_id,
+        isolate_until = excluded.isolate_until,
+        updated_at = now()`;
+  } finally {
+    connection.release();
+  }
+}
+
+async function reserveWithin(sql: Sql, waitMs: number): Promise<ReservedSql> {
+  const reservation = sql.reserve();
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<'timeout'>((resolve) => {
+    timer = setTimeout(() => {
+      resolve('timeout');
+    }, waitMs);
+  });
+  try {
+    const first = await Promise.race([reservation, timeout]);
+    if (first !== 'timeout') return first;
+  } finally {
+    clearTimeout(timer);
+  }
+  // The reservation stays queued in the pool: hand the connection back as soon as it comes.
+  reservation.then(
+    (late) => {
+      late.release();
+    },
+    () => undefined,
+  );
+  throw new PoolExhaustedError(sql.options.max, waitMs);
 }
 
 /** At the turn's commit: the start finished. Keeps the row only to carry crash isolation on. */
