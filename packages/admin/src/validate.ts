@@ -1,16 +1,23 @@
 import { InvalidOptionError } from '@sluice/core';
 
+/**
+ * A UTF-16 surrogate that is not half of a pair: such a string has no UTF-8 form, so PostgreSQL
+ * would store it altered (text) or refuse it (jsonb).
+ */
+const UNPAIRED_SURROGATE = /\p{Surrogate}/u;
+
 /** A consumer name or instance id as stored: 1–200 bytes, no NUL (PostgreSQL text cannot hold it). */
 export function checkName(value: unknown, option: string): string {
   if (
     typeof value !== 'string' ||
     value === '' ||
     value.includes('\u0000') ||
+    UNPAIRED_SURROGATE.test(value) ||
     Buffer.byteLength(value) > 200
   ) {
     throw new InvalidOptionError(
       option,
-      'must be a non-empty string of at most 200 bytes without NUL characters',
+      'must be a non-empty string of at most 200 bytes without NUL characters or unpaired UTF-16 surrogates',
     );
   }
   return value;
@@ -45,10 +52,15 @@ export function checkLimit(value: unknown, option = 'limit', max = 1000): number
 
 export function checkText(value: unknown, option: string, maxBytes = 1000): string | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== 'string' || value.includes('\u0000') || Buffer.byteLength(value) > maxBytes) {
+  if (
+    typeof value !== 'string' ||
+    value.includes('\u0000') ||
+    UNPAIRED_SURROGATE.test(value) ||
+    Buffer.byteLength(value) > maxBytes
+  ) {
     throw new InvalidOptionError(
       option,
-      `must be a string of at most ${maxBytes} bytes without NUL characters`,
+      `must be a string of at most ${maxBytes} bytes without NUL characters or unpaired UTF-16 surrogates`,
     );
   }
   return value;

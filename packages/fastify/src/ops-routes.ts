@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { dashboardRoutes } from './dashboard/dashboard.js';
 import { errorBody, sendOpsError } from './http-errors.js';
-import { findUnsafeNumber } from './json.js';
+import { findBodyProblem } from './json.js';
 import { auditRoutes } from './routes/audit.js';
 import { consumerRoutes } from './routes/consumers.js';
 import type { OpsContext } from './routes/context.js';
@@ -42,7 +42,7 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
         .code(401)
         .send(errorBody(401, 'SLUICE_UNAUTHORIZED', 'The Sluice ops routes need valid credentials'));
     }
-    request.sluiceActor = actor.slice(0, 200);
+    request.sluiceActor = auditableActor(actor);
   });
 
   app.addHook('preValidation', async (request, reply) => {
@@ -52,17 +52,9 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
         .code(405)
         .send(errorBody(405, 'SLUICE_READ_ONLY', 'The Sluice ops routes are read-only here'));
     }
-    const unsafe = findUnsafeNumber(request.body);
-    if (unsafe !== undefined) {
-      return reply
-        .code(400)
-        .send(
-          errorBody(
-            400,
-            'SLUICE_INVALID_REQUEST',
-            `${unsafe} is a number beyond 2^53-1 and lost precision; send ids as strings`,
-          ),
-        );
+    const problem = findBodyProblem(request.body);
+    if (problem !== undefined) {
+      return reply.code(400).send(errorBody(400, 'SLUICE_INVALID_REQUEST', problem));
     }
   });
 
@@ -72,4 +64,20 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
   healthRoutes(app, context);
   dashboardRoutes(app, context);
   await Promise.resolve();
+}
+
+/**
+ * The authenticated identity as the audit can store it: at most 200 UTF-8 bytes, cut between
+ * characters, NULs and unpaired surrogates replaced, so a long or odd name is never a 400.
+ */
+function auditableActor(actor: string): string {
+  let out = '';
+  let bytes = 0;
+  for (const char of actor) {
+    const safe = char === '\u0000' || /\p{Surrogate}/u.test(char) ? '\uFFFD' : char;
+    bytes += Buffer.byteLength(safe);
+    if (bytes > 200) break;
+    out += safe;
+  }
+  return out;
 }

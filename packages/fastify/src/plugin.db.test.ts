@@ -190,6 +190,22 @@ describe('ops routes', () => {
     ]);
   });
 
+  test('a long or odd authenticated identity is audited cut to 200 bytes between characters, not refused', async () => {
+    const identity = `alice\ud800${'é'.repeat(200)}`;
+    const { app } = await build([recordingConsumer('feed').consumer], { auth: () => identity });
+    const response = await app.inject({
+      method: 'POST',
+      url: '/sluice/consumers/feed/disable',
+      headers: auth,
+      payload: {},
+    });
+    expect(response.statusCode, response.body).toBe(200);
+    const audit = await app.inject({ method: 'GET', url: '/sluice/audit', headers: auth });
+    const [entry] = audit.json<{ actor: string }[]>();
+    // 5 + 3 (U+FFFD for the lone surrogate) + 96 × 2 = 200 bytes.
+    expect(entry?.actor).toBe(`alice\uFFFD${'é'.repeat(96)}`);
+  });
+
   test('unknown consumers are 404; SQL meta-characters in names are just names', async () => {
     const odd = `o'brien"; drop table events; --`;
     const { app, schema } = await build([recordingConsumer(odd).consumer]);
@@ -244,6 +260,18 @@ describe('ops routes', () => {
       'POST',
       '/sluice/consumers/mailer/skip',
       '{"eventId": "2", "__proto__": {"admin": true}}',
+    ],
+    [
+      'an unpaired UTF-16 surrogate in a reason',
+      'POST',
+      '/sluice/consumers/mailer/disable',
+      '{"reason": "x\\ud800y"}',
+    ],
+    [
+      'a body nested 10,000 levels deep',
+      'POST',
+      '/sluice/consumers/mailer/skip',
+      `{"eventId": "2", "reason": ${'['.repeat(10_000)}${']'.repeat(10_000)}}`,
     ],
   ])('rejects %s with 400 and changes nothing', async (_label, method, url, payload) => {
     const { app, schema } = await build([
