@@ -1,5 +1,5 @@
 import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testing';
-import { expect, test } from 'vitest';
+import { expect, onTestFinished, test } from 'vitest';
 import { consumerRow, freshSchema, gate, testDispatcher, until } from '../test-support.js';
 
 const db = await useTestDatabase();
@@ -101,4 +101,51 @@ test('a turn whose connection dies under a handler calls no further handler and 
   expect(calls).toEqual([1n, 1n, 2n, 3n, 4n, 5n]);
   expect(maxInFlight).toBe(1);
   expect(await consumerRow(db.sql, schema, 'shared')).toMatchObject({ cursor: 5n, attempts: 0 });
+});
+
+test('a dead turn writes nothing after its connection is reopened for other work: no cursor regression (I4)', async () => {
+  const schema = await freshSchema(db);
+  const application = 'zombie-a';
+  const poolA = db.connect({ max: 3, connection: { application_name: application } });
+  const poolB = db.connect({ max: 3 });
+  onTestFinished(async () => {
+    await poolA.end({ timeout: 1 });
+    await poolB.end({ timeout: 1 });
+  });
+  const cursorNow = async () => (await consumerRow(db.sql, schema, 'c')).cursor;
+  let cursorByB = 0n;
+  let killed = false;
+  const options = { concurrency: 1, countCrashedAttempts: false, batchSize: 10 } as const;
+  const b = testDispatcher(poolB, schema, [{ name: 'c', handler: () => undefined }], options);
+  const a = testDispatcher(
+    poolA,
+    schema,
+    [
+      {
+        name: 'c',
+        handler: async (event) => {
+          if (event.id !== 1n || killed) return;
+          killed = true;
+          // A's turn backend dies while its handler runs; B takes the consumer over and moves on.
+          await db.sql`
+            select pg_terminate_backend(pid) from pg_stat_activity
+            where application_name = ${application} and state = 'idle in transaction'`;
+          await appendEvents(db.sql, 10, undefined, schema);
+          while ((await cursorNow()) < 20n) await b.runOnce();
+          cursorByB = await cursorNow();
+          // Ordinary traffic on A's pool reopens the closed connection the dead turn was using.
+          await Promise.all([1, 2, 3].map(() => poolA`select pg_sleep(0.1)`));
+        },
+      },
+    ],
+    options,
+  );
+  await a.ensureRegistered();
+  await b.ensureRegistered();
+  await appendEvents(db.sql, 10, undefined, schema);
+
+  const result = await a.runOnce();
+  expect(result.byConsumer['c']?.skipped).toBe('failed');
+  expect(cursorByB).toBe(20n);
+  expect(await cursorNow()).toBe(20n); // the dead turn would have saved cursor 10 in autocommit
 });
