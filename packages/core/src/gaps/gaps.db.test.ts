@@ -346,6 +346,23 @@ describe('gaps', () => {
     expect(c.ids()).toEqual([2n, 3n]);
   });
 
+  test("ordering: 'strict' crosses every rolled-back hole of a fetch after one fence, not one hole per wait", async () => {
+    const schema = await freshSchema(db);
+    const c = recordingConsumer('strict-many', { ordering: 'strict' });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    for (let i = 0; i < 4; i++) {
+      await commitOne(schema, i); // 1, 3, 5, 7
+      const writer = await openTransaction(db.sql);
+      await writer.append([event(100 + i)], { schema }); // 2, 4, 6, 8: rolled back
+      await writer.rollback();
+    }
+    await commitOne(schema, 9); // 9
+    // Turn 1 observes the four holes, turn 2 fences them with its xid, turn 3 burns them all.
+    for (let turn = 0; turn < 3; turn++) await dispatcher.runOnce();
+    expect(c.ids()).toEqual([1n, 3n, 5n, 7n, 9n]);
+  });
+
   test('ranges and deliveries across the 9/10-digit boundary keep numeric order', async () => {
     const schema = await freshSchema(db);
     const c = recordingConsumer('digits');

@@ -144,6 +144,18 @@ describe('strict ordering', () => {
     expect(result.ranges).toEqual([r(12, 12)]);
   });
 
+  test('records every hole the fetch saw above the cursor, so one fence covers them all', () => {
+    const input: TurnInput = {
+      cursor: 10n,
+      rechecked: [],
+      fetch: fetched([11, 13, 14, 17, 20], 60),
+      ordering: 'strict',
+    };
+    const result = turn(input);
+    expect(result.cursor).toBe(11n);
+    expect(result.ranges).toEqual([r(12, 12), r(15, 16), r(18, 19)]);
+  });
+
   test('passes the hole once its fenced range burns', () => {
     const input: TurnInput = {
       cursor: 11n,

@@ -143,14 +143,18 @@ function settleStrict(input: TurnInput, delivered: readonly bigint[]): Settlemen
       }
     }
   }
-  // The hole the cursor now waits at: from just above it to the next visible id.
-  const next = fetch.ids.find((id) => id > newCursor);
-  let needsRecheck = false;
-  if (next !== undefined && next > newCursor + 1n) {
-    for (const hole of uncovered(newCursor + 1n, next - 1n, kept)) kept.push({ ...hole, fence: null });
-  } else if (next !== undefined) {
-    // The next id is visible and contiguous but was not delivered: the turn halted before it.
-    needsRecheck = kept.length > 0;
+  // Every hole between the ids this fetch saw above the cursor, not only the one the cursor waits
+  // at: they share one observing snapshot, so one fence covers them all and a single advance of
+  // the horizon lets the cursor cross the whole fetched stretch instead of one hole per wait.
+  const above = fetch.ids.filter((id) => id > newCursor).sort(compare);
+  // The next id is visible and contiguous but was not delivered: the turn halted before it.
+  const needsRecheck = above[0] === newCursor + 1n && kept.length > 0;
+  let previous = newCursor;
+  for (const id of above) {
+    if (id > previous + 1n) {
+      for (const hole of uncovered(previous + 1n, id - 1n, kept)) kept.push({ ...hole, fence: null });
+    }
+    previous = id;
   }
   kept.sort((a, b) => compare(a.from, b.from));
   return finish(newCursor, kept, burnt, 0, needsRecheck);
