@@ -43,6 +43,12 @@ export interface DispatcherOptions {
   concurrency?: number;
   /** LISTEN for wake-ups (polling stays on). @defaultValue true */
   listen?: boolean;
+  /**
+   * The LISTEN connection is checked this often with a `select 1` on it; a check still unanswered at
+   * the next one means the socket is dead without having closed (a silent network drop), and
+   * LISTEN reconnects. @defaultValue 30_000
+   */
+  listenCheckMs?: number;
   /** Per-call bound on a handler. @defaultValue 30_000 */
   handlerTimeoutMs?: number;
   /** SET LOCAL statement_timeout for a turn's statements. @defaultValue 30_000 */
@@ -85,6 +91,7 @@ export const DEFAULTS = {
   maxRearmCount: 3,
   concurrency: 4,
   listen: true,
+  listenCheckMs: 30 * SECOND_MS,
   handlerTimeoutMs: 30 * SECOND_MS,
   statementTimeoutMs: 30 * SECOND_MS,
   heartbeatIntervalMs: 30 * SECOND_MS,
@@ -162,6 +169,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     maxRearmCount: positive('maxRearmCount', 0),
     concurrency: positive('concurrency'),
     listen: boolean('listen', input.listen, DEFAULTS.listen),
+    listenCheckMs: positive('listenCheckMs'),
     handlerTimeoutMs: positive('handlerTimeoutMs'),
     statementTimeoutMs: positive('statementTimeoutMs'),
     heartbeatIntervalMs: positive('heartbeatIntervalMs'),

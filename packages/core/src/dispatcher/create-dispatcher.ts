@@ -165,6 +165,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
         applicationName:
           `sluice-listen${options.instanceId === undefined ? '' : `:${options.instanceId}`}`.slice(0, 63),
         logger,
+        checkMs: options.listenCheckMs,
         onWake: requestPass,
         onConnectedChange: (connected) => {
           listenConnected = connected;

@@ -83,3 +83,38 @@ test('a forged NOTIFY costs at most a pass: nothing phantom is delivered, no cur
   expect(c.ids()).toEqual([]);
   expect((await consumerRow(db.sql, schema, 'skeptic')).cursor).toBe(0n);
 });
+
+test('a LISTEN backend that stops answering without closing its socket is detected by the check and replaced', async (context) => {
+  const schema = await freshSchema(db);
+  const c = recordingConsumer('blackholed');
+  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
+    listen: true,
+    listenCheckMs: 200,
+    pollIntervalMs: 60_000,
+  });
+  await dispatcher.start();
+  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
+  const [pid] = await listenBackends();
+  try {
+    // A frozen backend (SIGSTOP) keeps its socket open and answers nothing, like a silent network drop.
+    process.kill(pid!, 'SIGSTOP');
+  } catch {
+    context.skip('the PostgreSQL server is not on this machine (or not ours to signal)');
+  }
+  try {
+    await until(() => !dispatcher.listenConnected, 5_000, 'the check to notice the silent LISTEN connection');
+    await until(
+      async () => dispatcher.listenConnected && (await listenBackends()).some((p) => p !== pid),
+      10_000,
+      'a new LISTEN connection',
+    );
+    await transaction(db.connect({ max: 1 }), (tx) =>
+      append(tx, [{ streamId: 's', type: 'Woke', data: {} }], { schema }),
+    );
+    await until(() => c.ids().length === 1, 5_000, 'the NOTIFY on the new connection to wake the dispatcher');
+  } finally {
+    process.kill(pid!, 'SIGCONT');
+    await db.sql`select pg_terminate_backend(${pid!})`;
+    await dispatcher.stop();
+  }
+});

@@ -17,6 +17,8 @@ export interface ListenerOptions {
   /** A notification arrived, or LISTEN (re)connected and a catch-up pass is due. */
   readonly onWake: () => void;
   readonly onConnectedChange: (connected: boolean) => void;
+  /** A `select 1` is sent on the LISTEN connection this often; unanswered by the next one: reconnect. */
+  readonly checkMs: number;
 }
 
 const RECONNECT_INITIAL_MS = 100;
@@ -27,8 +29,10 @@ const RECONNECT_MAX_MS = 5_000;
  * instance built from the pool's options). Owning that connection lets us see it close: the
  * LISTEN-connected gauge drops at once, the listener reconnects with backoff, and every
  * (re)connect triggers a catch-up pass, since notifications sent meanwhile are lost (DESIGN §4).
- * Polling keeps delivering throughout. A payload is only ever a hint (F5): any of them causes at
- * most one coalesced pass.
+ * A socket can also die without closing (a silent network drop, a crashed NAT entry): a
+ * `select 1` every `checkMs` that is still unanswered at the next check counts as a closed
+ * connection. Polling keeps delivering throughout. A payload is only ever a hint (F5): any of them
+ * causes at most one coalesced pass.
  */
 export async function startListener(options: ListenerOptions): Promise<Listener> {
   let stopped = false;
@@ -36,6 +40,7 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
   let retryMs = RECONNECT_INITIAL_MS;
   let retryTimer: NodeJS.Timeout | undefined;
   let failing = false;
+  let checkPending = false;
 
   const setConnected = (value: boolean) => {
     if (connected === value) return;
@@ -43,32 +48,38 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
     options.onConnectedChange(value);
   };
 
-  // `onnotify` is the hook postgres.js' own listen() uses; it is not in the published types.
-  const listenOptions = {
-    ...options.sql.options,
-    max: 1,
-    idle_timeout: null,
-    max_lifetime: null,
-    fetch_types: false,
-    onnotice: () => undefined,
-    connection: { ...options.sql.options.connection, application_name: options.applicationName },
-    onnotify: (channel: string, payload: string) => {
-      if (channel === options.channel && payload !== options.ownNonce) options.onWake();
-    },
-    onclose: () => {
-      setConnected(false);
-      if (!stopped) schedule();
-    },
+  const open = () => {
+    // `onnotify` is the hook postgres.js' own listen() uses; it is not in the published types.
+    const listenOptions = {
+      ...options.sql.options,
+      max: 1,
+      idle_timeout: null,
+      max_lifetime: null,
+      fetch_types: false,
+      onnotice: () => undefined,
+      connection: { ...options.sql.options.connection, application_name: options.applicationName },
+      onnotify: (channel: string, payload: string) => {
+        if (channel === options.channel && payload !== options.ownNonce) options.onWake();
+      },
+      onclose: () => {
+        if (instance !== listenSql) return; // an instance given up after a failed check
+        setConnected(false);
+        if (!stopped) schedule();
+      },
+    };
+    const instance = postgres(
+      listenOptions as unknown as postgres.Options<Record<string, postgres.PostgresType>>,
+    );
+    return instance;
   };
-  const listenSql = postgres(
-    listenOptions as unknown as postgres.Options<Record<string, postgres.PostgresType>>,
-  );
+  let listenSql = open();
 
   async function connect(): Promise<void> {
     try {
       await listenSql`listen ${listenSql(options.channel)}`;
       if (stopped) return;
       retryMs = RECONNECT_INITIAL_MS;
+      checkPending = false;
       if (failing) options.logger.info({ channel: options.channel }, 'LISTEN reconnected');
       failing = false;
       setConnected(true);
@@ -95,11 +106,45 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
     retryMs = Math.min(RECONNECT_MAX_MS, retryMs * 2);
   }
 
+  /** The previous check is still unanswered: the socket is dead. Drop it and LISTEN again. */
+  function giveUp(): void {
+    options.logger.warn(
+      { channel: options.channel, checkMs: options.checkMs },
+      `the LISTEN connection did not answer a check within ${options.checkMs} ms; ` +
+        'reconnecting (polling continues)',
+    );
+    const dead = listenSql;
+    listenSql = open();
+    checkPending = false;
+    failing = true;
+    setConnected(false);
+    void dead.end({ timeout: 0 }).catch(() => undefined);
+    schedule();
+  }
+
+  function check(): void {
+    if (stopped || !connected) return;
+    if (checkPending) {
+      giveUp();
+      return;
+    }
+    checkPending = true;
+    const checked = listenSql;
+    const answered = () => {
+      if (checked === listenSql) checkPending = false;
+    };
+    // A rejection means the connection closed: onclose reconnects.
+    checked`select 1`.then(answered, answered);
+  }
+  const checkTimer = setInterval(check, options.checkMs);
+  checkTimer.unref();
+
   await connect();
   return {
     async stop() {
       stopped = true;
       clearTimeout(retryTimer);
+      clearInterval(checkTimer);
       await listenSql.end({ timeout: 1 });
       setConnected(false);
     },
