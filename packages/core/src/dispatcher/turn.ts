@@ -222,8 +222,16 @@ async function turnInTransaction(
   const skipId = row.skip_event_id === null ? null : BigInt(row.skip_event_id);
   // Operator skips (already in dead_letters) and tombstones are resolved without the handler.
   const resolvesUnhandled = (event: EventRecord) => event.type === TOMBSTONE_TYPE || event.id === skipId;
+  // Crashes count against the event that starts the turn: the one they happened on, or, while
+  // isolating, the next event of a crashed batch (they were not the earlier events' doing).
+  const chargedCrashes =
+    markerFirst !== null &&
+    firstId !== undefined &&
+    (markerFirst === firstId || (isolating && markerFirst < firstId))
+      ? crashed
+      : 0;
   const priorAttempts = (id: bigint) =>
-    (stuckId === id ? row.attempts : 0) + (markerFirst === id && id === firstId ? crashed : 0);
+    (stuckId === id ? row.attempts : 0) + (id === firstId ? chargedCrashes : 0);
 
   let result: Awaited<ReturnType<typeof deliver>>;
   const toDeliver = ids.map((id) => events.get(id) as EventRecord);

@@ -45,8 +45,12 @@ export async function recordTurnStart(
              ${batch.isolateUntil === null ? null : batch.isolateUntil.toString()}::bigint
       from async_commit
       on conflict (consumer_name, instance_id) do update set
-        started_count = case when m.first_event_id = excluded.first_event_id and not ${batch.resetCount}
-                             then m.started_count + 1 else 1 end,
+        started_count = case when ${batch.resetCount} then 1
+                             when m.first_event_id = excluded.first_event_id then m.started_count + 1
+                             -- isolating: crashes not yet pinned on an event move on with it
+                             when excluded.isolate_until is not null and m.first_event_id < excluded.first_event_id
+                             then m.started_count + 1
+                             else 1 end,
         first_event_id = excluded.first_event_id,
         last_event_id = excluded.last_event_id,
         isolate_until = excluded.isolate_until,
@@ -80,7 +84,13 @@ async function reserveWithin(sql: Sql, waitMs: number): Promise<ReservedSql> {
   throw new PoolExhaustedError(sql.options.max, waitMs);
 }
 
-/** At the turn's commit: the start finished. Keeps the row only to carry crash isolation on. */
+/**
+ * At the turn's commit: the start finished. Outside isolation the row goes. While isolating a
+ * crashed batch one event at a time, the row stays, and so do the crashes this start was charged
+ * with (minus the start itself): the event just delivered did not cause them, so they travel on to
+ * the next event of the batch, and a crash-poison event further on is dead after exactly
+ * maxAttempts crashes, the batch's crash included (RELIABILITY C8).
+ */
 export async function finishTurnStart(
   tx: TransactionSql,
   t: Tables,
@@ -92,7 +102,8 @@ export async function finishTurnStart(
     await tx`delete from ${t.turnStarts} where consumer_name = ${name} and instance_id = ${instanceId}`;
   } else {
     await tx`
-      update ${t.turnStarts} set started_count = 0, isolate_until = ${isolateUntil.toString()}::bigint, updated_at = now()
+      update ${t.turnStarts}
+      set started_count = greatest(started_count - 1, 0), isolate_until = ${isolateUntil.toString()}::bigint, updated_at = now()
       where consumer_name = ${name} and instance_id = ${instanceId}`;
   }
 }
