@@ -1,0 +1,208 @@
+// RELIABILITY.md §5 C7 and C8: dispatcher processes that die inside a handler. C7: the handler's
+// side effect happened, then SIGKILL before the turn's COMMIT: after a restart the event is
+// delivered again (dups = exactly the handled part of the in-flight batch, lost = 0). C8: a handler
+// that calls process.exit(1) on event X: a supervisor restarts the process each time, and the
+// consumer must be dead after exactly maxAttempts crashes (F6, I5) while another consumer keeps up.
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { appendEvents, useTestDatabase } from '@sluice/testing';
+import { tables } from '@sluice/core';
+import { afterAll, beforeAll, expect, test } from 'vitest';
+import type { CrashChildConfig, EffectLine } from './crash-child.js';
+import {
+  check,
+  consumerState,
+  freshSchema,
+  head,
+  killChildren,
+  ScenarioRecorder,
+  sleep,
+  startChild,
+  until,
+  type Child,
+} from './support.js';
+
+const db = await useTestDatabase();
+const recorder = new ScenarioRecorder('scenarios-crash');
+const CHILD = new URL('./crash-child.ts', import.meta.url);
+let dir = '';
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'sluice-crash-'));
+});
+
+afterAll(async () => {
+  await killChildren();
+  await recorder.write(db.sql);
+  await rm(dir, { recursive: true, force: true });
+});
+
+async function effects(file: string): Promise<EffectLine[]> {
+  const text = await readFile(file, 'utf8').catch(() => '');
+  return text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as EffectLine);
+}
+
+function start(config: Omit<CrashChildConfig, 'parentPid'>): Child {
+  return startChild(CHILD, config);
+}
+
+async function stopCleanly(child: Child): Promise<void> {
+  child.kill('SIGTERM');
+  const exit = await Promise.race([child.exited, sleep(15_000).then(() => undefined)]);
+  check(
+    exit !== undefined && exit.code === 0,
+    `the child did not stop cleanly: ${JSON.stringify(exit)}\n${child.output().slice(-1500)}`,
+  );
+}
+
+test('C7: SIGKILL after the side effect, before COMMIT: that batch again, nothing lost', async () => {
+  await recorder.run('C7', 'Crash after side effect, before COMMIT', ['I1', 'I3'], async (figures) => {
+    const schema = await freshSchema(db.sql, 'c7');
+    const t = tables(db.sql, schema);
+    const file = join(dir, 'c7.jsonl');
+    const batchSize = 10;
+    const appended = (await appendEvents(db.sql, 35, undefined, schema)).map((e) => e.id);
+    const killId = appended[14]!; // the 5th event of the second batch
+    const base = { url: db.url, schema, file, batchSize, maxAttempts: 5 };
+
+    const first = start({ ...base, generation: 1, killOnId: killId.toString() });
+    const exit = await first.exited;
+    figures['first process exit'] = exit.signal ?? `code ${exit.code}`;
+    check(
+      exit.signal === 'SIGKILL',
+      `expected the handler's SIGKILL, got ${JSON.stringify(exit)}\n${first.output().slice(-1500)}`,
+    );
+    const afterCrash = await consumerState(db.sql, schema, 'side-effects');
+    const [marker] = await db.sql<{ first: string; last: string; started: number }[]>`
+      select first_event_id::text as first, last_event_id::text as last, started_count as started
+      from ${t.turnStarts} where consumer_name = 'side-effects'`;
+    check(marker !== undefined, 'no turn start recorded for the crashed turn');
+    const inFlight = { first: BigInt(marker.first), last: BigInt(marker.last) };
+    figures['in-flight batch'] = `${inFlight.first}–${inFlight.last}`;
+    figures['cursor after the crash'] = afterCrash.cursor.toString();
+
+    const second = start({ ...base, generation: 2 });
+    await second.announced('READY');
+    await until(
+      async () =>
+        (await consumerState(db.sql, schema, 'side-effects')).cursor === (await head(db.sql, schema)),
+      30_000,
+      'the restarted process to catch up',
+      50,
+    );
+    await stopCleanly(second);
+
+    const lines = (await effects(file)).filter((l) => l.c === 'side-effects');
+    const counts = new Map<string, number>();
+    for (const line of lines) counts.set(line.id, (counts.get(line.id) ?? 0) + 1);
+    const dups = [...counts.entries()].filter(([, n]) => n > 1).map(([id]) => BigInt(id));
+    const lost = appended.filter((id) => !counts.has(id.toString()));
+    const expectedDups = appended.filter((id) => id >= inFlight.first && id <= killId);
+    figures['side effects before the kill'] = lines.filter((l) => l.g === 1).length;
+    figures['duplicated events'] = dups.length;
+    figures['duplicates'] = dups.length > 0 ? `${dups[0]}–${dups[dups.length - 1]}` : 'none';
+    figures['max deliveries of one event'] = Math.max(...counts.values());
+    figures['lost'] = lost.length;
+    figures['attempt seen on redelivery of the first in-flight event'] =
+      lines.find((l) => l.g === 2 && l.id === inFlight.first.toString())?.a ?? 0;
+
+    expect(afterCrash.cursor).toBe(inFlight.first - 1n); // the crashed turn committed nothing
+    expect(killId >= inFlight.first && killId <= inFlight.last).toBe(true);
+    expect(lost).toEqual([]);
+    expect(dups).toEqual(expectedDups); // exactly the handled part of the in-flight batch
+    expect(Math.max(...counts.values())).toBe(2);
+  });
+});
+
+/**
+ * Runs a supervisor over crash-child.ts until `side-effects` is dead: every exit is a crash and
+ * is followed by a restart. Returns the crashes and the child still running.
+ */
+async function superviseUntilDead(config: Omit<CrashChildConfig, 'parentPid' | 'generation'>) {
+  const exits: string[] = [];
+  for (let generation = 1; generation <= 12; generation++) {
+    const child = start({ ...config, generation });
+    const outcome = await Promise.race([
+      child.exited.then((exit) => ({ exit })),
+      until(
+        async () =>
+          (await consumerState(db.sql, config.schema, 'side-effects').catch(() => undefined))?.status ===
+          'dead',
+        120_000,
+        'the consumer to die or the process to exit',
+        25,
+      ).then(() => ({ dead: true as const })),
+    ]);
+    if ('dead' in outcome) return { crashes: exits.length, exits, child };
+    exits.push(outcome.exit.signal ?? `exit ${outcome.exit.code}`);
+  }
+  throw new Error(`side-effects is not dead after ${exits.length} crashes (${exits.join(', ')})`);
+}
+
+for (const position of ['first in its batch', 'mid-batch'] as const) {
+  test(`C8 (poison ${position}): process.exit(1) in the handler; dead after exactly maxAttempts crashes`, async () => {
+    const id = position === 'first in its batch' ? 'C8' : 'C8-mid';
+    await recorder.run(id, `Crash-poison (event ${position})`, ['I5'], async (figures) => {
+      const maxAttempts = 3;
+      const batchSize = 10;
+      const schema = await freshSchema(db.sql, 'c8');
+      const file = join(dir, `c8-${id}.jsonl`);
+      const appended = (await appendEvents(db.sql, 25, undefined, schema)).map((e) => e.id);
+      // 11 starts the second batch; 15 sits inside it.
+      const poison = position === 'first in its batch' ? appended[10]! : appended[14]!;
+      const { crashes, exits, child } = await superviseUntilDead({
+        url: db.url,
+        schema,
+        file,
+        batchSize,
+        maxAttempts,
+        exitOnId: poison.toString(),
+      });
+      figures['maxAttempts'] = maxAttempts;
+      figures['poison event'] = `${poison} (batches of ${batchSize} from 1)`;
+      figures['crashes until dead'] = crashes;
+      figures['exits'] = [...new Set(exits)].join(', ');
+
+      // The survivor keeps going: new events reach the bystander, the dead consumer stays frozen.
+      const dead = await consumerState(db.sql, schema, 'side-effects');
+      const more = (await appendEvents(db.sql, 10, undefined, schema)).map((e) => e.id);
+      await until(
+        async () => (await consumerState(db.sql, schema, 'bystander')).cursor === more[more.length - 1],
+        30_000,
+        'the bystander to keep up',
+        25,
+      );
+      await sleep(500); // ten more polls of the surviving process
+      const frozen = await consumerState(db.sql, schema, 'side-effects');
+      await stopCleanly(child);
+      const lines = await effects(file);
+      const bystanderIds = new Set(lines.filter((l) => l.c === 'bystander').map((l) => BigInt(l.id)));
+      const poisonCalls = lines.filter((l) => l.c === 'side-effects' && l.id === poison.toString());
+      figures['handler calls on the poison event'] = poisonCalls.length;
+      figures['attempt numbers seen on it'] = poisonCalls.map((l) => l.a).join(',');
+      figures['dead consumer: status / attempts / cursor / stuck'] =
+        `${frozen.status} / ${frozen.attempts} / ${frozen.cursor} / ${frozen.stuckEventId}`;
+      figures['bystander lost'] = [...appended, ...more].filter((e) => !bystanderIds.has(e)).length;
+
+      expect(dead).toMatchObject({
+        status: 'dead',
+        attempts: maxAttempts,
+        stuckEventId: poison,
+        cursor: poison - 1n,
+      });
+      expect(frozen).toEqual(dead); // I5: frozen while the process keeps running
+      expect([...appended, ...more].filter((e) => !bystanderIds.has(e))).toEqual([]);
+      // F6 target: dead after exactly maxAttempts crashes.
+      check(
+        crashes === maxAttempts,
+        `dead after ${crashes} crashes, not maxAttempts = ${maxAttempts}: the handler ran ${poisonCalls.length} times on ` +
+          `poison ${poison} (attempt numbers ${poisonCalls.map((l) => l.a).join(',')}); the first crash was charged ` +
+          `to the crashed batch's first event, and the one-by-one isolation then restarted the count at the poison`,
+      );
+    });
+  });
+}

@@ -1,0 +1,354 @@
+// Shared by the scenario suites (RELIABILITY.md §5): result recording, fresh schemas, waiting on
+// conditions, an on-demand OpenTelemetry metric reader, a capturing logger, and child processes.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createRequire } from 'node:module';
+import { cpus, loadavg } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { migrate, silentLogger, tables, type DispatcherOptions, type Logger, type Sql } from '@sluice/core';
+import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
+
+export type Figures = Record<string, number | string>;
+
+/** Collects a suite's scenarios and writes its SuiteResult (report/results.ts) once, after the file. */
+export class ScenarioRecorder {
+  readonly #suite: string;
+  readonly #startedAt = new Date();
+  readonly #scenarios: ScenarioResult[] = [];
+
+  constructor(suite: string) {
+    this.#suite = suite;
+  }
+
+  /**
+   * Runs one scenario: `body` fills in its figures and throws when an invariant breaks. Recorded
+   * either way (with the failure); the error is rethrown so the vitest test fails too.
+   */
+  async run(
+    id: string,
+    title: string,
+    invariants: readonly string[],
+    body: (figures: Figures) => Promise<void>,
+  ): Promise<void> {
+    const figures: Figures = {};
+    try {
+      await body(figures);
+      this.#scenarios.push({ id, title, invariants, figures, ok: true });
+    } catch (error) {
+      const failure = error instanceof Error ? error.message : String(error);
+      this.#scenarios.push({ id, title, invariants, figures, ok: false, failure: failure.slice(0, 800) });
+      throw error;
+    }
+  }
+
+  async write(sql: Sql): Promise<void> {
+    let version: string | undefined;
+    try {
+      const [row] = await sql<{ version: string }[]>`select current_setting('server_version') as version`;
+      version = row?.version;
+    } catch {
+      version = undefined;
+    }
+    await recordSuiteResult({
+      suite: this.#suite,
+      profile: profile(),
+      startedAt: this.#startedAt.toISOString(),
+      durationMs: Date.now() - this.#startedAt.getTime(),
+      ...(version === undefined ? {} : { postgresVersion: version }),
+      scenarios: this.#scenarios,
+    });
+  }
+}
+
+/** Throws `message` (with the figures' context) when `condition` is false: an invariant check. */
+export function check(condition: boolean, message: string): asserts condition {
+  if (!condition) throw new Error(message);
+}
+
+/** A freshly migrated Sluice schema of its own, so scenarios in a file do not see each other's events. */
+export async function freshSchema(sql: Sql, prefix = 's'): Promise<string> {
+  const schema = `${prefix}_${randomBytes(5).toString('hex')}`;
+  await migrate(sql, { schema, logger: silentLogger });
+  return schema;
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Resolves once `condition` holds, checking every `everyMs`; throws after `timeoutMs`. */
+export async function until(
+  condition: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+  everyMs = 5,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
+
+export interface StateRow {
+  cursor: bigint;
+  status: string;
+  attempts: number;
+  stuckEventId: bigint | null;
+  lastError: string | null;
+  failureCategory: string | null;
+  gapCount: number;
+}
+
+/** A consumer's row, ids as bigint (read as text: exact). */
+export async function consumerState(
+  sql: Sql,
+  schema: string,
+  name: string,
+  instanceId = '*',
+): Promise<StateRow> {
+  const t = tables(sql, schema);
+  const [row] = await sql<
+    {
+      cursor: string;
+      status: string;
+      attempts: number;
+      stuck_event_id: string | null;
+      last_error: string | null;
+      failure_category: string | null;
+      gap_count: number;
+    }[]
+  >`select cursor::text, status, attempts, stuck_event_id::text, last_error, failure_category, gap_count
+    from ${t.consumers} where name = ${name} and instance_id = ${instanceId}`;
+  if (!row) throw new Error(`no consumer row ${schema}.${name}/${instanceId}`);
+  return {
+    cursor: BigInt(row.cursor),
+    status: row.status,
+    attempts: row.attempts,
+    stuckEventId: row.stuck_event_id === null ? null : BigInt(row.stuck_event_id),
+    lastError: row.last_error,
+    failureCategory: row.failure_category,
+    gapCount: row.gap_count,
+  };
+}
+
+/** The gap ranges of a consumer, straight from the gaps table. */
+export async function gapRows(
+  sql: Sql,
+  schema: string,
+  name: string,
+): Promise<{ from: bigint; to: bigint; fence: bigint | null }[]> {
+  const t = tables(sql, schema);
+  const rows = await sql<{ from_id: string; to_id: string; fence: string | null }[]>`
+    select from_id::text, to_id::text, fence::text from ${t.gaps}
+    where consumer_name = ${name} order by from_id`;
+  return rows.map((r) => ({
+    from: BigInt(r.from_id),
+    to: BigInt(r.to_id),
+    fence: r.fence === null ? null : BigInt(r.fence),
+  }));
+}
+
+/** Highest committed id of a schema's log. */
+export async function head(sql: Sql, schema: string): Promise<bigint> {
+  const t = tables(sql, schema);
+  const [row] = await sql<{ head: string }[]>`select coalesce(max(id), 0)::text as head from ${t.events}`;
+  return BigInt(row?.head ?? '0');
+}
+
+/** Whether the box is busy (other suites share its two cores): timing targets are then reported, not asserted. */
+export function machineLoaded(): boolean {
+  return (loadavg()[0] ?? 0) > cpus().length * 0.75;
+}
+
+export function quantile(values: readonly number[], q: number): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))] as number;
+}
+
+export const round = (value: number, digits = 0) => Number(value.toFixed(digits));
+
+/** A logger that keeps every line (level, message, fields) so scenarios can assert on warnings. */
+export function capturingLogger(): Logger & {
+  readonly lines: { level: string; message: string; fields: object; at: number }[];
+} {
+  const lines: { level: string; message: string; fields: object; at: number }[] = [];
+  const keep = (level: string) => (fields: object, message: string) => {
+    lines.push({ level, message, fields, at: performance.now() });
+  };
+  return { lines, debug: keep('debug'), info: keep('info'), warn: keep('warn'), error: keep('error') };
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenTelemetry: an in-memory MeterProvider from @opentelemetry/sdk-metrics with a reader that
+// collects on demand (as in packages/core/src/telemetry/telemetry.db.test.ts). The SDK is a dev
+// dependency of @sluice/core, not of e2e (whose dependencies this suite must not change), so it is
+// loaded from core's node_modules.
+
+interface DataPointLike {
+  readonly attributes: Record<string, unknown>;
+  readonly value: unknown;
+}
+interface MetricDataLike {
+  readonly descriptor: { readonly name: string };
+  readonly dataPoints: readonly DataPointLike[];
+}
+interface CollectionLike {
+  readonly resourceMetrics: {
+    readonly scopeMetrics: readonly { readonly metrics: readonly MetricDataLike[] }[];
+  };
+}
+interface ReaderLike {
+  collect(): Promise<CollectionLike>;
+}
+interface SdkMetricsModule {
+  readonly MeterProvider: new (options: { readers: ReaderLike[] }) => object;
+  readonly MetricReader: new () => ReaderLike;
+}
+
+export interface MetricsProbe {
+  readonly meterProvider: NonNullable<DispatcherOptions['meterProvider']>;
+  /** Collects now: the value of a gauge or counter for the points matching `attributes` (summed), or undefined. */
+  value(name: string, attributes?: Record<string, unknown>): Promise<number | undefined>;
+}
+
+export function metricsProbe(): MetricsProbe {
+  const requireFromCore = createRequire(new URL('../../../packages/core/package.json', import.meta.url));
+  const sdk = requireFromCore('@opentelemetry/sdk-metrics') as SdkMetricsModule;
+  class OnDemandReader extends sdk.MetricReader {
+    protected onShutdown(): Promise<void> {
+      return Promise.resolve();
+    }
+    protected onForceFlush(): Promise<void> {
+      return Promise.resolve();
+    }
+  }
+  const reader = new OnDemandReader();
+  const meterProvider = new sdk.MeterProvider({ readers: [reader] }) as MetricsProbe['meterProvider'];
+  return {
+    meterProvider,
+    async value(name, attributes = {}) {
+      const { resourceMetrics } = await reader.collect();
+      const metric = resourceMetrics.scopeMetrics
+        .flatMap((s) => s.metrics)
+        .find((m) => m.descriptor.name === name);
+      if (!metric) return undefined;
+      const points = metric.dataPoints.filter((p) =>
+        Object.entries(attributes).every(([key, value]) => p.attributes[key] === value),
+      );
+      if (points.length === 0) return undefined;
+      return points.reduce((sum, p) => sum + (typeof p.value === 'number' ? p.value : 0), 0);
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes: `node --conditions=@sluice/source --import tsx <script>` (tsx's loader in the
+// same process, so the pid we hold is the dispatcher's own and SIGKILL reaches it), each in its own
+// process group; every one still alive is killed by killChildren() (afterAll).
+
+const E2E_DIR = fileURLToPath(new URL('../../', import.meta.url));
+const live = new Set<ChildProcess>();
+
+export interface Child {
+  readonly pid: number;
+  /** Resolves with the exit code and signal. */
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Resolves once the child printed a line starting with `word`. */
+  announced(word: string): Promise<string>;
+  readonly output: () => string;
+  kill(signal: NodeJS.Signals): void;
+}
+
+export function startChild(script: URL, config: object): Child {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) {
+    if (key === 'NODE_OPTIONS' || key.startsWith('VITEST') || key === 'TEST') continue;
+    env[key] = value;
+  }
+  env['SCENARIO_CHILD'] = JSON.stringify({ ...config, parentPid: process.pid });
+  const child = spawn(
+    process.execPath,
+    ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(script)],
+    {
+      cwd: E2E_DIR,
+      env,
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  if (child.pid === undefined) throw new Error(`could not start ${fileURLToPath(script)}`);
+  const pid = child.pid;
+  live.add(child);
+  let out = '';
+  const waiters: { word: string; resolve: (line: string) => void }[] = [];
+  const onData = (chunk: Buffer) => {
+    out += chunk.toString('utf8');
+    for (const waiter of [...waiters]) {
+      const line = out.split('\n').find((l) => l.startsWith(waiter.word));
+      if (line !== undefined) {
+        waiters.splice(waiters.indexOf(waiter), 1);
+        waiter.resolve(line);
+      }
+    }
+  };
+  child.stdout.on('data', onData);
+  child.stderr.on('data', (chunk: Buffer) => {
+    out += chunk.toString('utf8');
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on('exit', (code, signal) => {
+      live.delete(child);
+      resolve({ code, signal });
+    });
+  });
+  return {
+    pid,
+    exited,
+    output: () => out,
+    announced: (word) =>
+      new Promise<string>((resolve, reject) => {
+        const line = out.split('\n').find((l) => l.startsWith(word));
+        if (line !== undefined) {
+          resolve(line);
+          return;
+        }
+        waiters.push({ word, resolve });
+        void exited.then(({ code, signal }) => {
+          reject(
+            new Error(
+              `child exited (${code ?? signal ?? '?'}) before announcing ${word}:\n${out.slice(-2000)}`,
+            ),
+          );
+        });
+      }),
+    kill(signal) {
+      try {
+        process.kill(-pid, signal);
+      } catch {
+        // already gone
+      }
+    },
+  };
+}
+
+/** SIGKILLs every child process group still alive and waits for their exits. */
+export async function killChildren(): Promise<void> {
+  const waiting = [...live].map(
+    (child) =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) {
+          resolve();
+          return;
+        }
+        child.once('exit', () => {
+          resolve();
+        });
+        try {
+          if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+        } catch {
+          resolve();
+        }
+      }),
+  );
+  await Promise.all(waiting);
+}
