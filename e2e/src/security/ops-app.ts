@@ -1,0 +1,175 @@
+// A real Fastify app with the Sluice plugin and its ops routes, on its own schema of the test
+// database, whose pool records every statement it sends (postgres.js `debug`): the security suite
+// counts the SQL each request causes and compares table states around it.
+import { randomBytes } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { migrate, silentLogger, type Consumer, type Sql } from '@sluice/core';
+import sluice, { bearerAuth } from '@sluice/fastify';
+import type { TestDatabase } from '@sluice/testing';
+import Fastify, { type FastifyInstance, type InjectOptions, type LightMyRequestResponse } from 'fastify';
+
+export const TOKEN = 'sluice-security-suite-token-0123456789';
+export const AUTH = { authorization: `Bearer ${TOKEN}` } as const;
+export const PREFIX = '/sluice';
+
+/** One statement the app's pool sent: its text (placeholders, never values) and bound parameters. */
+export interface Statement {
+  readonly text: string;
+  readonly parameters: readonly unknown[];
+}
+
+export interface RegisteredRoute {
+  readonly method: string;
+  readonly url: string;
+}
+
+export interface OpsApp {
+  readonly app: FastifyInstance;
+  readonly schema: string;
+  /** The app's pool (dispatcher, admin and ops routes all use it). */
+  readonly sql: Sql;
+  /** Every statement the app's pool has sent, in order. */
+  readonly statements: Statement[];
+  /** Every route of the app, from an onRoute hook (HEAD routes included). */
+  readonly routes: RegisteredRoute[];
+  /** Sends a request and returns the response with the statements it caused. */
+  request(options: InjectOptions): Promise<{ response: LightMyRequestResponse; statements: Statement[] }>;
+  /**
+   * Sends a request over a real socket with the path exactly as given: no client-side URL
+   * normalisation (light-my-request, like browsers, turns `%2E%2E` into a dot segment).
+   */
+  http(options: RawRequest): Promise<{ status: number; body: string; statements: Statement[] }>;
+  /** A digest of every Sluice table (read on another pool: never counted). */
+  state(): Promise<TableState>;
+  close(): Promise<void>;
+}
+
+export type TableState = Readonly<Record<string, string>>;
+
+export interface RawRequest {
+  readonly method: string;
+  readonly path: string;
+  readonly headers?: Readonly<Record<string, string>>;
+  readonly body?: string;
+}
+
+export interface OpsAppOptions {
+  readonly consumers: readonly Consumer[];
+  /** The plugin's ops.lockTimeoutMs. @defaultValue 2_000 */
+  readonly lockTimeoutMs?: number;
+  /** First event id of the schema's identity (to test ids beyond 2^53). @defaultValue 1 */
+  readonly firstId?: bigint;
+  /** Reuse a migrated schema (a second app on the same consumers' rows). */
+  readonly schema?: string;
+  /** Let Fastify's default maxParamLength (100) apply instead of 1000. */
+  readonly maxParamLength?: number;
+  readonly handlerTimeoutMs?: number;
+}
+
+export const TABLES = ['events', 'consumers', 'gaps', 'turn_starts', 'dead_letters', 'audit'] as const;
+
+/**
+ * Builds the app: migrates a fresh schema (unless given), registers the plugin with the dispatcher
+ * quiet (no LISTEN, a one-hour poll: only explicit runOnce() calls deliver, so every statement
+ * after boot belongs to a request), and waits for the boot pass to finish.
+ */
+export async function buildOpsApp(db: TestDatabase, options: OpsAppOptions): Promise<OpsApp> {
+  const schema = options.schema ?? `sec_${randomBytes(4).toString('hex')}`;
+  if (options.schema === undefined) {
+    await migrate(db.sql, { schema, logger: silentLogger });
+    if (options.firstId !== undefined) {
+      await db.sql.unsafe(`alter table "${schema}".events alter column id restart with ${options.firstId}`);
+    }
+  }
+  const statements: Statement[] = [];
+  const sql = db.connect({
+    max: 12,
+    debug: (_connection: number, text: string, parameters: unknown[]) => {
+      statements.push({ text, parameters: [...parameters] });
+    },
+  });
+  // Consumer names may be up to 200 bytes (600 URL characters); Fastify's default is 100.
+  const app = Fastify({ logger: false, maxParamLength: options.maxParamLength ?? 1000 });
+  const routes: RegisteredRoute[] = [];
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) routes.push({ method, url: route.url });
+  });
+  await app.register(sluice, {
+    sql,
+    schema,
+    consumers: options.consumers,
+    listen: false,
+    pollIntervalMs: 3_600_000,
+    rearmCooldownMs: 3_600_000,
+    handlerTimeoutMs: options.handlerTimeoutMs ?? 30_000,
+    logger: silentLogger,
+    migrate: false,
+    ops: { auth: bearerAuth(TOKEN, 'security-suite'), lockTimeoutMs: options.lockTimeoutMs ?? 2_000 },
+  });
+  await app.ready();
+  await app.sluice.dispatcher.drain();
+
+  const t = (table: string) => db.sql(`${schema}.${table}`);
+  let port: number | undefined;
+  return {
+    app,
+    schema,
+    sql,
+    statements,
+    routes,
+    async request(injectOptions) {
+      const from = statements.length;
+      const response = await app.inject(injectOptions);
+      return { response, statements: statements.slice(from) };
+    },
+    async http(raw) {
+      if (port === undefined) {
+        await app.listen({ host: '127.0.0.1', port: 0 });
+        port = (app.server.address() as AddressInfo).port;
+      }
+      const from = statements.length;
+      const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = httpRequest(
+          {
+            host: '127.0.0.1',
+            port,
+            method: raw.method,
+            path: raw.path,
+            headers: raw.headers ?? {},
+            agent: false,
+          },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (chunk: Buffer) => chunks.push(chunk));
+            res.on('end', () => {
+              resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') });
+            });
+            res.on('error', reject);
+          },
+        );
+        req.on('error', reject);
+        req.end(raw.body);
+      });
+      return { status, body, statements: statements.slice(from) };
+    },
+    async state() {
+      const digest: Record<string, string> = {};
+      for (const table of TABLES) {
+        const [row] = await db.sql<{ n: number; digest: string | null }[]>`
+          select count(*)::int as n, md5(string_agg(x::text, '|' order by x::text)) as digest from ${t(table)} x`;
+        digest[table] = `${row?.n ?? 0}:${row?.digest ?? ''}`;
+      }
+      return digest;
+    },
+    async close() {
+      await app.close();
+      await sql.end({ timeout: 5 });
+    },
+  };
+}
+
+/** Rows of a table of the app's schema, read on the unrecorded pool. */
+export async function rows<T extends object>(db: TestDatabase, schema: string, table: string): Promise<T[]> {
+  return db.sql<T[]>`select * from ${db.sql(`${schema}.${table}`)} order by 1`;
+}
