@@ -1,0 +1,397 @@
+// The chaos run's offline checker (RELIABILITY.md §4): pure functions over the recorded histories.
+//
+// Ground truth of committed events is the final `select id from sluice.events`. Deliveries come
+// from the dispatcher processes' JSONL files, commit acknowledgements from the writers' files, and
+// cursor samples from the monitor. Every time is on clock.ts's clock (CLOCK_MONOTONIC, shared by
+// all processes of the machine).
+//
+// I2, the order rule implemented here. Per consumer, deliveries are ordered by record time across
+// processes (ties keep each process's own order). A first delivery of id g below the highest id
+// already delivered is either
+//   * an INVERSION: g was provably visible when a turn that delivered a higher id fetched its batch.
+//     Proof: the writer's commit acknowledgement of g (taken after COMMIT returned, so after g became
+//     visible) is earlier than the moment the dispatcher sent the lock statement of a turn that
+//     delivered some h > g (the turn's fetch runs after that statement, in a later snapshot, and
+//     fetches `ORDER BY id`, so it would have returned g before h). Strict consumers promise exact
+//     id order: for them every such delivery is an inversion.
+//   * LATE otherwise: g committed after (or too close to prove otherwise) that higher id's fetch —
+//     the late-gap delivery DESIGN §5 allows and counts.
+// The rule never reports a false inversion; its blind spot is g committing within the few
+// milliseconds between a turn's lock statement and its fetch, which it counts as late.
+// Redeliveries (duplicates) are not order events: only first deliveries are classified, but every
+// delivery (first or not) counts as a "higher id delivered by a turn".
+import type { ConsumerCheck } from '../report/results.js';
+
+export interface Delivery {
+  /** Consumer name. */
+  readonly c: string;
+  readonly id: number;
+  /** Process incarnation that delivered it. */
+  readonly p: string;
+  /** When the handler was called. */
+  readonly t: number;
+  /** When the delivering turn's lock statement was sent (lower bound of its fetch), when known. */
+  readonly f?: number | undefined;
+}
+
+export interface Write {
+  readonly w: string;
+  readonly ids: readonly number[];
+  readonly outcome: 'commit' | 'rollback' | 'unknown';
+  /** When the outcome was known (after COMMIT returned, for commits). */
+  readonly t: number;
+}
+
+export interface CursorSample {
+  readonly t: number;
+  readonly consumer: string;
+  readonly cursor: number;
+}
+
+export interface ConsumerInfo {
+  readonly name: string;
+  readonly ordering: 'fast' | 'strict';
+  readonly transactional: boolean;
+}
+
+export interface CheckInput {
+  readonly consumers: readonly ConsumerInfo[];
+  /** Ids in the events table at the end of the run. */
+  readonly committedIds: readonly number[];
+  /** Every delivery record; records of one process in that process's order. */
+  readonly deliveries: readonly Delivery[];
+  readonly writes: readonly Write[];
+  readonly samples: readonly CursorSample[];
+  /** chaos.deliveries ids of each transactional consumer. */
+  readonly transactionalRows: ReadonlyMap<string, readonly number[]>;
+  /** Only ids above this one are checked (a later phase of a run). @defaultValue 0 */
+  readonly afterId?: number;
+}
+
+export interface Duplicate {
+  readonly consumer: string;
+  readonly id: number;
+  /** The first delivery of the id. */
+  readonly firstBy: string;
+  readonly firstAt: number;
+  /** Deliveries beyond the first. */
+  readonly extra: number;
+}
+
+export interface OrderViolation {
+  readonly consumer: string;
+  readonly id: number;
+  readonly by: string;
+  readonly at: number;
+  /** Highest id delivered before it. */
+  readonly above: number;
+  /** The writer's commit acknowledgement of the id (Infinity when unknown). */
+  readonly committedBy: number;
+  /** Latest lock statement of a turn that had delivered a higher id before. */
+  readonly higherTurnLockedAt: number;
+}
+
+export interface CheckReport {
+  readonly consumers: readonly ConsumerCheck[];
+  readonly duplicates: readonly Duplicate[];
+  /** Up to 20 per consumer, as evidence. */
+  readonly inversions: readonly OrderViolation[];
+  /** Up to 20 lost ids per consumer, as evidence. */
+  readonly lostIds: Readonly<Record<string, readonly number[]>>;
+  readonly phantomIds: Readonly<Record<string, readonly number[]>>;
+  readonly events: { readonly appended: number; readonly committed: number; readonly aborted: number };
+  /** Ids of 'commit' records: every one must exist. */
+  readonly acked: {
+    readonly total: number;
+    readonly missing: number;
+    readonly missingIds: readonly number[];
+  };
+  /** Ids of 'rollback' records that exist in the events table (must be 0). */
+  readonly rolledBackPresent: number;
+  /** Deliveries of ids of 'rollback' records (G2: must be 0). */
+  readonly rolledBackDelivered: number;
+  readonly rolledBackIds: number;
+  readonly unknown: { readonly ids: number; readonly committed: number };
+  /** Committed ids no writer recorded (a writer died before recording; 0 in a run that kills none). */
+  readonly withoutWriteRecord: number;
+  readonly transactional: readonly {
+    readonly consumer: string;
+    readonly missing: number;
+    readonly extra: number;
+  }[];
+}
+
+/** Largest id the dense arrays below accept (memory: ~30 bytes per id per consumer pass). */
+const MAX_DENSE_ID = 50_000_000;
+
+/** Prefix-max Fenwick tree over positions 1..n. */
+class MaxFenwick {
+  readonly #tree: Float64Array;
+  readonly size: number;
+
+  constructor(size: number) {
+    this.size = size;
+    this.#tree = new Float64Array(size + 1).fill(-Infinity);
+  }
+
+  update(position: number, value: number): void {
+    for (let i = position; i <= this.size; i += i & -i)
+      if ((this.#tree[i] ?? Infinity) < value) this.#tree[i] = value;
+  }
+
+  /** Max over positions 1..position. */
+  query(position: number): number {
+    let max = -Infinity;
+    for (let i = position; i > 0; i -= i & -i) max = Math.max(max, this.#tree[i] ?? -Infinity);
+    return max;
+  }
+}
+
+function checkId(id: number, where: string): void {
+  if (!Number.isSafeInteger(id) || id < 1 || id > MAX_DENSE_ID)
+    throw new Error(`${where}: id ${id} out of range`);
+}
+
+export function check(input: CheckInput): CheckReport {
+  const afterId = input.afterId ?? 0;
+  let maxId = 0;
+  for (const id of input.committedIds) {
+    checkId(id, 'committed');
+    if (id > maxId) maxId = id;
+  }
+  for (const w of input.writes)
+    for (const id of w.ids) {
+      checkId(id, `write ${w.w}`);
+      if (id > maxId) maxId = id;
+    }
+  for (const d of input.deliveries) {
+    checkId(d.id, `delivery ${d.p}`);
+    if (d.id > maxId) maxId = d.id;
+  }
+  const inScope = (id: number) => id > afterId;
+
+  const committed = new Uint8Array(maxId + 1);
+  for (const id of input.committedIds) committed[id] = 1;
+  // The writer's acknowledgement time: after the id became visible, if it committed.
+  const committedBy = new Float64Array(maxId + 1).fill(Infinity);
+  const recorded = new Uint8Array(maxId + 1);
+  const rolledBack = new Uint8Array(maxId + 1);
+  let appended = 0;
+  let aborted = 0;
+  let ackedTotal = 0;
+  const ackedMissingIds: number[] = [];
+  let ackedMissing = 0;
+  let rolledBackPresent = 0;
+  let rolledBackIds = 0;
+  let unknownIds = 0;
+  let unknownCommitted = 0;
+  for (const w of input.writes) {
+    for (const id of w.ids) {
+      if (!inScope(id)) continue;
+      appended += 1;
+      recorded[id] = 1;
+      if (!committed[id]) aborted += 1;
+      if (w.outcome === 'rollback') {
+        rolledBack[id] = 1;
+        rolledBackIds += 1;
+        if (committed[id]) rolledBackPresent += 1;
+        continue;
+      }
+      if (w.t < (committedBy[id] ?? Infinity)) committedBy[id] = w.t;
+      if (w.outcome === 'commit') {
+        ackedTotal += 1;
+        if (!committed[id]) {
+          ackedMissing += 1;
+          if (ackedMissingIds.length < 20) ackedMissingIds.push(id);
+        }
+      } else {
+        unknownIds += 1;
+        if (committed[id]) unknownCommitted += 1;
+      }
+    }
+  }
+  let committedCount = 0;
+  let withoutWriteRecord = 0;
+  for (const id of input.committedIds) {
+    if (!inScope(id)) continue;
+    committedCount += 1;
+    if (!recorded[id]) withoutWriteRecord += 1;
+  }
+
+  // Deliveries per consumer, in record-time order (stable: ties keep the process's order).
+  const byConsumer = new Map<string, Delivery[]>(input.consumers.map((c) => [c.name, []]));
+  for (const d of input.deliveries) {
+    const list = byConsumer.get(d.c);
+    if (!list) throw new Error(`delivery to unknown consumer ${d.c}`);
+    list.push(d);
+  }
+  const samplesByConsumer = new Map<string, CursorSample[]>();
+  for (const s of input.samples) {
+    let list = samplesByConsumer.get(s.consumer);
+    if (!list) samplesByConsumer.set(s.consumer, (list = []));
+    list.push(s);
+  }
+
+  const count = new Uint32Array(maxId + 1);
+  const firstAt = new Float64Array(maxId + 1);
+  const firstBy = new Array<string>(maxId + 1);
+  const checks: ConsumerCheck[] = [];
+  const duplicates: Duplicate[] = [];
+  const inversions: OrderViolation[] = [];
+  const lostIds: Record<string, number[]> = {};
+  const phantomIds: Record<string, number[]> = {};
+  let rolledBackDelivered = 0;
+  for (const consumer of input.consumers) {
+    const deliveries = (byConsumer.get(consumer.name) ?? []).slice().sort((a, b) => a.t - b.t);
+    count.fill(0);
+    // Position of id i is maxId - i + 1, so "ids above g" is the prefix 1..maxId - g.
+    const turns = new MaxFenwick(maxId);
+    let duplicated = 0;
+    let late = 0;
+    let inverted = 0;
+    let phantoms = 0;
+    let highest = 0;
+    const phantomList: number[] = [];
+    for (const d of deliveries) {
+      if (!inScope(d.id)) continue;
+      if (rolledBack[d.id]) rolledBackDelivered += 1;
+      const n = (count[d.id] ?? 0) + 1;
+      count[d.id] = n;
+      if (n === 1) {
+        firstAt[d.id] = d.t;
+        firstBy[d.id] = d.p;
+      }
+      if (!committed[d.id]) {
+        if (n === 1) {
+          phantoms += 1;
+          if (phantomList.length < 20) phantomList.push(d.id);
+        }
+        continue;
+      }
+      if (n > 1) duplicated += 1;
+      else if (d.id < highest) {
+        const higherTurnLockedAt = turns.query(maxId - d.id);
+        const committedAt = committedBy[d.id] ?? Infinity;
+        const provablyVisible = committedAt < higherTurnLockedAt;
+        if (consumer.ordering === 'strict' || provablyVisible) {
+          inverted += 1;
+          if (inversions.filter((v) => v.consumer === consumer.name).length < 20) {
+            inversions.push({
+              consumer: consumer.name,
+              id: d.id,
+              by: d.p,
+              at: d.t,
+              above: highest,
+              committedBy: committedAt,
+              higherTurnLockedAt,
+            });
+          }
+        } else late += 1;
+      }
+      if (d.id > highest) highest = d.id;
+      if (d.f !== undefined) turns.update(maxId - d.id + 1, d.f);
+    }
+    let lost = 0;
+    const lostList: number[] = [];
+    for (const id of input.committedIds) {
+      if (!inScope(id) || (count[id] ?? 0) > 0) continue;
+      lost += 1;
+      if (lostList.length < 20) lostList.push(id);
+    }
+    for (let id = afterId + 1; id <= maxId; id++) {
+      const n = count[id] ?? 0;
+      if (n > 1 && committed[id]) {
+        duplicates.push({
+          consumer: consumer.name,
+          id,
+          firstBy: firstBy[id] ?? '?',
+          firstAt: firstAt[id] ?? NaN,
+          extra: n - 1,
+        });
+      }
+    }
+    let cursorRegressions = 0;
+    let previous: number | undefined;
+    for (const s of samplesByConsumer.get(consumer.name) ?? []) {
+      if (previous !== undefined && s.cursor < previous) cursorRegressions += 1;
+      previous = s.cursor;
+    }
+    if (lostList.length > 0) lostIds[consumer.name] = lostList;
+    if (phantomList.length > 0) phantomIds[consumer.name] = phantomList;
+    checks.push({
+      consumer: consumer.name,
+      lost,
+      duplicated,
+      late,
+      inversions: inverted,
+      cursorRegressions,
+      phantoms,
+    });
+  }
+
+  const transactional = input.consumers
+    .filter((c) => c.transactional)
+    .map((c) => {
+      const rows = new Uint8Array(maxId + 1);
+      let extra = 0;
+      for (const id of input.transactionalRows.get(c.name) ?? []) {
+        if (!inScope(id)) continue;
+        if (id > maxId || !committed[id] || rows[id]) extra += 1;
+        else rows[id] = 1;
+      }
+      let missing = 0;
+      for (const id of input.committedIds) if (inScope(id) && !rows[id]) missing += 1;
+      return { consumer: c.name, missing, extra };
+    });
+
+  return {
+    consumers: checks,
+    duplicates,
+    inversions,
+    lostIds,
+    phantomIds,
+    events: { appended, committed: committedCount, aborted },
+    acked: { total: ackedTotal, missing: ackedMissing, missingIds: ackedMissingIds },
+    rolledBackPresent,
+    rolledBackDelivered,
+    rolledBackIds,
+    unknown: { ids: unknownIds, committed: unknownCommitted },
+    withoutWriteRecord,
+    transactional,
+  };
+}
+
+/**
+ * For each fault time: milliseconds until the next delivery (any consumer, any process) of an event
+ * whose commit was acknowledged after the fault — the system delivering new work again. With
+ * `anyEvent`, the next delivery of any event at all. NaN when nothing was delivered afterwards.
+ */
+export function recoveryTimes(
+  faults: readonly number[],
+  deliveries: readonly Delivery[],
+  writes: readonly Write[],
+  options: { anyEvent?: boolean } = {},
+): number[] {
+  const committedBy = new Map<number, number>();
+  if (!options.anyEvent) {
+    for (const w of writes) {
+      if (w.outcome === 'rollback') continue;
+      for (const id of w.ids) committedBy.set(id, Math.min(w.t, committedBy.get(id) ?? Infinity));
+    }
+  }
+  const best = faults.map(() => Infinity);
+  for (const d of deliveries) {
+    const ackedAt = options.anyEvent ? Infinity : (committedBy.get(d.id) ?? -Infinity);
+    faults.forEach((fault, i) => {
+      if (d.t > fault && ackedAt > fault && d.t - fault < (best[i] ?? Infinity)) best[i] = d.t - fault;
+    });
+  }
+  return best.map((ms) => (ms === Infinity ? NaN : ms));
+}
+
+/** The q-quantile (0..1) of the finite values, nearest rank; NaN when there are none. */
+export function quantile(values: readonly number[], q: number): number {
+  const sorted = values.filter(Number.isFinite).sort((a, b) => a - b);
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))] ?? NaN;
+}
