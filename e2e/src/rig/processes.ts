@@ -55,7 +55,12 @@ export function startChild(options: {
   // Node itself with tsx's loader: the pid we signal is the script's, so SIGTERM reaches its handler.
   const child = spawn(
     process.execPath,
-    ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(new URL(options.script, import.meta.url))],
+    [
+      '--conditions=@sluice/source',
+      '--import',
+      'tsx',
+      fileURLToPath(new URL(options.script, import.meta.url)),
+    ],
     { cwd: E2E_DIR, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   if (child.pid === undefined) throw new Error(`could not start ${options.name}`);
