@@ -1,0 +1,98 @@
+import { DEFAULTS } from '@sluice/core';
+
+/** Sizes of one `pnpm bench` run. `--quick` shrinks every scenario to fit about two minutes. */
+export interface BenchConfig {
+  readonly mode: 'full' | 'quick' | 'tiny';
+  /** Runs per figure (min / median / max are reported over them). */
+  readonly runs: number;
+  readonly catchUp: {
+    /**
+     * Each consumer drains the whole backlog (N consumers = N × backlog deliveries), so the backlog
+     * shrinks as consumers grow: 10 × 50k and 50 × 10k are 500k deliveries each.
+     */
+    readonly cases: readonly { readonly consumers: number; readonly backlog: number }[];
+    /** The peers drain smaller backlogs: at their rates a 100k backlog would not fit the time budget. */
+    readonly emmettBacklog: number;
+    readonly graphileBacklog: number;
+    /** Events per fetch (LIMIT) of the minimal loop and the raw scan: Sluice's default batchSize. Sluice runs at its defaults. */
+    readonly batchSize: number;
+    /** Concurrent turns (Sluice `concurrency`) = connections of the minimal loop / raw scan: min(consumers, cap). */
+    readonly concurrencyCap: number;
+  };
+  readonly latency: { readonly perSecond: number; readonly seconds: number; readonly warmupSeconds: number };
+  readonly append: {
+    readonly writers: number;
+    readonly seconds: number;
+    readonly eventsPerTx: readonly number[];
+  };
+  readonly idle: { readonly consumers: number; readonly withGaps: number; readonly seconds: number };
+  readonly scale: { readonly events: number };
+}
+
+export const FULL: BenchConfig = {
+  mode: 'full',
+  runs: 3,
+  catchUp: {
+    cases: [
+      { consumers: 1, backlog: 100_000 },
+      { consumers: 10, backlog: 50_000 },
+      { consumers: 50, backlog: 10_000 },
+    ],
+    emmettBacklog: 10_000,
+    graphileBacklog: 100_000,
+    batchSize: DEFAULTS.batchSize,
+    concurrencyCap: 8,
+  },
+  latency: { perSecond: 200, seconds: 6, warmupSeconds: 1 },
+  append: { writers: 8, seconds: 3, eventsPerTx: [1, 10] },
+  idle: { consumers: 100, withGaps: 10, seconds: 10 },
+  scale: { events: 1_000_000 },
+};
+
+export const QUICK: BenchConfig = {
+  mode: 'quick',
+  runs: 3,
+  catchUp: {
+    cases: [
+      { consumers: 1, backlog: 10_000 },
+      { consumers: 10, backlog: 1_000 },
+      { consumers: 50, backlog: 200 },
+    ],
+    emmettBacklog: 1_000,
+    graphileBacklog: 10_000,
+    batchSize: DEFAULTS.batchSize,
+    concurrencyCap: 8,
+  },
+  latency: { perSecond: 200, seconds: 2, warmupSeconds: 0.5 },
+  append: { writers: 8, seconds: 1, eventsPerTx: [1, 10] },
+  idle: { consumers: 100, withGaps: 10, seconds: 3 },
+  scale: { events: 50_000 },
+};
+
+/** A smoke test of the harness itself (`--tiny`): seconds, figures meaningless, never written to RESULTS.md. */
+export const TINY: BenchConfig = {
+  mode: 'tiny',
+  runs: 3,
+  catchUp: {
+    cases: [
+      { consumers: 1, backlog: 2_000 },
+      { consumers: 10, backlog: 300 },
+      { consumers: 50, backlog: 100 },
+    ],
+    emmettBacklog: 200,
+    graphileBacklog: 1_000,
+    batchSize: DEFAULTS.batchSize,
+    concurrencyCap: 8,
+  },
+  latency: { perSecond: 200, seconds: 0.5, warmupSeconds: 0.2 },
+  append: { writers: 8, seconds: 0.3, eventsPerTx: [1, 10] },
+  idle: { consumers: 100, withGaps: 10, seconds: 1 },
+  scale: { events: 5_000 },
+};
+
+/** `--quick` on the command line, or SLUICE_BENCH_QUICK=1 (turbo passes it through, see bench/turbo.json). */
+export function configFromArgs(argv: readonly string[], env: NodeJS.ProcessEnv): BenchConfig {
+  if (argv.includes('--tiny')) return TINY;
+  const quick = argv.includes('--quick') || env['SLUICE_BENCH_QUICK'] === '1';
+  return quick ? QUICK : FULL;
+}

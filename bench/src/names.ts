@@ -1,0 +1,31 @@
+// The systems each scenario compares, by the names the table and RESULTS.md show.
+
+export const CATCH_UP_SYSTEMS = {
+  raw: 'raw scan',
+  minimal: 'minimal loop',
+  sluice: 'Sluice',
+  sluiceNoCrash: 'Sluice, countCrashedAttempts: false',
+  emmett: 'Emmett',
+  graphile: 'graphile-worker',
+} as const;
+
+export const LATENCY_SYSTEMS = {
+  otherPool: 'Sluice, transaction() from another pool (after-commit NOTIFY)',
+  inProcess: 'Sluice, transaction() on the dispatcher pool (in-process wake-up)',
+  polling: 'Sluice, polling only (listen: false, wakeUp: none)',
+  minimal: 'minimal loop woken by LISTEN (in-transaction NOTIFY)',
+  graphile: 'graphile-worker',
+  emmett: 'Emmett',
+} as const;
+
+export const APPEND_SYSTEMS = {
+  bare: 'bare insert',
+  none: "Sluice append(), wakeUp: 'none'",
+  auto: 'Sluice transaction() + append() (after-commit NOTIFY)',
+  inTx: "Sluice append(), wakeUp: 'in-transaction'",
+} as const;
+
+export const IDLE_SYSTEMS = {
+  sluice: 'Sluice',
+  minimal: 'minimal loop (each consumer polls every 100 ms)',
+} as const;

@@ -1,0 +1,157 @@
+import { formatNumber, summarize } from '../harness/stats.js';
+import { APPEND_SYSTEMS, CATCH_UP_SYSTEMS as C, IDLE_SYSTEMS, LATENCY_SYSTEMS as L } from '../names.js';
+import { evaluateTargets } from './targets.js';
+import type { ScenarioId, ScenarioResult } from './types.js';
+
+/**
+ * For every scenario with a missed target: the figures of this run that locate the bottleneck.
+ * Everything stated here is computed from this run's measurements (and the statement tables under
+ * each scenario); nothing is carried over from an earlier run or read from the code.
+ */
+export function bottlenecks(results: readonly ScenarioResult[]): string[] {
+  const missed = new Set(
+    evaluateTargets(results)
+      .filter((t) => t.met === false)
+      .map((t) => t.scenario),
+  );
+  const med = (scenario: ScenarioId, caseName: string, system: string, figure: string): number => {
+    const row = results
+      .find((r) => r.scenario === scenario)
+      ?.rows.find((r) => r.case.startsWith(caseName) && r.system === system);
+    const runs = row?.figures.find((f) => f.name === figure)?.runs ?? [];
+    return summarize(runs).median;
+  };
+  // Ratios as the targets take them: run by run, then the median.
+  const pairMedian = (
+    scenario: ScenarioId,
+    caseName: string,
+    a: string,
+    b: string,
+    figure: string,
+    op: (x: number, y: number) => number,
+  ): number => {
+    const runs = (system: string) =>
+      results
+        .find((r) => r.scenario === scenario)
+        ?.rows.find((r) => r.case.startsWith(caseName) && r.system === system)
+        ?.figures.find((f) => f.name === figure)?.runs ?? [];
+    const ra = runs(a);
+    const rb = runs(b);
+    return summarize(
+      Array.from({ length: Math.min(ra.length, rb.length) }, (_, i) => op(ra[i] ?? NaN, rb[i] ?? NaN)),
+    ).median;
+  };
+  const ratio = (x: number, y: number) => x / y;
+  const n = (value: number) => formatNumber(value);
+  const x = (value: number) => (Number.isFinite(value) ? `${value.toFixed(2)}×` : 'n/a');
+  const out: string[] = [];
+
+  if (missed.has('catch-up')) {
+    const f = (caseName: string, system: string, figure: string) => med('catch-up', caseName, system, figure);
+    const one = '1 consumer';
+    const sl = (figure: string) => f(one, C.sluice, figure);
+    const ml = (figure: string) => f(one, C.minimal, figure);
+    const busy = sl('PostgreSQL CPU') + sl('Node CPU');
+    const raw10 = f('10 consumers', C.raw, 'total');
+    const minimal10 = f('10 consumers', C.minimal, 'total');
+    out.push(
+      '### Catch-up',
+      '',
+      `- **Round trips and commits.** Per 100 events Sluice (1 consumer) sent ${n(sl('statements sent per 100 events'))} statements and ran ` +
+        `${n(sl('write transactions per 100 events'))} write transactions; the minimal loop ${n(ml('statements sent per 100 events'))} and ` +
+        `${n(ml('write transactions per 100 events'))}; the raw scan ${n(f(one, C.raw, 'statements sent per 100 events'))} and none. ` +
+        'Each statement is a round trip the turn waits for, each write transaction a WAL flush; which statements they are, with their mean time, ' +
+        'is in the statement table under the catch-up scenario.',
+      `- **CPU.** PostgreSQL ${n(sl('PostgreSQL CPU per event'))} µs and Node ${n(sl('Node CPU per event'))} µs of CPU per event for Sluice, ` +
+        `${n(ml('PostgreSQL CPU per event'))} µs and ${n(ml('Node CPU per event'))} µs for the minimal loop; during the drain the two used ${n(busy)} % ` +
+        'of the 200 % two cores offer (mind the load average in the header: other work competes for the same cores).',
+      `- **Start-up.** Sluice's first delivery came ${n(sl('first delivery after start'))} ms after start() (start() itself took ${n(sl('start() took'))} ms), ` +
+        `the minimal loop's ${n(ml('first delivery after start'))} ms after its start; at this backlog that is about ${n((100 * sl('first delivery after start') * sl('total')) / (1000 * sl('backlog')))} % ` +
+        'of the time Sluice took, and it is counted in its events/s.',
+      `- **The crash-accounting record.** Without it (countCrashedAttempts: false, diagnostic row) Sluice drained ${n(f(one, C.sluiceNoCrash, 'total'))} events/s, ` +
+        `${x(pairMedian('catch-up', one, C.sluiceNoCrash, C.minimal, 'total', ratio))} the minimal loop, against ${x(pairMedian('catch-up', one, C.sluice, C.minimal, 'total', ratio))} with it.`,
+      `- **Ten consumers.** Sluice ${n(f('10 consumers', C.sluice, 'total'))} events/s in total, the minimal loop ${n(minimal10)}, ten raw scans ${n(raw10)} ` +
+        `(one raw scan: ${n(f(one, C.raw, 'total'))}). ${
+          raw10 < 2 * minimal10
+            ? 'Ten independent raw scans stay below 2× the minimal loop: the 2× target needs each batch read once for all consumers at the same cursor.'
+            : 'Ten independent raw scans exceed 2× the minimal loop here.'
+        }`,
+      '',
+    );
+  }
+
+  if (missed.has('append')) {
+    const f = (perTx: string, system: string, figure: string) =>
+      med('append', `8 writers, ${perTx}`, system, figure);
+    const side = (perTx: string) => {
+      const node =
+        f(perTx, APPEND_SYSTEMS.none, 'Node CPU per transaction') -
+        f(perTx, APPEND_SYSTEMS.bare, 'Node CPU per transaction');
+      const pg =
+        f(perTx, APPEND_SYSTEMS.none, 'PostgreSQL CPU per transaction') -
+        f(perTx, APPEND_SYSTEMS.bare, 'PostgreSQL CPU per transaction');
+      return `${perTx}: append() (wakeUp none) used ${n(node)} µs more Node CPU and ${n(pg)} µs more PostgreSQL CPU per transaction than the bare insert`;
+    };
+    const cost = (system: string) =>
+      pairMedian(
+        'append',
+        '8 writers, 1 event/tx',
+        system,
+        APPEND_SYSTEMS.none,
+        'events/s',
+        (a, b) => 100 * (1 - a / b),
+      );
+    out.push(
+      '### Append',
+      '',
+      `- ${side('1 event/tx')}; ${side('10 events/tx')}.`,
+      `- The wake-up itself, 8 single-event writers: after-commit NOTIFY ${n(cost(APPEND_SYSTEMS.auto))} %, in-transaction NOTIFY ${n(cost(APPEND_SYSTEMS.inTx))} % ` +
+        `of append()'s throughput (commit p99 ${n(f('1 event/tx', APPEND_SYSTEMS.inTx, 'commit p99'))} ms in-transaction, ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'commit p99'))} ms after commit, ` +
+        `${n(f('1 event/tx', APPEND_SYSTEMS.none, 'commit p99'))} ms without).`,
+      '',
+    );
+  }
+
+  if (missed.has('latency')) {
+    const f = (system: string, figure: string) => med('latency', '', system, figure);
+    out.push(
+      '### Latency',
+      '',
+      `- commit→handler p50 / p99: Sluice from another pool ${n(f(L.otherPool, 'commit→handler p50'))} / ${n(f(L.otherPool, 'commit→handler p99'))} ms, ` +
+        `in-process ${n(f(L.inProcess, 'commit→handler p50'))} / ${n(f(L.inProcess, 'commit→handler p99'))} ms, ` +
+        `minimal loop ${n(f(L.minimal, 'commit→handler p50'))} / ${n(f(L.minimal, 'commit→handler p99'))} ms, ` +
+        `graphile-worker ${n(f(L.graphile, 'commit→handler p50'))} / ${n(f(L.graphile, 'commit→handler p99'))} ms.`,
+      `- The in-process wake-up skips the NOTIFY round trip: the difference between the two Sluice rows (p50 ${n(pairMedian('latency', '', L.otherPool, L.inProcess, 'p50', (a, b) => a - b))} ms) ` +
+        'is what the after-commit notification path adds; the rest is the pass and the turn before the handler runs (the same statements as in catch-up).',
+      `- Polling only: commit→handler p99 ${n(f(L.polling, 'commit→handler p99'))} ms, append→handler p99 ${n(f(L.polling, 'p99'))} ms and max ${n(f(L.polling, 'max'))} ms, with a 100 ms poll interval.`,
+      '',
+    );
+  }
+
+  if (missed.has('idle')) {
+    const f = (figure: string) => med('idle', '', IDLE_SYSTEMS.sluice, figure);
+    const m = (figure: string) => med('idle', '', IDLE_SYSTEMS.minimal, figure);
+    out.push(
+      '### Idle',
+      '',
+      `- Sluice: ${n(f('statements per poll tick'))} statement(s) per tick, ${n(f('write transactions'))} write transactions, PostgreSQL ${n(f('PostgreSQL CPU'))} % and Node ` +
+        `${n(f('Node CPU'))} % of a core (the minimal loop polling every consumer: ${n(m('statements per poll tick'))} statements per tick, ` +
+        `PostgreSQL ${n(m('PostgreSQL CPU'))} %, Node ${n(m('Node CPU'))} %). The statement table under the idle scenario gives the rows each idle statement returns: ` +
+        'with a statement per tick, what remains scales with the rows it returns and what Node does with them per consumer.',
+      '- CPU below 1 % of a core is a handful of 10 ms clock ticks per second: on a shared machine, compare it over the full 10 s run.',
+      '',
+    );
+  }
+
+  if (missed.has('scale')) {
+    const f = (figure: string) => med('scale', '', 'Sluice', figure);
+    out.push(
+      '### Scale',
+      '',
+      `- Peak RSS ${n(f('peak RSS'))} MiB (at start ${n(f('RSS at start'))} MiB), last quarter ÷ first quarter ${n(f('last quarter / first quarter'))}×, ` +
+        `slowest second ${n(f('slowest second'))} events/s against ${n(f('events/s'))} on average.`,
+      '',
+    );
+  }
+  return out;
+}

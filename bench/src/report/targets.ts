@@ -1,0 +1,239 @@
+import { DEFAULTS } from '@sluice/core';
+import { formatNumber, summarize, type Summary } from '../harness/stats.js';
+import { APPEND_SYSTEMS, CATCH_UP_SYSTEMS as SYSTEMS, IDLE_SYSTEMS, LATENCY_SYSTEMS } from '../names.js';
+import type { ScenarioId, ScenarioResult } from './types.js';
+
+export interface TargetResult {
+  readonly scenario: ScenarioId;
+  readonly target: string;
+  readonly goal: string;
+  /** Over the runs (ratios are taken run by run: run i of one system against run i of the other). */
+  readonly achieved: Summary | undefined;
+  readonly unit: string;
+  /** undefined: no goal (the figure is shown), or not measured. */
+  readonly met: boolean | undefined;
+}
+
+type Finder = (
+  scenario: ScenarioId,
+  caseName: string,
+  system: string,
+  figure: string,
+) => number[] | undefined;
+
+function finder(results: readonly ScenarioResult[]): Finder {
+  return (scenario, caseName, system, figure) => {
+    const row = results
+      .find((r) => r.scenario === scenario)
+      ?.rows.find((r) => r.case.startsWith(caseName) && r.system === system);
+    const runs = row?.figures.find((f) => f.name === figure)?.runs;
+    return runs && runs.length > 0 ? [...runs] : undefined;
+  };
+}
+
+function pairwise(a: number[] | undefined, b: number[] | undefined, op: (x: number, y: number) => number) {
+  if (!a || !b) return undefined;
+  const n = Math.min(a.length, b.length);
+  return Array.from({ length: n }, (_, i) => op(a[i] as number, b[i] as number));
+}
+
+const ratio = (x: number, y: number) => x / y;
+
+export function evaluateTargets(results: readonly ScenarioResult[]): TargetResult[] {
+  const find = finder(results);
+  const targets: TargetResult[] = [];
+  const add = (
+    scenario: ScenarioId,
+    target: string,
+    goal: string,
+    values: number[] | undefined,
+    unit: string,
+    test: ((median: number) => boolean) | undefined,
+  ) => {
+    if (!results.some((r) => r.scenario === scenario)) return;
+    const achieved = values && values.length > 0 ? summarize(values) : undefined;
+    targets.push({
+      scenario,
+      target,
+      goal,
+      achieved,
+      unit,
+      met: achieved && test ? test(achieved.median) : undefined,
+    });
+  };
+
+  // Catch-up.
+  const total = (caseName: string, system: string) => find('catch-up', caseName, system, 'total');
+  add(
+    'catch-up',
+    '1 consumer: Sluice ÷ minimal loop',
+    '≥ 1.0×',
+    pairwise(total('1 consumer', SYSTEMS.sluice), total('1 consumer', SYSTEMS.minimal), ratio),
+    '×',
+    (m) => m >= 1.0,
+  );
+  add(
+    'catch-up',
+    '1 consumer: Sluice ÷ raw scan at the same LIMIT',
+    '≥ 0.8×',
+    pairwise(total('1 consumer', SYSTEMS.sluice), total('1 consumer', SYSTEMS.raw), ratio),
+    '×',
+    (m) => m >= 0.8,
+  );
+  add(
+    'catch-up',
+    "10 consumers: Sluice's total ÷ minimal loop's total",
+    '≥ 2×',
+    pairwise(total('10 consumers', SYSTEMS.sluice), total('10 consumers', SYSTEMS.minimal), ratio),
+    '×',
+    (m) => m >= 2,
+  );
+  add(
+    'catch-up',
+    "50 consumers: Sluice's total ÷ minimal loop's total",
+    '(no target; shown)',
+    pairwise(total('50 consumers', SYSTEMS.sluice), total('50 consumers', SYSTEMS.minimal), ratio),
+    '×',
+    undefined,
+  );
+  const peers = [SYSTEMS.emmett, SYSTEMS.graphile]
+    .map((system) => ({ system, runs: total('1 consumer', system) }))
+    .filter((p): p is { system: typeof p.system; runs: number[] } => p.runs !== undefined);
+  const bestPeer = peers.sort((a, b) => summarize(b.runs).median - summarize(a.runs).median)[0];
+  add(
+    'catch-up',
+    `1 consumer: Sluice ÷ best peer (${bestPeer?.system ?? 'n/a'})`,
+    '≥ 2×',
+    pairwise(total('1 consumer', SYSTEMS.sluice), bestPeer?.runs, ratio),
+    '×',
+    (m) => m >= 2,
+  );
+
+  // Append.
+  for (const perTx of ['1 event/tx', '10 events/tx']) {
+    const events = (system: string) => find('append', `8 writers, ${perTx}`, system, 'events/s');
+    add(
+      'append',
+      `${perTx}: Sluice transaction() + append() ÷ bare insert`,
+      '≥ 0.95×',
+      pairwise(events(APPEND_SYSTEMS.auto), events(APPEND_SYSTEMS.bare), ratio),
+      '×',
+      (m) => m >= 0.95,
+    );
+    add(
+      'append',
+      `${perTx}: cost of the after-commit wake-up (1 − transaction() ÷ wakeUp none)`,
+      perTx === '1 event/tx' ? '≤ 5 %' : '(shown)',
+      pairwise(events(APPEND_SYSTEMS.auto), events(APPEND_SYSTEMS.none), (a, n) => 100 * (1 - a / n)),
+      '%',
+      perTx === '1 event/tx' ? (m) => m <= 5 : undefined,
+    );
+    add(
+      'append',
+      `${perTx}: cost of in-transaction NOTIFY (1 − in-transaction ÷ wakeUp none)`,
+      '(shown)',
+      pairwise(events(APPEND_SYSTEMS.inTx), events(APPEND_SYSTEMS.none), (a, n) => 100 * (1 - a / n)),
+      '%',
+      undefined,
+    );
+  }
+
+  // Latency.
+  const lat = (system: string, figure: string) => find('latency', '', system, figure);
+  add(
+    'latency',
+    'p99: Sluice (another pool) ÷ minimal loop woken by LISTEN',
+    '≤ 2×',
+    pairwise(lat(LATENCY_SYSTEMS.otherPool, 'p99'), lat(LATENCY_SYSTEMS.minimal, 'p99'), ratio),
+    '×',
+    (m) => m <= 2,
+  );
+  add(
+    'latency',
+    'p99: Sluice (in-process wake-up) ÷ minimal loop woken by LISTEN',
+    '≤ 2×',
+    pairwise(lat(LATENCY_SYSTEMS.inProcess, 'p99'), lat(LATENCY_SYSTEMS.minimal, 'p99'), ratio),
+    '×',
+    (m) => m <= 2,
+  );
+  add(
+    'latency',
+    "p50: Sluice (another pool) ÷ graphile-worker's",
+    '≤ 0.6×',
+    pairwise(lat(LATENCY_SYSTEMS.otherPool, 'p50'), lat(LATENCY_SYSTEMS.graphile, 'p50'), ratio),
+    '×',
+    (m) => m <= 0.6,
+  );
+  add(
+    'latency',
+    "p99: Sluice (another pool) ÷ graphile-worker's",
+    '< 1× (lower p99)',
+    pairwise(lat(LATENCY_SYSTEMS.otherPool, 'p99'), lat(LATENCY_SYSTEMS.graphile, 'p99'), ratio),
+    '×',
+    (m) => m < 1,
+  );
+  // The poll interval bounds the wait after the event is committed: the appender's own commit
+  // (in append→handler) is not the dispatcher's, so this one is measured from the commit.
+  add(
+    'latency',
+    'polling only: commit→handler p99',
+    `≤ poll interval + 5 ms = ${DEFAULTS.pollIntervalMs + 5} ms`,
+    lat(LATENCY_SYSTEMS.polling, 'commit→handler p99'),
+    'ms',
+    (m) => m <= DEFAULTS.pollIntervalMs + 5,
+  );
+
+  // Idle.
+  const idle = (figure: string) => find('idle', '', IDLE_SYSTEMS.sluice, figure);
+  add(
+    'idle',
+    'statements per poll tick (one process)',
+    '≤ 1',
+    idle('statements per poll tick'),
+    '',
+    (m) => m <= 1,
+  );
+  add('idle', 'write transactions while idle', '0', idle('write transactions'), '', (m) => m === 0);
+  add('idle', 'PostgreSQL CPU', '≤ 0.5 % of a core', idle('PostgreSQL CPU'), '%', (m) => m <= 0.5);
+  add('idle', 'Node CPU', '≤ 1 % of a core', idle('Node CPU'), '%', (m) => m <= 1);
+
+  // Scale.
+  const scaleFigure = (figure: string) => find('scale', '', 'Sluice', figure);
+  add(
+    'scale',
+    'throughput steady: last quarter ÷ first quarter of the run',
+    '≥ 0.8× (our reading of "steady")',
+    scaleFigure('last quarter / first quarter'),
+    '×',
+    (m) => m >= 0.8,
+  );
+  add('scale', 'peak RSS', '≤ 256 MiB', scaleFigure('peak RSS'), 'MiB', (m) => m <= 256);
+
+  // Integrity, per scenario.
+  for (const result of results) {
+    const lost = result.rows.reduce((sum, row) => sum + row.lost.reduce((a, b) => a + b, 0), 0);
+    const duplicated = result.rows.reduce((sum, row) => sum + row.duplicated.reduce((a, b) => a + b, 0), 0);
+    targets.push({
+      scenario: result.scenario,
+      target: 'lost + duplicated deliveries, every system and run',
+      goal: '0',
+      achieved: summarize([lost + duplicated]),
+      unit: '',
+      met: lost + duplicated === 0,
+    });
+  }
+  return targets;
+}
+
+export function formatAchieved(t: TargetResult): string {
+  if (!t.achieved) return 'not measured';
+  const unit = t.unit === '' ? '' : t.unit === '×' || t.unit === '%' ? t.unit : ` ${t.unit}`;
+  const { min, median, max } = t.achieved;
+  const f = (v: number) => (t.unit === '×' ? v.toFixed(2) : formatNumber(v));
+  return min === max ? `${f(median)}${unit}` : `${f(median)}${unit} (${f(min)}–${f(max)})`;
+}
+
+export function verdict(t: TargetResult): string {
+  if (t.met === undefined) return t.achieved ? '—' : 'n/a';
+  return t.met ? 'met' : 'MISSED';
+}

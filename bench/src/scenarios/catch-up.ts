@@ -1,0 +1,292 @@
+import { DEFAULTS } from '@sluice/core';
+import type { Measurement } from '../harness/counters.js';
+import { statementProfile } from '../harness/counters.js';
+import { progress } from '../harness/progress.js';
+import { emmettTemplate, graphileTemplate } from '../harness/peer-templates.js';
+import { sluiceTemplate } from '../harness/templates.js';
+import { DeliveryTracker } from '../harness/tracker.js';
+import { CATCH_UP_SYSTEMS } from '../names.js';
+import { RowCollector, type ScenarioResult, type StatementProfile } from '../report/types.js';
+import { drainMinimal, drainRawScan, registerCursors } from '../systems/baselines.js';
+import { EMMETT_SETTINGS, emmettConsumer, GRAPHILE_SETTINGS, graphileWorker } from '../systems/peers.js';
+import { benchDispatcher, consumerName, pool, trackingConsumers } from '../systems/sluice.js';
+import { rotate, runDatabase, type RunDatabase, type ScenarioContext } from './context.js';
+
+const SYSTEMS = CATCH_UP_SYSTEMS;
+
+type SystemName = (typeof SYSTEMS)[keyof typeof SYSTEMS];
+
+interface RunOutcome {
+  readonly measurement: Measurement;
+  readonly tracker: DeliveryTracker;
+  readonly complete: boolean;
+  readonly deliveries: number;
+  /** Statements the client sent while measured (postgres.js systems only: its debug hook). */
+  readonly sent: number | undefined;
+  /** How long Sluice's start() took (the first pass runs after it). */
+  readonly startMs?: number;
+}
+
+/**
+ * Scenario 1: a backlog drained by 1, 10 and 50 consumers with no-op handlers. Every consumer
+ * reads the whole backlog (N consumers = N × backlog deliveries).
+ */
+export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
+  const { config } = ctx;
+  const { batchSize, concurrencyCap } = config.catchUp;
+  const rows = new RowCollector('catch-up');
+  const profiles: StatementProfile[] = [];
+
+  for (const { consumers, backlog } of config.catchUp.cases) {
+    const template = await sluiceTemplate(ctx, backlog);
+    const systems: SystemName[] = [SYSTEMS.raw, SYSTEMS.minimal, SYSTEMS.sluice];
+    if (consumers === 1) systems.push(SYSTEMS.sluiceNoCrash, SYSTEMS.emmett, SYSTEMS.graphile);
+    const emmettTpl = consumers === 1 ? await emmettTemplate(ctx, config.catchUp.emmettBacklog) : '';
+    const graphileTpl = consumers === 1 ? await graphileTemplate(ctx, config.catchUp.graphileBacklog) : '';
+    const concurrency = Math.min(consumers, concurrencyCap);
+
+    for (let run = 0; run < config.runs; run++) {
+      for (const system of rotate(systems, run)) {
+        const size =
+          system === SYSTEMS.emmett
+            ? config.catchUp.emmettBacklog
+            : system === SYSTEMS.graphile
+              ? config.catchUp.graphileBacklog
+              : backlog;
+        const caseName = `${consumers} consumer${consumers > 1 ? 's' : ''}`;
+        const label = `${caseName}, ${size.toLocaleString('en')} events`;
+        progress(`catch-up ${label}: ${system}, run ${run + 1}/${config.runs}`);
+        const tpl =
+          system === SYSTEMS.emmett ? emmettTpl : system === SYSTEMS.graphile ? graphileTpl : template;
+        const db = await runDatabase(ctx, tpl, `catchup_${consumers}`, {
+          deferDrop: system === SYSTEMS.emmett,
+        });
+        try {
+          const outcome = await runOne(system, db, consumers, size, batchSize, concurrency);
+          const m = outcome.measurement;
+          const seconds = m.wallMs / 1000;
+          const total = outcome.deliveries / seconds;
+          // Per 100 events (Sluice may grow its batches while far behind; the baselines fetch batchSize).
+          const batches = outcome.deliveries / 100;
+          rows.add(
+            caseName,
+            system,
+            [
+              { name: 'total', unit: 'events/s', value: total },
+              { name: 'per consumer', unit: 'events/s', value: total / consumers },
+              { name: 'PostgreSQL CPU', unit: '% of a core', value: m.pgCpuPercent },
+              { name: 'Node CPU', unit: '% of a core', value: m.nodeCpuPercent },
+              {
+                name: 'PostgreSQL CPU per event',
+                unit: 'µs',
+                value:
+                  m.pgCpuPercent === undefined
+                    ? undefined
+                    : (m.pgCpuPercent * m.wallMs * 10) / outcome.deliveries,
+              },
+              {
+                name: 'Node CPU per event',
+                unit: 'µs',
+                value: (m.nodeCpuPercent * m.wallMs * 10) / outcome.deliveries,
+              },
+              {
+                name: 'statements sent per 100 events',
+                unit: '',
+                value: outcome.sent === undefined ? undefined : outcome.sent / batches,
+              },
+              {
+                name: 'statements per 100 events (pg_stat_statements)',
+                unit: '',
+                value: m.statements === undefined ? undefined : m.statements / batches,
+              },
+              { name: 'write transactions per 100 events', unit: '', value: m.writeTransactions / batches },
+              { name: 'WAL per event', unit: 'bytes', value: m.walBytes / outcome.deliveries },
+              {
+                name: 'first delivery after start',
+                unit: 'ms',
+                value:
+                  outcome.tracker.firstDeliveryAt === 0
+                    ? undefined
+                    : outcome.tracker.firstDeliveryAt - m.startedAt,
+              },
+              { name: 'start() took', unit: 'ms', value: outcome.startMs },
+              { name: 'backlog', unit: 'events', value: size },
+            ],
+            {
+              lost: outcome.tracker.lost(),
+              duplicated: outcome.tracker.duplicated(),
+            },
+          );
+          if (!outcome.complete) progress(`  ! ${system} did not finish in time: counted as lost`);
+          progress(
+            `  ${formatRate(total)} events/s total, PostgreSQL ${fmt(m.pgCpuPercent)}% / Node ${fmt(m.nodeCpuPercent)}% of a core, ` +
+              `${outcome.sent === undefined ? '?' : fmt(outcome.sent / batches)} statements sent per 100 events`,
+          );
+          if (
+            ctx.pgStatStatements &&
+            consumers === 1 &&
+            run === config.runs - 1 &&
+            (system === SYSTEMS.sluice || system === SYSTEMS.minimal)
+          ) {
+            profiles.push({
+              label: `${system}, catch-up with 1 consumer (${size.toLocaleString('en')} events)`,
+              per: '100 events',
+              divisor: batches,
+              rows: await statementProfile(ctx.admin, db.oid, 14),
+            });
+          }
+        } finally {
+          await db.drop();
+        }
+      }
+    }
+  }
+
+  return {
+    scenario: 'catch-up',
+    title: 'Catch-up: a backlog drained by 1, 10 and 50 consumers (no-op handlers)',
+    rows: rows.rows(),
+    profiles,
+    notes: [
+      `Every consumer reads the whole backlog (N consumers = N × backlog deliveries). Backlogs: ${config.catchUp.cases
+        .map((c) => `${c.consumers} consumer(s): ${c.backlog.toLocaleString('en')} events`)
+        .join(
+          '; ',
+        )}; the multi-consumer backlogs are smaller so the full run fits its time budget. Per consumer = total ÷ consumers.`,
+      `Sluice: default options (batchSize ${DEFAULTS.batchSize}, maxBatchSize at its default, pollIntervalMs ${DEFAULTS.pollIntervalMs}, LISTEN on, countCrashedAttempts ${String(DEFAULTS.countCrashedAttempts)}) except ` +
+        `concurrency = min(consumers, ${concurrencyCap}); its pool has concurrency + 2 connections. The timed part starts at start() ` +
+        '(rows pre-registered) and ends at the last delivery: events/s include start() itself ("start() took"), ' +
+        'which weighs on the small backlogs of --quick (see "first delivery after start").',
+      `Minimal loop and raw scan use min(consumers, ${concurrencyCap}) connections and LIMIT ${batchSize}, on the same events table.`,
+      'Sluice, countCrashedAttempts: false is a diagnostic row: the same dispatcher without the committed turn-start record (DESIGN §4.3), to show what that step costs.',
+      `Emmett: postgreSQLEventStoreConsumer + one reactor, batchSize ${EMMETT_SETTINGS.batchSize}, pullingFrequencyInMs ${EMMETT_SETTINGS.pullingFrequencyInMs} (default 50), ` +
+        `${config.catchUp.emmettBacklog.toLocaleString('en')} events appended through appendToStream (500 per stream). Its reactor stores a checkpoint per message.`,
+      `graphile-worker: run() with concurrency ${GRAPHILE_SETTINGS.concurrency}, maxPoolSize ${GRAPHILE_SETTINGS.maxPoolSize}, localQueue.size ${GRAPHILE_SETTINGS.localQueue.size}, ` +
+        `completeJobBatchDelay ${GRAPHILE_SETTINGS.completeJobBatchDelay}, failJobBatchDelay ${GRAPHILE_SETTINGS.failJobBatchDelay}; ` +
+        `${config.catchUp.graphileBacklog.toLocaleString('en')} jobs queued with addJobs (1,000 per call) before the worker starts; one job per event (a queue has one consumer).`,
+      'CPU: PostgreSQL = every server process (from /proc), Node = this process (process.cpuUsage), both as % of one core over the timed part. ' +
+        'Statements sent = what postgres.js sent (its debug hook: every round trip, BEGIN and COMMIT included; Sluice, minimal loop, raw scan). ' +
+        'pg_stat_statements calls in the run database are given for every system, but miss most COMMITs that postgres.js sends (compare the two). ' +
+        'Write transactions = xids assigned in the cluster. First delivery after start: from the start of the timed part (Sluice: start(); peers: starting the consumer) to the first handler call.',
+    ],
+  };
+}
+
+async function runOne(
+  system: SystemName,
+  db: RunDatabase,
+  consumers: number,
+  backlog: number,
+  batchSize: number,
+  concurrency: number,
+): Promise<RunOutcome> {
+  const tracker = new DeliveryTracker(consumers, backlog);
+  const deliveries = consumers * backlog;
+  // Generous: a system slower than 300 deliveries/s is reported as not finishing.
+  const timeoutMs = Math.max(60_000, (deliveries / 300) * 1000);
+  const meter = db.meter();
+  const names = Array.from({ length: consumers }, (_, i) => consumerName(i));
+  // Counts what postgres.js sends (pg_stat_statements does not see every COMMIT it sends).
+  const sent = { counting: false, count: 0 };
+  const debug = () => {
+    if (sent.counting) sent.count++;
+  };
+  const startCounting = async () => {
+    sent.count = 0;
+    sent.counting = true;
+    await meter.start();
+  };
+  const stopCounting = async () => {
+    sent.counting = false;
+    return meter.stop();
+  };
+
+  switch (system) {
+    case SYSTEMS.raw: {
+      const sql = pool(db.url, concurrency, { debug });
+      try {
+        await sql`select 1`;
+        await startCounting();
+        await drainRawScan(sql, consumers, batchSize, (c, row) => {
+          tracker.record(c, row.data.seq);
+        });
+        const measurement = await stopCounting();
+        return { measurement, tracker, complete: true, deliveries, sent: sent.count };
+      } finally {
+        await sql.end();
+      }
+    }
+    case SYSTEMS.minimal: {
+      const sql = pool(db.url, concurrency, { debug });
+      try {
+        await registerCursors(sql, names);
+        await startCounting();
+        await drainMinimal(sql, names, batchSize, (c, row) => {
+          tracker.record(c, row.data.seq);
+        });
+        const measurement = await stopCounting();
+        return { measurement, tracker, complete: true, deliveries, sent: sent.count };
+      } finally {
+        await sql.end();
+      }
+    }
+    case SYSTEMS.sluice:
+    case SYSTEMS.sluiceNoCrash: {
+      const sql = pool(db.url, concurrency + 2, { debug });
+      // Sluice's own defaults (batch size and any batch growth included), except the concurrency
+      // matched to the baselines' connections; the diagnostic row only turns off the crash record.
+      const dispatcher = benchDispatcher(sql, trackingConsumers(consumers, tracker), {
+        concurrency,
+        ...(system === SYSTEMS.sluiceNoCrash ? { countCrashedAttempts: false } : {}),
+      });
+      try {
+        await dispatcher.ensureRegistered();
+        await startCounting();
+        const startedAt = performance.now();
+        await dispatcher.start();
+        const startMs = performance.now() - startedAt;
+        const complete = await tracker.whenComplete(timeoutMs);
+        const measurement = await stopCounting();
+        return { measurement, tracker, complete, deliveries, sent: sent.count, startMs };
+      } finally {
+        await dispatcher.stop();
+        await sql.end();
+      }
+    }
+    case SYSTEMS.emmett: {
+      const runner = emmettConsumer(db.url, (seq) => {
+        tracker.record(0, seq);
+      });
+      try {
+        await meter.start();
+        runner.start();
+        const complete = await tracker.whenComplete(timeoutMs);
+        const measurement = await meter.stop();
+        return { measurement, tracker, complete, deliveries, sent: undefined };
+      } finally {
+        await runner.close();
+      }
+    }
+    case SYSTEMS.graphile: {
+      await meter.start();
+      const runner = await graphileWorker(db.url, (seq) => {
+        tracker.record(0, seq);
+      });
+      try {
+        const complete = await tracker.whenComplete(timeoutMs);
+        const measurement = await meter.stop();
+        return { measurement, tracker, complete, deliveries, sent: undefined };
+      } finally {
+        await runner.stop();
+      }
+    }
+  }
+}
+
+function fmt(value: number | undefined): string {
+  return value === undefined ? '?' : value.toFixed(value >= 10 ? 0 : 1);
+}
+
+function formatRate(value: number): string {
+  return Math.round(value).toLocaleString('en');
+}

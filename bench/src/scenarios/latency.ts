@@ -1,0 +1,234 @@
+import { append, DEFAULTS, pgArray, transaction } from '@sluice/core';
+import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';
+import { progress } from '../harness/progress.js';
+import { percentile } from '../harness/stats.js';
+import { emptyEmmettTemplate, emptyGraphileTemplate } from '../harness/peer-templates.js';
+import { emptySluiceTemplate } from '../harness/templates.js';
+import { DeliveryTracker } from '../harness/tracker.js';
+import { LATENCY_SYSTEMS } from '../names.js';
+import { RowCollector, type ScenarioResult } from '../report/types.js';
+import { minimalListener, registerCursors } from '../systems/baselines.js';
+import {
+  EMMETT_SETTINGS,
+  emmettConsumer,
+  emmettStore,
+  GRAPHILE_SETTINGS,
+  graphileUtils,
+  graphileWorker,
+} from '../systems/peers.js';
+import { benchConsumers, benchDispatcher, consumerName, pool } from '../systems/sluice.js';
+import { rotate, runDatabase, sleep, type RunDatabase, type ScenarioContext } from './context.js';
+
+type LatencySystem = (typeof LATENCY_SYSTEMS)[keyof typeof LATENCY_SYSTEMS];
+
+const MINIMAL_CHANNEL = 'bench_minimal';
+
+interface System {
+  /** Starts the consumer side; returns its stop function. */
+  start(onSeq: (seq: number) => void): Promise<() => Promise<void>>;
+  /** Appends event `seq` from another connection, committed when the promise resolves. */
+  append(seq: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * Scenario 2: append→handler latency at a steady rate from another connection, one consumer.
+ * Latency runs from just before the append call to the handler's first line (the append's own
+ * commit is included); commit→handler starts when the append call has returned.
+ */
+export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
+  const { config } = ctx;
+  const { perSecond, seconds, warmupSeconds } = config.latency;
+  const rows = new RowCollector('latency');
+  const sluiceTpl = await emptySluiceTemplate(ctx);
+  const graphileTpl = await emptyGraphileTemplate(ctx);
+  const emmettTpl = await emptyEmmettTemplate(ctx);
+  const systems = Object.values(LATENCY_SYSTEMS);
+  const warmup = Math.round(perSecond * warmupSeconds);
+  const total = warmup + Math.round(perSecond * seconds);
+
+  for (let run = 0; run < config.runs; run++) {
+    for (const name of rotate(systems, run)) {
+      progress(`latency: ${name}, run ${run + 1}/${config.runs} (${total} appends at ${perSecond}/s)`);
+      const tpl =
+        name === LATENCY_SYSTEMS.graphile
+          ? graphileTpl
+          : name === LATENCY_SYSTEMS.emmett
+            ? emmettTpl
+            : sluiceTpl;
+      const db = await runDatabase(ctx, tpl, 'latency', { deferDrop: name === LATENCY_SYSTEMS.emmett });
+      try {
+        const system = await makeSystem(name, db);
+        const tracker = new DeliveryTracker(1, total);
+        const startedAt = new Float64Array(total);
+        const committedAt = new Float64Array(total);
+        const handledAt = new Float64Array(total);
+        const stop = await system.start((seq) => {
+          if (seq >= 0 && seq < total && handledAt[seq] === 0) handledAt[seq] = performance.now();
+          tracker.record(0, seq);
+        });
+        let achieved = 0;
+        try {
+          await sleep(200); // LISTEN connected, first poll done
+          const t0 = performance.now();
+          const interval = 1000 / perSecond;
+          for (let seq = 0; seq < total; seq++) {
+            const wait = t0 + seq * interval - performance.now();
+            if (wait >= 1) await sleep(wait);
+            startedAt[seq] = performance.now();
+            await system.append(seq);
+            committedAt[seq] = performance.now();
+          }
+          achieved = (total * 1000) / (performance.now() - t0);
+          await tracker.whenComplete(5_000);
+        } finally {
+          await stop();
+          await system.close();
+        }
+        const appendToHandler: number[] = [];
+        const commitToHandler: number[] = [];
+        for (let seq = warmup; seq < total; seq++) {
+          const handled = handledAt[seq] as number;
+          if (handled === 0) continue;
+          appendToHandler.push(handled - (startedAt[seq] as number));
+          commitToHandler.push(handled - (committedAt[seq] as number));
+        }
+        const p50 = percentile(appendToHandler, 50);
+        const p99 = percentile(appendToHandler, 99);
+        const max = percentile(appendToHandler, 100);
+        rows.add(
+          `${perSecond} appends/s`,
+          name,
+          [
+            { name: 'p50', unit: 'ms', value: p50 },
+            { name: 'p99', unit: 'ms', value: p99 },
+            { name: 'max', unit: 'ms', value: max },
+            { name: 'commit→handler p50', unit: 'ms', value: percentile(commitToHandler, 50) },
+            { name: 'commit→handler p99', unit: 'ms', value: percentile(commitToHandler, 99) },
+            { name: 'appends/s achieved', unit: '', value: achieved },
+            { name: 'samples', unit: '', value: appendToHandler.length },
+          ],
+          { lost: tracker.lost(), duplicated: tracker.duplicated() },
+        );
+        progress(`  p50 ${p50.toFixed(2)} ms, p99 ${p99.toFixed(2)} ms, max ${max.toFixed(1)} ms`);
+      } finally {
+        await db.drop();
+      }
+    }
+  }
+
+  return {
+    scenario: 'latency',
+    title: `Latency: append→handler at ${perSecond} appends/s from another connection, one consumer`,
+    rows: rows.rows(),
+    profiles: [],
+    notes: [
+      `One appender sends ${perSecond} single-event transactions per second (paced by the clock) for ${seconds} s after a ${warmupSeconds} s warm-up that is not counted; ` +
+        'the consumer runs in the same Node process. append→handler: from just before the append call to the handler (the append commit included); ' +
+        'commit→handler: from the moment the append call returned.',
+      `Sluice: default options (batchSize ${DEFAULTS.batchSize}, maxBatchSize at its default, pollIntervalMs ${DEFAULTS.pollIntervalMs}, countCrashedAttempts true). "another pool": the appender has its own ` +
+        'postgres.js pool, so the dispatcher is woken by the coalesced NOTIFY sent after the commit (≤ 1 per 5 ms); "dispatcher pool": the appender uses the ' +
+        "dispatcher's pool and wakes it directly; polling only: listen false and append(…, { wakeUp: 'none' }).",
+      `Minimal loop: the catch-up baseline's transaction per batch, LISTENing on a channel; the appender INSERTs and NOTIFYs in its transaction; 100 ms poll as a safety net.`,
+      `graphile-worker: same settings as in catch-up (concurrency ${GRAPHILE_SETTINGS.concurrency}, localQueue ${GRAPHILE_SETTINGS.localQueue.size}, completeJobBatchDelay ${GRAPHILE_SETTINGS.completeJobBatchDelay}); ` +
+        'jobs added with WorkerUtils.addJob from its own pool; latency = add→task start.',
+      `Emmett: same consumer settings as in catch-up (pullingFrequencyInMs ${EMMETT_SETTINGS.pullingFrequencyInMs}); its puller backs off up to 1 s whenever a batch is not full, ` +
+        'which is every batch at this rate; events appended with appendToStream from another event store instance.',
+    ],
+  };
+}
+
+async function makeSystem(name: LatencySystem, db: RunDatabase): Promise<System> {
+  switch (name) {
+    case LATENCY_SYSTEMS.otherPool:
+    case LATENCY_SYSTEMS.inProcess:
+    case LATENCY_SYSTEMS.polling: {
+      const dispatcherSql = pool(db.url, 6);
+      const appenderSql = name === LATENCY_SYSTEMS.inProcess ? dispatcherSql : pool(db.url, 2);
+      const polling = name === LATENCY_SYSTEMS.polling;
+      return {
+        async start(onSeq) {
+          const consumers = benchConsumers(1, (_consumer, seq) => {
+            onSeq(seq);
+          });
+          const dispatcher = benchDispatcher(dispatcherSql, consumers, { listen: !polling });
+          await dispatcher.start();
+          return () => dispatcher.stop();
+        },
+        async append(seq) {
+          const event = { streamId: streamOf(seq), type: EVENT_TYPE, data: payload(seq) };
+          if (polling) await appenderSql.begin((tx) => append(tx, [event], { wakeUp: 'none' }));
+          else await transaction(appenderSql, (tx) => append(tx, [event]));
+        },
+        async close() {
+          if (appenderSql !== dispatcherSql) await appenderSql.end();
+          await dispatcherSql.end();
+        },
+      };
+    }
+    case LATENCY_SYSTEMS.minimal: {
+      const consumerSql = pool(db.url, 3);
+      const appenderSql = pool(db.url, 2);
+      await registerCursors(consumerSql, [consumerName(0)]);
+      return {
+        async start(onSeq) {
+          const loop = minimalListener(
+            consumerSql,
+            consumerName(0),
+            DEFAULTS.batchSize,
+            DEFAULTS.pollIntervalMs,
+            (row) => {
+              onSeq(row.data.seq);
+            },
+          );
+          await loop.listen(MINIMAL_CHANNEL);
+          loop.kick();
+          return () => loop.stop();
+        },
+        async append(seq) {
+          const data = JSON.stringify(payload(seq));
+          await appenderSql.begin(async (tx) => {
+            await tx`
+              insert into sluice.events (stream_id, type, data)
+              select u.s, u.t, u.d::jsonb from unnest(${pgArray([streamOf(seq)])}::text[], ${pgArray([EVENT_TYPE])}::text[], ${pgArray([data])}::text[]) as u(s, t, d)`;
+            await tx`select pg_notify(${MINIMAL_CHANNEL}, '')`;
+          });
+        },
+        async close() {
+          await appenderSql.end();
+          await consumerSql.end();
+        },
+      };
+    }
+    case LATENCY_SYSTEMS.graphile: {
+      const { utils, close } = await graphileUtils(db.url);
+      return {
+        async start(onSeq) {
+          const runner = await graphileWorker(db.url, onSeq);
+          return () => runner.stop();
+        },
+        async append(seq) {
+          await utils.addJob('bench', payload(seq));
+        },
+        close,
+      };
+    }
+    case LATENCY_SYSTEMS.emmett: {
+      const store = emmettStore(db.url);
+      await store.schema.migrate();
+      return {
+        start(onSeq) {
+          const runner = emmettConsumer(db.url, onSeq);
+          runner.start();
+          return Promise.resolve(() => runner.close());
+        },
+        async append(seq) {
+          await store.appendToStream(streamOf(seq), [{ type: EVENT_TYPE, data: payload(seq) }]);
+        },
+        async close() {
+          await store.close();
+        },
+      };
+    }
+  }
+}
