@@ -15,6 +15,10 @@ export class ScenarioRecorder {
   readonly #suite: string;
   readonly #startedAt = new Date();
   readonly #scenarios: ScenarioResult[] = [];
+  /** Inputs and faults injected, by class (SuiteResult.faults). */
+  readonly faults: Record<string, number> = {};
+  /** Events appended by the suite's writers (SuiteResult.events). */
+  events: { appended: number; committed: number; aborted: number } | undefined;
 
   constructor(suite: string) {
     this.#suite = suite;
@@ -55,6 +59,8 @@ export class ScenarioRecorder {
       startedAt: this.#startedAt.toISOString(),
       durationMs: Date.now() - this.#startedAt.getTime(),
       ...(version === undefined ? {} : { postgresVersion: version }),
+      ...(this.events ? { events: this.events } : {}),
+      ...(Object.keys(this.faults).length > 0 ? { faults: this.faults } : {}),
       scenarios: this.#scenarios,
     });
   }

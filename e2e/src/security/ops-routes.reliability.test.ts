@@ -99,7 +99,7 @@ async function consumerRow(schema: string, name: string) {
 
 describe('security', () => {
   test('X1 every ops route answers 401 to every bad credential, sends no SQL, changes nothing', async () => {
-    await recorder.scenario('X1', 'Unauthenticated ops', ['I10'], async (figures) => {
+    await recorder.run('X1', 'Unauthenticated ops', ['I10'], async (figures) => {
       const violations = new Violations();
       const opsRoutes = ops.routes.filter((r) => r.url === PREFIX || r.url.startsWith(`${PREFIX}/`));
       const registered = new Set(opsRoutes.map((r) => `${r.method} ${r.url}`));
@@ -191,7 +191,7 @@ describe('security', () => {
   });
 
   test('X2 malformed consumer names are 4xx, never 5xx, change nothing, and never collide', async () => {
-    await recorder.scenario('X2', 'Malformed consumer names', ['I10'], async (figures) => {
+    await recorder.run('X2', 'Malformed consumer names', ['I10'], async (figures) => {
       const violations = new Violations();
       const routes: { method: 'GET' | 'POST'; path: string; body?: unknown }[] = [
         { method: 'GET', path: '' },
@@ -305,7 +305,7 @@ describe('security', () => {
   });
 
   test('X3 SQL-injection corpus in every path, query and body field: no 5xx, no SQL beyond the bound template', async () => {
-    await recorder.scenario('X3', 'SQL injection corpus', ['I10'], async (figures) => {
+    await recorder.run('X3', 'SQL injection corpus', ['I10'], async (figures) => {
       const violations = new Violations();
       const corpus = injectionCorpus('mailer');
       expect(corpus.length).toBeGreaterThanOrEqual(200);
@@ -534,7 +534,7 @@ describe('security', () => {
   });
 
   test('X4 numeric edges of ids and limits: 400 or exact, never rounded', async () => {
-    await recorder.scenario('X4', 'Numeric edges', ['I10', 'I4'], async (figures) => {
+    await recorder.run('X4', 'Numeric edges', ['I10', 'I4'], async (figures) => {
       const violations = new Violations();
       // JSON literals: numbers as written, then the same as strings.
       const numbers = [
@@ -731,7 +731,7 @@ describe('security', () => {
   });
 
   test('X5 body tricks on write routes: 400/413/415, validation never bypassed', async () => {
-    await recorder.scenario('X5', 'Body tricks', ['I10'], async (figures) => {
+    await recorder.run('X5', 'Body tricks', ['I10'], async (figures) => {
       const violations = new Violations();
       const right = STUCK.toString();
       const wrong = FIRST.toString();
@@ -975,7 +975,7 @@ describe('security', () => {
   });
 
   test('X7 concurrent skips of the stuck event: exactly one applies; a stale id is 409', async () => {
-    await recorder.scenario('X7', 'Skip race', ['I4', 'I5'], async (figures) => {
+    await recorder.run('X7', 'Skip race', ['I4', 'I5'], async (figures) => {
       const skipOf = (eventId: bigint) => () =>
         ops.app.inject(post('/consumers/racer/skip', { eventId: eventId.toString(), reason: 'race' }));
       const race = async (n: number, eventId: bigint) => {
@@ -1021,7 +1021,7 @@ describe('security', () => {
   });
 
   test('R4 an admin action against a long turn: 409 within lockTimeout, or waits and is never undone', async () => {
-    await recorder.scenario('R4', 'Admin op vs long turn', ['I4', 'I10'], async (figures: Figures) => {
+    await recorder.run('R4', 'Admin op vs long turn', ['I4', 'I10'], async (figures: Figures) => {
       let release: () => void = () => undefined;
       let entered: () => void = () => undefined;
       let opened = Promise.resolve();

@@ -47,7 +47,7 @@ class Rollback extends Error {}
 
 describe('races', () => {
   test('P1 prune racing dispatchers, writers and an operator never deletes an unprocessed event', async () => {
-    await recorder.scenario('P1', 'Prune vs lagging consumer', ['I6', 'I1', 'I7'], async (figures) => {
+    await recorder.run('P1', 'Prune vs lagging consumer', ['I6', 'I1', 'I7'], async (figures) => {
       const violations = new Violations();
       const schema = 'p1';
       await migrate(db.sql, { schema, logger: silentLogger });
@@ -311,7 +311,7 @@ describe('races', () => {
   });
 
   test('P2 a committed gap id not yet fetched survives prune and is delivered later', async () => {
-    await recorder.scenario('P2', 'Prune vs pending gap', ['I6', 'I1'], async (figures) => {
+    await recorder.run('P2', 'Prune vs pending gap', ['I6', 'I1'], async (figures) => {
       const schema = 'p2';
       await migrate(db.sql, { schema, logger: silentLogger });
       const seen: bigint[] = [];
@@ -370,7 +370,7 @@ describe('races', () => {
   });
 
   test('X6 a forged NOTIFY flood from an unprivileged role: no phantom, no cursor move, coalesced passes', async () => {
-    await recorder.scenario('X6', 'Forged NOTIFY', ['I7', 'I4'], async (figures) => {
+    await recorder.run('X6', 'Forged NOTIFY', ['I7', 'I4'], async (figures) => {
       const violations = new Violations();
       const schema = 'x6';
       await migrate(db.sql, { schema, logger: silentLogger });

@@ -1,57 +1,7 @@
-// Collects a suite's scenario results and writes its SuiteResult (e2e/src/report/results.ts).
-import type { Sql } from '@sluice/core';
-import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
+// Shared by the security and race suites: result recording, violation lists, tallies.
 
-export type Figures = Record<string, number | string>;
-
-export class SuiteRecorder {
-  readonly #suite: string;
-  readonly #startedAt = new Date();
-  readonly #scenarios: ScenarioResult[] = [];
-  /** Inputs and faults injected, by class (SuiteResult.faults). */
-  readonly faults: Record<string, number> = {};
-  /** Events appended by the suite's writers (SuiteResult.events). */
-  events: { appended: number; committed: number; aborted: number } | undefined;
-
-  constructor(suite: string) {
-    this.#suite = suite;
-  }
-
-  /**
-   * Runs one scenario: `body` fills in its figures and throws when an invariant is violated. The
-   * scenario is recorded either way (with the failure), and the error is rethrown for vitest.
-   */
-  async scenario(
-    id: string,
-    title: string,
-    invariants: readonly string[],
-    body: (figures: Figures) => Promise<void>,
-  ): Promise<void> {
-    const figures: Figures = {};
-    try {
-      await body(figures);
-      this.#scenarios.push({ id, title, invariants, figures, ok: true });
-    } catch (error) {
-      const failure = error instanceof Error ? error.message : String(error);
-      this.#scenarios.push({ id, title, invariants, figures, ok: false, failure: failure.slice(0, 600) });
-      throw error;
-    }
-  }
-
-  async write(sql: Sql): Promise<void> {
-    const [row] = await sql<{ version: string }[]>`select current_setting('server_version') as version`;
-    await recordSuiteResult({
-      suite: this.#suite,
-      profile: profile(),
-      startedAt: this.#startedAt.toISOString(),
-      durationMs: Date.now() - this.#startedAt.getTime(),
-      ...(row ? { postgresVersion: row.version } : {}),
-      ...(this.events ? { events: this.events } : {}),
-      ...(Object.keys(this.faults).length > 0 ? { faults: this.faults } : {}),
-      scenarios: this.#scenarios,
-    });
-  }
-}
+// Results are recorded the way the scenario suites record theirs.
+export { ScenarioRecorder as SuiteRecorder, sleep, type Figures } from '../scenarios/support.js';
 
 /** Invariant violations found by a scenario; `assertNone` fails it with a readable summary. */
 export class Violations {
@@ -83,5 +33,3 @@ export function tally(values: Iterable<string | number>): string {
     .map(([k, n]) => `${k}: ${n}`)
     .join(', ');
 }
-
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
