@@ -149,15 +149,9 @@ function settleStrict(input: TurnInput, delivered: readonly bigint[]): Settlemen
   const above = fetch.ids.filter((id) => id > newCursor).sort(compare);
   // The next id is visible and contiguous but was not delivered: the turn halted before it.
   const needsRecheck = above[0] === newCursor + 1n && kept.length > 0;
-  let previous = newCursor;
-  for (const id of above) {
-    if (id > previous + 1n) {
-      for (const hole of uncovered(previous + 1n, id - 1n, kept)) kept.push({ ...hole, fence: null });
-    }
-    previous = id;
-  }
   kept.sort((a, b) => compare(a.from, b.from));
-  return finish(newCursor, kept, burnt, 0, needsRecheck);
+  const holes = holesBetween(newCursor, above, kept);
+  return finish(newCursor, [...kept, ...holes], burnt, 0, needsRecheck);
 }
 
 function finish(
@@ -200,18 +194,30 @@ function carve(range: GapRange, removed: readonly bigint[]): GapRange[] {
 }
 
 /** Sub-intervals of [from, to] not covered by `ranges`. */
-function uncovered(from: bigint, to: bigint, ranges: readonly GapRange[]): { from: bigint; to: bigint }[] {
-  const out: { from: bigint; to: bigint }[] = [];
-  let next = from;
-  for (const range of [...ranges].sort((a, b) => compare(a.from, b.from))) {
-    if (range.to < next) continue;
-    if (range.from > to) break;
-    if (range.from > next) out.push({ from: next, to: range.from - 1n });
-    next = range.to + 1n;
-    if (next > to) return out;
+/**
+ * The ids between `start` and each of the ascending `ids` that no range of `ranges` covers, as new
+ * unfenced ranges. One merge pass (a batch holds up to maxBatchSize ids and thousands of ranges can
+ * be pending: a scan of the ranges per hole stalled a dispatcher for seconds).
+ * @param ranges sorted by `from`, disjoint
+ */
+function holesBetween(start: bigint, ids: readonly bigint[], ranges: readonly GapRange[]): GapRange[] {
+  const holes: GapRange[] = [];
+  let k = 0;
+  let previous = start;
+  for (const id of ids) {
+    const to = id - 1n;
+    let next = previous + 1n;
+    while (k < ranges.length && (ranges[k] as GapRange).to < next) k += 1;
+    for (let j = k; next <= to && j < ranges.length; j += 1) {
+      const range = ranges[j] as GapRange;
+      if (range.from > to) break;
+      if (range.from > next) holes.push({ from: next, to: range.from - 1n, fence: null });
+      next = max(next, range.to + 1n);
+    }
+    if (next <= to) holes.push({ from: next, to, fence: null });
+    previous = id;
   }
-  if (next <= to) out.push({ from: next, to });
-  return out;
+  return holes;
 }
 
 function examinedHorizon(fetch: FetchResult): bigint {
