@@ -2,7 +2,7 @@
 // of its own. tsx runs the script in a second node process (and esbuild in a third), so a SIGKILL
 // must go to the whole group: killing only the tsx pid would leave the real dispatcher running.
 import { spawn } from 'node:child_process';
-import { createWriteStream } from 'node:fs';
+import { closeSync, createWriteStream, openSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { now } from './clock.js';
 
@@ -52,6 +52,7 @@ export function startChild(options: {
     env[key] = value;
   }
   env['CHAOS_CHILD'] = JSON.stringify(options.config);
+  const stderrFile = openSync(options.logFile, 'a');
   // Node itself with tsx's loader: the pid we signal is the script's, so SIGTERM reaches its handler.
   const child = spawn(
     process.execPath,
@@ -61,7 +62,10 @@ export function startChild(options: {
       'tsx',
       fileURLToPath(new URL(options.script, import.meta.url)),
     ],
-    { cwd: E2E_DIR, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] },
+    // stderr (the dispatcher's warnings and errors, bursts of them in a backend-kill storm) goes
+    // straight to the log file: writes to a pipe are synchronous on Linux, so a supervisor slow to
+    // drain it would freeze the child's event loop and leave its turns idle in transaction.
+    { cwd: E2E_DIR, env, detached: true, stdio: ['ignore', 'pipe', stderrFile] },
   );
   if (child.pid === undefined) throw new Error(`could not start ${options.name}`);
   const pid = child.pid;
@@ -70,7 +74,9 @@ export function startChild(options: {
   const latest = new Map<string, string[]>();
   const waiters = new Map<string, ((words: string[]) => void)[]>();
   let buffered = '';
-  child.stdout.on('data', (chunk: Buffer) => {
+  const stdout = child.stdout;
+  if (!stdout) throw new Error(`no stdout pipe for ${options.name}`);
+  stdout.on('data', (chunk: Buffer) => {
     log.write(chunk);
     buffered += chunk.toString('utf8');
     let newline: number;
@@ -87,7 +93,7 @@ export function startChild(options: {
       waiters.delete(word);
     }
   });
-  child.stderr.pipe(log, { end: false });
+  closeSync(stderrFile); // the child has its own copy
   let exit: ChildExit | undefined;
   const exited = new Promise<ChildExit>((resolve) => {
     child.on('exit', (code, signal) => {
