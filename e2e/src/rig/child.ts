@@ -9,7 +9,8 @@ export function childConfig(): unknown {
   return JSON.parse(raw);
 }
 
-function isAlive(pid: number): boolean {
+/** Whether a process with this pid exists (EPERM: it does, owned by someone else). */
+export function isAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

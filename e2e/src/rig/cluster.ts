@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { embeddedServer, type EmbeddedServer } from '@sluice/testing';
 import postgres from 'postgres';
+import { isAlive } from './child.js';
 import { now } from './clock.js';
 
 export const CHAOS_SETTINGS: Readonly<Record<string, string>> = {
@@ -32,15 +33,6 @@ export interface ChaosCluster {
   /** Immediate shutdown, `pauseMs` down, start again on the same data folder and port. */
   restartImmediately(pauseMs: number): Promise<ImmediateRestart>;
   stop(): Promise<void>;
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 function freePort(): Promise<number> {

@@ -12,6 +12,7 @@ import {
   type HandlerContext,
 } from '@sluice/core';
 import postgres from 'postgres';
+import { exitWithParent } from '../rig/child.js';
 
 export interface CrashChildConfig {
   readonly url: string;
@@ -44,14 +45,7 @@ if (raw === undefined)
   throw new Error('SCENARIO_CHILD is not set: crash.reliability.test.ts starts this file');
 const config = JSON.parse(raw) as CrashChildConfig;
 
-// Never outlive the test process.
-setInterval(() => {
-  try {
-    process.kill(config.parentPid, 0);
-  } catch {
-    process.exit(70);
-  }
-}, 500).unref();
+exitWithParent(config.parentPid); // never outlive the test process
 
 const fd = openSync(config.file, 'a');
 const effect = (consumer: string, event: EventRecord, ctx: HandlerContext) => {

@@ -4,6 +4,7 @@
 // notifications per autocommit statement (one commit each). Prints one line,
 // `FLOOD {"sent","commits","failed","startMs","endMs"}` (epoch milliseconds), and exits.
 import postgres from 'postgres';
+import { exitWithParent } from '../rig/child.js';
 
 export interface FloodConfig {
   /** Connection URL of the unprivileged role. */
@@ -35,14 +36,7 @@ if (raw === undefined)
   throw new Error('SCENARIO_CHILD is not set: races.reliability.test.ts starts this file');
 const config = JSON.parse(raw) as FloodConfig;
 
-// Never outlive the test process.
-setInterval(() => {
-  try {
-    process.kill(config.parentPid, 0);
-  } catch {
-    process.exit(70);
-  }
-}, 500).unref();
+exitWithParent(config.parentPid); // never outlive the test process
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
