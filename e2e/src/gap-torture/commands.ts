@@ -94,15 +94,40 @@ const writer = fc.integer({ min: 0, max: WRITERS - 1 });
 const instance = fc.integer({ min: 0, max: 1 });
 const distinct = (...xs: number[]) => new Set(xs).size === xs.length;
 
-/** E1: a reserver draws an id (without an xid only where the mutant allows it), others commit above it. */
+/** E1: a reserver takes its xid, draws an id, and others commit above it while it holds the id. */
 const e1 = fc
   .tuple(writer, writer, instance)
   .filter(([r, o]) => distinct(r, o))
   .map(([r, o, i]) =>
     template('E1', [
       begin(r),
-      reserve(r),
       forceXid(r),
+      reserve(r),
+      begin(o),
+      insert(o),
+      end(o, true),
+      pass(i),
+      pass(i),
+      burnXids(2),
+      insert(r),
+      pass(i),
+      end(r, true),
+      pass(i),
+    ]),
+  );
+
+/**
+ * E1 without the xid: the reserver draws an id before it has an xid (only the no-xid-first mutant
+ * lets it), others commit above it and passes run while it still has none; it takes its xid only
+ * later, above every fence those passes recorded. Under the real schema the reserve step is
+ * skipped and the reserver simply inserts late.
+ */
+const e1WithoutXid = fc
+  .tuple(writer, writer, instance)
+  .filter(([r, o]) => distinct(r, o))
+  .map(([r, o, i]) =>
+    template('E1-no-xid', [
+      begin(r),
       reserve(r),
       begin(o),
       insert(o),
@@ -199,6 +224,7 @@ export const commandArbitraries: fc.Arbitrary<Cmd>[] = [
   instance.map((i) => command(pass(i))),
   fc.tuple(instance, writer).map(([i, w]) => command(passWithMidTurnCommit(i, w))),
   e1,
+  e1WithoutXid,
   e2,
   cacheShape,
   midTurn,
