@@ -101,8 +101,19 @@ export async function runTurn(
     endSpanWithError(span, error);
     // begin() may have settled on a lost connection while the turn was still in a handler: stop it
     // and wait until it has, so the next turn of this consumer never overlaps with it (I2, I3).
+    // A handler returns within handlerTimeoutMs and a statement within statementTimeoutMs; a
+    // statement the client stranded on the dead connection never settles (postgres.js 3.4.9,
+    // porsager/postgres#1186). Past that bound the guard alone keeps the body from going on.
     endTurn();
-    if (body) await body.catch(() => undefined);
+    if (body) {
+      const settled = await settlesWithin(body, consumer.handlerTimeoutMs + env.options.statementTimeoutMs);
+      if (!settled) {
+        env.logger.warn(
+          { consumer: consumer.name, error: messageOf(error) },
+          "the failed turn's last statement never settled (stranded by the database client); the turn is abandoned",
+        );
+      }
+    }
     throw error;
   } finally {
     endTurn();
@@ -552,3 +563,24 @@ function maxOf(a: bigint, b: bigint): bigint {
 }
 
 export type { Snapshot };
+
+/** Whether `promise` settles (either way) within `ms`. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<false>((resolve) => {
+    timer = setTimeout(() => {
+      resolve(false);
+    }, ms);
+  });
+  try {
+    return await Promise.race([
+      promise.then(
+        () => true,
+        () => true,
+      ),
+      expired,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
