@@ -525,6 +525,34 @@ describe('chaos', () => {
         .reduce((sum, [, n]) => sum + n, 0),
     );
     const maxDupsPerKillConsumer = Math.max(0, ...dupsPerKillConsumer.values());
+    // Per turn (process, consumer and the time it sent the turn's lock statement): how many events
+    // it delivered, and how many of those were delivered again later (its work was not committed).
+    // I3's bound: an aborted turn causes at most its own batch of duplicates, and no turn delivers
+    // more than maxBatchSize events.
+    const turnSizes = new Map<string, number>();
+    const redeliveredPerTurn = new Map<string, number>();
+    {
+      const byConsumer = new Map<string, Delivery[]>();
+      for (const d of deliveries) {
+        let list = byConsumer.get(d.c);
+        if (!list) byConsumer.set(d.c, (list = []));
+        list.push(d);
+      }
+      for (const list of byConsumer.values()) {
+        list.sort((a, b) => a.t - b.t);
+        const lastTurnOf = new Map<number, string>();
+        for (const d of list) {
+          const turn = `${d.p} ${d.c} ${d.f ?? '?'}`;
+          turnSizes.set(turn, (turnSizes.get(turn) ?? 0) + 1);
+          const previous = lastTurnOf.get(d.id);
+          if (previous !== undefined)
+            redeliveredPerTurn.set(previous, (redeliveredPerTurn.get(previous) ?? 0) + 1);
+          lastTurnOf.set(d.id, turn);
+        }
+      }
+    }
+    const maxTurnSize = Math.max(0, ...turnSizes.values());
+    const maxRedeliveredPerTurn = Math.max(0, ...redeliveredPerTurn.values());
     const checkMs = now() - checkStartedAt;
 
     // --- Figures and verdicts -------------------------------------------------------------------
@@ -631,6 +659,8 @@ describe('chaos', () => {
           kills: kills.length,
           'dups per kill p50/max': `${ms(quantile(dupsPerKill, 0.5))}/${Math.max(0, ...dupsPerKill)}`,
           'max dups per kill and consumer': maxDupsPerKillConsumer,
+          'aborted turns / max redelivered from one turn': `${redeliveredPerTurn.size}/${maxRedeliveredPerTurn}`,
+          'largest turn (events)': maxTurnSize,
           'batch size (grows up to)': `${PLAN.batchSize} (${PLAN.maxBatchSize})`,
           'duplicates by cause': Object.entries(dupsByCause)
             .map(([cause, n]) => `${cause} ${n}`)
@@ -643,8 +673,10 @@ describe('chaos', () => {
         },
         [
           kills.length < PLAN.minKills && `only ${kills.length} kills (minimum ${PLAN.minKills})`,
-          maxDupsPerKillConsumer > PLAN.maxBatchSize &&
-            `${maxDupsPerKillConsumer} duplicates from one kill for one consumer (largest batch ${PLAN.maxBatchSize})`,
+          maxRedeliveredPerTurn > PLAN.maxBatchSize &&
+            `${maxRedeliveredPerTurn} events of one aborted turn delivered again (largest batch ${PLAN.maxBatchSize})`,
+          maxTurnSize > PLAN.maxBatchSize &&
+            `a turn delivered ${maxTurnSize} events (maxBatchSize ${PLAN.maxBatchSize})`,
           lost > 0 && `lost ${lost}`,
           regressions > 0 && `${regressions} cursor regressions`,
           (txLost > 0 || txExtra > 0) && `transactional rows: ${txLost} missing, ${txExtra} extra`,
