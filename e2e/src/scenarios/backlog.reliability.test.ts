@@ -20,7 +20,7 @@ import {
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-backlog');
 const SOAK = profile() === 'soak';
-const EVENTS = Number(process.env['S1_EVENTS'] ?? (SOAK ? 1_000_000 : 200_000));
+const EVENTS = Number(process.env['S1_EVENTS'] ?? 1_000_000);
 const TARGET_EVENTS_PER_S = 3_000;
 const TARGET_RSS_MIB = 256;
 const MiB = 1024 * 1024;
