@@ -8,6 +8,7 @@ import type { TransactionSql } from '../sql-types.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startHandlerSpan } from '../telemetry/tracing.js';
 import { isConnectionLoss } from './classify-failure.js';
+import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { assertTurnLive } from './turn-guard.js';
 
 export interface DeliveryInput {
@@ -156,14 +157,9 @@ async function invoke(
   const run = consumer.transactional
     ? tx.savepoint((savepoint) => call(context(savepoint)))
     : Promise.resolve().then(() => call(context(undefined)));
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      reject(new HandlerTimeoutError(consumer.handlerTimeoutMs));
-    }, consumer.handlerTimeoutMs);
-  });
   try {
-    await Promise.race([run, timeout]);
+    if ((await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
+      throw new HandlerTimeoutError(consumer.handlerTimeoutMs);
     span.end();
     input.metrics.handlerDuration(
       consumer.name,
@@ -197,7 +193,5 @@ async function invoke(
       await tx`select 1`;
     }
     return { ok: false, error };
-  } finally {
-    clearTimeout(timer);
   }
 }

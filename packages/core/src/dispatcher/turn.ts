@@ -15,6 +15,7 @@ import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
 import type { Tables } from '../schema/tables.js';
 import type { TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
+import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startTurnSpan } from '../telemetry/tracing.js';
 import { deliver, TransactionalHandlerTimeout, type HandlerFailure } from './deliver.js';
@@ -106,8 +107,11 @@ export async function runTurn(
     // porsager/postgres#1186). Past that bound the guard alone keeps the body from going on.
     endTurn();
     if (body) {
-      const settled = await settlesWithin(body, consumer.handlerTimeoutMs + env.options.statementTimeoutMs);
-      if (!settled) {
+      const settled = await settleWithin(
+        body.catch(() => undefined),
+        consumer.handlerTimeoutMs + env.options.statementTimeoutMs,
+      );
+      if (settled === TIMED_OUT) {
         env.logger.warn(
           { consumer: consumer.name, error: messageOf(error) },
           "the failed turn's last statement never settled (stranded by the database client); the turn is abandoned",
@@ -563,24 +567,3 @@ function maxOf(a: bigint, b: bigint): bigint {
 }
 
 export type { Snapshot };
-
-/** Whether `promise` settles (either way) within `ms`. */
-async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<false>((resolve) => {
-    timer = setTimeout(() => {
-      resolve(false);
-    }, ms);
-  });
-  try {
-    return await Promise.race([
-      promise.then(
-        () => true,
-        () => true,
-      ),
-      expired,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}

@@ -1,5 +1,6 @@
 import type { Tables } from '../schema/tables.js';
 import type { ReservedSql, Sql, TransactionSql } from '../sql-types.js';
+import { settleWithin, TIMED_OUT } from '../time-limit.js';
 
 /**
  * No pool connection came free to record a turn start in time: the pool is exhausted (turns,
@@ -62,18 +63,8 @@ export async function recordTurnStart(
 
 async function reserveWithin(sql: Sql, waitMs: number): Promise<ReservedSql> {
   const reservation = sql.reserve();
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<'timeout'>((resolve) => {
-    timer = setTimeout(() => {
-      resolve('timeout');
-    }, waitMs);
-  });
-  try {
-    const first = await Promise.race([reservation, timeout]);
-    if (first !== 'timeout') return first;
-  } finally {
-    clearTimeout(timer);
-  }
+  const first = await settleWithin(reservation, waitMs);
+  if (first !== TIMED_OUT) return first;
   // The reservation stays queued in the pool: hand the connection back as soon as it comes.
   reservation.then(
     (late) => {
