@@ -1,5 +1,6 @@
 // Shared by the chaos child processes (dispatchers and writers).
 import { setTimeout as delay } from 'node:timers/promises';
+import { isAlive } from '@sluice/testing/processes';
 
 /** The child's configuration, passed by the supervisor as JSON in CHAOS_CHILD. */
 export function childConfig(): unknown {
@@ -7,16 +8,6 @@ export function childConfig(): unknown {
   if (raw === undefined)
     throw new Error('CHAOS_CHILD is not set: this file is started by the chaos supervisor');
   return JSON.parse(raw);
-}
-
-/** Whether a process with this pid exists (EPERM: it does, owned by someone else). */
-export function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**

@@ -2,12 +2,11 @@
 // port, so it can be crashed (SIGQUIT to the postmaster: an immediate shutdown, WAL recovery on the
 // next start) and started again where the clients expect it.
 import { chmod, mkdir } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { embeddedServer, type EmbeddedServer } from '@sluice/testing';
+import { freePort, isAlive } from '@sluice/testing/processes';
 import postgres from 'postgres';
-import { isAlive } from './child.js';
 import { now } from './clock.js';
 
 export const CHAOS_SETTINGS: Readonly<Record<string, string>> = {
@@ -33,20 +32,6 @@ export interface ChaosCluster {
   /** Immediate shutdown, `pauseMs` down, start again on the same data folder and port. */
   restartImmediately(pauseMs: number): Promise<ImmediateRestart>;
   stop(): Promise<void>;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => {
-        resolve(port);
-      });
-    });
-  });
 }
 
 /** Waits until a fresh connection answers; returns when it did. */

@@ -2,16 +2,8 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import postgres from 'postgres';
 import { expect, onTestFinished, test } from 'vitest';
+import { isAlive } from '../processes.js';
 import { embeddedServer } from './embedded.js';
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
 
 async function until(condition: () => boolean, timeoutMs: number, what: string): Promise<void> {
   const deadline = Date.now() + timeoutMs;

