@@ -1,6 +1,6 @@
 import type { Tracer } from '@opentelemetry/api';
 import { messageOf } from '../errors.js';
-import { parseSnapshot } from '../gaps/snapshot.js';
+import { parseSnapshot, type Snapshot } from '../gaps/snapshot.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import {
@@ -8,6 +8,7 @@ import {
   precheckConsumers,
   recordFailedAttempt,
   recordInfraFailure,
+  type Precheck,
   type PrecheckRow,
 } from '../queries/consumers.js';
 import type { Tables } from '../schema/tables.js';
@@ -78,13 +79,14 @@ export class PassRunner {
    */
   async run(mode: 'await' | 'launch'): Promise<PassResult> {
     const { options } = this.#env;
-    const rows = await this.#precheck();
+    const precheck = await this.#precheck();
+    let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
     const nowMs = Date.now();
     await this.#heartbeatIfDue(nowMs);
     const byConsumer: Record<string, ConsumerPassResult> = {};
     const turns: Promise<void>[] = [];
     for (const consumer of options.consumers) {
-      const row = rows?.get(consumer.name);
+      const row = precheck?.rows.get(consumer.name);
       const skip = (skipped: ConsumerSkip) => {
         this.#limits.delete(consumer.name); // caught up or stopped: the next batch starts small
         byConsumer[consumer.name] = {
@@ -104,7 +106,11 @@ export class PassRunner {
         skip('backoff');
         continue;
       }
-      if (rows && !row) {
+      if (precheck?.quiet.has(consumer.name)) {
+        skip('idle');
+        continue;
+      }
+      if (precheck && !row) {
         skip('missing');
         continue;
       }
@@ -114,7 +120,7 @@ export class PassRunner {
           row,
           consumer,
           BigInt(row.head),
-          parseSnapshot(row.snapshot),
+          (snapshot ??= parseSnapshot(row.snapshot)),
           row.now,
           options,
           this.#env.systemIdentifier(),
@@ -151,14 +157,14 @@ export class PassRunner {
     const results = Object.values(byConsumer);
     const processed = results.reduce((sum, r) => sum + r.processed, 0);
     const failed = results.reduce((sum, r) => sum + r.failed, 0);
-    this.#env.metrics.pass(rows === undefined ? 'precheck-failed' : turns.length === 0 ? 'idle' : 'ok');
+    this.#env.metrics.pass(precheck === undefined ? 'precheck-failed' : turns.length === 0 ? 'idle' : 'ok');
     return { processed, failed, byConsumer };
   }
 
-  async #precheck(): Promise<Map<string, PrecheckRow> | undefined> {
+  async #precheck(): Promise<Precheck | undefined> {
     const { options, tables, logger, metrics } = this.#env;
     try {
-      const rows = await precheckConsumers(
+      const precheck = await precheckConsumers(
         options.sql,
         tables,
         options.consumers.map((c) => c.name),
@@ -166,12 +172,13 @@ export class PassRunner {
       );
       if (this.#precheckFailing) logger.info({}, 'idle pre-check works again');
       this.#precheckFailing = false;
-      const byName = new Map(rows.map((row) => [row.name, row]));
       for (const consumer of options.consumers) {
-        const row = byName.get(consumer.name);
+        const row = precheck.rows.get(consumer.name);
         if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
+        else if (precheck.quiet.has(consumer.name))
+          metrics.setConsumer(consumer.name, consumer.instanceId, CAUGHT_UP);
       }
-      return byName;
+      return precheck;
     } catch (error) {
       // Nothing is proven idle: every consumer takes a turn. Logged once per outage (DESIGN §4.1).
       if (!this.#precheckFailing) {
@@ -303,6 +310,16 @@ export class PassRunner {
     }
   }
 }
+
+/** The gauges of a consumer the pre-check found trivially caught up. */
+const CAUGHT_UP = Object.freeze({
+  lagEvents: 0,
+  lagSeconds: 0,
+  stagnationSeconds: 0,
+  gapRanges: 0,
+  oldestGapAgeSeconds: 0,
+  dead: false,
+});
 
 function gaugesOf(row: PrecheckRow) {
   const now = row.now.getTime();

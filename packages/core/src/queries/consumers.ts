@@ -1,5 +1,6 @@
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
+import { SHARED_INSTANCE_ID } from '../options.js';
 import { pgArray } from './pg-array.js';
 
 /** A consumer row as the idle pre-check and the turn read it (ids and xids as text: exact). */
@@ -92,25 +93,88 @@ export interface PrecheckRow extends ConsumerStateRow {
   lag_seconds: number | null;
 }
 
+export interface Precheck {
+  /**
+   * Consumers that are trivially caught up: neither dead nor disabled, no failed attempt, cursor at
+   * the head, no pending gap, no start fence, no skip and no replay asked for. Their lag and gap
+   * gauges are all zero, and only their names cross the wire.
+   */
+  readonly quiet: ReadonlySet<string>;
+  /** Every other consumer row of this process, whole, for the pass to judge (isProvablyIdle). */
+  readonly rows: ReadonlyMap<string, PrecheckRow>;
+}
+
+type JsonStateRow = Omit<PrecheckRow, DateColumn | 'head' | 'snapshot' | 'now'> &
+  Record<DateColumn, string | null>;
+type DateColumn = 'last_error_at' | 'updated_at' | 'disabled_until' | 'oldest_gap_at' | 'last_progress_at';
+
 /**
  * The idle pre-check (DESIGN §4.1): one lock-free statement reading every consumer row of this
  * process with the log head and a snapshot, from which the pass decides who has provably nothing to do.
+ * It comes back as one row: the names of the trivially caught-up consumers, decided in the
+ * statement, and the other rows as JSON. An idle process with many consumers then costs the server
+ * one scan and Node one row per tick; parsing a typed row per consumer was most of its CPU.
  */
-export function precheckConsumers(
+export async function precheckConsumers(
   sql: Sql,
   t: Tables,
   names: readonly string[],
   instanceIds: readonly string[],
-) {
-  return sql<PrecheckRow[]>`
-    select ${STATE_COLUMNS(sql, t)}, h.head::text as head, pg_current_snapshot()::text as snapshot, now() as now,
-           case when c.cursor < h.head then
-             (select extract(epoch from now() - e.created_at)::float8 from ${t.events} e
-              where e.id > c.cursor order by e.id limit 1)
-           end as lag_seconds
-    from ${t.consumers} c
-    cross join (select coalesce(max(id), 0) as head from ${t.events}) h
-    where (c.name, c.instance_id) in (select * from unnest(${pgArray(names)}::text[], ${pgArray(instanceIds)}::text[]))`;
+): Promise<Precheck> {
+  const shared = names.filter((_, i) => instanceIds[i] === SHARED_INSTANCE_ID);
+  const own = names.filter((_, i) => instanceIds[i] !== SHARED_INSTANCE_ID);
+  const ownInstances = new Set(instanceIds.filter((id) => id !== SHARED_INSTANCE_ID));
+  if (ownInstances.size > 1) throw new Error('a dispatcher has one instanceId');
+  const [ownInstance = ''] = ownInstances;
+  const [result] = await sql<
+    { head: string; snapshot: string; now: Date; quiet: string[]; rows: JsonStateRow[] }[]
+  >`
+    select h.head::text as head, pg_current_snapshot()::text as snapshot, now() as now, a.quiet, a.rows
+    from (select coalesce(max(id), 0) as head from ${t.events}) h
+    cross join lateral (
+      -- JSON, not text[]: nothing depends on how the pool parses arrays (fetch_types: false).
+      select coalesce(json_agg(c.name) filter (where q.quiet), '[]') as quiet,
+             coalesce(json_agg(s) filter (where not q.quiet), '[]') as rows
+      from ${t.consumers} c
+      cross join lateral (
+        select c.status in ('idle', 'processing') and c.attempts = 0 and c.cursor >= h.head and c.gap_count = 0
+               and c.oldest_gap_at is null and c.start_fence is null and c.skip_event_id is null
+               and (c.name, c.instance_id) not in (
+                 select d.consumer_name, d.instance_id from ${t.deadLetters} d
+                 where d.replay_requested_at is not null and d.replayed_at is null) as quiet
+      ) q
+      left join lateral (
+        select ${STATE_COLUMNS(sql, t)},
+               case when c.cursor < h.head then
+                 (select extract(epoch from now() - e.created_at)::float8 from ${t.events} e
+                  where e.id > c.cursor order by e.id limit 1)
+               end as lag_seconds
+        where not q.quiet
+        offset 0 -- kept a subquery: the columns of a quiet consumer are not even computed
+      ) s on true
+      where (c.instance_id = ${SHARED_INSTANCE_ID} and c.name = any(${pgArray(shared)}::text[]))
+         or (c.instance_id = ${ownInstance} and c.name = any(${pgArray(own)}::text[]))
+    ) a`;
+  const rows = new Map<string, PrecheckRow>();
+  if (result === undefined) throw new Error('the idle pre-check returned no row');
+  for (const row of result.rows) {
+    rows.set(row.name, {
+      ...row,
+      last_error_at: dateOrNull(row.last_error_at),
+      updated_at: new Date(row.updated_at as string),
+      disabled_until: dateOrNull(row.disabled_until),
+      oldest_gap_at: dateOrNull(row.oldest_gap_at),
+      last_progress_at: dateOrNull(row.last_progress_at),
+      head: result.head,
+      snapshot: result.snapshot,
+      now: result.now,
+    });
+  }
+  return { quiet: new Set(result.quiet), rows };
+}
+
+function dateOrNull(text: string | null): Date | null {
+  return text === null ? null : new Date(text);
 }
 
 export interface LockedRow extends ConsumerStateRow {
