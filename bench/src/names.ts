@@ -28,4 +28,5 @@ export const APPEND_SYSTEMS = {
 export const IDLE_SYSTEMS = {
   sluice: 'Sluice',
   minimal: 'minimal loop (each consumer polls every 100 ms)',
+  floor: 'floor: select 1 every poll tick',
 } as const;

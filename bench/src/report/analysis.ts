@@ -131,14 +131,16 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
   if (missed.has('idle')) {
     const f = (figure: string) => med('idle', '', IDLE_SYSTEMS.sluice, figure);
     const m = (figure: string) => med('idle', '', IDLE_SYSTEMS.minimal, figure);
+    const fl = (figure: string) => med('idle', '', IDLE_SYSTEMS.floor, figure);
     out.push(
       '### Idle',
       '',
       `- Sluice: ${n(f('statements per poll tick'))} statement(s) per tick, ${n(f('write transactions'))} write transactions, PostgreSQL ${n(f('PostgreSQL CPU'))} % and Node ` +
         `${n(f('Node CPU'))} % of a core (the minimal loop polling every consumer: ${n(m('statements per poll tick'))} statements per tick, ` +
-        `PostgreSQL ${n(m('PostgreSQL CPU'))} %, Node ${n(m('Node CPU'))} %). The statement table under the idle scenario gives the rows each idle statement returns: ` +
-        'with a statement per tick, what remains scales with the rows it returns and what Node does with them per consumer.',
-      '- CPU below 1 % of a core is a handful of 10 ms clock ticks per second: on a shared machine, compare it over the full 10 s run.',
+        `PostgreSQL ${n(m('PostgreSQL CPU'))} %, Node ${n(m('Node CPU'))} %).`,
+      `- The floor: \`select 1\` once per tick from the same kind of pool, with no consumer at all, cost PostgreSQL ${n(fl('PostgreSQL CPU'))} % and Node ${n(fl('Node CPU'))} % of a core in the same run. ` +
+        'That is the price of one statement every 100 ms on this machine (a timer, a round trip, a backend woken up), before the statement does anything; what Sluice adds above it is the pre-check itself, whose cost per call is in the statement table under the idle scenario.',
+      '- The pre-check decides the trivially caught-up consumers in SQL and returns one row (their names, and the others as JSON): parsing a typed row per consumer was most of the idle Node CPU before.',
       '',
     );
   }

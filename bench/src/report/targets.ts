@@ -196,6 +196,24 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
   add('idle', 'write transactions while idle', '0', idle('write transactions'), '', (m) => m === 0);
   add('idle', 'PostgreSQL CPU', '≤ 0.5 % of a core', idle('PostgreSQL CPU'), '%', (m) => m <= 0.5);
   add('idle', 'Node CPU', '≤ 1 % of a core', idle('Node CPU'), '%', (m) => m <= 1);
+  const floor = (figure: string) => find('idle', '', IDLE_SYSTEMS.floor, figure);
+  const minus = (a: number, b: number) => a - b;
+  add(
+    'idle',
+    'PostgreSQL CPU above the floor (Sluice − select 1 per tick)',
+    '(shown)',
+    pairwise(idle('PostgreSQL CPU'), floor('PostgreSQL CPU'), minus),
+    '%',
+    undefined,
+  );
+  add(
+    'idle',
+    'Node CPU above the floor (Sluice − select 1 per tick)',
+    '(shown)',
+    pairwise(idle('Node CPU'), floor('Node CPU'), minus),
+    '%',
+    undefined,
+  );
 
   // Scale.
   const scaleFigure = (figure: string) => find('scale', '', 'Sluice', figure);

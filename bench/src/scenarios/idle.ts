@@ -90,6 +90,17 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
             update sluice.consumers set cursor = ${head.toString()}::bigint
             where name <> all(${pgArray(gapNames)}::text[])`;
           await dispatcher.start();
+        } else if (system === IDLE_SYSTEMS.floor) {
+          // The least any poller can do: one trivial statement per tick from the same pool.
+          minimalTimer = setInterval(() => {
+            minimalRunning ??= sql`select 1`
+              .catch((error: unknown) => {
+                process.stderr.write(`[floor] ${(error as Error).message}\n`);
+              })
+              .finally(() => {
+                minimalRunning = undefined;
+              });
+          }, pollIntervalMs);
         } else {
           await registerCursors(sql, names, 100n);
           const tick = () => {
@@ -184,6 +195,8 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
       `One poll tick = ${pollIntervalMs} ms (${ticks} ticks in the window; per tick = statements ÷ the ticks that fit in the window's measured length, rounded up). Statements: pg_stat_statements calls in the run database; the client count is postgres.js' debug hook on the dispatcher's pool. ` +
         "Write transactions: xids assigned in the whole cluster during the window (0 = nothing wrote). WAL includes the server's own background writes.",
       'Minimal loop: the catch-up baseline with no wake-up, each of the 100 consumers running its transaction every 100 ms (what "poll every consumer" costs).',
+      `Floor: no consumer at all, \`select 1\` every ${pollIntervalMs} ms from a pool like Sluice's: what one statement per tick costs this machine (a timer, a round trip, a backend waking up), whatever the statement.`,
+      'PostgreSQL CPU: every server process, read from /proc/<pid>/schedstat (time on the CPU in ns; the 10 ms clock ticks of /proc/<pid>/stat are too coarse at this level), exited children through the postmaster. Node CPU: process.cpuUsage() of the scenario process.',
     ],
   };
 }
