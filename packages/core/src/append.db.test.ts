@@ -41,6 +41,30 @@ describe('append', () => {
     expect(stored[0]!.createdAt).toBeInstanceOf(Date);
   });
 
+  test.each([
+    ['one event (VALUES)', 1],
+    ['a few events', 5],
+    ['a large batch', 40],
+  ])('returns, for %s, each event under the id the log stored it with', async (_, count) => {
+    const events = Array.from({ length: count }, (_, n) => ({
+      streamId: `s-${n % 3}`,
+      type: `T${n}`,
+      data: { n, zebra: 'z', a: [n, { nested: true }] },
+      metadata: { m: n },
+    }));
+    const returned = await db.sql.begin((tx) => append(tx, events));
+    const rows = await db.sql<
+      { id: string; stream_id: string; type: string; data: unknown; metadata: unknown }[]
+    >`
+      select id::text as id, stream_id, type, data, metadata from sluice.events
+      where id between ${returned[0]!.id.toString()}::bigint and ${returned.at(-1)!.id.toString()}::bigint
+      order by events.id`;
+    expect(returned.map((e) => [e.id.toString(), e.streamId, e.type, e.data, e.metadata])).toEqual(
+      rows.map((r) => [r.id, r.stream_id, r.type, r.data, r.metadata]),
+    );
+    expect(returned.map((e) => e.type)).toEqual(events.map((e) => e.type)); // ids follow the order given
+  });
+
   test('stores data as a jsonb object, even when it holds JSON text', async () => {
     const [event] = await db.sql.begin((tx) =>
       append(tx, [{ streamId: 's', type: 'Noted', data: { text: '{"looks":"like json"}' } }]),
@@ -58,6 +82,9 @@ describe('append', () => {
     ['a missing type', { streamId: 's', data: {} }, 'type'],
     ['a NUL in the type', { streamId: 's', type: 'a\u0000b', data: {} }, 'type'],
     ['a NUL inside data', { streamId: 's', type: 't', data: { note: 'a\u0000b' } }, 'data'],
+    ['a NUL after a backslash', { streamId: 's', type: 't', data: { note: 'a\\\u0000' } }, 'data'],
+    ['a NUL in a nested key', { streamId: 's', type: 't', data: { a: [{ ['k\u0000']: 1 }] } }, 'data'],
+    ['a NUL inside metadata', { streamId: 's', type: 't', data: {}, metadata: { m: '\u0000' } }, 'metadata'],
     ['a bigint inside data', { streamId: 's', type: 't', data: { n: 1n } }, 'data'],
     ['metadata that is not an object', { streamId: 's', type: 't', data: {}, metadata: 'x' }, 'metadata'],
   ])('rejects %s with a typed error and writes nothing', async (_label, bad, field) => {
@@ -70,6 +97,14 @@ describe('append', () => {
     expect(error).toBeInstanceOf(InvalidEventError);
     expect(error).toMatchObject({ code: 'SLUICE_INVALID_EVENT', index: 1, field });
     expect(await countEvents()).toBe(before);
+  });
+
+  test('accepts the text \\u0000 (a backslash and five characters), which is not a NUL', async () => {
+    const note = 'C:\\u0000 and \\\\u0000';
+    const [event] = await db.sql.begin((tx) => append(tx, [{ streamId: 's', type: 't', data: { note } }]));
+    const [row] = await db.sql<{ note: string }[]>`
+      select data->>'note' as note from sluice.events where id = ${event!.id.toString()}`;
+    expect(row?.note).toBe(note);
   });
 
   test('leaves the caller’s transaction usable after rejecting bad input', async () => {
@@ -107,6 +142,13 @@ describe('append', () => {
     const bare = db.connect({ max: 1, fetch_types: false });
     const stored = await bare.begin((tx) => append(tx, [order(1), order(2)]));
     expect(stored.map((e) => e.streamId)).toEqual(['order-1', 'order-2']);
+    const many = await bare.begin((tx) =>
+      append(
+        tx,
+        Array.from({ length: 40 }, (_, n) => order(n)),
+      ),
+    );
+    expect(many.map((e) => e.streamId)).toEqual(Array.from({ length: 40 }, (_, n) => `order-${n}`));
   });
 
   test('an empty batch writes nothing and returns nothing', async () => {
