@@ -21,6 +21,8 @@ export interface BenchConfig {
   };
   readonly latency: { readonly perSecond: number; readonly seconds: number; readonly warmupSeconds: number };
   readonly append: {
+    /** Runs of each system (default: runs); more here, where run-to-run noise is near the target's margin. */
+    readonly runs?: number;
     readonly writers: number;
     readonly seconds: number;
     readonly eventsPerTx: readonly number[];
@@ -44,7 +46,7 @@ export const FULL: BenchConfig = {
     concurrencyCap: 8,
   },
   latency: { perSecond: 200, seconds: 6, warmupSeconds: 1 },
-  append: { writers: 8, seconds: 3, eventsPerTx: [1, 10] },
+  append: { runs: 5, writers: 8, seconds: 3, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 10 },
   scale: { events: 1_000_000 },
 };

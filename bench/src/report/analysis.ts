@@ -105,6 +105,12 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       '### Append',
       '',
       `- ${side('1 event/tx')}; ${side('10 events/tx')}.`,
+      `- The writers are CPU-bound: with 1 event/tx the bare insert kept PostgreSQL at ${n(f('1 event/tx', APPEND_SYSTEMS.bare, 'PostgreSQL CPU'))} % and Node at ` +
+        `${n(f('1 event/tx', APPEND_SYSTEMS.bare, 'Node CPU'))} % of a core on the two cores they share, so each µs per transaction shows in the rate, and the runs of one system vary ` +
+        'from one another by about as much as the margin to the target (min–max in the table).',
+      '- What append() does beyond the bare insert: it validates each event (JSON.stringify, a byte count, a U+0000 check), sends metadata, and returns each event with its id and created_at ' +
+        '(RETURNING id, created_at; the data it returns is parsed from the JSON it sent). One event goes as a single-row VALUES, which costs the server no more than the bare INSERT … SELECT FROM unnest(); ' +
+        'a batch goes through unnest() with RETURNING, which costs the server more than the same insert without it.',
       `- The wake-up itself, 8 single-event writers: after-commit NOTIFY ${n(cost(APPEND_SYSTEMS.auto))} %, in-transaction NOTIFY ${n(cost(APPEND_SYSTEMS.inTx))} % ` +
         `of append()'s throughput (commit p99 ${n(f('1 event/tx', APPEND_SYSTEMS.inTx, 'commit p99'))} ms in-transaction, ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'commit p99'))} ms after commit, ` +
         `${n(f('1 event/tx', APPEND_SYSTEMS.none, 'commit p99'))} ms without).`,

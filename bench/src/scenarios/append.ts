@@ -18,6 +18,7 @@ type AppendSystem = (typeof APPEND_SYSTEMS)[keyof typeof APPEND_SYSTEMS];
 export async function appendOverhead(ctx: ScenarioContext): Promise<ScenarioResult> {
   const { config } = ctx;
   const { writers, seconds, eventsPerTx } = config.append;
+  const runs = config.append.runs ?? config.runs;
   const rows = new RowCollector('append');
   const template = await emptySluiceTemplate(ctx);
   const systems = Object.values(APPEND_SYSTEMS);
@@ -25,11 +26,9 @@ export async function appendOverhead(ctx: ScenarioContext): Promise<ScenarioResu
   const payloads = Array.from({ length: 1024 }, (_, seq) => payload(seq));
 
   for (const perTx of eventsPerTx) {
-    for (let run = 0; run < config.runs; run++) {
+    for (let run = 0; run < runs; run++) {
       for (const system of rotate(systems, run)) {
-        progress(
-          `append: ${writers} writers × ${perTx} event(s)/tx, ${system}, run ${run + 1}/${config.runs}`,
-        );
+        progress(`append: ${writers} writers × ${perTx} event(s)/tx, ${system}, run ${run + 1}/${runs}`);
         const db = await runDatabase(ctx, template, 'append');
         // One connection per writer plus one for the after-commit NOTIFY; a LISTEN session as a
         // dispatcher would hold (NOTIFY's queue work depends on listeners).
