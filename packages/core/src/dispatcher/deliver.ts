@@ -126,6 +126,19 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
 
 type Outcome = { ok: true } | { ok: false; error: unknown };
 
+const OK: Outcome = { ok: true };
+
+/** Stands for a handler call that finished synchronously. */
+const SETTLED: Promise<unknown> = Promise.resolve();
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    (typeof value === 'object' || typeof value === 'function') &&
+    value !== null &&
+    typeof (value as { then?: unknown }).then === 'function'
+  );
+}
+
 async function invoke(
   input: DeliveryInput,
   events: readonly EventRecord[],
@@ -154,11 +167,15 @@ async function invoke(
     },
     tx: handlerTx,
   });
-  const run = consumer.transactional
-    ? tx.savepoint((savepoint) => call(context(savepoint)))
-    : Promise.resolve().then(() => call(context(undefined)));
+  let run: Promise<unknown> = SETTLED;
   try {
-    if ((await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
+    if (consumer.transactional) run = tx.savepoint((savepoint) => call(context(savepoint)));
+    else {
+      const result = call(context(undefined));
+      // A handler that returned no promise is done: no timer to race (one per event adds up).
+      if (isThenable(result)) run = Promise.resolve(result);
+    }
+    if (run !== SETTLED && (await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
       throw new HandlerTimeoutError(consumer.handlerTimeoutMs);
     span.end();
     input.metrics.handlerDuration(
@@ -167,7 +184,7 @@ async function invoke(
       (performance.now() - started) / 1000,
       'ok',
     );
-    return { ok: true };
+    return OK;
   } catch (error) {
     const timedOut = error instanceof HandlerTimeoutError;
     abortedWith = { reason: error };

@@ -94,6 +94,25 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
       if (listenConnected !== undefined) result.observe(listenConnected);
     });
 
+  // Recorded for every handler call: the attributes are made once per consumer, instance and outcome.
+  type ByOutcome = Partial<Record<string, Attributes>>;
+  const durations = new Map<string, Map<string, ByOutcome>>();
+  const durationAttributes = (consumer: string, instance: string, outcome: string): Attributes => {
+    let byInstance = durations.get(consumer);
+    if (!byInstance) {
+      byInstance = new Map<string, ByOutcome>();
+      durations.set(consumer, byInstance);
+    }
+    let byOutcome = byInstance.get(instance);
+    if (!byOutcome) {
+      byOutcome = {};
+      byInstance.set(instance, byOutcome);
+    }
+    return (byOutcome[outcome] ??= Object.freeze({
+      ...attrs(consumer, instance),
+      [ATTR.handlerOutcome]: outcome,
+    }));
+  };
   const attrs = (consumer: string, instance: string): Attributes => ({
     [ATTR.consumer]: consumer,
     [ATTR.instance]: instance,
@@ -112,7 +131,7 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
       if (n > 0) burnt.add(n, attrs(c, i));
     },
     handlerDuration(c, i, seconds, outcome) {
-      handlerDuration.record(seconds, { ...attrs(c, i), [ATTR.handlerOutcome]: outcome });
+      handlerDuration.record(seconds, durationAttributes(c, i, outcome));
     },
     pass(outcome) {
       passes.add(1, { [ATTR.passOutcome]: outcome });

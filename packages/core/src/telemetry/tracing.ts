@@ -5,6 +5,7 @@ import {
   trace,
   TraceFlags,
   type Link,
+  type Context,
   type Span,
   type SpanContext,
   type Tracer,
@@ -86,8 +87,20 @@ export function startHandlerSpan(
       },
     },
     // Child of the turn span; the appenders' traces are links (one handler span, many requests).
-    trace.setSpan(ROOT_CONTEXT, parent),
+    turnContext(parent),
   );
+}
+
+/** The context holding a turn span, made once per turn rather than once per handler call. */
+const turnContexts = new WeakMap<Span, Context>();
+
+function turnContext(turnSpan: Span): Context {
+  let context = turnContexts.get(turnSpan);
+  if (!context) {
+    context = trace.setSpan(ROOT_CONTEXT, turnSpan);
+    turnContexts.set(turnSpan, context);
+  }
+  return context;
 }
 
 export function endSpanWithError(span: Span, error: unknown): void {
