@@ -44,7 +44,7 @@ describe('append', () => {
   test.each([
     ['one event (VALUES)', 1],
     ['a few events', 5],
-    ['a large batch', 40],
+    ['a large batch (over the VALUES bound)', 100],
   ])('returns, for %s, each event under the id the log stored it with', async (_, count) => {
     const events = Array.from({ length: count }, (_, n) => ({
       streamId: `s-${n % 3}`,
@@ -145,10 +145,10 @@ describe('append', () => {
     const many = await bare.begin((tx) =>
       append(
         tx,
-        Array.from({ length: 40 }, (_, n) => order(n)),
+        Array.from({ length: 100 }, (_, n) => order(n)),
       ),
     );
-    expect(many.map((e) => e.streamId)).toEqual(Array.from({ length: 40 }, (_, n) => `order-${n}`));
+    expect(many.map((e) => e.streamId)).toEqual(Array.from({ length: 100 }, (_, n) => `order-${n}`));
   });
 
   test('an empty batch writes nothing and returns nothing', async () => {
