@@ -109,8 +109,8 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         `${n(f('1 event/tx', APPEND_SYSTEMS.bare, 'Node CPU'))} % of a core on the two cores they share, so each µs per transaction shows in the rate, and the runs of one system vary ` +
         'from one another by about as much as the margin to the target (min–max in the table).',
       '- What append() does beyond the bare insert: it validates each event (JSON.stringify, a byte count, a U+0000 check), sends metadata, and returns each event with its id and created_at ' +
-        '(RETURNING id, created_at; the data it returns is parsed from the JSON it sent). One event goes as a single-row VALUES, which costs the server no more than the bare INSERT … SELECT FROM unnest(); ' +
-        'a batch goes through unnest() with RETURNING, which costs the server more than the same insert without it.',
+        '(RETURNING id, created_at; the data it returns is parsed from the JSON it sent). Up to 64 events go as one VALUES list, which with RETURNING costs the server no more than ' +
+        "the bare INSERT … SELECT FROM unnest() without it; Node's share is the validation and one bound parameter per field.",
       `- The wake-up itself, 8 single-event writers: after-commit NOTIFY ${n(cost(APPEND_SYSTEMS.auto))} %, in-transaction NOTIFY ${n(cost(APPEND_SYSTEMS.inTx))} % ` +
         `of append()'s throughput (commit p99 ${n(f('1 event/tx', APPEND_SYSTEMS.inTx, 'commit p99'))} ms in-transaction, ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'commit p99'))} ms after commit, ` +
         `${n(f('1 event/tx', APPEND_SYSTEMS.none, 'commit p99'))} ms without).`,
