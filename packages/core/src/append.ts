@@ -1,5 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { InvalidEventError, InvalidOptionError } from './errors.js';
+import { compare } from './gaps/gaps.js';
 import { RESERVED_TYPE_PREFIX, type EventRecord, type JsonObject, type NewEvent } from './events.js';
 import { resolveSchemaName } from './schema/schema-name.js';
 import { tables } from './schema/tables.js';
@@ -90,7 +91,7 @@ export async function append(
 
   const rows = await insertEvents(tx, tables(tx, schema), streamIds, types, data, metadata);
   // Ids were drawn in the caller's order, one row after the other: the i-th smallest is event i's.
-  rows.sort((a, b) => compareIds(BigInt(a.id), BigInt(b.id)));
+  rows.sort((a, b) => compare(BigInt(a.id), BigInt(b.id)));
   const stored = rows.map((row, i): EventRecord => ({
     id: BigInt(row.id),
     streamId: streamIds[i] as string,
@@ -169,10 +170,6 @@ function valuesTemplate(count: number): TemplateStringsArray {
     valuesTemplates.set(count, template);
   }
   return template;
-}
-
-function compareIds(a: bigint, b: bigint): number {
-  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 /**

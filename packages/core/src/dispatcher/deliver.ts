@@ -7,8 +7,8 @@ import type { DeadLetterInput } from '../queries/dead-letters.js';
 import type { TransactionSql } from '../sql-types.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startHandlerSpan } from '../telemetry/tracing.js';
-import { isConnectionLoss } from './classify-failure.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
+import { isConnectionLoss } from './classify-failure.js';
 import { assertTurnLive } from './turn-guard.js';
 
 export interface DeliveryInput {
@@ -128,9 +128,6 @@ type Outcome = { ok: true } | { ok: false; error: unknown };
 
 const OK: Outcome = { ok: true };
 
-/** Stands for a handler call that finished synchronously. */
-const SETTLED: Promise<unknown> = Promise.resolve();
-
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (
     (typeof value === 'object' || typeof value === 'function') &&
@@ -167,15 +164,15 @@ async function invoke(
     },
     tx: handlerTx,
   });
-  let run: Promise<unknown> = SETTLED;
+  // Undefined once a handler has returned no promise: it is done, with no timer to race.
+  let run: Promise<unknown> | undefined;
   try {
     if (consumer.transactional) run = tx.savepoint((savepoint) => call(context(savepoint)));
     else {
       const result = call(context(undefined));
-      // A handler that returned no promise is done: no timer to race (one per event adds up).
       if (isThenable(result)) run = Promise.resolve(result);
     }
-    if (run !== SETTLED && (await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
+    if (run && (await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
       throw new HandlerTimeoutError(consumer.handlerTimeoutMs);
     span.end();
     input.metrics.handlerDuration(
@@ -190,7 +187,7 @@ async function invoke(
     abortedWith = { reason: error };
     controller?.abort(error);
     // A late settle of a timed-out handler must not surface as an unhandled rejection (H6).
-    run.catch(() => undefined);
+    run?.catch(() => undefined);
     endSpanWithError(span, error);
     input.metrics.handlerDuration(
       consumer.name,

@@ -6,9 +6,11 @@ import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import {
   heartbeat,
   precheckConsumers,
+  precheckKeys,
   recordFailedAttempt,
   recordInfraFailure,
   type Precheck,
+  type PrecheckKeys,
   type PrecheckRow,
 } from '../queries/consumers.js';
 import type { Tables } from '../schema/tables.js';
@@ -60,11 +62,13 @@ export class PassRunner {
   readonly #rearmExhaustedReported = new Set<string>();
   /** Each consumer's next batch limit: grows while turns fill their batch (catching up). */
   readonly #limits = new Map<string, number>();
+  readonly #precheckKeys: PrecheckKeys;
   #precheckFailing = false;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
 
   constructor(env: PassEnvironment) {
     this.#env = env;
+    this.#precheckKeys = precheckKeys(env.options.consumers);
     this.#slots = new TurnSlots(env.options.concurrency);
   }
 
@@ -164,12 +168,7 @@ export class PassRunner {
   async #precheck(): Promise<Precheck | undefined> {
     const { options, tables, logger, metrics } = this.#env;
     try {
-      const precheck = await precheckConsumers(
-        options.sql,
-        tables,
-        options.consumers.map((c) => c.name),
-        options.consumers.map((c) => c.instanceId),
-      );
+      const precheck = await precheckConsumers(options.sql, tables, this.#precheckKeys);
       if (this.#precheckFailing) logger.info({}, 'idle pre-check works again');
       this.#precheckFailing = false;
       for (const consumer of options.consumers) {

@@ -8,6 +8,8 @@
 // above the lowest watched xid that has ended since, plus unfenced and burnable ones; the idle
 // pre-check skips the consumer while every watched xid is still running.
 
+import { compare } from './gaps.js';
+
 export interface Snapshot {
   readonly xmin: bigint;
   readonly xmax: bigint;
@@ -28,7 +30,7 @@ export function parseSnapshot(text: string): Snapshot {
         : xip
             .split(',')
             .map((x) => BigInt(x))
-            .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)),
+            .sort(compare),
   };
 }
 

@@ -108,6 +108,29 @@ type JsonStateRow = Omit<PrecheckRow, DateColumn | 'head' | 'snapshot' | 'now'> 
   Record<DateColumn, string | null>;
 type DateColumn = 'last_error_at' | 'updated_at' | 'disabled_until' | 'oldest_gap_at' | 'last_progress_at';
 
+/** Which consumer rows a process's pre-check reads; made once per dispatcher (its consumers are fixed). */
+export interface PrecheckKeys {
+  /** Names of its shared consumers (instance '*'), as an array literal. */
+  readonly shared: string;
+  /** Names of its per-instance consumers, as an array literal. */
+  readonly own: string;
+  /** The instance those are kept under ('' when it has none). */
+  readonly ownInstance: string;
+}
+
+export function precheckKeys(consumers: readonly { name: string; instanceId: string }[]): PrecheckKeys {
+  const shared = consumers.filter((c) => c.instanceId === SHARED_INSTANCE_ID);
+  const own = consumers.filter((c) => c.instanceId !== SHARED_INSTANCE_ID);
+  const ownInstances = new Set(own.map((c) => c.instanceId));
+  if (ownInstances.size > 1) throw new Error('a dispatcher has one instanceId');
+  const [ownInstance = ''] = ownInstances;
+  return {
+    shared: pgArray(shared.map((c) => c.name)),
+    own: pgArray(own.map((c) => c.name)),
+    ownInstance,
+  };
+}
+
 /**
  * The idle pre-check (DESIGN §4.1): one lock-free statement reading every consumer row of this
  * process with the log head and a snapshot, from which the pass decides who has provably nothing to do.
@@ -115,17 +138,7 @@ type DateColumn = 'last_error_at' | 'updated_at' | 'disabled_until' | 'oldest_ga
  * statement, and the other rows as JSON. An idle process with many consumers then costs the server
  * one scan and Node one row per tick; parsing a typed row per consumer was most of its CPU.
  */
-export async function precheckConsumers(
-  sql: Sql,
-  t: Tables,
-  names: readonly string[],
-  instanceIds: readonly string[],
-): Promise<Precheck> {
-  const shared = names.filter((_, i) => instanceIds[i] === SHARED_INSTANCE_ID);
-  const own = names.filter((_, i) => instanceIds[i] !== SHARED_INSTANCE_ID);
-  const ownInstances = new Set(instanceIds.filter((id) => id !== SHARED_INSTANCE_ID));
-  if (ownInstances.size > 1) throw new Error('a dispatcher has one instanceId');
-  const [ownInstance = ''] = ownInstances;
+export async function precheckConsumers(sql: Sql, t: Tables, keys: PrecheckKeys): Promise<Precheck> {
   const [result] = await sql<
     { head: string; snapshot: string; now: Date; quiet: string[]; rows: JsonStateRow[] }[]
   >`
@@ -152,8 +165,8 @@ export async function precheckConsumers(
         where not q.quiet
         offset 0 -- kept a subquery: the columns of a quiet consumer are not even computed
       ) s on true
-      where (c.instance_id = ${SHARED_INSTANCE_ID} and c.name = any(${pgArray(shared)}::text[]))
-         or (c.instance_id = ${ownInstance} and c.name = any(${pgArray(own)}::text[]))
+      where (c.instance_id = ${SHARED_INSTANCE_ID} and c.name = any(${keys.shared}::text[]))
+         or (c.instance_id = ${keys.ownInstance} and c.name = any(${keys.own}::text[]))
     ) a`;
   const rows = new Map<string, PrecheckRow>();
   if (result === undefined) throw new Error('the idle pre-check returned no row');

@@ -5,7 +5,7 @@ import { appendEvents, useTestDatabase } from '@sluice/testing';
 import { expect, test } from 'vitest';
 import { freshSchema } from '../test-support.js';
 import { tables } from '../schema/tables.js';
-import { precheckConsumers, registerConsumers } from './consumers.js';
+import { precheckConsumers, precheckKeys, registerConsumers } from './consumers.js';
 
 const db = await useTestDatabase();
 
@@ -66,9 +66,11 @@ test('only consumers with provably nothing to do and zero gauges are quiet; ever
                                   event_created_at, reason, replay_requested_at)
     values ('replay', '*', 2, 's', 'T', '{}', '{}', now(), 'operator-skip', now())`;
 
-  const names = [...shared, 'mine'];
-  const instanceIds = names.map((name) => (name === 'mine' ? 'i-1' : '*'));
-  const precheck = await precheckConsumers(db.sql, t, names, instanceIds);
+  const keys = precheckKeys([
+    ...shared.map((name) => ({ name, instanceId: '*' })),
+    { name: 'mine', instanceId: 'i-1' },
+  ]);
+  const precheck = await precheckConsumers(db.sql, t, keys);
 
   expect([...precheck.quiet].sort()).toEqual(['at-head', 'processing-at-head']);
   expect([...precheck.rows.keys()].sort()).toEqual(
@@ -103,7 +105,11 @@ test('only consumers with provably nothing to do and zero gauges are quiet; ever
 
 test('a process whose consumer rows do not exist yet gets none, quiet or not', async () => {
   const schema = await freshSchema(db);
-  const precheck = await precheckConsumers(db.sql, tables(db.sql, schema), ['a', 'b'], ['*', 'i-1']);
+  const keys = precheckKeys([
+    { name: 'a', instanceId: '*' },
+    { name: 'b', instanceId: 'i-1' },
+  ]);
+  const precheck = await precheckConsumers(db.sql, tables(db.sql, schema), keys);
   expect(precheck.quiet.size).toBe(0);
   expect(precheck.rows.size).toBe(0);
 });

@@ -95,23 +95,15 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
     });
 
   // Recorded for every handler call: the attributes are made once per consumer, instance and outcome.
-  type ByOutcome = Partial<Record<string, Attributes>>;
-  const durations = new Map<string, Map<string, ByOutcome>>();
+  const durations = new Map<string, Attributes>();
   const durationAttributes = (consumer: string, instance: string, outcome: string): Attributes => {
-    let byInstance = durations.get(consumer);
-    if (!byInstance) {
-      byInstance = new Map<string, ByOutcome>();
-      durations.set(consumer, byInstance);
+    const key = `${consumer}\u0000${instance}\u0000${outcome}`;
+    let attributes = durations.get(key);
+    if (!attributes) {
+      attributes = Object.freeze({ ...attrs(consumer, instance), [ATTR.handlerOutcome]: outcome });
+      durations.set(key, attributes);
     }
-    let byOutcome = byInstance.get(instance);
-    if (!byOutcome) {
-      byOutcome = {};
-      byInstance.set(instance, byOutcome);
-    }
-    return (byOutcome[outcome] ??= Object.freeze({
-      ...attrs(consumer, instance),
-      [ATTR.handlerOutcome]: outcome,
-    }));
+    return attributes;
   };
   const attrs = (consumer: string, instance: string): Attributes => ({
     [ATTR.consumer]: consumer,
