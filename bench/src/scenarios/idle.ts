@@ -44,8 +44,20 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
       });
       const names = definitions.map((c) => c.name);
       let dispatcher: Dispatcher | undefined;
-      let minimalTimer: NodeJS.Timeout | undefined;
-      let minimalRunning: Promise<unknown> | undefined;
+      // The baselines poll on a timer; a tick still running when the next is due is not doubled.
+      let pollTimer: NodeJS.Timeout | undefined;
+      let polling: Promise<unknown> | undefined;
+      const pollEvery = (label: string, work: () => Promise<unknown>) => {
+        pollTimer = setInterval(() => {
+          polling ??= work()
+            .catch((error: unknown) => {
+              process.stderr.write(`[${label}] ${(error as Error).message}\n`);
+            })
+            .finally(() => {
+              polling = undefined;
+            });
+        }, pollIntervalMs);
+      };
       let release: (() => Promise<void>) | undefined;
       let gapsHeld = Number.NaN;
       try {
@@ -92,29 +104,12 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
           await dispatcher.start();
         } else if (system === IDLE_SYSTEMS.floor) {
           // The least any poller can do: one trivial statement per tick from the same pool.
-          minimalTimer = setInterval(() => {
-            minimalRunning ??= sql`select 1`
-              .catch((error: unknown) => {
-                process.stderr.write(`[floor] ${(error as Error).message}\n`);
-              })
-              .finally(() => {
-                minimalRunning = undefined;
-              });
-          }, pollIntervalMs);
+          pollEvery('floor', () => sql`select 1`);
         } else {
           await registerCursors(sql, names, 100n);
-          const tick = () => {
-            minimalRunning ??= Promise.all(
-              names.map((name) => minimalBatch(sql, name, DEFAULTS.batchSize, () => deliveries++)),
-            )
-              .catch((error: unknown) => {
-                process.stderr.write(`[minimal loop] ${(error as Error).message}\n`);
-              })
-              .finally(() => {
-                minimalRunning = undefined;
-              });
-          };
-          minimalTimer = setInterval(tick, pollIntervalMs);
+          pollEvery('minimal loop', () =>
+            Promise.all(names.map((name) => minimalBatch(sql, name, DEFAULTS.batchSize, () => deliveries++))),
+          );
         }
         await sleep(SETTLE_MS);
 
@@ -171,8 +166,8 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
             `PostgreSQL ${m.pgCpuPercent?.toFixed(2) ?? '?'}% / Node ${m.nodeCpuPercent.toFixed(2)}% of a core`,
         );
       } finally {
-        clearInterval(minimalTimer);
-        await minimalRunning;
+        clearInterval(pollTimer);
+        await polling;
         await dispatcher?.stop();
         await release?.();
         await writer.end();
