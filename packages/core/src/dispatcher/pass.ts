@@ -62,6 +62,12 @@ export class PassRunner {
   readonly #rearmExhaustedReported = new Set<string>();
   /** Each consumer's next batch limit: grows while turns fill their batch (catching up). */
   readonly #limits = new Map<string, number>();
+  /**
+   * Consumers a pass asked for while their turns were running: the running turn may have fetched
+   * before the event that woke the pass committed, so it takes one more turn instead of leaving
+   * that event to the next poll tick.
+   */
+  readonly #askedAgain = new Set<string>();
   readonly #precheckKeys: PrecheckKeys;
   #precheckFailing = false;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
@@ -149,6 +155,7 @@ export class PassRunner {
         );
         continue;
       }
+      if (mode === 'launch' && this.#slots.has(consumer.name)) this.#askedAgain.add(consumer.name);
       const turn = this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch'));
       turns.push(
         turn.then((result) => {
@@ -196,6 +203,8 @@ export class PassRunner {
     let failed = 0;
     let outcome: TurnOutcome | undefined;
     do {
+      // This turn's fetch comes after every request made so far.
+      this.#askedAgain.delete(consumer.name);
       const limit = this.#limits.get(consumer.name) ?? consumer.batchSize;
       try {
         outcome = await runTurn(this.#turnEnvironment(), consumer, limit);
@@ -210,7 +219,12 @@ export class PassRunner {
       processed += outcome.handled;
       failed += outcome.failed;
       if (outcome.timedOut) await this.#recordTimeout(consumer, outcome);
-    } while (continueWhileMore && outcome.hasMore && !this.#env.isStopping());
+    } while (
+      continueWhileMore &&
+      (outcome.hasMore ||
+        (this.#askedAgain.has(consumer.name) && outcome.skipped === undefined && !outcome.dead)) &&
+      !this.#env.isStopping()
+    );
     return {
       processed,
       failed,

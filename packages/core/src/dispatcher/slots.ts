@@ -28,6 +28,11 @@ export class TurnSlots<T> {
     return promise;
   }
 
+  /** A run for `key` is running or queued. */
+  has(key: string): boolean {
+    return this.#inFlight.has(key);
+  }
+
   /** Settles once nothing is running or queued. */
   async idle(): Promise<void> {
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight.values()]);

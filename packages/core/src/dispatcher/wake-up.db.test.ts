@@ -36,6 +36,45 @@ test('an append committed in another process is handled without waiting for the 
   expect(Date.now() - started).toBeLessThan(5_000); // far below the 60 s poll
 });
 
+test('an append committed while the consumer is in a turn is handled when that turn ends, not at the next poll', async () => {
+  const schema = await freshSchema(db);
+  const seen: string[] = [];
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  let inFirstHandler!: () => void;
+  const firstHandlerRunning = new Promise<void>((resolve) => (inFirstHandler = resolve));
+  const sql = db.connect({ max: 6 });
+  const dispatcher = testDispatcher(
+    sql,
+    schema,
+    [
+      {
+        name: 'busy',
+        handler: async (event) => {
+          seen.push(event.type);
+          if (event.type === 'First') {
+            inFirstHandler();
+            await held;
+          }
+        },
+      },
+    ],
+    { pollIntervalMs: 60_000 },
+  );
+  await dispatcher.start();
+  // The same pool: each append wakes the dispatcher directly, and the only poll is 60 s away.
+  await transaction(sql, (tx) => append(tx, [{ streamId: 's', type: 'First', data: {} }], { schema }));
+  await firstHandlerRunning;
+  // The running turn fetched before this commit: the pass it wakes finds that turn still running.
+  await transaction(sql, (tx) => append(tx, [{ streamId: 's', type: 'Second', data: {} }], { schema }));
+  // Time for the woken pass to run its pre-check and find the turn running (if it were slower, the
+  // second event would simply get a turn of its own and the test would not tell anything).
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  release();
+  await until(() => seen.length === 2, 5_000, 'the second event before the 60 s poll');
+  expect(seen).toEqual(['First', 'Second']);
+});
+
 test('with its LISTEN connection terminated, polling still delivers and the connected state drops and recovers', async () => {
   const schema = await freshSchema(db);
   const c = recordingConsumer('resilient');
