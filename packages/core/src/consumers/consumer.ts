@@ -28,7 +28,10 @@ export interface ErrorPolicy {
 export interface Consumer {
   /** Unique per dispatcher; at most 200 bytes. */
   readonly name: string;
-  /** Handles one event. Must be idempotent: delivery is at least once. */
+  /**
+   * Handles one event. Must be idempotent: delivery is at least once. Must not modify the event:
+   * consumers of one dispatcher at the same cursor may receive the same object (one read per batch).
+   */
   readonly handler: (event: EventRecord, context: HandlerContext) => unknown;
   /**
    * Optional fast path: handles a whole batch. When it throws, the same events are delivered

@@ -19,6 +19,7 @@ import { isBackingOff, isWaitingToRetry, nextBackoff, type BackoffState } from '
 import { classifyFailure } from './classify-failure.js';
 import { isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
+import { SharedReads } from './shared-reads.js';
 import { TurnSlots } from './slots.js';
 import { runTurn, type TurnEnvironment, type TurnOutcome } from './turn.js';
 
@@ -69,6 +70,8 @@ export class PassRunner {
    */
   readonly #askedAgain = new Set<string>();
   readonly #precheckKeys: PrecheckKeys;
+  /** One read per batch for consumers turning from the same cursor (only with several consumers). */
+  readonly #reads: SharedReads | undefined;
   #precheckFailing = false;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
 
@@ -76,6 +79,8 @@ export class PassRunner {
     this.#env = env;
     this.#precheckKeys = precheckKeys(env.options.consumers);
     this.#slots = new TurnSlots(env.options.concurrency);
+    this.#reads =
+      env.options.consumers.length > 1 ? new SharedReads(SHARED_READS, SHARED_READ_MAX_AGE_MS) : undefined;
   }
 
   get slots(): TurnSlots<ConsumerPassResult> {
@@ -89,6 +94,7 @@ export class PassRunner {
    */
   async run(mode: 'await' | 'launch'): Promise<PassResult> {
     const { options } = this.#env;
+    this.#reads?.prune();
     const precheck = await this.#precheck();
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
     const nowMs = Date.now();
@@ -246,6 +252,7 @@ export class PassRunner {
       tracer: env.tracer,
       logger: env.logger,
       systemIdentifier: env.systemIdentifier(),
+      ...(this.#reads ? { reads: this.#reads } : {}),
       onRearmExhausted: (consumer, lastError) => {
         this.#reportRearmExhausted(consumer, lastError);
       },
@@ -323,6 +330,13 @@ export class PassRunner {
     }
   }
 }
+
+/**
+ * Shared batches kept at once, and for how long: consumers catching up together stay within a few
+ * batches of each other, and a dispatcher that caught up lets them go within seconds.
+ */
+const SHARED_READS = 4;
+const SHARED_READ_MAX_AGE_MS = 2_000;
 
 /** The gauges of a consumer the pre-check found trivially caught up. */
 const CAUGHT_UP = Object.freeze({

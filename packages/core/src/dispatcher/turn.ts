@@ -21,6 +21,7 @@ import { endSpanWithError, startTurnSpan } from '../telemetry/tracing.js';
 import { deliver, TransactionalHandlerTimeout, type HandlerFailure } from './deliver.js';
 import { isWaitingToRetry } from './backoff.js';
 import { rearmDecision } from './rearm.js';
+import type { EventBatch, SharedReads } from './shared-reads.js';
 import { guardTurnTransaction } from './turn-guard.js';
 
 export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later';
@@ -48,6 +49,8 @@ export interface TurnEnvironment {
   readonly tracer: Tracer;
   readonly logger: Logger;
   readonly systemIdentifier: string | null;
+  /** Full batches shared by the consumers of this dispatcher (absent: every turn reads for itself). */
+  readonly reads?: SharedReads;
   /** Called once per consumer and process when a dead consumer's re-arms are used up. */
   readonly onRearmExhausted: (consumer: ResolvedConsumer, lastError: string | null) => void;
 }
@@ -200,24 +203,21 @@ async function turnInTransaction(
   // snapshot that saw them (never the snapshot's xmax: a running writer can hold an xid above it).
   const rechecked: GapRange[] = stored.map((r) => (r.fence === null ? { ...r, fence: xid } : r));
 
-  const fastRanges = consumer.ordering === 'fast' ? rechecked : [];
-  const rows = await fetchBatch(
-    tx,
-    t,
-    cursor,
-    { from: fastRanges.map((r) => r.from), to: fastRanges.map((r) => r.to) },
-    limit,
-  );
-  const first = rows[0];
-  if (!first) throw new Error('fetchBatch returned no row');
-  const fetchSnapshot = parseSnapshot(first.snapshot);
-  const head = BigInt(first.head);
+  // A turn with no range to recheck reads only above its cursor: it may share that read (or use
+  // another consumer's) with the consumers at the same cursor.
+  const reads = stored.length === 0 && !clusterChanged ? env.reads : undefined;
+  const shared = reads ? await reads.take(cursor, limit) : undefined;
+  const batch =
+    shared ??
+    (await fetchEvents(env.tables, tx, cursor, consumer.ordering === 'fast' ? rechecked : [], limit, reads));
+  const head = batch.head;
   const events = new Map<bigint, EventRecord>();
-  for (const r of rows) if (r.id != null) events.set(BigInt(r.id), eventFromRow(r as EventRow));
+  for (const event of batch.events) events.set(event.id, event);
   const fetch: FetchResult = {
     ids: [...events.keys()],
-    complete: events.size < limit,
-    xmin: clusterChanged ? MAX_XID : fetchSnapshot.xmin,
+    // A shared batch is a full one: the events beyond it were not examined.
+    complete: shared === undefined && events.size < limit,
+    xmin: clusterChanged ? MAX_XID : batch.xmin,
   };
   const input: TurnInput = { cursor, rechecked, fetch, ordering: consumer.ordering };
   let ids = deliverableIds(input);
@@ -403,6 +403,43 @@ async function turnInTransaction(
     head,
     dead: result.dead,
   };
+}
+
+/**
+ * The turn's own fetch (one statement, one snapshot: DESIGN §5). With `reads`, it is offered to
+ * the other consumers' turns from the same cursor while it runs, and kept for them if LIMIT cut it.
+ */
+async function fetchEvents(
+  t: Tables,
+  tx: TransactionSql,
+  cursor: bigint,
+  ranges: readonly GapRange[],
+  limit: number,
+  reads: SharedReads | undefined,
+): Promise<EventBatch> {
+  const reading = fetchBatch(
+    tx,
+    t,
+    cursor,
+    { from: ranges.map((r) => r.from), to: ranges.map((r) => r.to) },
+    limit,
+  ).then((rows) => {
+    const first = rows[0];
+    if (!first) throw new Error('fetchBatch returned no row');
+    const events: EventRecord[] = [];
+    for (const r of rows) if (r.id != null) events.push(eventFromRow(r as EventRow));
+    return { events, xmin: parseSnapshot(first.snapshot).xmin, head: BigInt(first.head) };
+  });
+  if (reads) {
+    reads.offer(
+      cursor,
+      reading.then(
+        (batch) => (batch.events.length === limit ? batch : undefined),
+        () => undefined,
+      ),
+    );
+  }
+  return reading;
 }
 
 /** Writes the replacement of the rechecked ranges, touching only rows that changed. Returns the row delta. */

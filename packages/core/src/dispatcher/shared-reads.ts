@@ -1,0 +1,78 @@
+import type { EventRecord } from '../events.js';
+
+/** The events one fetch returned above a cursor. */
+export interface EventBatch {
+  /** Ascending ids, all above the cursor the batch was read from. */
+  readonly events: readonly EventRecord[];
+  /** pg_snapshot_xmin of the fetch statement. */
+  readonly xmin: bigint;
+  readonly head: bigint;
+}
+
+interface Entry {
+  readonly read: Promise<EventBatch | undefined>;
+  readonly atMs: number;
+}
+
+/**
+ * Lets consumers of one dispatcher that take their turns from the same cursor read the events once:
+ * ten consumers catching up together read each batch once, not ten times.
+ *
+ * A turn with no pending gap range fetches only `id > cursor`. Another consumer's turn that has
+ * locked its row at that same cursor, also with no range, may deliver that fetch's rows instead of
+ * its own: the holes it passes become unfenced ranges, and the xid that later fences them is drawn
+ * by its next turn, after the shared statement's snapshot (DESIGN §5, proof point 2). Only full
+ * batches are offered: a batch cut by LIMIT says nothing about the log head, so a stale one can
+ * never make a consumer believe it has caught up.
+ *
+ * Events handed out here are the same objects for every consumer that takes them.
+ */
+export class SharedReads {
+  readonly #entries = new Map<string, Entry>();
+  readonly #maxEntries: number;
+  readonly #maxAgeMs: number;
+
+  constructor(maxEntries: number, maxAgeMs: number) {
+    this.#maxEntries = maxEntries;
+    this.#maxAgeMs = maxAgeMs;
+  }
+
+  /**
+   * Registers the fetch a turn is running from `cursor`. It resolves to the batch when the fetch
+   * came back full, and to undefined otherwise (short, or failed).
+   */
+  offer(cursor: bigint, read: Promise<EventBatch | undefined>): void {
+    this.prune();
+    const key = cursor.toString();
+    this.#entries.delete(key); // re-inserted as the newest
+    this.#entries.set(key, { read, atMs: performance.now() });
+    for (const oldest of this.#entries.keys()) {
+      if (this.#entries.size <= this.#maxEntries) break;
+      this.#entries.delete(oldest);
+    }
+  }
+
+  /**
+   * Up to `limit` events of a full batch another turn read from `cursor`, waiting for that fetch
+   * if it is still running; undefined when there is none (the caller fetches for itself).
+   */
+  async take(cursor: bigint, limit: number): Promise<EventBatch | undefined> {
+    const entry = this.#entries.get(cursor.toString());
+    if (!entry || performance.now() - entry.atMs > this.#maxAgeMs) return undefined;
+    const batch = await entry.read;
+    if (!batch) return undefined;
+    return batch.events.length > limit ? { ...batch, events: batch.events.slice(0, limit) } : batch;
+  }
+
+  /** Drops entries older than the maximum age, so a dispatcher that caught up holds no batch. */
+  prune(): void {
+    const now = performance.now();
+    for (const [key, entry] of this.#entries) {
+      if (now - entry.atMs > this.#maxAgeMs) this.#entries.delete(key);
+    }
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+}
