@@ -22,24 +22,30 @@ afterEach(() => {
 test('a taker gets at most its limit, from the batch read at its own cursor only', async () => {
   const reads = new SharedReads(4, 1_000);
   reads.offer(10n, Promise.resolve(batchOf(11, 8)));
-  expect((await reads.take(10n, 5))?.events.map((e) => e.id)).toEqual([11n, 12n, 13n, 14n, 15n]);
-  expect((await reads.take(10n, 100))?.events).toHaveLength(8);
-  expect(await reads.take(11n, 5)).toBeUndefined();
+  expect((await reads.take(10n, 5, 1_000))?.events.map((e) => e.id)).toEqual([11n, 12n, 13n, 14n, 15n]);
+  expect((await reads.take(10n, 100, 1_000))?.events).toHaveLength(8);
+  expect(await reads.take(11n, 5, 1_000)).toBeUndefined();
 });
 
 test('a read that came back short or failed is not handed out', async () => {
   const reads = new SharedReads(4, 1_000);
   reads.offer(0n, Promise.resolve(undefined));
-  expect(await reads.take(0n, 5)).toBeUndefined();
+  expect(await reads.take(0n, 5, 1_000)).toBeUndefined();
 });
 
 test('a taker waits for a read still running', async () => {
   const reads = new SharedReads(4, 1_000);
   let finish!: (batch: EventBatch) => void;
   reads.offer(0n, new Promise((resolve) => (finish = resolve)));
-  const taking = reads.take(0n, 3);
+  const taking = reads.take(0n, 3, 1_000);
   finish(batchOf(1, 3));
   expect((await taking)?.events).toHaveLength(3);
+});
+
+test('a taker stops waiting for a read that does not settle in time', async () => {
+  const reads = new SharedReads(4, 1_000);
+  reads.offer(0n, new Promise(() => undefined));
+  expect(await reads.take(0n, 3, 10)).toBeUndefined();
 });
 
 test('only the newest entries are kept, and none past the maximum age', async () => {
@@ -49,10 +55,10 @@ test('only the newest entries are kept, and none past the maximum age', async ()
   reads.offer(2n, Promise.resolve(batchOf(3, 2)));
   reads.offer(4n, Promise.resolve(batchOf(5, 2)));
   expect(reads.size).toBe(2);
-  expect(await reads.take(0n, 2)).toBeUndefined();
-  expect(await reads.take(4n, 2)).toBeDefined();
+  expect(await reads.take(0n, 2, 1_000)).toBeUndefined();
+  expect(await reads.take(4n, 2, 1_000)).toBeDefined();
   vi.advanceTimersByTime(1_001);
-  expect(await reads.take(4n, 2)).toBeUndefined();
+  expect(await reads.take(4n, 2, 1_000)).toBeUndefined();
   reads.prune();
   expect(reads.size).toBe(0);
 });

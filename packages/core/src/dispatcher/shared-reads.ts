@@ -1,4 +1,5 @@
 import type { EventRecord } from '../events.js';
+import { settleWithin, TIMED_OUT } from '../time-limit.js';
 
 /** The events one fetch returned above a cursor. */
 export interface EventBatch {
@@ -12,6 +13,8 @@ export interface EventBatch {
 interface Entry {
   readonly read: Promise<EventBatch | undefined>;
   readonly atMs: number;
+  /** Set once `read` has settled. */
+  done?: { batch: EventBatch | undefined };
 }
 
 /**
@@ -45,7 +48,11 @@ export class SharedReads {
     this.prune();
     const key = cursor.toString();
     this.#entries.delete(key); // re-inserted as the newest
-    this.#entries.set(key, { read, atMs: performance.now() });
+    const entry: Entry = { read, atMs: performance.now() };
+    void read.then((batch) => {
+      entry.done = { batch };
+    });
+    this.#entries.set(key, entry);
     for (const oldest of this.#entries.keys()) {
       if (this.#entries.size <= this.#maxEntries) break;
       this.#entries.delete(oldest);
@@ -53,13 +60,18 @@ export class SharedReads {
   }
 
   /**
-   * Up to `limit` events of a full batch another turn read from `cursor`, waiting for that fetch
-   * if it is still running; undefined when there is none (the caller fetches for itself).
+   * Up to `limit` events of a full batch another turn read from `cursor`, waiting up to `waitMs`
+   * for that fetch if it is still running; undefined when there is none (the caller fetches for
+   * itself).
    */
-  async take(cursor: bigint, limit: number): Promise<EventBatch | undefined> {
+  async take(cursor: bigint, limit: number, waitMs: number): Promise<EventBatch | undefined> {
     const entry = this.#entries.get(cursor.toString());
     if (!entry || performance.now() - entry.atMs > this.#maxAgeMs) return undefined;
-    const batch = await entry.read;
+    let batch = entry.done?.batch;
+    if (!entry.done) {
+      const settled = await settleWithin(entry.read, waitMs);
+      batch = settled === TIMED_OUT ? undefined : settled;
+    }
     if (!batch) return undefined;
     return batch.events.length > limit ? { ...batch, events: batch.events.slice(0, limit) } : batch;
   }

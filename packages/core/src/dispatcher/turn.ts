@@ -206,7 +206,7 @@ async function turnInTransaction(
   // A turn with no range to recheck reads only above its cursor: it may share that read (or use
   // another consumer's) with the consumers at the same cursor.
   const reads = stored.length === 0 && !clusterChanged ? env.reads : undefined;
-  const shared = reads ? await reads.take(cursor, limit) : undefined;
+  const shared = reads ? await reads.take(cursor, limit, options.statementTimeoutMs) : undefined;
   const batch =
     shared ??
     (await fetchEvents(env.tables, tx, cursor, consumer.ordering === 'fast' ? rechecked : [], limit, reads));
