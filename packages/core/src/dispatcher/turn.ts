@@ -367,7 +367,8 @@ async function turnInTransaction(
     );
   }
   const hasMore = !fetch.complete || resolvedIds.length < ids.length || settlement.cursor < head;
-  await saveTurn(tx, t, consumer.name, consumer.instanceId, {
+  // The state row and the turn-start record are written in one round trip (pipelined statements).
+  const saving = saveTurn(tx, t, consumer.name, consumer.instanceId, {
     cursor: settlement.cursor,
     status: result.dead ? 'dead' : hasMore ? 'processing' : 'idle',
     attempts,
@@ -383,10 +384,13 @@ async function turnInTransaction(
     clearStart: false,
     systemIdentifier: env.systemIdentifier,
   });
-  if (startRecorded || markerFirst !== null) {
-    const keepIsolating = isolating && settlement.cursor < isolateUntil ? isolateUntil : null;
-    await finishTurnStart(tx, t, consumer.name, consumer.instanceId, keepIsolating);
-  }
+  const keepIsolating = isolating && settlement.cursor < isolateUntil ? isolateUntil : null;
+  await Promise.all([
+    saving,
+    startRecorded || markerFirst !== null
+      ? finishTurnStart(tx, t, consumer.name, consumer.instanceId, keepIsolating)
+      : undefined,
+  ]);
 
   env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
   env.metrics.late(consumer.name, consumer.instanceId, settlement.lateDeliveries);
