@@ -1,4 +1,5 @@
 import {
+  INVALID_SPAN_CONTEXT,
   ROOT_CONTEXT,
   SpanKind,
   SpanStatusCode,
@@ -61,6 +62,10 @@ export function startTurnSpan(tracer: Tracer, consumer: string, instance: string
   });
 }
 
+/**
+ * A handler call's span, a child of the turn's. Without a tracing SDK (the turn span carries no
+ * valid context) it is a shared no-op span: no span, attributes or links are built for each event.
+ */
 export function startHandlerSpan(
   tracer: Tracer,
   parent: Span,
@@ -68,6 +73,8 @@ export function startHandlerSpan(
   instance: string,
   events: readonly { id: bigint; type: string; metadata: JsonObject }[],
 ): Span {
+  const context = turnContext(parent);
+  if (!context) return NO_SPAN;
   const first = events[0];
   return tracer.startSpan(
     `process ${consumer}`,
@@ -87,19 +94,24 @@ export function startHandlerSpan(
       },
     },
     // Child of the turn span; the appenders' traces are links (one handler span, many requests).
-    turnContext(parent),
+    context,
   );
 }
 
-/** The context holding a turn span, made once per turn rather than once per handler call. */
-const turnContexts = new WeakMap<Span, Context>();
+const NO_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
 
-function turnContext(turnSpan: Span): Context {
-  let context = turnContexts.get(turnSpan);
-  if (!context) {
-    context = trace.setSpan(ROOT_CONTEXT, turnSpan);
-    turnContexts.set(turnSpan, context);
-  }
+/**
+ * The context holding a turn span, made once per turn rather than once per handler call;
+ * undefined when the turn span has no valid span context (no tracing SDK is registered).
+ */
+const turnContexts = new WeakMap<Span, Context | undefined>();
+
+function turnContext(turnSpan: Span): Context | undefined {
+  if (turnContexts.has(turnSpan)) return turnContexts.get(turnSpan);
+  const context = trace.isSpanContextValid(turnSpan.spanContext())
+    ? trace.setSpan(ROOT_CONTEXT, turnSpan)
+    : undefined;
+  turnContexts.set(turnSpan, context);
   return context;
 }
 
