@@ -82,7 +82,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   if (batchHandler && toHandle.length > 1) {
     assertTurnLive(input.tx);
     const attempt = Math.max(...toHandle.map((e) => input.priorAttempts(e.id))) + 1;
-    const outcome = await invoke(input, toHandle, attempt, (context) => batchHandler(toHandle, context));
+    const outcome = await invoke(input, toHandle, attempt, batchHandler);
     if (outcome.ok) {
       return {
         resolved: [...events],
@@ -105,9 +105,9 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
     }
     assertTurnLive(input.tx);
     const attempt = input.priorAttempts(event.id) + 1;
-    const outcome = await invoke(input, [event], attempt, (context) =>
-      consumer.definition.handler(event, context),
-    );
+    // A handler that returns no promise is settled without a microtask hop.
+    const called = invoke(input, [event], attempt, undefined);
+    const outcome = called instanceof Promise ? await called : called;
     if (outcome.ok) {
       resolved.push(event);
       handled += 1;
@@ -136,76 +136,139 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   );
 }
 
-async function invoke(
+/** What a handler call is told; `signal` is made on first use (most handlers never read it). */
+class CallContext implements HandlerContext {
+  readonly consumer: string;
+  readonly instanceId: string;
+  readonly attempt: number;
+  readonly tx: TransactionSql | undefined;
+  #controller: AbortController | undefined;
+  #abortedWith: { reason: unknown } | undefined;
+
+  constructor(consumer: ResolvedConsumer, attempt: number, tx: TransactionSql | undefined) {
+    this.consumer = consumer.name;
+    this.instanceId = consumer.instanceId;
+    this.attempt = attempt;
+    this.tx = tx;
+  }
+
+  get signal(): AbortSignal {
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.#abortedWith) this.#controller.abort(this.#abortedWith.reason);
+    }
+    return this.#controller.signal;
+  }
+
+  abort(reason: unknown): void {
+    this.#abortedWith = { reason };
+    this.#controller?.abort(reason);
+  }
+}
+
+/**
+ * Calls `batchHandler` with `events`, or the handler with the single event. Settles synchronously
+ * when a non-transactional handler returns no promise or throws at once; a promise otherwise.
+ */
+function invoke(
   input: DeliveryInput,
   events: readonly EventRecord[],
   attempt: number,
-  call: (context: HandlerContext) => unknown,
-): Promise<Outcome> {
-  const { consumer, tx } = input;
+  batchHandler: NonNullable<ResolvedConsumer['definition']['batchHandler']> | undefined,
+): Outcome | Promise<Outcome> {
+  const { consumer } = input;
   const span = startHandlerSpan(input.tracer, input.turnSpan, consumer.name, consumer.instanceId, events);
   const started = performance.now();
-  // The signal is made on first use: most handlers never read it, and one per event adds up.
-  let controller: AbortController | undefined;
-  let abortedWith: { reason: unknown } | undefined;
-  const signal = () => {
-    if (!controller) {
-      controller = new AbortController();
-      if (abortedWith) controller.abort(abortedWith.reason);
-    }
-    return controller.signal;
-  };
-  const context = (handlerTx: TransactionSql | undefined): HandlerContext => ({
-    consumer: consumer.name,
-    instanceId: consumer.instanceId,
-    attempt,
-    get signal() {
-      return signal();
-    },
-    tx: handlerTx,
-  });
-  // Undefined once a handler has returned no promise: it is done, with no timer to race.
-  let run: Promise<unknown> | undefined;
-  try {
-    if (consumer.transactional) run = tx.savepoint((savepoint) => call(context(savepoint)));
-    else {
-      const result = call(context(undefined));
-      if (isThenable(result)) run = Promise.resolve(result);
-    }
-    if (run && (await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
-      throw new HandlerTimeoutError(consumer.handlerTimeoutMs);
-    span.end();
-    input.metrics.handlerDuration(
-      consumer.name,
-      consumer.instanceId,
-      (performance.now() - started) / 1000,
-      'ok',
-    );
-    return OK;
-  } catch (error) {
-    const timedOut = error instanceof HandlerTimeoutError;
-    abortedWith = { reason: error };
-    controller?.abort(error);
-    // A late settle of a timed-out handler must not surface as an unhandled rejection (H6).
-    run?.catch(() => undefined);
-    endSpanWithError(span, error);
-    input.metrics.handlerDuration(
-      consumer.name,
-      consumer.instanceId,
-      (performance.now() - started) / 1000,
-      timedOut ? 'timeout' : 'error',
-    );
-    input.metrics.failed(consumer.name, consumer.instanceId, events.length === 1 ? 1 : 0);
-    if (consumer.transactional) {
-      if (timedOut) {
-        const first = events[0] as EventRecord;
-        throw new TransactionalHandlerTimeout({ event: first, error, attempts: attempt });
-      }
-      // The savepoint was rolled back; if the turn's connection died with it, this is an
-      // infrastructure failure of the turn, not the handler's attempt.
-      if (isConnectionLoss(error)) throw error;
-      await tx`select 1`;
-    }
-    return { ok: false, error };
+  const call = (context: HandlerContext): unknown =>
+    batchHandler
+      ? batchHandler(events, context)
+      : consumer.definition.handler(events[0] as EventRecord, context);
+  if (consumer.transactional) {
+    let context: CallContext | undefined;
+    const run = input.tx.savepoint((savepoint) => {
+      context = new CallContext(consumer, attempt, savepoint);
+      return call(context);
+    });
+    return settle(input, events, attempt, span, started, run, () => context);
   }
+  const context = new CallContext(consumer, attempt, undefined);
+  let result: unknown;
+  try {
+    result = call(context);
+  } catch (error) {
+    return callFailed(input, events, attempt, span, started, error, context, undefined);
+  }
+  if (isThenable(result))
+    return settle(input, events, attempt, span, started, Promise.resolve(result), () => context);
+  return callSucceeded(input, span, started);
+}
+
+/** Waits for a handler's promise within handlerTimeoutMs. */
+async function settle(
+  input: DeliveryInput,
+  events: readonly EventRecord[],
+  attempt: number,
+  span: Span,
+  started: number,
+  run: Promise<unknown>,
+  context: () => CallContext | undefined,
+): Promise<Outcome> {
+  const { consumer } = input;
+  try {
+    if ((await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
+      throw new HandlerTimeoutError(consumer.handlerTimeoutMs);
+  } catch (error) {
+    return callFailed(input, events, attempt, span, started, error, context(), run);
+  }
+  return callSucceeded(input, span, started);
+}
+
+function callSucceeded(input: DeliveryInput, span: Span, started: number): Outcome {
+  const { consumer } = input;
+  span.end();
+  input.metrics.handlerDuration(
+    consumer.name,
+    consumer.instanceId,
+    (performance.now() - started) / 1000,
+    'ok',
+  );
+  return OK;
+}
+
+/**
+ * Records a failed call. A transactional one also checks its turn: a timeout rolls the turn back,
+ * a lost connection is the turn's infrastructure failure, not the handler's attempt.
+ */
+function callFailed(
+  input: DeliveryInput,
+  events: readonly EventRecord[],
+  attempt: number,
+  span: Span,
+  started: number,
+  error: unknown,
+  context: CallContext | undefined,
+  run: Promise<unknown> | undefined,
+): Outcome | Promise<Outcome> {
+  const { consumer, tx } = input;
+  const timedOut = error instanceof HandlerTimeoutError;
+  context?.abort(error);
+  // A late settle of a timed-out handler must not surface as an unhandled rejection (H6).
+  run?.catch(() => undefined);
+  endSpanWithError(span, error);
+  input.metrics.handlerDuration(
+    consumer.name,
+    consumer.instanceId,
+    (performance.now() - started) / 1000,
+    timedOut ? 'timeout' : 'error',
+  );
+  input.metrics.failed(consumer.name, consumer.instanceId, events.length === 1 ? 1 : 0);
+  if (!consumer.transactional) return { ok: false, error };
+  if (timedOut) {
+    const first = events[0] as EventRecord;
+    throw new TransactionalHandlerTimeout({ event: first, error, attempts: attempt });
+  }
+  // The savepoint was rolled back; if the turn's connection died with it, this is an
+  // infrastructure failure of the turn, not the handler's attempt.
+  if (isConnectionLoss(error)) throw error;
+  return tx`select 1`.then(() => ({ ok: false, error }));
 }
