@@ -202,7 +202,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
 
   async function drain(): Promise<void> {
     while (inFlightPasses.size > 0) await Promise.allSettled([...inFlightPasses]);
-    await passes.slots.idle();
+    await passes.idle();
   }
 
   return {

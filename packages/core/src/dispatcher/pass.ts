@@ -70,8 +70,8 @@ export class PassRunner {
    */
   readonly #askedAgain = new Set<string>();
   readonly #precheckKeys: PrecheckKeys;
-  /** One read per batch for consumers turning from the same cursor (only with several consumers). */
-  readonly #reads: SharedReads | undefined;
+  /** One read per batch for consumers turning from the same cursor, and the read-ahead. */
+  readonly #reads: SharedReads;
   #precheckFailing = false;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
 
@@ -79,12 +79,17 @@ export class PassRunner {
     this.#env = env;
     this.#precheckKeys = precheckKeys(env.options.consumers);
     this.#slots = new TurnSlots(env.options.concurrency);
-    this.#reads =
-      env.options.consumers.length > 1 ? new SharedReads(SHARED_READS, SHARED_READ_MAX_AGE_MS) : undefined;
+    this.#reads = new SharedReads(SHARED_READS, SHARED_READ_MAX_AGE_MS);
   }
 
   get slots(): TurnSlots<ConsumerPassResult> {
     return this.#slots;
+  }
+
+  /** Settles once turns and read-aheads are done. */
+  async idle(): Promise<void> {
+    await this.#slots.idle();
+    await this.#reads.settled();
   }
 
   /**
@@ -94,7 +99,7 @@ export class PassRunner {
    */
   async run(mode: 'await' | 'launch'): Promise<PassResult> {
     const { options } = this.#env;
-    this.#reads?.prune();
+    this.#reads.prune();
     const precheck = await this.#precheck();
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
     const nowMs = Date.now();
@@ -213,14 +218,17 @@ export class PassRunner {
       this.#askedAgain.delete(consumer.name);
       const limit = this.#limits.get(consumer.name) ?? consumer.batchSize;
       try {
-        outcome = await runTurn(this.#turnEnvironment(), consumer, limit);
+        // The batch a next turn would read, fetched ahead while this one delivers. A read-ahead
+        // takes a pool connection beyond the turns': only while a turn slot is free.
+        const readAhead = this.#slots.running < this.#slots.size ? this.#grown(consumer, limit) : undefined;
+        outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit);
       } catch (error) {
         this.#limits.delete(consumer.name);
         await this.#infraFailure(consumer, error);
         return { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true };
       }
       this.#backoff.delete(consumer.name);
-      if (outcome.filledBatch) this.#limits.set(consumer.name, Math.min(limit * 2, consumer.maxBatchSize));
+      if (outcome.filledBatch) this.#limits.set(consumer.name, this.#grown(consumer, limit));
       else if (outcome.skipped === undefined) this.#limits.delete(consumer.name);
       processed += outcome.handled;
       failed += outcome.failed;
@@ -243,7 +251,12 @@ export class PassRunner {
     };
   }
 
-  #turnEnvironment(): TurnEnvironment {
+  /** The next batch limit after a turn filled a batch of `limit`. */
+  #grown(consumer: ResolvedConsumer, limit: number): number {
+    return Math.min(limit * 2, consumer.maxBatchSize);
+  }
+
+  #turnEnvironment(readAhead?: number): TurnEnvironment {
     const env = this.#env;
     return {
       options: env.options,
@@ -252,7 +265,8 @@ export class PassRunner {
       tracer: env.tracer,
       logger: env.logger,
       systemIdentifier: env.systemIdentifier(),
-      ...(this.#reads ? { reads: this.#reads } : {}),
+      reads: this.#reads,
+      ...(readAhead === undefined ? {} : { readAhead }),
       onRearmExhausted: (consumer, lastError) => {
         this.#reportRearmExhausted(consumer, lastError);
       },

@@ -109,3 +109,43 @@ test('a short batch is not shared: the next consumer reads for itself and sees w
   // 'second' turned from the same cursor after 'first', within the same pass.
   expect(second.ids()).toHaveLength(4);
 });
+
+test('a consumer catching up alone takes the batch read ahead during its previous turn, holes included', async () => {
+  const schema = await freshSchema(db);
+  const c = recordingConsumer('alone');
+  await appendEvents(db.sql, 5, undefined, schema);
+  const held = await holdGap(db.sql, undefined, { schema });
+  await appendEvents(db.sql, 10, undefined, schema);
+  // Turns whose transaction ran no fetch of its own: they took the read-ahead.
+  let turnsWithoutFetch = 0;
+  const inTurn = new Map<number, boolean>();
+  const sql = db.connect({
+    max: 6,
+    debug: (connection, query) => {
+      const text = query.trim();
+      if (text === 'begin') inTurn.set(connection, false);
+      else if (text.includes('pg_current_snapshot() as snap') && inTurn.has(connection))
+        inTurn.set(connection, true);
+      else if (text === 'commit') {
+        if (inTurn.get(connection) === false) turnsWithoutFetch += 1;
+        inTurn.delete(connection);
+      }
+    },
+  });
+  const dispatcher = testDispatcher(sql, schema, [c.consumer], { batchSize: 4, maxBatchSize: 4 });
+  await dispatcher.ensureRegistered();
+  for (let i = 0; i < 6; i++) await dispatcher.runOnce();
+  expect(turnsWithoutFetch).toBeGreaterThan(0);
+
+  const committed = (
+    await db.sql<{ id: string }[]>`
+    select e.id::text as id from ${db.sql(schema)}.events e order by e.id`
+  ).map((r) => BigInt(r.id));
+  expect(committed).toHaveLength(15);
+  expect(c.ids()).toEqual(committed);
+  expect(spans(await rangesOf(db.sql, schema, 'alone'))).toEqual([[held.id, held.id]]);
+  await held.release({ commit: true });
+  for (let i = 0; i < 2; i++) await dispatcher.runOnce();
+  expect(c.ids()).toEqual([...committed, held.id]);
+  expect(await rangesOf(db.sql, schema, 'alone')).toEqual([]);
+});

@@ -62,3 +62,25 @@ test('only the newest entries are kept, and none past the maximum age', async ()
   reads.prune();
   expect(reads.size).toBe(0);
 });
+
+test('one read-ahead runs at a time, none for a cursor already read, and settled() waits for it', async () => {
+  const reads = new SharedReads(4, 1_000);
+  let finish!: (batch: EventBatch) => void;
+  let started = 0;
+  const read = () => {
+    started += 1;
+    return new Promise<EventBatch>((resolve) => (finish = resolve));
+  };
+  reads.readAhead(0n, read);
+  reads.readAhead(2n, read);
+  expect(started).toBe(1);
+  let settled = false;
+  const settling = reads.settled().then(() => (settled = true));
+  await Promise.resolve();
+  expect(settled).toBe(false);
+  finish(batchOf(1, 2));
+  await settling;
+  expect((await reads.take(0n, 2, 1_000))?.events).toHaveLength(2);
+  reads.readAhead(0n, read);
+  expect(started).toBe(1);
+});

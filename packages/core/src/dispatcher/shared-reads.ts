@@ -34,6 +34,7 @@ export class SharedReads {
   readonly #entries = new Map<string, Entry>();
   readonly #maxEntries: number;
   readonly #maxAgeMs: number;
+  #readingAhead: Promise<unknown> | undefined;
 
   constructor(maxEntries: number, maxAgeMs: number) {
     this.#maxEntries = maxEntries;
@@ -74,6 +75,26 @@ export class SharedReads {
     }
     if (!batch) return undefined;
     return batch.events.length > limit ? { ...batch, events: batch.events.slice(0, limit) } : batch;
+  }
+
+  /**
+   * Starts `read`, a fetch of the batch above `cursor` outside any turn, while the turn that read up
+   * to `cursor` is still delivering: its consumer's next turn (or another consumer's) then finds the
+   * batch instead of waiting for a fetch. One read-ahead at a time; none when `cursor` has an entry.
+   */
+  readAhead(cursor: bigint, read: () => Promise<EventBatch | undefined>): void {
+    if (this.#readingAhead || this.#entries.has(cursor.toString())) return;
+    const reading = read().catch(() => undefined);
+    this.#readingAhead = reading;
+    void reading.finally(() => {
+      this.#readingAhead = undefined;
+    });
+    this.offer(cursor, reading);
+  }
+
+  /** Settles once no read-ahead is running (stop() waits for it before the pool may close). */
+  async settled(): Promise<void> {
+    while (this.#readingAhead) await this.#readingAhead;
   }
 
   /** Drops entries older than the maximum age, so a dispatcher that caught up holds no batch. */

@@ -38,6 +38,10 @@ export class TurnSlots<T> {
     while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight.values()]);
   }
 
+  get size(): number {
+    return this.#size;
+  }
+
   get running(): number {
     return this.#running;
   }

@@ -8,12 +8,12 @@ import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { lockConsumer, saveTurn, setStatus, type LockedRow } from '../queries/consumers.js';
 import { writeAudit } from '../queries/audit.js';
 import { recordDeadLetters, type DeadLetterInput } from '../queries/dead-letters.js';
-import { fetchBatch, fetchStartStragglers } from '../queries/events.js';
+import { fetchBatch, fetchStartStragglers, type FetchRow } from '../queries/events.js';
 import { replaceRanges, selectRangesToRecheck, type StoredRange } from '../queries/gaps.js';
 import { finishReplays, selectRequestedReplays } from '../queries/replays.js';
 import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
 import type { Tables } from '../schema/tables.js';
-import type { TransactionSql } from '../sql-types.js';
+import type { Sql, TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
@@ -51,6 +51,8 @@ export interface TurnEnvironment {
   readonly systemIdentifier: string | null;
   /** Full batches shared by the consumers of this dispatcher (absent: every turn reads for itself). */
   readonly reads?: SharedReads;
+  /** A turn whose fetch came back full starts reading this many events above it (needs `reads`). */
+  readonly readAhead?: number;
   /** Called once per consumer and process when a dead consumer's re-arms are used up. */
   readonly onRearmExhausted: (consumer: ResolvedConsumer, lastError: string | null) => void;
 }
@@ -210,6 +212,12 @@ async function turnInTransaction(
   const batch =
     shared ??
     (await fetchEvents(env.tables, tx, cursor, consumer.ordering === 'fast' ? rechecked : [], limit, reads));
+  // Catching up: the next batch is read from the pool while this one is delivered and committed.
+  const last = batch.events[batch.events.length - 1];
+  const aheadLimit = env.readAhead;
+  if (reads && aheadLimit !== undefined && last && batch.events.length === limit) {
+    reads.readAhead(last.id, () => readFullBatch(options.sql, env.tables, last.id, aheadLimit));
+  }
   const head = batch.head;
   const events = new Map<bigint, EventRecord>();
   for (const event of batch.events) events.set(event.id, event);
@@ -427,13 +435,7 @@ async function fetchEvents(
     cursor,
     { from: ranges.map((r) => r.from), to: ranges.map((r) => r.to) },
     limit,
-  ).then((rows) => {
-    const first = rows[0];
-    if (!first) throw new Error('fetchBatch returned no row');
-    const events: EventRecord[] = [];
-    for (const r of rows) if (r.id != null) events.push(eventFromRow(r as EventRow));
-    return { events, xmin: parseSnapshot(first.snapshot).xmin, head: BigInt(first.head) };
-  });
+  ).then(batchOf);
   if (reads) {
     reads.offer(
       cursor,
@@ -444,6 +446,25 @@ async function fetchEvents(
     );
   }
   return reading;
+}
+
+/** The events above `cursor` read by one autocommit statement of the pool, if LIMIT cut them. */
+async function readFullBatch(
+  sql: Sql,
+  t: Tables,
+  cursor: bigint,
+  limit: number,
+): Promise<EventBatch | undefined> {
+  const batch = batchOf(await fetchBatch(sql, t, cursor, { from: [], to: [] }, limit));
+  return batch.events.length === limit ? batch : undefined;
+}
+
+function batchOf(rows: readonly FetchRow[]): EventBatch {
+  const first = rows[0];
+  if (!first) throw new Error('fetchBatch returned no row');
+  const events: EventRecord[] = [];
+  for (const r of rows) if (r.id != null) events.push(eventFromRow(r as EventRow));
+  return { events, xmin: parseSnapshot(first.snapshot).xmin, head: BigInt(first.head) };
 }
 
 /** Writes the replacement of the rechecked ranges, touching only rows that changed. Returns the row delta. */

@@ -1,6 +1,6 @@
 import type { EventRow } from '../events.js';
 import type { Tables } from '../schema/tables.js';
-import type { TransactionSql } from '../sql-types.js';
+import type { Sql, TransactionSql } from '../sql-types.js';
 import { pgArray } from './pg-array.js';
 
 export interface FetchRow extends Partial<EventRow> {
@@ -16,7 +16,7 @@ export interface FetchRow extends Partial<EventRow> {
  * Returns at least one row; event columns are null when nothing was found.
  */
 export function fetchBatch(
-  tx: TransactionSql,
+  tx: TransactionSql | Sql,
   t: Tables,
   cursor: bigint,
   ranges: { from: readonly bigint[]; to: readonly bigint[] },
