@@ -167,7 +167,9 @@ export class PassRunner {
         continue;
       }
       if (mode === 'launch' && this.#slots.has(consumer.name)) this.#askedAgain.add(consumer.name);
-      const turn = this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch'));
+      // The turn may send its fetch along with its lock, for the cursor the pre-check read.
+      const expected = row && row.gap_count === 0 ? BigInt(row.cursor) : undefined;
+      const turn = this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch', expected));
       turns.push(
         turn.then((result) => {
           byConsumer[consumer.name] = result;
@@ -209,19 +211,23 @@ export class PassRunner {
     }
   }
 
-  async #turns(consumer: ResolvedConsumer, continueWhileMore: boolean): Promise<ConsumerPassResult> {
+  async #turns(
+    consumer: ResolvedConsumer,
+    continueWhileMore: boolean,
+    firstCursor: bigint | undefined,
+  ): Promise<ConsumerPassResult> {
     let processed = 0;
     let failed = 0;
     let outcome: TurnOutcome | undefined;
+    let expectedCursor = firstCursor;
     do {
       // This turn's fetch comes after every request made so far.
       this.#askedAgain.delete(consumer.name);
       const limit = this.#limits.get(consumer.name) ?? consumer.batchSize;
       try {
-        // The batch a next turn would read, fetched ahead while this one delivers. A read-ahead
-        // takes a pool connection beyond the turns': only while a turn slot is free.
-        const readAhead = this.#slots.running < this.#slots.size ? this.#grown(consumer, limit) : undefined;
-        outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit);
+        // The batch its next turn would read, fetched ahead while this one delivers.
+        const readAhead = this.#grown(consumer, limit);
+        outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit, expectedCursor);
       } catch (error) {
         this.#limits.delete(consumer.name);
         await this.#infraFailure(consumer, error);
@@ -232,6 +238,7 @@ export class PassRunner {
       else if (outcome.skipped === undefined) this.#limits.delete(consumer.name);
       processed += outcome.handled;
       failed += outcome.failed;
+      expectedCursor = outcome.pendingGaps === 0 ? outcome.cursor : undefined;
       if (outcome.timedOut) await this.#recordTimeout(consumer, outcome);
     } while (
       continueWhileMore &&

@@ -110,24 +110,24 @@ test('a short batch is not shared: the next consumer reads for itself and sees w
   expect(second.ids()).toHaveLength(4);
 });
 
-test('a consumer catching up alone takes the batch read ahead during its previous turn, holes included', async () => {
+test('a consumer catching up alone reads its next batch ahead during its turn and takes it, holes included', async () => {
   const schema = await freshSchema(db);
   const c = recordingConsumer('alone');
   await appendEvents(db.sql, 5, undefined, schema);
   const held = await holdGap(db.sql, undefined, { schema });
   await appendEvents(db.sql, 10, undefined, schema);
-  // Turns whose transaction ran no fetch of its own: they took the read-ahead.
-  let turnsWithoutFetch = 0;
-  const inTurn = new Map<number, boolean>();
+  // The cursors fetched from, per turn transaction.
+  const fetchedPerTurn: string[][] = [];
+  const inTurn = new Map<number, string[]>();
   const sql = db.connect({
     max: 6,
-    debug: (connection, query) => {
+    debug: (connection, query, parameters) => {
       const text = query.trim();
-      if (text === 'begin') inTurn.set(connection, false);
-      else if (text.includes('pg_current_snapshot() as snap') && inTurn.has(connection))
-        inTurn.set(connection, true);
+      if (text === 'begin') inTurn.set(connection, []);
+      else if (text.includes('pg_current_snapshot() as snap'))
+        inTurn.get(connection)?.push(String(parameters[0]));
       else if (text === 'commit') {
-        if (inTurn.get(connection) === false) turnsWithoutFetch += 1;
+        fetchedPerTurn.push(inTurn.get(connection) ?? []);
         inTurn.delete(connection);
       }
     },
@@ -135,7 +135,10 @@ test('a consumer catching up alone takes the batch read ahead during its previou
   const dispatcher = testDispatcher(sql, schema, [c.consumer], { batchSize: 4, maxBatchSize: 4 });
   await dispatcher.ensureRegistered();
   for (let i = 0; i < 6; i++) await dispatcher.runOnce();
-  expect(turnsWithoutFetch).toBeGreaterThan(0);
+  // The first turn read 1..4 and, while delivering them, the batch above 4 (5, 7, 8, 9: the hole
+  // 6 is held open); the second turn delivered that batch without fetching it again.
+  expect(fetchedPerTurn).toContainEqual(['0', '4']);
+  expect(fetchedPerTurn.flat().filter((cursor) => cursor === '4')).toHaveLength(1);
 
   const committed = (
     await db.sql<{ id: string }[]>`
@@ -148,4 +151,46 @@ test('a consumer catching up alone takes the batch read ahead during its previou
   for (let i = 0; i < 2; i++) await dispatcher.runOnce();
   expect(c.ids()).toEqual([...committed, held.id]);
   expect(await rangesOf(db.sql, schema, 'alone')).toEqual([]);
+});
+
+test('a turn whose cursor moved since the pre-check drops the fetch it sent with its lock', async () => {
+  const schema = await freshSchema(db);
+  await appendEvents(db.sql, 6, undefined, schema);
+  const byA: bigint[] = [];
+  const byB: bigint[] = [];
+  // Another instance of the shared consumer 'y'.
+  const b = testDispatcher(db.connect({ max: 4 }), schema, [
+    { name: 'y', handler: (event) => void byB.push(event.id) },
+  ]);
+  await b.ensureRegistered();
+  // 'x' starts at 3 (so its reads are not from y's cursor) and, on its first event, lets the other
+  // instance move y from 0 to 6: after this pass's pre-check read 0, before y's turn locks its row.
+  const early = testDispatcher(db.connect({ max: 4 }), schema, [{ name: 'x', handler: () => undefined }], {
+    batchSize: 3,
+    maxBatchSize: 3,
+  });
+  await early.ensureRegistered();
+  await early.runOnce();
+  let moved = false;
+  const a = testDispatcher(
+    db.connect({ max: 6 }),
+    schema,
+    [
+      {
+        name: 'x',
+        handler: async () => {
+          if (moved) return;
+          moved = true;
+          await b.runOnce();
+        },
+      },
+      { name: 'y', handler: (event) => void byA.push(event.id) },
+    ],
+    { concurrency: 1 },
+  );
+  await a.ensureRegistered();
+  await a.runOnce();
+  expect(byB).toHaveLength(6);
+  expect(byA).toEqual([]);
+  expect((await consumerRow(db.sql, schema, 'y')).cursor).toBe(byB[5]);
 });

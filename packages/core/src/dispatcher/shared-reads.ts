@@ -78,9 +78,9 @@ export class SharedReads {
   }
 
   /**
-   * Starts `read`, a fetch of the batch above `cursor` outside any turn, while the turn that read up
-   * to `cursor` is still delivering: its consumer's next turn (or another consumer's) then finds the
-   * batch instead of waiting for a fetch. One read-ahead at a time; none when `cursor` has an entry.
+   * Starts `read`, a fetch of the batch above `cursor`, while the turn that read up to `cursor` is
+   * still delivering: its consumer's next turn (or another consumer's) then finds the batch instead
+   * of waiting for a fetch. One read-ahead at a time; none when `cursor` has an entry.
    */
   readAhead(cursor: bigint, read: () => Promise<EventBatch | undefined>): void {
     if (this.#readingAhead || this.#entries.has(cursor.toString())) return;
@@ -90,6 +90,12 @@ export class SharedReads {
       this.#readingAhead = undefined;
     });
     this.offer(cursor, reading);
+  }
+
+  /** Whether a read from `cursor` is running or kept (younger than the maximum age). */
+  has(cursor: bigint): boolean {
+    const entry = this.#entries.get(cursor.toString());
+    return entry !== undefined && performance.now() - entry.atMs <= this.#maxAgeMs;
   }
 
   /** Settles once no read-ahead is running (stop() waits for it before the pool may close). */

@@ -13,7 +13,7 @@ import { replaceRanges, selectRangesToRecheck, type StoredRange } from '../queri
 import { finishReplays, selectRequestedReplays } from '../queries/replays.js';
 import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
 import type { Tables } from '../schema/tables.js';
-import type { Sql, TransactionSql } from '../sql-types.js';
+import type { TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
@@ -51,13 +51,14 @@ export interface TurnEnvironment {
   readonly systemIdentifier: string | null;
   /** Full batches shared by the consumers of this dispatcher (absent: every turn reads for itself). */
   readonly reads?: SharedReads;
-  /** A turn whose fetch came back full starts reading this many events above it (needs `reads`). */
+  /** A turn whose fetch came back full reads this many events above it while it delivers (needs `reads`). */
   readonly readAhead?: number;
   /** Called once per consumer and process when a dead consumer's re-arms are used up. */
   readonly onRearmExhausted: (consumer: ResolvedConsumer, lastError: string | null) => void;
 }
 
 const MAX_XID = 2n ** 63n - 1n;
+const NO_RANGES: readonly GapRange[] = [];
 
 /**
  * One consumer turn in one transaction (DESIGN §4.3): lock the cursor row (SKIP LOCKED), re-fetch
@@ -69,6 +70,7 @@ export async function runTurn(
   env: TurnEnvironment,
   consumer: ResolvedConsumer,
   limit: number = consumer.batchSize,
+  expectedCursor?: bigint,
 ): Promise<TurnOutcome> {
   const span = startTurnSpan(env.tracer, consumer.name, consumer.instanceId);
   let body: Promise<TurnOutcome> | undefined;
@@ -77,7 +79,7 @@ export async function runTurn(
     const outcome = await env.options.sql.begin((tx) => {
       const guarded = guardTurnTransaction(tx);
       endTurn = guarded.end;
-      body = turnInTransaction(env, consumer, guarded.tx, span, limit);
+      body = turnInTransaction(env, consumer, guarded.tx, span, limit, expectedCursor);
       return body;
     });
     span.setAttributes({
@@ -135,12 +137,24 @@ async function turnInTransaction(
   tx: TransactionSql,
   span: Span,
   limit: number,
+  expectedCursor: bigint | undefined,
 ): Promise<TurnOutcome> {
   const { options, tables: t } = env;
-  const [row] = await lockConsumer(tx, t, consumer.name, consumer.instanceId, {
+  const locking = lockConsumer(tx, t, consumer.name, consumer.instanceId, {
     statementTimeoutMs: options.statementTimeoutMs,
     idleInTransactionTimeoutMs: consumer.handlerTimeoutMs + options.statementTimeoutMs,
-  });
+  }).execute();
+  // The fetch for the cursor this turn expects (the pre-check's, or its previous turn's), sent right
+  // behind the lock: the same statements in the same order and transaction as ever, one round trip
+  // fewer. Its rows are used only if the locked row has that cursor and nothing that changes what
+  // the turn would fetch (no pending range, no replay, the same cluster). Not sent when another
+  // turn's read of that cursor is there to take; offered to the other consumers' turns at once.
+  const early =
+    expectedCursor === undefined || env.reads?.has(expectedCursor)
+      ? undefined
+      : readFrom(tx, t, expectedCursor, NO_RANGES, limit, env.reads);
+  early?.catch(() => undefined); // fails with the lock, whose failure the turn reports
+  const [row] = await locking;
   if (!row) return skipped('locked');
   const now = row.now;
   let rearmCount = row.rearm_count;
@@ -207,16 +221,21 @@ async function turnInTransaction(
 
   // A turn with no range to recheck reads only above its cursor: it may share that read (or use
   // another consumer's) with the consumers at the same cursor.
-  const reads = stored.length === 0 && !clusterChanged ? env.reads : undefined;
-  const shared = reads ? await reads.take(cursor, limit, options.statementTimeoutMs) : undefined;
+  const plain = stored.length === 0 && !clusterChanged;
+  const reads = plain ? env.reads : undefined;
+  const sentEarly = plain && !row.replays_pending && cursor === expectedCursor ? early : undefined;
+  const shared =
+    reads && !sentEarly ? await reads.take(cursor, limit, options.statementTimeoutMs) : undefined;
   const batch =
     shared ??
-    (await fetchEvents(env.tables, tx, cursor, consumer.ordering === 'fast' ? rechecked : [], limit, reads));
-  // Catching up: the next batch is read from the pool while this one is delivered and committed.
+    (await (sentEarly ??
+      readFrom(tx, t, cursor, consumer.ordering === 'fast' ? rechecked : [], limit, reads)));
+  // Catching up: the next batch is read on this turn's connection while the handlers run (they
+  // do not use it, unless the consumer is transactional) and ready when the next turn starts.
   const last = batch.events[batch.events.length - 1];
   const aheadLimit = env.readAhead;
-  if (reads && aheadLimit !== undefined && last && batch.events.length === limit) {
-    reads.readAhead(last.id, () => readFullBatch(options.sql, env.tables, last.id, aheadLimit));
+  if (reads && aheadLimit !== undefined && !consumer.transactional && last && batch.events.length === limit) {
+    reads.readAhead(last.id, () => readFullBatch(tx, t, last.id, aheadLimit));
   }
   const head = batch.head;
   const events = new Map<bigint, EventRecord>();
@@ -418,24 +437,20 @@ async function turnInTransaction(
 }
 
 /**
- * The turn's own fetch (one statement, one snapshot: DESIGN §5). With `reads`, it is offered to
- * the other consumers' turns from the same cursor while it runs, and kept for them if LIMIT cut it.
+ * The turn's fetch (one statement, one snapshot: DESIGN §5), started at once. With `reads`, it is
+ * offered to the other consumers' turns from the same cursor while it runs, and kept for them if
+ * LIMIT cut it.
  */
-async function fetchEvents(
-  t: Tables,
+function readFrom(
   tx: TransactionSql,
+  t: Tables,
   cursor: bigint,
   ranges: readonly GapRange[],
   limit: number,
   reads: SharedReads | undefined,
 ): Promise<EventBatch> {
-  const reading = fetchBatch(
-    tx,
-    t,
-    cursor,
-    { from: ranges.map((r) => r.from), to: ranges.map((r) => r.to) },
-    limit,
-  ).then(batchOf);
+  const bounds = { from: ranges.map((r) => r.from), to: ranges.map((r) => r.to) };
+  const reading = fetchBatch(tx, t, cursor, bounds, limit).execute().then(batchOf);
   if (reads) {
     reads.offer(
       cursor,
@@ -448,9 +463,9 @@ async function fetchEvents(
   return reading;
 }
 
-/** The events above `cursor` read by one autocommit statement of the pool, if LIMIT cut them. */
+/** The events above `cursor` read by one statement (DESIGN §5), if LIMIT cut them. */
 async function readFullBatch(
-  sql: Sql,
+  sql: TransactionSql,
   t: Tables,
   cursor: bigint,
   limit: number,
