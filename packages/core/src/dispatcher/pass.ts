@@ -225,8 +225,9 @@ export class PassRunner {
       this.#askedAgain.delete(consumer.name);
       const limit = this.#limits.get(consumer.name) ?? consumer.batchSize;
       try {
-        // The batch its next turn would read, fetched ahead while this one delivers.
-        const readAhead = this.#grown(consumer, limit);
+        // The batch its next turn would read, fetched ahead while this one delivers. A read-ahead
+        // takes a pool connection beyond the turns': only while a turn slot is free.
+        const readAhead = this.#slots.running < this.#slots.size ? this.#grown(consumer, limit) : undefined;
         outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit, expectedCursor);
       } catch (error) {
         this.#limits.delete(consumer.name);

@@ -13,7 +13,7 @@ import { replaceRanges, selectRangesToRecheck, type StoredRange } from '../queri
 import { finishReplays, selectRequestedReplays } from '../queries/replays.js';
 import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
 import type { Tables } from '../schema/tables.js';
-import type { TransactionSql } from '../sql-types.js';
+import type { Sql, TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
@@ -51,7 +51,7 @@ export interface TurnEnvironment {
   readonly systemIdentifier: string | null;
   /** Full batches shared by the consumers of this dispatcher (absent: every turn reads for itself). */
   readonly reads?: SharedReads;
-  /** A turn whose fetch came back full reads this many events above it while it delivers (needs `reads`). */
+  /** A turn whose fetch came back full starts reading this many events above it (needs `reads`). */
   readonly readAhead?: number;
   /** Called once per consumer and process when a dead consumer's re-arms are used up. */
   readonly onRearmExhausted: (consumer: ResolvedConsumer, lastError: string | null) => void;
@@ -230,12 +230,11 @@ async function turnInTransaction(
     shared ??
     (await (sentEarly ??
       readFrom(tx, t, cursor, consumer.ordering === 'fast' ? rechecked : [], limit, reads)));
-  // Catching up: the next batch is read on this turn's connection while the handlers run (they
-  // do not use it, unless the consumer is transactional) and ready when the next turn starts.
+  // Catching up: the next batch is read from the pool while this one is delivered and committed.
   const last = batch.events[batch.events.length - 1];
   const aheadLimit = env.readAhead;
-  if (reads && aheadLimit !== undefined && !consumer.transactional && last && batch.events.length === limit) {
-    reads.readAhead(last.id, () => readFullBatch(tx, t, last.id, aheadLimit));
+  if (reads && aheadLimit !== undefined && last && batch.events.length === limit) {
+    reads.readAhead(last.id, () => readFullBatch(options.sql, t, last.id, aheadLimit));
   }
   const head = batch.head;
   const events = new Map<bigint, EventRecord>();
@@ -463,9 +462,9 @@ function readFrom(
   return reading;
 }
 
-/** The events above `cursor` read by one statement (DESIGN §5), if LIMIT cut them. */
+/** The events above `cursor` read by one autocommit statement of the pool, if LIMIT cut them. */
 async function readFullBatch(
-  sql: TransactionSql,
+  sql: Sql,
   t: Tables,
   cursor: bigint,
   limit: number,
