@@ -63,6 +63,14 @@ describe('append', () => {
       rows.map((r) => [r.id, r.stream_id, r.type, r.data, r.metadata]),
     );
     expect(returned.map((e) => e.type)).toEqual(events.map((e) => e.type)); // ids follow the order given
+    // data and metadata are read lazily, but copies and JSON see them as plain fields.
+    const first = returned[0]!;
+    expect(JSON.parse(JSON.stringify({ ...first, id: first.id.toString() }))).toMatchObject({
+      data: rows[0]!.data,
+      metadata: rows[0]!.metadata,
+    });
+    expect({ ...first }.data).toEqual(rows[0]!.data);
+    expect(first.data).toBe(first.data);
   });
 
   test('stores data as a jsonb object, even when it holds JSON text', async () => {

@@ -92,16 +92,9 @@ export async function append(
   const rows = await insertEvents(tx, tables(tx, schema), streamIds, types, data, metadata);
   // Ids were drawn in the caller's order, one row after the other: the i-th smallest is event i's.
   rows.sort((a, b) => compare(BigInt(a.id), BigInt(b.id)));
-  const stored = rows.map((row, i): EventRecord => ({
-    id: BigInt(row.id),
-    streamId: streamIds[i] as string,
-    type: types[i] as string,
-    // The values stored (jsonb keeps the same values; it may order an object's keys differently
-    // when read back). Not sending the stored jsonb back saves the server a jsonb rendering per event.
-    data: JSON.parse(data[i] as string) as JsonObject,
-    metadata: JSON.parse(metadata[i] as string) as JsonObject,
-    createdAt: row.created_at,
-  }));
+  const stored = rows.map((row, i) =>
+    storedEvent(row, streamIds[i] as string, types[i] as string, data[i] as string, metadata[i] as string),
+  );
 
   if (wakeUp === 'in-transaction') {
     await tx`select pg_notify(${wakeUpChannel(schema)}, '')`;
@@ -109,6 +102,35 @@ export async function append(
     (wakeUpsAfterCommit.get(tx) ?? wakeUpContext.getStore())?.add(schema);
   }
   return stored;
+}
+
+/**
+ * The event as stored: its data and metadata are the values of the JSON text sent (jsonb keeps the
+ * same values; it may order an object's keys differently when read back). Not sending the stored
+ * jsonb back saves the server a jsonb rendering per event, and the text is parsed on first read:
+ * most callers only want the id.
+ */
+function storedEvent(
+  row: { id: string; created_at: Date },
+  streamId: string,
+  type: string,
+  dataJson: string,
+  metadataJson: string,
+): EventRecord {
+  let data: JsonObject | undefined;
+  let metadata: JsonObject | undefined;
+  return {
+    id: BigInt(row.id),
+    streamId,
+    type,
+    get data(): JsonObject {
+      return (data ??= JSON.parse(dataJson) as JsonObject);
+    },
+    get metadata(): JsonObject {
+      return (metadata ??= JSON.parse(metadataJson) as JsonObject);
+    },
+    createdAt: row.created_at,
+  };
 }
 
 /** Batches up to this size go as one VALUES list (one prepared statement per size); larger ones through unnest(). */
