@@ -143,7 +143,9 @@ async function turnInTransaction(
   const locking = lockConsumer(tx, t, consumer.name, consumer.instanceId, {
     statementTimeoutMs: options.statementTimeoutMs,
     idleInTransactionTimeoutMs: consumer.handlerTimeoutMs + options.statementTimeoutMs,
-  }).execute();
+  });
+  // Sent now (a query runs once something waits on it), so that the early fetch goes after it.
+  locking.catch(() => undefined);
   // The fetch for the cursor this turn expects (the pre-check's, or its previous turn's), sent right
   // behind the lock: the same statements in the same order and transaction as ever, one round trip
   // fewer. Its rows are used only if the locked row has that cursor and nothing that changes what
@@ -449,7 +451,7 @@ function readFrom(
   reads: SharedReads | undefined,
 ): Promise<EventBatch> {
   const bounds = { from: ranges.map((r) => r.from), to: ranges.map((r) => r.to) };
-  const reading = fetchBatch(tx, t, cursor, bounds, limit).execute().then(batchOf);
+  const reading = fetchBatch(tx, t, cursor, bounds, limit).then(batchOf);
   if (reads) {
     reads.offer(
       cursor,
