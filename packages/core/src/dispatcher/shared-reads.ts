@@ -66,8 +66,8 @@ export class SharedReads {
    * itself).
    */
   async take(cursor: bigint, limit: number, waitMs: number): Promise<EventBatch | undefined> {
-    const entry = this.#entries.get(cursor.toString());
-    if (!entry || performance.now() - entry.atMs > this.#maxAgeMs) return undefined;
+    const entry = this.#fresh(cursor);
+    if (!entry) return undefined;
     let batch = entry.done?.batch;
     if (!entry.done) {
       const settled = await settleWithin(entry.read, waitMs);
@@ -94,8 +94,7 @@ export class SharedReads {
 
   /** Whether a read from `cursor` is running or kept (younger than the maximum age). */
   has(cursor: bigint): boolean {
-    const entry = this.#entries.get(cursor.toString());
-    return entry !== undefined && performance.now() - entry.atMs <= this.#maxAgeMs;
+    return this.#fresh(cursor) !== undefined;
   }
 
   /** Settles once no read-ahead is running (stop() waits for it before the pool may close). */
@@ -107,8 +106,18 @@ export class SharedReads {
   prune(): void {
     const now = performance.now();
     for (const [key, entry] of this.#entries) {
-      if (now - entry.atMs > this.#maxAgeMs) this.#entries.delete(key);
+      if (this.#expired(entry, now)) this.#entries.delete(key);
     }
+  }
+
+  /** The entry for `cursor`, unless it is older than the maximum age. */
+  #fresh(cursor: bigint): Entry | undefined {
+    const entry = this.#entries.get(cursor.toString());
+    return entry && !this.#expired(entry, performance.now()) ? entry : undefined;
+  }
+
+  #expired(entry: Entry, now: number): boolean {
+    return now - entry.atMs > this.#maxAgeMs;
   }
 
   get size(): number {
