@@ -179,28 +179,35 @@ function invoke(
   const { consumer } = input;
   const span = startHandlerSpan(input.tracer, input.turnSpan, consumer.name, consumer.instanceId, events);
   const started = performance.now();
-  const call = (context: HandlerContext): unknown =>
-    batchHandler
-      ? batchHandler(events, context)
-      : consumer.definition.handler(events[0] as EventRecord, context);
   if (consumer.transactional) {
     let context: CallContext | undefined;
     const run = input.tx.savepoint((savepoint) => {
       context = new CallContext(consumer, attempt, savepoint);
-      return call(context);
+      return callHandler(consumer, events, batchHandler, context);
     });
     return settle(input, events, attempt, span, started, run, () => context);
   }
   const context = new CallContext(consumer, attempt, undefined);
   let result: unknown;
   try {
-    result = call(context);
+    result = callHandler(consumer, events, batchHandler, context);
   } catch (error) {
     return callFailed(input, events, attempt, span, started, error, context, undefined);
   }
   if (isThenable(result))
     return settle(input, events, attempt, span, started, Promise.resolve(result), () => context);
   return callSucceeded(input, span, started);
+}
+
+function callHandler(
+  consumer: ResolvedConsumer,
+  events: readonly EventRecord[],
+  batchHandler: NonNullable<ResolvedConsumer['definition']['batchHandler']> | undefined,
+  context: HandlerContext,
+): unknown {
+  return batchHandler
+    ? batchHandler(events, context)
+    : consumer.definition.handler(events[0] as EventRecord, context);
 }
 
 /** Waits for a handler's promise within handlerTimeoutMs. */
