@@ -1,6 +1,8 @@
 import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { createNoopMeter, type Meter, type MeterProvider, type MetricOptions } from '@opentelemetry/api';
 import { expect, test } from 'vitest';
 import { append, transaction } from '../append.js';
+import { METRIC } from '../telemetry/attributes.js';
 import { wakeUpChannel } from '../wake-up/channel.js';
 import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
 
@@ -10,6 +12,24 @@ async function listenBackends(): Promise<number[]> {
   const rows = await db.sql<{ pid: number }[]>`
     select pid from pg_stat_activity where datname = current_database() and application_name like 'sluice-listen%'`;
   return rows.map((r) => r.pid);
+}
+
+/** A meter provider that counts the dispatcher's passes and drops every other measurement. */
+function passCounter() {
+  const counter = { count: 0, meterProvider: undefined as unknown as MeterProvider };
+  const noop = createNoopMeter();
+  const meter: Meter = Object.assign(Object.create(noop) as Meter, {
+    createCounter: (name: string, options?: MetricOptions) =>
+      name === METRIC.passes
+        ? {
+            add: () => {
+              counter.count += 1;
+            },
+          }
+        : noop.createCounter(name, options),
+  });
+  counter.meterProvider = { getMeter: () => meter };
+  return counter;
 }
 
 test('an append committed in another process is handled without waiting for the poll', async () => {
@@ -43,6 +63,7 @@ test('an append committed while the consumer is in a turn is handled when that t
   const held = new Promise<void>((resolve) => (release = resolve));
   let inFirstHandler!: () => void;
   const firstHandlerRunning = new Promise<void>((resolve) => (inFirstHandler = resolve));
+  const passes = passCounter();
   const sql = db.connect({ max: 6 });
   const dispatcher = testDispatcher(
     sql,
@@ -59,17 +80,17 @@ test('an append committed while the consumer is in a turn is handled when that t
         },
       },
     ],
-    { pollIntervalMs: 60_000 },
+    { pollIntervalMs: 60_000, meterProvider: passes.meterProvider },
   );
   await dispatcher.start();
   // The same pool: each append wakes the dispatcher directly, and the only poll is 60 s away.
   await transaction(sql, (tx) => append(tx, [{ streamId: 's', type: 'First', data: {} }], { schema }));
   await firstHandlerRunning;
+  const passesBefore = passes.count;
   // The running turn fetched before this commit: the pass it wakes finds that turn still running.
   await transaction(sql, (tx) => append(tx, [{ streamId: 's', type: 'Second', data: {} }], { schema }));
-  // Time for the woken pass to run its pre-check and find the turn running (if it were slower, the
-  // second event would simply get a turn of its own and the test would not tell anything).
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  // The woken pass has found the turn running once it has counted itself (the last thing it does).
+  await until(() => passes.count > passesBefore, 5_000, 'the pass the second append woke');
   release();
   await until(() => seen.length === 2, 5_000, 'the second event before the 60 s poll');
   expect(seen).toEqual(['First', 'Second']);
