@@ -27,6 +27,17 @@ test('a taker gets at most its limit, from the batch read at its own cursor only
   expect(await reads.take(11n, 5, 1_000)).toBeUndefined();
 });
 
+test('a batch with a hole (at its start or inside) is not handed out', async () => {
+  const reads = new SharedReads(4, 1_000);
+  reads.offer(10n, Promise.resolve(batchOf(12, 4)));
+  expect(await reads.take(10n, 4, 1_000)).toBeUndefined();
+  const holed = batchOf(21, 4);
+  reads.offer(20n, Promise.resolve({ ...holed, events: holed.events.filter((e) => e.id !== 23n) }));
+  expect(await reads.take(20n, 2, 1_000)).toBeUndefined();
+  reads.offer(30n, Promise.resolve(batchOf(31, 4)));
+  expect((await reads.take(30n, 4, 1_000))?.events).toHaveLength(4);
+});
+
 test('a read that came back short or failed is not handed out', async () => {
   const reads = new SharedReads(4, 1_000);
   reads.offer(0n, Promise.resolve(undefined));

@@ -23,10 +23,14 @@ interface Entry {
  *
  * A turn with no pending gap range fetches only `id > cursor`. Another consumer's turn that has
  * locked its row at that same cursor, also with no range, may deliver that fetch's rows instead of
- * its own: the holes it passes become unfenced ranges, and the xid that later fences them is drawn
- * by its next turn, after the shared statement's snapshot (DESIGN §5, proof point 2). Only full
- * batches are offered: a batch cut by LIMIT says nothing about the log head, so a stale one can
- * never make a consumer believe it has caught up.
+ * its own, on two conditions:
+ *   * the batch is full: a batch cut by LIMIT says nothing about the log head, so a stale one can
+ *     never make a consumer believe it has caught up;
+ *   * the batch has no hole: its ids are exactly cursor + 1 … cursor + n. Such a batch is what the
+ *     taker's own fetch would return now (ids are unique, and nothing above a cursor is pruned), so
+ *     taking it changes nothing the turn delivers or decides. A batch with a hole is not: an id in
+ *     the hole may have committed since it was read, and the taker would then deliver it late, after
+ *     higher ids, although it was visible before the turn began (DESIGN §3 fetches after the lock).
  *
  * Events handed out here are the same objects for every consumer that takes them.
  */
@@ -43,14 +47,16 @@ export class SharedReads {
 
   /**
    * Registers the fetch a turn is running from `cursor`. It resolves to the batch when the fetch
-   * came back full, and to undefined otherwise (short, or failed).
+   * came back full, and to undefined otherwise (short, or failed). Only a batch without a hole is
+   * kept for the takers.
    */
   offer(cursor: bigint, read: Promise<EventBatch | undefined>): void {
     this.prune();
     const key = cursor.toString();
     this.#entries.delete(key); // re-inserted as the newest
-    const entry: Entry = { read, atMs: performance.now() };
-    void read.then((batch) => {
+    const gapless = read.then((batch) => (batch && isGapless(cursor, batch) ? batch : undefined));
+    const entry: Entry = { read: gapless, atMs: performance.now() };
+    void gapless.then((batch) => {
       entry.done = { batch };
     });
     this.#entries.set(key, entry);
@@ -123,4 +129,10 @@ export class SharedReads {
   get size(): number {
     return this.#entries.size;
   }
+}
+
+/** Whether the batch holds every id from `cursor` + 1 to its last one (ascending, unique ids). */
+function isGapless(cursor: bigint, batch: EventBatch): boolean {
+  const last = batch.events[batch.events.length - 1];
+  return last !== undefined && last.id === cursor + BigInt(batch.events.length);
 }
