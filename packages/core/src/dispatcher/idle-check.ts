@@ -1,6 +1,6 @@
 import { lowestEnded, parseSnapshot, parseXidList, type Snapshot } from '../gaps/snapshot.js';
 import type { ResolvedConsumer } from '../options.js';
-import type { ConsumerStateRow } from '../queries/consumers.js';
+import type { ConsumerStateRow, Precheck } from '../queries/consumers.js';
 import { isWaitingToRetry } from './backoff.js';
 import { rearmDecision } from './rearm.js';
 
@@ -54,6 +54,20 @@ function gapsCannotChange(row: ConsumerStateRow, snapshot: Snapshot): boolean {
   if (row.gaps_unfenced > 0 || row.gaps_recheck) return false;
   if (row.gap_min_fence !== null && BigInt(row.gap_min_fence) < snapshot.xmin) return false;
   return lowestEnded(parseXidList(row.gap_watch), snapshot) === null;
+}
+
+/**
+ * Whether a pre-check may stand for the next ones while the snapshot does not change. The rows it
+ * did not find trivially caught up must be judged without the clock: not disabled or dead (re-enable
+ * and re-arm are due at a time), no failed attempt (retry delay), not behind the head (its lag in
+ * seconds grows). Their one clock-based gauge, the age of the oldest gap, moves on with the local clock.
+ */
+export function canStand(precheck: Precheck): boolean {
+  for (const row of precheck.rows.values()) {
+    if (row.status !== 'idle' && row.status !== 'processing') return false;
+    if (row.attempts !== 0 || BigInt(row.cursor) < BigInt(row.head)) return false;
+  }
+  return true;
 }
 
 export { parseSnapshot };

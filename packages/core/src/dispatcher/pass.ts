@@ -17,7 +17,7 @@ import type { Tables } from '../schema/tables.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { isBackingOff, isWaitingToRetry, nextBackoff, type BackoffState } from './backoff.js';
 import { classifyFailure } from './classify-failure.js';
-import { isProvablyIdle } from './idle-check.js';
+import { canStand, isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
 import { SharedReads } from './shared-reads.js';
 import { TurnSlots } from './slots.js';
@@ -73,11 +73,26 @@ export class PassRunner {
   /** One read per batch for consumers turning from the same cursor, and the read-ahead. */
   readonly #reads: SharedReads;
   #precheckFailing = false;
+  /**
+   * The last pre-check the server answered in full, when it can stand for the next ones while the
+   * cluster's snapshot does not change: every row it holds is judged the same way later (no clock
+   * in it). Undefined otherwise.
+   */
+  #standing: { precheck: Precheck; atMs: number } | undefined;
+  /**
+   * The result of the last pass when it found every consumer idle and started no turn: while the
+   * pre-check stands, the next passes would find the same, and return it without judging each
+   * consumer again (an idle process then allocates next to nothing per tick).
+   */
+  #allIdle: PassResult | undefined;
+  /** Whether some consumer runs only while its feature is enabled (decided per pass, by the app). */
+  readonly #featureGated: boolean;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
 
   constructor(env: PassEnvironment) {
     this.#env = env;
     this.#precheckKeys = precheckKeys(env.options.consumers);
+    this.#featureGated = env.options.consumers.some((c) => c.definition.featureName !== undefined);
     this.#slots = new TurnSlots(env.options.concurrency);
     this.#reads = new SharedReads(SHARED_READS, SHARED_READ_MAX_AGE_MS);
   }
@@ -100,10 +115,18 @@ export class PassRunner {
   async run(mode: 'await' | 'launch'): Promise<PassResult> {
     const { options } = this.#env;
     this.#reads.prune();
-    const precheck = await this.#precheck();
+    const checked = await this.#precheck();
+    const precheck = checked?.precheck;
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
     const nowMs = Date.now();
     await this.#heartbeatIfDue(nowMs);
+    const allIdle = this.#allIdle;
+    this.#allIdle = undefined;
+    if (checked?.standing && allIdle && this.#backoff.size === 0 && !this.#featureGated) {
+      this.#allIdle = allIdle;
+      this.#env.metrics.pass('idle');
+      return allIdle;
+    }
     const byConsumer: Record<string, ConsumerPassResult> = {};
     const turns: Promise<void>[] = [];
     for (const consumer of options.consumers) {
@@ -182,23 +205,48 @@ export class PassRunner {
     const processed = results.reduce((sum, r) => sum + r.processed, 0);
     const failed = results.reduce((sum, r) => sum + r.failed, 0);
     this.#env.metrics.pass(precheck === undefined ? 'precheck-failed' : turns.length === 0 ? 'idle' : 'ok');
-    return { processed, failed, byConsumer };
+    const result = { processed, failed, byConsumer };
+    if (precheck && turns.length === 0 && results.every((r) => r.skipped === 'idle')) this.#allIdle = result;
+    return result;
   }
 
-  async #precheck(): Promise<Precheck | undefined> {
+  /**
+   * The pre-check, or undefined when it failed. `standing`: the server read nothing because the
+   * snapshot had not changed, and the last full answer stands (aged by the local clock).
+   */
+  async #precheck(): Promise<{ precheck: Precheck; standing: boolean } | undefined> {
     const { options, tables, logger, metrics } = this.#env;
     try {
-      const precheck = await precheckConsumers(options.sql, tables, this.#precheckKeys);
+      const standing = this.#standing;
+      const fresh = await precheckConsumers(
+        options.sql,
+        tables,
+        this.#precheckKeys,
+        standing ? standing.precheck.snapshot : null,
+      );
       if (this.#precheckFailing) logger.info({}, 'idle pre-check works again');
       this.#precheckFailing = false;
-      for (const consumer of options.consumers) {
-        const row = precheck.rows.get(consumer.name);
-        if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
-        else if (precheck.quiet.has(consumer.name))
-          metrics.setConsumer(consumer.name, consumer.instanceId, CAUGHT_UP);
+      if (fresh) {
+        this.#standing = canStand(fresh) ? { precheck: fresh, atMs: performance.now() } : undefined;
+        for (const consumer of options.consumers) {
+          const row = fresh.rows.get(consumer.name);
+          if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
+          else if (fresh.quiet.has(consumer.name))
+            metrics.setConsumer(consumer.name, consumer.instanceId, CAUGHT_UP);
+        }
+        return { precheck: fresh, standing: false };
       }
-      return precheck;
+      if (!standing)
+        throw new Error('the idle pre-check returned nothing without an earlier one to stand for it');
+      // Nothing changed but the clock: only the gap ages of the rows it holds move on.
+      const elapsedMs = performance.now() - standing.atMs;
+      for (const consumer of options.consumers) {
+        const row = standing.precheck.rows.get(consumer.name);
+        if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row, elapsedMs));
+      }
+      return { precheck: standing.precheck, standing: true };
     } catch (error) {
+      this.#standing = undefined;
       // Nothing is proven idle: every consumer takes a turn. Logged once per outage (DESIGN §4.1).
       if (!this.#precheckFailing) {
         logger.warn(
@@ -370,8 +418,9 @@ const CAUGHT_UP = Object.freeze({
   dead: false,
 });
 
-function gaugesOf(row: PrecheckRow) {
-  const now = row.now.getTime();
+/** A consumer's gauges from its pre-check row, read `elapsedMs` after the row was. */
+function gaugesOf(row: PrecheckRow, elapsedMs = 0) {
+  const now = row.now.getTime() + elapsedMs;
   const head = BigInt(row.head);
   const cursor = BigInt(row.cursor);
   const behind = cursor < head;

@@ -113,3 +113,33 @@ test('a process whose consumer rows do not exist yet gets none, quiet or not', a
   expect(precheck.quiet.size).toBe(0);
   expect(precheck.rows.size).toBe(0);
 });
+
+test('given the snapshot of an earlier pre-check, it reads nothing while no transaction has ended, and answers in full after a commit', async () => {
+  const schema = await freshSchema(db);
+  const t = tables(db.sql, schema);
+  await registerConsumers(db.sql, t, schema, [
+    { name: 'a', instanceId: '*', startFrom: 'beginning', perInstance: false },
+  ]);
+  const keys = precheckKeys([{ name: 'a', instanceId: '*' }]);
+  const first = await precheckConsumers(db.sql, t, keys);
+  expect(first.quiet).toEqual(new Set(['a']));
+
+  // Other test files commit on this server too: the statement reads nothing exactly when no
+  // transaction ended between the two, and otherwise answers with the newer snapshot.
+  let unchanged = 0;
+  for (let i = 0; i < 500 && unchanged < 3; i++) {
+    const earlier = await precheckConsumers(db.sql, t, keys);
+    const again = await precheckConsumers(db.sql, t, keys, earlier.snapshot);
+    if (again === undefined) unchanged += 1;
+    else expect(again.snapshot).not.toBe(earlier.snapshot);
+  }
+  expect(unchanged).toBe(3);
+
+  // A commit (here an append) always ends a transaction: the answer is whole and new.
+  const seen = await precheckConsumers(db.sql, t, keys);
+  await appendEvents(db.sql, 1, undefined, schema);
+  const after = await precheckConsumers(db.sql, t, keys, seen.snapshot);
+  expect(after?.snapshot).not.toBe(seen.snapshot);
+  expect(after?.quiet.size).toBe(0);
+  expect(after?.rows.get('a')).toMatchObject({ cursor: '0', head: expect.stringMatching(/^[1-9]/) });
+});
