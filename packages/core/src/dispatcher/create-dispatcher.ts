@@ -80,6 +80,8 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   const inFlightPasses = new Set<Promise<unknown>>();
   let passRunning = false;
   let passRequested = false;
+  /** A pending request came from an announced commit (see requestPass). */
+  let passWoken = false;
 
   const passes = new PassRunner({
     options: { ...options, concurrency: turnSlots },
@@ -97,9 +99,14 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     return promise;
   }
 
-  /** Wake-ups (timer, NOTIFY, local appends) coalesce: at most one pass runs, one more is queued. */
-  function requestPass(): void {
+  /**
+   * Wake-ups (timer, NOTIFY, local appends) coalesce: at most one pass runs, one more is queued.
+   * `woken`: a commit was announced (NOTIFY or a local append), so the pass need not first ask
+   * whether anything changed since the last pre-check.
+   */
+  function requestPass(woken: boolean): void {
     if (!started || stopping) return;
+    passWoken ||= woken;
     if (passRunning) {
       passRequested = true;
       return;
@@ -111,7 +118,9 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
           const again = () => passRequested && !stopping;
           do {
             passRequested = false;
-            await passes.run('launch');
+            const wokenPass = passWoken;
+            passWoken = false;
+            await passes.run('launch', wokenPass);
           } while (again());
         } catch (error) {
           logger.error({ error: messageOf(error) }, 'dispatcher pass failed');
@@ -155,8 +164,12 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     }
     await ensureRegistered();
     started = true;
-    unsubscribe = notifier.subscribe(requestPass);
-    pollTimer = setInterval(requestPass, options.pollIntervalMs);
+    unsubscribe = notifier.subscribe(() => {
+      requestPass(true);
+    });
+    pollTimer = setInterval(() => {
+      requestPass(false);
+    }, options.pollIntervalMs);
     if (options.listen) {
       listener = await startListener({
         sql,
@@ -166,14 +179,16 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
           `sluice-listen${options.instanceId === undefined ? '' : `:${options.instanceId}`}`.slice(0, 63),
         logger,
         checkMs: options.listenCheckMs,
-        onWake: requestPass,
+        onWake: () => {
+          requestPass(true);
+        },
         onConnectedChange: (connected) => {
           listenConnected = connected;
           metrics.setListenConnected(connected);
         },
       });
     }
-    requestPass();
+    requestPass(false);
   }
 
   async function readSystemIdentifier(): Promise<string | null> {

@@ -4,6 +4,7 @@ import { parseSnapshot, type Snapshot } from '../gaps/snapshot.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import {
+  currentSnapshot,
   heartbeat,
   precheckConsumers,
   precheckKeys,
@@ -14,7 +15,7 @@ import {
   type PrecheckRow,
 } from '../queries/consumers.js';
 import type { Tables } from '../schema/tables.js';
-import type { DispatcherMetrics } from '../telemetry/metrics.js';
+import type { ConsumerGauges, DispatcherMetrics } from '../telemetry/metrics.js';
 import { isBackingOff, isWaitingToRetry, nextBackoff, type BackoffState } from './backoff.js';
 import { classifyFailure } from './classify-failure.js';
 import { canStand, isProvablyIdle } from './idle-check.js';
@@ -78,7 +79,7 @@ export class PassRunner {
    * cluster's snapshot does not change: every row it holds is judged the same way later (no clock
    * in it). Undefined otherwise.
    */
-  #standing: { precheck: Precheck; atMs: number } | undefined;
+  #standing: Precheck | undefined;
   /**
    * The result of the last pass when it found every consumer idle and started no turn: while the
    * pre-check stands, the next passes would find the same, and return it without judging each
@@ -110,12 +111,13 @@ export class PassRunner {
   /**
    * `await`: one turn per consumer, resolved when all are done (runOnce). `launch`: consumers with
    * more work keep turning until caught up, and the pass returns once they are started, so a slow
-   * consumer never holds up the next pass for the others.
+   * consumer never holds up the next pass for the others. `woken`: the pass answers an announced
+   * commit, and reads the pre-check in full without first asking whether anything changed.
    */
-  async run(mode: 'await' | 'launch'): Promise<PassResult> {
+  async run(mode: 'await' | 'launch', woken = false): Promise<PassResult> {
     const { options } = this.#env;
     this.#reads.prune();
-    const checked = await this.#precheck();
+    const checked = await this.#precheck(woken);
     const precheck = checked?.precheck;
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
     const nowMs = Date.now();
@@ -211,40 +213,17 @@ export class PassRunner {
   }
 
   /**
-   * The pre-check, or undefined when it failed. `standing`: the server read nothing because the
-   * snapshot had not changed, and the last full answer stands (aged by the local clock).
+   * The pre-check, or undefined when it failed. `standing`: the cluster's snapshot has not changed
+   * since the last full pre-check, which stands (only the clock moved on). A pass woken by a commit
+   * does not ask: something did change.
    */
-  async #precheck(): Promise<{ precheck: Precheck; standing: boolean } | undefined> {
-    const { options, tables, logger, metrics } = this.#env;
+  async #precheck(woken: boolean): Promise<{ precheck: Precheck; standing: boolean } | undefined> {
+    const { logger } = this.#env;
     try {
-      const standing = this.#standing;
-      const fresh = await precheckConsumers(
-        options.sql,
-        tables,
-        this.#precheckKeys,
-        standing ? standing.precheck.snapshot : null,
-      );
+      const checked = await this.#readPrecheck(woken);
       if (this.#precheckFailing) logger.info({}, 'idle pre-check works again');
       this.#precheckFailing = false;
-      if (fresh) {
-        this.#standing = canStand(fresh) ? { precheck: fresh, atMs: performance.now() } : undefined;
-        for (const consumer of options.consumers) {
-          const row = fresh.rows.get(consumer.name);
-          if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
-          else if (fresh.quiet.has(consumer.name))
-            metrics.setConsumer(consumer.name, consumer.instanceId, CAUGHT_UP);
-        }
-        return { precheck: fresh, standing: false };
-      }
-      if (!standing)
-        throw new Error('the idle pre-check returned nothing without an earlier one to stand for it');
-      // Nothing changed but the clock: only the gap ages of the rows it holds move on.
-      const elapsedMs = performance.now() - standing.atMs;
-      for (const consumer of options.consumers) {
-        const row = standing.precheck.rows.get(consumer.name);
-        if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row, elapsedMs));
-      }
-      return { precheck: standing.precheck, standing: true };
+      return checked;
     } catch (error) {
       this.#standing = undefined;
       // Nothing is proven idle: every consumer takes a turn. Logged once per outage (DESIGN §4.1).
@@ -257,6 +236,24 @@ export class PassRunner {
       this.#precheckFailing = true;
       return undefined;
     }
+  }
+
+  async #readPrecheck(woken: boolean): Promise<{ precheck: Precheck; standing: boolean }> {
+    const { options, tables, metrics } = this.#env;
+    const standing = this.#standing;
+    if (standing && !woken && (await currentSnapshot(options.sql)) === standing.snapshot) {
+      // Nothing changed but the clock: the gauges stand too (gap ages grow as they are read).
+      return { precheck: standing, standing: true };
+    }
+    const precheck = await precheckConsumers(options.sql, tables, this.#precheckKeys);
+    this.#standing = canStand(precheck) ? precheck : undefined;
+    for (const consumer of options.consumers) {
+      const row = precheck.rows.get(consumer.name);
+      if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
+      else if (precheck.quiet.has(consumer.name))
+        metrics.setConsumer(consumer.name, consumer.instanceId, CAUGHT_UP);
+    }
+    return { precheck, standing: false };
   }
 
   async #turns(
@@ -414,13 +411,13 @@ const CAUGHT_UP = Object.freeze({
   lagSeconds: 0,
   stagnationSeconds: 0,
   gapRanges: 0,
-  oldestGapAgeSeconds: 0,
+  oldestGapSinceMs: null,
   dead: false,
 });
 
-/** A consumer's gauges from its pre-check row, read `elapsedMs` after the row was. */
-function gaugesOf(row: PrecheckRow, elapsedMs = 0) {
-  const now = row.now.getTime() + elapsedMs;
+/** A consumer's gauges from its pre-check row, read just now. */
+function gaugesOf(row: PrecheckRow): ConsumerGauges {
+  const now = row.now.getTime();
   const head = BigInt(row.head);
   const cursor = BigInt(row.cursor);
   const behind = cursor < head;
@@ -430,7 +427,9 @@ function gaugesOf(row: PrecheckRow, elapsedMs = 0) {
     stagnationSeconds:
       behind && row.last_progress_at ? Math.max(0, (now - row.last_progress_at.getTime()) / 1000) : 0,
     gapRanges: row.gap_count,
-    oldestGapAgeSeconds: row.oldest_gap_at ? Math.max(0, (now - row.oldest_gap_at.getTime()) / 1000) : 0,
+    oldestGapSinceMs: row.oldest_gap_at
+      ? performance.now() - Math.max(0, now - row.oldest_gap_at.getTime())
+      : null,
     dead: row.status === 'dead',
   };
 }

@@ -102,7 +102,7 @@ export interface Precheck {
   readonly quiet: ReadonlySet<string>;
   /** Every other consumer row of this process, whole, for the pass to judge (isProvablyIdle). */
   readonly rows: ReadonlyMap<string, PrecheckRow>;
-  /** The statement's snapshot, as text (see `unchangedSince`). */
+  /** The statement's snapshot, as text (see currentSnapshot). */
   readonly snapshot: string;
 }
 
@@ -139,26 +139,8 @@ export function precheckKeys(consumers: readonly { name: string; instanceId: str
  * It comes back as one row: the names of the trivially caught-up consumers, decided in the
  * statement, and the other rows as JSON. An idle process with many consumers then costs the server
  * one scan and Node one row per tick; parsing a typed row per consumer was most of its CPU.
- *
- * `unchangedSince` is the snapshot text of an earlier pre-check. If the cluster's snapshot is still
- * exactly that one, the statement reads nothing and this returns undefined: a snapshot (xmin, xmax
- * and the xids running below xmax) fixes which transactions have ended, so while it stays the same
- * no transaction has committed anywhere and every row and id the earlier pre-check read is as it
- * was. Only the clock has moved.
  */
-export function precheckConsumers(sql: Sql, t: Tables, keys: PrecheckKeys): Promise<Precheck>;
-export function precheckConsumers(
-  sql: Sql,
-  t: Tables,
-  keys: PrecheckKeys,
-  unchangedSince: string | null,
-): Promise<Precheck | undefined>;
-export async function precheckConsumers(
-  sql: Sql,
-  t: Tables,
-  keys: PrecheckKeys,
-  unchangedSince: string | null = null,
-): Promise<Precheck | undefined> {
+export async function precheckConsumers(sql: Sql, t: Tables, keys: PrecheckKeys): Promise<Precheck> {
   const [result] = await sql<
     { head: string; snapshot: string; now: Date; quiet: string[]; rows: JsonStateRow[] }[]
   >`
@@ -190,13 +172,8 @@ export async function precheckConsumers(
       -- consumers, 4 ms a plan against 0.6 ms for this form; a consumers table is small).
       where (c.instance_id = ${SHARED_INSTANCE_ID} and array[c.name] <@ ${keys.shared}::text[])
          or (c.instance_id = ${keys.ownInstance} and array[c.name] <@ ${keys.own}::text[])
-    ) a
-    -- No column in it: a one-time filter, checked before anything above is read.
-    where pg_current_snapshot()::text is distinct from ${unchangedSince}::text`;
-  if (result === undefined) {
-    if (unchangedSince !== null) return undefined;
-    throw new Error('the idle pre-check returned no row');
-  }
+    ) a`;
+  if (result === undefined) throw new Error('the idle pre-check returned no row');
   const rows = new Map<string, PrecheckRow>();
   for (const row of result.rows) {
     rows.set(row.name, {
@@ -212,6 +189,17 @@ export async function precheckConsumers(
     });
   }
   return { quiet: new Set(result.quiet), rows, snapshot: result.snapshot };
+}
+
+/**
+ * The cluster's current snapshot, as text. A snapshot (xmin, xmax and the xids running below xmax)
+ * fixes which transactions have ended: while it stays the same, no transaction has committed
+ * anywhere, so every row and id an earlier statement read under it is as it was.
+ */
+export async function currentSnapshot(sql: Sql): Promise<string> {
+  const [row] = await sql<{ snapshot: string }[]>`select pg_current_snapshot()::text as snapshot`;
+  if (row === undefined) throw new Error('pg_current_snapshot() returned no row');
+  return row.snapshot;
 }
 
 function dateOrNull(text: string | null): Date | null {

@@ -7,7 +7,12 @@ export interface ConsumerGauges {
   lagSeconds: number;
   stagnationSeconds: number;
   gapRanges: number;
-  oldestGapAgeSeconds: number;
+  /**
+   * When the oldest pending gap range was observed, on this process's performance.now() clock;
+   * null without one. Its age is taken when the gauge is read, so it grows between passes (and
+   * while a pass reuses a standing pre-check) without the gauge being set again.
+   */
+  oldestGapSinceMs: number | null;
   dead: boolean;
 }
 
@@ -86,7 +91,9 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
     (g) => g.stagnationSeconds,
   );
   gauge(METRIC.gapsPending, 'Pending gap ranges', '{range}', (g) => g.gapRanges);
-  gauge(METRIC.gapsOldestAge, 'Age of the oldest pending gap range', 's', (g) => g.oldestGapAgeSeconds);
+  gauge(METRIC.gapsOldestAge, 'Age of the oldest pending gap range', 's', (g) =>
+    g.oldestGapSinceMs === null ? 0 : Math.max(0, (performance.now() - g.oldestGapSinceMs) / 1000),
+  );
   gauge(METRIC.consumerDead, '1 while the consumer is dead', '1', (g) => (g.dead ? 1 : 0));
   meter
     .createObservableGauge(METRIC.listenConnected, { description: '1 while LISTEN is connected', unit: '1' })
