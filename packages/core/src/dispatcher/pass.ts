@@ -81,11 +81,11 @@ export class PassRunner {
    */
   #standing: Precheck | undefined;
   /**
-   * The result of the last pass when it found every consumer idle and started no turn: while the
-   * pre-check stands, the next passes would find the same, and return it without judging each
-   * consumer again (an idle process then allocates next to nothing per tick).
+   * The last pass that found every consumer idle and started no turn, with the pre-check it judged:
+   * while that pre-check stands, the next passes would find the same, and return its result without
+   * judging each consumer again (an idle process then allocates next to nothing per tick).
    */
-  #allIdle: PassResult | undefined;
+  #allIdle: { precheck: Precheck; result: PassResult } | undefined;
   /** Whether some consumer runs only while its feature is enabled (decided per pass, by the app). */
   readonly #featureGated: boolean;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
@@ -123,12 +123,17 @@ export class PassRunner {
     const nowMs = Date.now();
     await this.#heartbeatIfDue(nowMs);
     const allIdle = this.#allIdle;
-    this.#allIdle = undefined;
-    if (checked?.standing && allIdle && this.#backoff.size === 0 && !this.#featureGated) {
-      this.#allIdle = allIdle;
+    if (
+      checked?.standing &&
+      allIdle &&
+      allIdle.precheck === precheck &&
+      this.#backoff.size === 0 &&
+      !this.#featureGated
+    ) {
       this.#env.metrics.pass('idle');
-      return allIdle;
+      return allIdle.result;
     }
+    this.#allIdle = undefined;
     const byConsumer: Record<string, ConsumerPassResult> = {};
     const turns: Promise<void>[] = [];
     for (const consumer of options.consumers) {
@@ -208,7 +213,9 @@ export class PassRunner {
     const failed = results.reduce((sum, r) => sum + r.failed, 0);
     this.#env.metrics.pass(precheck === undefined ? 'precheck-failed' : turns.length === 0 ? 'idle' : 'ok');
     const result = { processed, failed, byConsumer };
-    if (precheck && turns.length === 0 && results.every((r) => r.skipped === 'idle')) this.#allIdle = result;
+    if (precheck && turns.length === 0 && results.every((r) => r.skipped === 'idle')) {
+      this.#allIdle = { precheck, result };
+    }
     return result;
   }
 
