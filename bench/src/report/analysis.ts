@@ -146,8 +146,10 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         `${n(f('Node CPU'))} % of a core (the minimal loop polling every consumer: ${n(m('statements per poll tick'))} statements per tick, ` +
         `PostgreSQL ${n(m('PostgreSQL CPU'))} %, Node ${n(m('Node CPU'))} %).`,
       `- The floor: \`select 1\` once per tick from the same kind of pool, with no consumer at all, cost PostgreSQL ${n(fl('PostgreSQL CPU'))} % and Node ${n(fl('Node CPU'))} % of a core in the same run. ` +
-        'That is the price of one statement every 100 ms on this machine (a timer, a round trip, a backend woken up), before the statement does anything; what Sluice adds above it is the pre-check itself, whose cost per call is in the statement table under the idle scenario.',
-      '- The pre-check decides the trivially caught-up consumers in SQL and returns one row (their names, and the others as JSON): parsing a typed row per consumer was most of the idle Node CPU before.',
+        'That is the price of one statement every 100 ms on this machine (a timer, a round trip, a backend woken up), before the statement does anything.',
+      '- While nothing commits anywhere in the cluster, a Sluice tick sends only `select pg_current_snapshot()::text`: an unchanged snapshot means no transaction has ended since the last full pre-check, which then stands (the statement table under the idle scenario shows it). ' +
+        'The held gap does not change the snapshot, so the 10 consumers waiting on it cost nothing more. What Node does above the floor is the pass around that statement.',
+      '- A full pre-check (after any commit, or while a consumer is dead, disabled, retrying or behind) decides the trivially caught-up consumers in SQL and returns one row (their names, and the others as JSON).',
       '',
     );
   }
