@@ -21,7 +21,7 @@ afterEach(() => {
 
 test('a taker gets at most its limit, from the batch read at its own cursor only', async () => {
   const reads = new SharedReads(4, 1_000);
-  reads.offer(10n, Promise.resolve(batchOf(11, 8)));
+  reads.offer(10n, 8, Promise.resolve(batchOf(11, 8)));
   expect((await reads.take(10n, 5, 1_000))?.events.map((e) => e.id)).toEqual([11n, 12n, 13n, 14n, 15n]);
   expect((await reads.take(10n, 100, 1_000))?.events).toHaveLength(8);
   expect(await reads.take(11n, 5, 1_000)).toBeUndefined();
@@ -29,25 +29,27 @@ test('a taker gets at most its limit, from the batch read at its own cursor only
 
 test('a batch with a hole (at its start or inside) is not handed out', async () => {
   const reads = new SharedReads(4, 1_000);
-  reads.offer(10n, Promise.resolve(batchOf(12, 4)));
+  reads.offer(10n, 4, Promise.resolve(batchOf(12, 4)));
   expect(await reads.take(10n, 4, 1_000)).toBeUndefined();
   const holed = batchOf(21, 4);
-  reads.offer(20n, Promise.resolve({ ...holed, events: holed.events.filter((e) => e.id !== 23n) }));
+  reads.offer(20n, 3, Promise.resolve({ ...holed, events: holed.events.filter((e) => e.id !== 23n) }));
   expect(await reads.take(20n, 2, 1_000)).toBeUndefined();
-  reads.offer(30n, Promise.resolve(batchOf(31, 4)));
+  reads.offer(30n, 4, Promise.resolve(batchOf(31, 4)));
   expect((await reads.take(30n, 4, 1_000))?.events).toHaveLength(4);
 });
 
 test('a read that came back short or failed is not handed out', async () => {
   const reads = new SharedReads(4, 1_000);
-  reads.offer(0n, Promise.resolve(undefined));
+  reads.offer(0n, 5, Promise.resolve(batchOf(1, 4)));
   expect(await reads.take(0n, 5, 1_000)).toBeUndefined();
+  reads.offer(10n, 5, Promise.reject(new Error('connection lost')));
+  expect(await reads.take(10n, 5, 1_000)).toBeUndefined();
 });
 
 test('a taker waits for a read still running', async () => {
   const reads = new SharedReads(4, 1_000);
   let finish!: (batch: EventBatch) => void;
-  reads.offer(0n, new Promise((resolve) => (finish = resolve)));
+  reads.offer(0n, 3, new Promise((resolve) => (finish = resolve)));
   const taking = reads.take(0n, 3, 1_000);
   finish(batchOf(1, 3));
   expect((await taking)?.events).toHaveLength(3);
@@ -55,16 +57,16 @@ test('a taker waits for a read still running', async () => {
 
 test('a taker stops waiting for a read that does not settle in time', async () => {
   const reads = new SharedReads(4, 1_000);
-  reads.offer(0n, new Promise(() => undefined));
+  reads.offer(0n, 3, new Promise(() => undefined));
   expect(await reads.take(0n, 3, 10)).toBeUndefined();
 });
 
 test('only the newest entries are kept, and none past the maximum age', async () => {
   vi.useFakeTimers();
   const reads = new SharedReads(2, 1_000);
-  reads.offer(0n, Promise.resolve(batchOf(1, 2)));
-  reads.offer(2n, Promise.resolve(batchOf(3, 2)));
-  reads.offer(4n, Promise.resolve(batchOf(5, 2)));
+  reads.offer(0n, 2, Promise.resolve(batchOf(1, 2)));
+  reads.offer(2n, 2, Promise.resolve(batchOf(3, 2)));
+  reads.offer(4n, 2, Promise.resolve(batchOf(5, 2)));
   expect(reads.size).toBe(2);
   expect(await reads.take(0n, 2, 1_000)).toBeUndefined();
   expect(await reads.take(4n, 2, 1_000)).toBeDefined();
@@ -82,8 +84,8 @@ test('one read-ahead runs at a time, none for a cursor already read, and settled
     started += 1;
     return new Promise<EventBatch>((resolve) => (finish = resolve));
   };
-  reads.readAhead(0n, read);
-  reads.readAhead(2n, read);
+  reads.readAhead(0n, 2, read);
+  reads.readAhead(2n, 2, read);
   expect(started).toBe(1);
   let settled = false;
   const settling = reads.settled().then(() => (settled = true));
@@ -92,6 +94,6 @@ test('one read-ahead runs at a time, none for a cursor already read, and settled
   finish(batchOf(1, 2));
   await settling;
   expect((await reads.take(0n, 2, 1_000))?.events).toHaveLength(2);
-  reads.readAhead(0n, read);
+  reads.readAhead(0n, 2, read);
   expect(started).toBe(1);
 });

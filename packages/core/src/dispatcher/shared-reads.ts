@@ -46,17 +46,19 @@ export class SharedReads {
   }
 
   /**
-   * Registers the fetch a turn is running from `cursor`. It resolves to the batch when the fetch
-   * came back full, and to undefined otherwise (short, or failed). Only a batch without a hole is
-   * kept for the takers.
+   * Registers a fetch of at most `limit` events above `cursor`, still running or done. Its batch is
+   * kept for the takers only if it is full and has no hole (see above); a failed fetch is not.
    */
-  offer(cursor: bigint, read: Promise<EventBatch | undefined>): void {
+  offer(cursor: bigint, limit: number, read: Promise<EventBatch>): void {
     this.prune();
     const key = cursor.toString();
     this.#entries.delete(key); // re-inserted as the newest
-    const gapless = read.then((batch) => (batch && isGapless(cursor, batch) ? batch : undefined));
-    const entry: Entry = { read: gapless, atMs: performance.now() };
-    void gapless.then((batch) => {
+    const shared = read.then(
+      (batch) => (isShareable(cursor, limit, batch) ? batch : undefined),
+      () => undefined,
+    );
+    const entry: Entry = { read: shared, atMs: performance.now() };
+    void shared.then((batch) => {
       entry.done = { batch };
     });
     this.#entries.set(key, entry);
@@ -84,18 +86,19 @@ export class SharedReads {
   }
 
   /**
-   * Starts `read`, a fetch of the batch above `cursor`, while the turn that read up to `cursor` is
-   * still delivering: its consumer's next turn (or another consumer's) then finds the batch instead
-   * of waiting for a fetch. One read-ahead at a time; none when `cursor` has an entry.
+   * Starts `read`, a fetch of at most `limit` events above `cursor`, while the turn that read up to
+   * `cursor` is still delivering: its consumer's next turn (or another consumer's) then finds the
+   * batch instead of waiting for a fetch. One read-ahead at a time; none when `cursor` has an entry.
    */
-  readAhead(cursor: bigint, read: () => Promise<EventBatch | undefined>): void {
+  readAhead(cursor: bigint, limit: number, read: () => Promise<EventBatch>): void {
     if (this.#readingAhead || this.#entries.has(cursor.toString())) return;
-    const reading = read().catch(() => undefined);
-    this.#readingAhead = reading;
-    void reading.finally(() => {
+    const reading = read();
+    const done = reading.catch(() => undefined); // a failed read-ahead is simply not shared
+    this.#readingAhead = done;
+    void done.finally(() => {
       this.#readingAhead = undefined;
     });
-    this.offer(cursor, reading);
+    this.offer(cursor, limit, reading);
   }
 
   /** Whether a read from `cursor` is running or kept (younger than the maximum age). */
@@ -131,8 +134,13 @@ export class SharedReads {
   }
 }
 
-/** Whether the batch holds every id from `cursor` + 1 to its last one (ascending, unique ids). */
-function isGapless(cursor: bigint, batch: EventBatch): boolean {
+/**
+ * Whether a batch read above `cursor` with `limit` may be shared: LIMIT cut it, and it holds every
+ * id from `cursor` + 1 to its last one (ascending, unique ids).
+ */
+function isShareable(cursor: bigint, limit: number, batch: EventBatch): boolean {
   const last = batch.events[batch.events.length - 1];
-  return last !== undefined && last.id === cursor + BigInt(batch.events.length);
+  return (
+    batch.events.length === limit && last !== undefined && last.id === cursor + BigInt(batch.events.length)
+  );
 }

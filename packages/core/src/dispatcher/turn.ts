@@ -236,7 +236,7 @@ async function turnInTransaction(
   const last = batch.events[batch.events.length - 1];
   const aheadLimit = env.readAhead;
   if (reads && aheadLimit !== undefined && last && batch.events.length === limit) {
-    reads.readAhead(last.id, () => readFullBatch(options.sql, t, last.id, aheadLimit));
+    reads.readAhead(last.id, aheadLimit, () => readBatch(options.sql, t, last.id, aheadLimit));
   }
   const head = batch.head;
   const events = new Map<bigint, EventRecord>();
@@ -452,27 +452,13 @@ function readFrom(
 ): Promise<EventBatch> {
   const bounds = { from: ranges.map((r) => r.from), to: ranges.map((r) => r.to) };
   const reading = fetchBatch(tx, t, cursor, bounds, limit).then(batchOf);
-  if (reads) {
-    reads.offer(
-      cursor,
-      reading.then(
-        (batch) => (batch.events.length === limit ? batch : undefined),
-        () => undefined,
-      ),
-    );
-  }
+  reads?.offer(cursor, limit, reading);
   return reading;
 }
 
-/** The events above `cursor` read by one autocommit statement of the pool, if LIMIT cut them. */
-async function readFullBatch(
-  sql: Sql,
-  t: Tables,
-  cursor: bigint,
-  limit: number,
-): Promise<EventBatch | undefined> {
-  const batch = batchOf(await fetchBatch(sql, t, cursor, { from: [], to: [] }, limit));
-  return batch.events.length === limit ? batch : undefined;
+/** The events above `cursor` read by one autocommit statement of the pool. */
+async function readBatch(sql: Sql, t: Tables, cursor: bigint, limit: number): Promise<EventBatch> {
+  return batchOf(await fetchBatch(sql, t, cursor, { from: [], to: [] }, limit));
 }
 
 function batchOf(rows: readonly FetchRow[]): EventBatch {
