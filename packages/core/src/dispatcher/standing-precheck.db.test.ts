@@ -16,11 +16,12 @@ function recordingPool() {
   const sql = db.connect({
     max: 4,
     debug: (_connection, query) => {
+      // The pre-check reads the snapshot too: it is told apart first.
       sent.push(
-        query.includes('pg_current_snapshot()::text as snapshot') && !query.includes('quiet')
-          ? 'snapshot'
-          : query.includes('as quiet')
-            ? 'precheck'
+        query.includes('as quiet')
+          ? 'precheck'
+          : query.includes('pg_current_snapshot()::text as snapshot')
+            ? 'snapshot'
             : 'other',
       );
     },
