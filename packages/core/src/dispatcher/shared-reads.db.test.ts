@@ -24,6 +24,13 @@ function countingPool() {
   return { sql, counts, fetchedFrom };
 }
 
+/** The ids in the log, ascending. */
+async function committedIds(schema: string): Promise<bigint[]> {
+  const rows = await db.sql<{ id: string }[]>`
+    select e.id::text as id from ${db.sql(schema)}.events e order by e.id`;
+  return rows.map((r) => BigInt(r.id));
+}
+
 test('consumers turning one after another from the same cursor deliver every event once, reading each full batch once', async () => {
   const schema = await freshSchema(db);
   const consumers = ['a', 'b', 'c'].map((name) => recordingConsumer(name));
@@ -75,10 +82,7 @@ test('a batch with a hole is not shared: a consumer turning after the hole commi
   expect(fetchedFrom.filter((c) => c === '0')).toHaveLength(1);
   expect(fetchedFrom.filter((c) => c === '4')).toHaveLength(2);
 
-  const committed = (
-    await db.sql<{ id: string }[]>`
-    select e.id::text as id from ${db.sql(schema)}.events e order by e.id`
-  ).map((r) => BigInt(r.id));
+  const committed = await committedIds(schema);
   expect(committed).toHaveLength(11);
   // 'first' passed the hole and got its event late; 'second' read after the commit, in id order.
   expect(first.ids()).toHaveLength(11);
@@ -158,10 +162,7 @@ test('a batch read ahead with a hole in it is not used: the next turn fetches fo
     { cursor: '4', inTurn: true },
   ]);
 
-  const committed = (
-    await db.sql<{ id: string }[]>`
-    select e.id::text as id from ${db.sql(schema)}.events e order by e.id`
-  ).map((r) => BigInt(r.id));
+  const committed = await committedIds(schema);
   expect(committed).toHaveLength(15);
   expect(c.ids()).toEqual(committed);
   expect(spans(await rangesOf(db.sql, schema, 'alone'))).toEqual([[held.id, held.id]]);
