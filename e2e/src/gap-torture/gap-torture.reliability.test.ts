@@ -48,24 +48,21 @@ vi.mock('../../../packages/core/src/gaps/gaps.ts', async (importOriginal) => {
 vi.mock('../../../packages/core/src/queries/events.ts', async (importOriginal) => {
   const real = await importOriginal<typeof EventsModule>();
   const { switchboard: board } = await import('./switchboard.js');
-  // The turn only awaits fetchBatch's result, so a promise of the same rows stands in for the query.
-  const fetchBatch = (async (...args: Parameters<typeof real.fetchBatch>) => {
-    const [tx, t, cursor, ranges, limit] = args;
-    const rows = await real.fetchBatch(tx, t, cursor, ranges, limit);
+  const fetchBatch: typeof real.fetchBatch = async (tx, t, cursor, ranges, limit) => {
+    const batch = await real.fetchBatch(tx, t, cursor, ranges, limit);
     const hook = board().afterFetch;
     if (hook) {
       board().afterFetch = null;
       await hook();
     }
-    const first = rows[0];
-    if (first) board().lastFetchXmax = BigInt(first.snapshot.split(':')[1] ?? '0');
+    board().lastFetchXmax = BigInt(batch.snapshot.split(':')[1] ?? '0');
     if (board().mutant === 'late-snapshot') {
       // The burn check's xmin comes from a later statement than the fetch (Marten #4953).
       const [later] = await tx<{ snapshot: string }[]>`select pg_current_snapshot()::text as snapshot`;
-      for (const row of rows) row.snapshot = later?.snapshot ?? row.snapshot;
+      batch.snapshot = later?.snapshot ?? batch.snapshot;
     }
-    return rows;
-  }) as unknown as typeof real.fetchBatch;
+    return batch;
+  };
   return { ...real, fetchBatch };
 });
 

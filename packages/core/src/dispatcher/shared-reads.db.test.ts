@@ -7,6 +7,9 @@ import { consumerRow, freshSchema, rangesOf, spans, testDispatcher } from '../te
 
 const db = await useTestDatabase();
 
+/** Whether `query` is the turn's fetch (queries/events.ts fetchBatch); its first parameter is the cursor. */
+const isFetch = (query: string) => query.includes('order by u.id limit');
+
 /** A pool that counts the turns' lock and fetch statements it sends, and the cursors fetched from. */
 function countingPool() {
   const counts = { locks: 0, fetches: 0 };
@@ -15,7 +18,7 @@ function countingPool() {
     max: 6,
     debug: (_connection, query, parameters) => {
       if (query.includes('skip locked')) counts.locks += 1;
-      if (query.includes('pg_current_snapshot() as snap')) {
+      if (isFetch(query)) {
         counts.fetches += 1;
         fetchedFrom.push(String(parameters[0]));
       }
@@ -130,8 +133,7 @@ async function catchUpAlone(schema: string, passes: number) {
       const text = query.trim();
       if (text === 'begin') inTurn.add(connection);
       else if (text === 'commit') inTurn.delete(connection);
-      else if (text.includes('pg_current_snapshot() as snap'))
-        fetches.push({ cursor: String(parameters[0]), inTurn: inTurn.has(connection) });
+      else if (isFetch(text)) fetches.push({ cursor: String(parameters[0]), inTurn: inTurn.has(connection) });
     },
   });
   const dispatcher = testDispatcher(sql, schema, [c.consumer], { batchSize: 4, maxBatchSize: 4 });

@@ -1,6 +1,6 @@
 import type { Span, Tracer } from '@opentelemetry/api';
 import { messageOf } from '../errors.js';
-import { eventFromRow, TOMBSTONE_TYPE, type EventRecord, type EventRow } from '../events.js';
+import { eventFromRow, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
 import { deliverableIds, settleTurn, type FetchResult, type GapRange, type TurnInput } from '../gaps/gaps.js';
 import { lowestEnded, parseSnapshot, parseXidList, runningBelow, type Snapshot } from '../gaps/snapshot.js';
 import type { Logger } from '../logger.js';
@@ -8,7 +8,7 @@ import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { lockConsumer, saveTurn, setStatus, type LockedRow } from '../queries/consumers.js';
 import { writeAudit } from '../queries/audit.js';
 import { recordDeadLetters, type DeadLetterInput } from '../queries/dead-letters.js';
-import { fetchBatch, fetchStartStragglers, type FetchRow } from '../queries/events.js';
+import { fetchBatch, fetchStartStragglers, type FetchedBatch } from '../queries/events.js';
 import { replaceRanges, selectRangesToRecheck, type StoredRange } from '../queries/gaps.js';
 import { finishReplays, selectRequestedReplays } from '../queries/replays.js';
 import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
@@ -461,12 +461,8 @@ async function readBatch(sql: Sql, t: Tables, cursor: bigint, limit: number): Pr
   return batchOf(await fetchBatch(sql, t, cursor, { from: [], to: [] }, limit));
 }
 
-function batchOf(rows: readonly FetchRow[]): EventBatch {
-  const first = rows[0];
-  if (!first) throw new Error('fetchBatch returned no row');
-  const events: EventRecord[] = [];
-  for (const r of rows) if (r.id != null) events.push(eventFromRow(r as EventRow));
-  return { events, xmin: parseSnapshot(first.snapshot).xmin, head: BigInt(first.head) };
+function batchOf(fetched: FetchedBatch): EventBatch {
+  return { events: fetched.events, xmin: parseSnapshot(fetched.snapshot).xmin, head: BigInt(fetched.head) };
 }
 
 /** Writes the replacement of the rechecked ranges, touching only rows that changed. Returns the row delta. */

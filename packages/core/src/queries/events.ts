@@ -1,11 +1,27 @@
-import type { EventRow } from '../events.js';
+import { eventFromRow, type EventRecord, type EventRow } from '../events.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { pgArray } from './pg-array.js';
 
-export interface FetchRow extends Partial<EventRow> {
+interface FetchRow {
+  snapshot: string | null;
+  head: string | null;
+  id: string | null;
+  stream_id: string | null;
+  type: string | null;
+  data: EventRow['data'] | null;
+  metadata: EventRow['metadata'] | null;
+  created_at: Date | null;
+}
+
+/** What one fetch statement saw. */
+export interface FetchedBatch {
+  /** pg_current_snapshot() of the statement that read the events. */
   snapshot: string;
+  /** The highest id that statement saw in the log ('0' when it is empty). */
   head: string;
+  /** Ascending by id. */
+  events: EventRecord[];
 }
 
 /**
@@ -13,32 +29,53 @@ export interface FetchRow extends Partial<EventRow> {
  * re-fetched gap ranges, in id order, LIMIT `limit`, and the snapshot of this very statement.
  * One statement, one snapshot: the xmin that may justify a burn and the rows that prove a range
  * empty must come from the same snapshot (Marten lost events where they did not, F2).
- * Returns at least one row; event columns are null when nothing was found.
+ *
+ * The snapshot and the head come as one row of their own ahead of the events, not as columns of
+ * every event: sorting the joined rows again cost PostgreSQL about 40 % more CPU per event than
+ * the events alone (bench: catch-up). The id order is checked here, not left to the plan.
  */
-export function fetchBatch(
+export async function fetchBatch(
   tx: TransactionSql | Sql,
   t: Tables,
   cursor: bigint,
   ranges: { from: readonly bigint[]; to: readonly bigint[] },
   limit: number,
-) {
-  return tx<FetchRow[]>`
-    select s.snap::text as snapshot, h.head::text as head,
-           e.id::text as id, e.stream_id, e.type, e.data, e.metadata, e.created_at
-    from (select pg_current_snapshot() as snap) s
-    cross join (select coalesce(max(id), 0) as head from ${t.events}) h
-    left join lateral (
-      select * from (
-        (select id, stream_id, type, data, metadata, created_at from ${t.events}
-         where id > ${cursor.toString()}::bigint order by id limit ${limit})
-        union all
-        (select ev.* from unnest(${pgArray(ranges.from)}::int8[], ${pgArray(ranges.to)}::int8[]) as r(f, t)
-         cross join lateral (
-           select id, stream_id, type, data, metadata, created_at from ${t.events}
-           where id between r.f and r.t order by id limit ${limit}) ev)
-      ) u order by u.id limit ${limit}
-    ) e on true
-    order by e.id`;
+): Promise<FetchedBatch> {
+  const rows = await tx<FetchRow[]>`
+    (select pg_current_snapshot()::text as snapshot,
+            (select coalesce(max(id), 0) from ${t.events})::text as head,
+            null::text as id, null::text as stream_id, null::text as type,
+            null::jsonb as data, null::jsonb as metadata, null::timestamptz as created_at)
+    union all
+    (select null, null, u.id::text, u.stream_id, u.type, u.data, u.metadata, u.created_at
+     from (
+       (select id, stream_id, type, data, metadata, created_at from ${t.events}
+        where id > ${cursor.toString()}::bigint order by id limit ${limit})
+       union all
+       (select ev.* from unnest(${pgArray(ranges.from)}::int8[], ${pgArray(ranges.to)}::int8[]) as r(f, t)
+        cross join lateral (
+          select id, stream_id, type, data, metadata, created_at from ${t.events}
+          where id between r.f and r.t order by id limit ${limit}) ev)
+     ) u
+     order by u.id limit ${limit})`;
+  let header: FetchRow | undefined;
+  const events: EventRecord[] = [];
+  let ascending = true;
+  for (const row of rows) {
+    if (row.id === null) {
+      header = row;
+      continue;
+    }
+    const event = eventFromRow(row as EventRow);
+    const previous = events[events.length - 1];
+    if (previous && previous.id >= event.id) ascending = false;
+    events.push(event);
+  }
+  if (!header || header.snapshot === null || header.head === null) {
+    throw new Error('the fetch returned no snapshot row');
+  }
+  if (!ascending) events.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  return { snapshot: header.snapshot, head: header.head, events };
 }
 
 /**
