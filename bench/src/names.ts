@@ -5,6 +5,7 @@ export const CATCH_UP_SYSTEMS = {
   minimal: 'minimal loop',
   sluice: 'Sluice',
   sluiceNoCrash: 'Sluice, countCrashedAttempts: false',
+  sluiceOneSlot: 'Sluice, concurrency 1 (no read-ahead)',
   emmett: 'Emmett',
   graphile: 'graphile-worker',
 } as const;

@@ -70,9 +70,12 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         'of the time Sluice took, and it is counted in its events/s.',
       `- **The crash-accounting record.** Without it (countCrashedAttempts: false, diagnostic row) Sluice drained ${n(f(one, C.sluiceNoCrash, 'total'))} events/s, ` +
         `${x(pairMedian('catch-up', one, C.sluiceNoCrash, C.minimal, 'total', ratio))} the minimal loop, against ${x(pairMedian('catch-up', one, C.sluice, C.minimal, 'total', ratio))} with it.`,
-      '- **Read-ahead.** A turn whose batch came back full reads the next batch from the pool while it delivers, but only while a turn slot ' +
-        "is free (the read takes a connection beyond the turns). With concurrency 1, matched to the baselines' single connection, the " +
-        'one consumer never has a free slot here and every turn fetches for itself; at the default concurrency (4) it would read ahead.',
+      `- **Read-ahead.** A turn whose batch came back full reads the next batch on another pool connection while it delivers and commits, ` +
+        'while a turn slot is free (the read takes a connection beyond the turns). Sluice runs one consumer at its default concurrency; ' +
+        `with one slot (diagnostic row) every turn fetches for itself: ${n(f(one, C.sluiceOneSlot, 'total'))} events/s, ` +
+        `${x(pairMedian('catch-up', one, C.sluiceOneSlot, C.raw, 'total', ratio))} the raw scan.`,
+      '- **The fetch.** The snapshot and head come as one row of their own ahead of the events: as columns of every event row they made ' +
+        'the plan sort the wide rows again, which cost PostgreSQL about 40 % more CPU per event than the scan alone.',
       `- **Ten consumers.** Sluice ${n(f('10 consumers', C.sluice, 'total'))} events/s in total, the minimal loop ${n(minimal10)}, ten raw scans ${n(raw10)} ` +
         `(one raw scan: ${n(f(one, C.raw, 'total'))}). Consumers of one dispatcher turning from the same cursor share each full batch ` +
         '(one fetch for all of them, dispatcher/shared-reads.ts), so Sluice is not bound by ten reads of the same events; ' +

@@ -40,7 +40,8 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
   for (const { consumers, backlog } of config.catchUp.cases) {
     const template = await sluiceTemplate(ctx, backlog);
     const systems: SystemName[] = [SYSTEMS.raw, SYSTEMS.minimal, SYSTEMS.sluice];
-    if (consumers === 1) systems.push(SYSTEMS.sluiceNoCrash, SYSTEMS.emmett, SYSTEMS.graphile);
+    if (consumers === 1)
+      systems.push(SYSTEMS.sluiceNoCrash, SYSTEMS.sluiceOneSlot, SYSTEMS.emmett, SYSTEMS.graphile);
     const emmettTpl = consumers === 1 ? await emmettTemplate(ctx, config.catchUp.emmettBacklog) : '';
     const graphileTpl = consumers === 1 ? await graphileTemplate(ctx, config.catchUp.graphileBacklog) : '';
     const concurrency = Math.min(consumers, concurrencyCap);
@@ -154,11 +155,13 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
           '; ',
         )}; the multi-consumer backlogs are smaller so the full run fits its time budget. Per consumer = total ÷ consumers.`,
       `Sluice: default options (batchSize ${DEFAULTS.batchSize}, maxBatchSize at its default, pollIntervalMs ${DEFAULTS.pollIntervalMs}, LISTEN on, countCrashedAttempts ${String(DEFAULTS.countCrashedAttempts)}) except ` +
-        `concurrency = min(consumers, ${concurrencyCap}); its pool has concurrency + 2 connections. The timed part starts at start() ` +
+        `concurrency = min(consumers, ${concurrencyCap}) with several consumers and its default (${DEFAULTS.concurrency}) with one; its pool has concurrency + 2 connections. ` +
+        'One consumer still runs one turn at a time: the spare slots let it read its next batch ahead on another connection while a turn delivers and commits. The timed part starts at start() ' +
         '(rows pre-registered) and ends at the last delivery: events/s include start() itself ("start() took"), ' +
         'which weighs on the small backlogs of --quick (see "first delivery after start").',
       `Minimal loop and raw scan use min(consumers, ${concurrencyCap}) connections and LIMIT ${batchSize}, on the same events table.`,
-      'Sluice, countCrashedAttempts: false is a diagnostic row: the same dispatcher without the committed turn-start record (DESIGN §4.3), to show what that step costs.',
+      'Sluice, countCrashedAttempts: false is a diagnostic row: the same dispatcher without the committed turn-start record (DESIGN §4.3), to show what that step costs. ' +
+        'Sluice, concurrency 1 is another: one turn slot and a pool of 3, so no read-ahead (every turn fetches for itself).',
       `Emmett: postgreSQLEventStoreConsumer + one reactor, batchSize ${EMMETT_SETTINGS.batchSize}, pullingFrequencyInMs ${EMMETT_SETTINGS.pullingFrequencyInMs} (default 50), ` +
         `${config.catchUp.emmettBacklog.toLocaleString('en')} events appended through appendToStream (500 per stream). Its reactor stores a checkpoint per message.`,
       `graphile-worker: run() with concurrency ${GRAPHILE_SETTINGS.concurrency}, maxPoolSize ${GRAPHILE_SETTINGS.maxPoolSize}, localQueue.size ${GRAPHILE_SETTINGS.localQueue.size}, ` +
@@ -170,6 +173,16 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
         'Write transactions = xids assigned in the cluster. First delivery after start: from the start of the timed part (Sluice: start(); peers: starting the consumer) to the first handler call.',
     ],
   };
+}
+
+/**
+ * Sluice's turn slots: as many as the baselines' connections when there are several consumers; its
+ * default for one consumer, which still runs one turn at a time and reads its next batch ahead on a
+ * spare slot (the diagnostic row with one slot shows what that read-ahead brings).
+ */
+function sluiceConcurrency(system: SystemName, consumers: number, concurrency: number): number {
+  if (system === SYSTEMS.sluiceOneSlot) return 1;
+  return consumers === 1 ? Math.max(concurrency, DEFAULTS.concurrency) : concurrency;
 }
 
 async function runOne(
@@ -231,12 +244,14 @@ async function runOne(
       }
     }
     case SYSTEMS.sluice:
-    case SYSTEMS.sluiceNoCrash: {
-      const sql = pool(db.url, concurrency + 2, { debug });
-      // Sluice's own defaults (batch size and any batch growth included), except the concurrency
-      // matched to the baselines' connections; the diagnostic row only turns off the crash record.
+    case SYSTEMS.sluiceNoCrash:
+    case SYSTEMS.sluiceOneSlot: {
+      const turns = sluiceConcurrency(system, consumers, concurrency);
+      const sql = pool(db.url, turns + 2, { debug });
+      // Sluice's own defaults (batch size and any batch growth included); the diagnostic rows turn
+      // off the crash record, or run one turn slot.
       const dispatcher = benchDispatcher(sql, trackingConsumers(consumers, tracker), {
-        concurrency,
+        concurrency: turns,
         ...(system === SYSTEMS.sluiceNoCrash ? { countCrashedAttempts: false } : {}),
       });
       try {
