@@ -91,6 +91,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     logger,
     systemIdentifier: () => systemIdentifier,
     isStopping: () => stopping,
+    listenerSnapshot: () => listener?.snapshot(),
   });
 
   function track<T>(promise: Promise<T>): Promise<T> {

@@ -16,6 +16,7 @@ import {
 } from '../queries/consumers.js';
 import type { Tables } from '../schema/tables.js';
 import type { ConsumerGauges, DispatcherMetrics } from '../telemetry/metrics.js';
+import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { isBackingOff, isWaitingToRetry, nextBackoff, type BackoffState } from './backoff.js';
 import { classifyFailure } from './classify-failure.js';
 import { canStand, isProvablyIdle } from './idle-check.js';
@@ -51,6 +52,8 @@ export interface PassEnvironment {
   readonly logger: Logger;
   readonly systemIdentifier: () => string | null;
   readonly isStopping: () => boolean;
+  /** The cluster's snapshot asked on the LISTEN connection; undefined when it cannot answer now. */
+  readonly listenerSnapshot: () => Promise<string> | undefined;
 }
 
 /**
@@ -245,10 +248,27 @@ export class PassRunner {
     }
   }
 
+  /**
+   * The cluster's snapshot: from the LISTEN connection when it answers within a poll interval, else
+   * from the pool.
+   */
+  async #snapshotNow(): Promise<string> {
+    const { options } = this.#env;
+    const asked = this.#env.listenerSnapshot();
+    if (asked) {
+      const answer = await settleWithin(
+        asked.catch(() => undefined),
+        options.pollIntervalMs,
+      );
+      if (answer !== TIMED_OUT && answer !== undefined) return answer;
+    }
+    return currentSnapshot(options.sql);
+  }
+
   async #readPrecheck(woken: boolean): Promise<{ precheck: Precheck; standing: boolean }> {
     const { options, tables, metrics } = this.#env;
     const standing = this.#standing;
-    if (standing && !woken && (await currentSnapshot(options.sql)) === standing.snapshot) {
+    if (standing && !woken && (await this.#snapshotNow()) === standing.snapshot) {
       // Nothing changed but the clock: the gauges stand too (gap ages grow as they are read).
       return { precheck: standing, standing: true };
     }

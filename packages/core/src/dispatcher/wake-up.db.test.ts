@@ -178,3 +178,71 @@ test('a LISTEN backend that stops answering without closing its socket is detect
     await dispatcher.stop();
   }
 });
+
+/** The statement the LISTEN backend ran last. */
+async function listenBackendQuery(pid: number): Promise<string | undefined> {
+  const [row] = await db.sql<{ query: string }[]>`select query from pg_stat_activity where pid = ${pid}`;
+  return row?.query.trim();
+}
+
+test("idle ticks ask the LISTEN connection for the cluster's snapshot, not a pooled connection", async () => {
+  const schema = await freshSchema(db);
+  const c = recordingConsumer('still');
+  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
+    listen: true,
+    listenCheckMs: 60_000,
+    pollIntervalMs: 20,
+  });
+  await dispatcher.start();
+  try {
+    await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
+    const [pid] = await listenBackends();
+    // Until now that backend has only run LISTEN; the ticks of an idle dispatcher come to it.
+    await until(
+      async () => (await listenBackendQuery(pid!)) === 'select pg_current_snapshot()::text as snapshot',
+      5_000,
+      'an idle tick on the LISTEN connection',
+    );
+    await appendEvents(db.sql, 1, undefined, schema);
+    await until(() => c.ids().length === 1, 5_000, 'the event');
+  } finally {
+    await dispatcher.stop();
+  }
+});
+
+test('a LISTEN backend that hangs does not hold up the idle ticks: they ask the pool and keep delivering', async (context) => {
+  const schema = await freshSchema(db);
+  const c = recordingConsumer('unheld');
+  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
+    listen: true,
+    // The check that would replace the frozen connection does not run during the test.
+    listenCheckMs: 60_000,
+    pollIntervalMs: 50,
+  });
+  await dispatcher.start();
+  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
+  const [pid] = await listenBackends();
+  await until(
+    async () => (await listenBackendQuery(pid!)) === 'select pg_current_snapshot()::text as snapshot',
+    5_000,
+    'an idle tick on the LISTEN connection',
+  );
+  try {
+    process.kill(pid!, 'SIGSTOP');
+  } catch {
+    await dispatcher.stop();
+    context.skip('the PostgreSQL server is not on this machine (or not ours to signal)');
+  }
+  try {
+    // Its NOTIFY goes to the frozen backend: only a tick can find this event.
+    await transaction(db.connect({ max: 1 }), (tx) =>
+      append(tx, [{ streamId: 's', type: 'Polled', data: {} }], { schema }),
+    );
+    await until(() => c.ids().length === 1, 5_000, 'a tick to deliver the event with LISTEN frozen');
+    expect(dispatcher.listenConnected).toBe(true);
+  } finally {
+    process.kill(pid!, 'SIGCONT');
+    await db.sql`select pg_terminate_backend(${pid!})`;
+    await dispatcher.stop();
+  }
+});

@@ -1,9 +1,17 @@
 import postgres from 'postgres';
 import { messageOf } from '../errors.js';
 import type { Logger } from '../logger.js';
+import { currentSnapshot } from '../queries/consumers.js';
 import type { Sql } from '../sql-types.js';
 
 export interface Listener {
+  /**
+   * The cluster's current snapshot, asked on the LISTEN connection; undefined while it is not
+   * connected or has not answered the previous question. An idle tick asks here rather than on the
+   * pool: one dedicated backend answers every tick, instead of each pooled backend in turn, woken
+   * once a second or so and then flushing its statistics as well.
+   */
+  snapshot(): Promise<string> | undefined;
   stop(): Promise<void>;
 }
 
@@ -41,6 +49,7 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
   let retryTimer: NodeJS.Timeout | undefined;
   let failing = false;
   let checkPending = false;
+  let snapshotPending = false;
 
   const setConnected = (value: boolean) => {
     if (connected === value) return;
@@ -116,6 +125,7 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
     const dead = listenSql;
     listenSql = open();
     checkPending = false;
+    snapshotPending = false;
     failing = true;
     setConnected(false);
     void dead.end({ timeout: 0 }).catch(() => undefined);
@@ -141,6 +151,14 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
 
   await connect();
   return {
+    snapshot() {
+      if (stopped || !connected || snapshotPending) return undefined;
+      snapshotPending = true;
+      const asked = listenSql;
+      return currentSnapshot(asked).finally(() => {
+        if (asked === listenSql) snapshotPending = false;
+      });
+    },
     async stop() {
       stopped = true;
       clearTimeout(retryTimer);
