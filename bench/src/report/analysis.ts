@@ -132,7 +132,9 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         `minimal loop ${n(f(L.minimal, 'commit→handler p50'))} / ${n(f(L.minimal, 'commit→handler p99'))} ms, ` +
         `graphile-worker ${n(f(L.graphile, 'commit→handler p50'))} / ${n(f(L.graphile, 'commit→handler p99'))} ms.`,
       `- The in-process wake-up skips the NOTIFY round trip: the difference between the two Sluice rows (p50 ${n(pairMedian('latency', '', L.otherPool, L.inProcess, 'p50', (a, b) => a - b))} ms) ` +
-        'is what the after-commit notification path adds; the rest is the pass and the turn before the handler runs (the same statements as in catch-up).',
+        'is what the after-commit notification path adds (the NOTIFY statement, then its delivery to the LISTEN connection); the rest is the pass and the turn before the handler runs: ' +
+        'the pre-check, BEGIN, the lock with the fetch behind it, and the committed turn-start record, each a round trip, against BEGIN, the lock and the fetch for the minimal loop, ' +
+        "which also hears of the commit from PostgreSQL itself (its NOTIFY is part of the producer's transaction).",
       `- Polling only: commit→handler p99 ${n(f(L.polling, 'commit→handler p99'))} ms, append→handler p99 ${n(f(L.polling, 'p99'))} ms and max ${n(f(L.polling, 'max'))} ms, with a 100 ms poll interval.`,
       '',
     );
@@ -151,6 +153,8 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       `- The floor: \`select 1\` once per tick from the same kind of pool, with no consumer at all, cost PostgreSQL ${n(fl('PostgreSQL CPU'))} % and Node ${n(fl('Node CPU'))} % of a core in the same run. ` +
         'That is the price of one statement every 100 ms on this machine (a timer, a round trip, a backend woken up), before the statement does anything.',
       '- While nothing commits anywhere in the cluster, a Sluice tick sends only `select pg_current_snapshot()::text`: an unchanged snapshot means no transaction has ended since the last full pre-check, which then stands (the statement table under the idle scenario shows it). ' +
+        'It is sent on the LISTEN connection: one backend that answers every tick. Sent on the pool, it went to each open connection in turn (postgres.js hands a statement to the connection idle longest), ' +
+        'so every tick woke a backend idle for about a second, which then also flushed its statistics; the floor pool has a single connection. ' +
         'The held gap does not change the snapshot, so the 10 consumers waiting on it cost nothing more. What Node does above the floor is the pass around that statement.',
       '- A full pre-check (after any commit, or while a consumer is dead, disabled, retrying or behind) decides the trivially caught-up consumers in SQL and returns one row (their names, and the others as JSON).',
       '',
