@@ -14,6 +14,33 @@ async function listenBackends(): Promise<number[]> {
   return rows.map((r) => r.pid);
 }
 
+/** A started dispatcher with one recording consumer, once LISTEN is connected, and its LISTEN backend. */
+async function listeningDispatcher(name: string, options: { listenCheckMs: number; pollIntervalMs: number }) {
+  const schema = await freshSchema(db);
+  const c = recordingConsumer(name);
+  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
+    listen: true,
+    ...options,
+  });
+  await dispatcher.start();
+  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
+  const [pid] = await listenBackends();
+  if (pid === undefined) throw new Error('no LISTEN backend');
+  return { schema, c, dispatcher, pid };
+}
+
+/** Waits until the LISTEN backend's last statement is an idle tick's question. */
+async function untilTickOnListen(pid: number): Promise<void> {
+  await until(
+    async () => {
+      const [row] = await db.sql<{ query: string }[]>`select query from pg_stat_activity where pid = ${pid}`;
+      return row?.query.trim() === 'select pg_current_snapshot()::text as snapshot';
+    },
+    5_000,
+    'an idle tick on the LISTEN connection',
+  );
+}
+
 /** A meter provider that counts the dispatcher's passes and drops every other measurement. */
 function passCounter() {
   const counter = { count: 0, meterProvider: undefined as unknown as MeterProvider };
@@ -145,19 +172,13 @@ test('a forged NOTIFY costs at most a pass: nothing phantom is delivered, no cur
 });
 
 test('a LISTEN backend that stops answering without closing its socket is detected by the check and replaced', async (context) => {
-  const schema = await freshSchema(db);
-  const c = recordingConsumer('blackholed');
-  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
-    listen: true,
+  const { schema, c, dispatcher, pid } = await listeningDispatcher('blackholed', {
     listenCheckMs: 200,
     pollIntervalMs: 60_000,
   });
-  await dispatcher.start();
-  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
-  const [pid] = await listenBackends();
   try {
     // A frozen backend (SIGSTOP) keeps its socket open and answers nothing, like a silent network drop.
-    process.kill(pid!, 'SIGSTOP');
+    process.kill(pid, 'SIGSTOP');
   } catch {
     context.skip('the PostgreSQL server is not on this machine (or not ours to signal)');
   }
@@ -173,36 +194,20 @@ test('a LISTEN backend that stops answering without closing its socket is detect
     );
     await until(() => c.ids().length === 1, 5_000, 'the NOTIFY on the new connection to wake the dispatcher');
   } finally {
-    process.kill(pid!, 'SIGCONT');
-    await db.sql`select pg_terminate_backend(${pid!})`;
+    process.kill(pid, 'SIGCONT');
+    await db.sql`select pg_terminate_backend(${pid})`;
     await dispatcher.stop();
   }
 });
 
-/** The statement the LISTEN backend ran last. */
-async function listenBackendQuery(pid: number): Promise<string | undefined> {
-  const [row] = await db.sql<{ query: string }[]>`select query from pg_stat_activity where pid = ${pid}`;
-  return row?.query.trim();
-}
-
 test("idle ticks ask the LISTEN connection for the cluster's snapshot, not a pooled connection", async () => {
-  const schema = await freshSchema(db);
-  const c = recordingConsumer('still');
-  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
-    listen: true,
+  const { schema, c, dispatcher, pid } = await listeningDispatcher('still', {
     listenCheckMs: 60_000,
     pollIntervalMs: 20,
   });
-  await dispatcher.start();
   try {
-    await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
-    const [pid] = await listenBackends();
     // Until now that backend has only run LISTEN; the ticks of an idle dispatcher come to it.
-    await until(
-      async () => (await listenBackendQuery(pid!)) === 'select pg_current_snapshot()::text as snapshot',
-      5_000,
-      'an idle tick on the LISTEN connection',
-    );
+    await untilTickOnListen(pid);
     await appendEvents(db.sql, 1, undefined, schema);
     await until(() => c.ids().length === 1, 5_000, 'the event');
   } finally {
@@ -211,24 +216,14 @@ test("idle ticks ask the LISTEN connection for the cluster's snapshot, not a poo
 });
 
 test('a LISTEN backend that hangs does not hold up the idle ticks: they ask the pool and keep delivering', async (context) => {
-  const schema = await freshSchema(db);
-  const c = recordingConsumer('unheld');
-  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
-    listen: true,
-    // The check that would replace the frozen connection does not run during the test.
+  // The check that would replace the frozen connection does not run during the test.
+  const { schema, c, dispatcher, pid } = await listeningDispatcher('unheld', {
     listenCheckMs: 60_000,
     pollIntervalMs: 50,
   });
-  await dispatcher.start();
-  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
-  const [pid] = await listenBackends();
-  await until(
-    async () => (await listenBackendQuery(pid!)) === 'select pg_current_snapshot()::text as snapshot',
-    5_000,
-    'an idle tick on the LISTEN connection',
-  );
+  await untilTickOnListen(pid);
   try {
-    process.kill(pid!, 'SIGSTOP');
+    process.kill(pid, 'SIGSTOP');
   } catch {
     await dispatcher.stop();
     context.skip('the PostgreSQL server is not on this machine (or not ours to signal)');
@@ -241,8 +236,8 @@ test('a LISTEN backend that hangs does not hold up the idle ticks: they ask the 
     await until(() => c.ids().length === 1, 5_000, 'a tick to deliver the event with LISTEN frozen');
     expect(dispatcher.listenConnected).toBe(true);
   } finally {
-    process.kill(pid!, 'SIGCONT');
-    await db.sql`select pg_terminate_backend(${pid!})`;
+    process.kill(pid, 'SIGCONT');
+    await db.sql`select pg_terminate_backend(${pid})`;
     await dispatcher.stop();
   }
 });
