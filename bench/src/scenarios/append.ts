@@ -112,7 +112,7 @@ export async function appendOverhead(ctx: ScenarioContext): Promise<ScenarioResu
     notes: [
       `${writers} writers on a pool of ${writers + 1} connections, each committing transactions back to back for ${seconds} s; a LISTEN session on Sluice's channel is open throughout, as a running dispatcher would hold.`,
       'bare insert: the same INSERT … SELECT FROM unnest() into the same events table (its xid-before-id trigger included, DESIGN §3), without RETURNING, validation, metadata or wake-up.',
-      "Sluice append() runs inside sql.begin(): wakeUp 'none' is the append alone; transaction() adds the after-commit wake-up (a NOTIFY from the pool: at once while commits are sparse, one per 10 ms under a stream of them); " +
+      "Sluice append() runs inside sql.begin(): wakeUp 'none' is the append alone; transaction() adds the after-commit wake-up (a coalesced NOTIFY from the pool, ≤ 1 per 5 ms); " +
         "'in-transaction' NOTIFYs inside the writer's transaction, which serialises the commits of all notifying transactions.",
       'Lost / duplicated here compare the rows stored with the events the writers saw committed.',
     ],

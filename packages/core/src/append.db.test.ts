@@ -6,8 +6,7 @@ import type { NewEvent } from './events.js';
 import { silentLogger } from './logger.js';
 import { migrate } from './schema/migrate.js';
 import { wakeUpChannel } from './wake-up/channel.js';
-import { NOTIFY_BURST, wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
-import { until } from './test-support.js';
+import { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
 
 const db = await useTestDatabase();
 const channel = wakeUpChannel('sluice');
@@ -224,46 +223,6 @@ describe('wake-ups', () => {
     const received = (await recorder.barrier(db.sql)).filter((payload) => payload === nonce);
     expect(received.length).toBeGreaterThanOrEqual(1);
     expect(received.length).toBeLessThan(40);
-  });
-
-  test('the notifier announces a commit after a quiet spell at once, and rate-limits a stream of them', async () => {
-    const recorder = await listen();
-    const pool = db.connect({ max: 2 });
-    // Long intervals: any NOTIFY that waited for a token would not arrive within the test.
-    const notifier = wakeUpNotifierFor(pool, 'sluice', { quickMs: 60_000, coalesceMs: 60_000 });
-    const ours = async () => (await recorder.barrier(db.sql)).filter((payload) => payload === notifier.nonce);
-    for (let n = 1; n <= NOTIFY_BURST; n++) {
-      notifier.poke();
-      await until(async () => (await ours()).length === n, 5_000, `NOTIFY ${n} sent at once`);
-    }
-    // The bucket is empty now: a stream of pokes waits for the interval, whatever its length.
-    for (let n = 0; n < 20; n++) {
-      notifier.poke();
-      await pool`select 1`;
-    }
-    expect(await ours()).toHaveLength(NOTIFY_BURST);
-    await notifier.flush(); // sends what waited, ahead of its time
-    expect(await ours()).toHaveLength(NOTIFY_BURST + 1);
-  });
-
-  test('commits faster than the quick interval slow the notifier down to one NOTIFY per coalescing interval', async () => {
-    const recorder = await listen();
-    const pool = db.connect({ max: 2 });
-    // A token comes back every 20 ms while commits are sparse, every minute once they outpace that.
-    const notifier = wakeUpNotifierFor(pool, 'sluice', { quickMs: 20, coalesceMs: 60_000 });
-    const started = performance.now();
-    for (let n = 0; n < 200; n++) {
-      notifier.poke();
-      await pool`select 1`;
-    }
-    const elapsedMs = performance.now() - started;
-    const received = (await recorder.barrier(db.sql)).filter((payload) => payload === notifier.nonce);
-    // The bucket ran dry within the first few pokes, and from then on refilled at the slow rate:
-    // not one token per 20 ms over the whole stream.
-    expect(received.length).toBeGreaterThanOrEqual(NOTIFY_BURST);
-    expect(received.length).toBeLessThanOrEqual(NOTIFY_BURST + 2);
-    expect(elapsedMs).toBeGreaterThan(20 * 3); // else the quick rate itself would not tell
-    await notifier.flush();
   });
 
   test("wakeUp: 'in-transaction' notifies at commit and not for a rollback", async () => {

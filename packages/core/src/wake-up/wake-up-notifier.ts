@@ -6,10 +6,8 @@ import { wakeUpChannel } from './channel.js';
 
 /**
  * Wakes dispatchers after appends committed: local subscribers (a dispatcher on the same pool)
- * are called at once; other processes get a NOTIFY sent from the pool in its own autocommit
- * statement, never inside a producer's transaction. NOTIFYs are rate-limited, not delayed: while
- * commits are sparse each one is announced at once; under a stream of them one NOTIFY per
- * coalescing interval carries all the commits since the previous one.
+ * are called at once; other processes get one NOTIFY per coalescing window, sent from the pool in
+ * its own autocommit statement, never inside a producer's transaction.
  *
  * Why not NOTIFY inside the producer's transaction: PostgreSQL serialises the commits of every
  * notifying transaction behind a cluster-wide lock, so concurrent appenders would commit one
@@ -28,25 +26,11 @@ export interface WakeUpNotifier {
 }
 
 export interface WakeUpNotifierOptions {
-  /**
-   * While commits come faster than one per `quickMs`: at most one NOTIFY per this many ms, carrying
-   * every commit since the previous one. @defaultValue 10
-   */
+  /** At most one NOTIFY per this many ms. @defaultValue 5 */
   coalesceMs?: number;
-  /**
-   * While commits come less often than one per this many ms, each is announced at once (with up to
-   * {@link NOTIFY_BURST} back to back after a quiet spell). @defaultValue 2
-   */
-  quickMs?: number;
   /** @defaultValue console */
   logger?: Logger;
 }
-
-/**
- * NOTIFYs that may go back to back: the size of a token bucket, refilled at one per `quickMs` until
- * it runs dry (commits outpace it), then at one per `coalesceMs` until it is full again.
- */
-export const NOTIFY_BURST = 3;
 
 const byPool = new WeakMap<Sql, Map<string, WakeUpNotifier>>();
 
@@ -72,39 +56,23 @@ export function wakeUpNotifierFor(
 function createWakeUpNotifier(sql: Sql, schema: string, options: WakeUpNotifierOptions): WakeUpNotifier {
   const channel = wakeUpChannel(schema);
   const nonce = randomBytes(12).toString('hex');
-  const coalesceMs = options.coalesceMs ?? 10;
-  const quickMs = options.quickMs ?? 2;
+  const coalesceMs = options.coalesceMs ?? 5;
   const logger = options.logger ?? consoleLogger;
   const listeners = new Set<() => void>();
   let pending = false;
   let inFlight: Promise<void> | undefined;
   let timer: NodeJS.Timeout | undefined;
-  let tokens = NOTIFY_BURST;
-  let refilledAt = performance.now();
-  // One token per this many ms: quickMs, or coalesceMs from the moment commits outpace quickMs
-  // until the bucket is full again (they have slowed down).
-  let refillMs = quickMs;
+  let lastSentAt = Number.NEGATIVE_INFINITY;
   let failing = false;
-
-  function refill(): void {
-    const now = performance.now();
-    tokens = Math.min(NOTIFY_BURST, tokens + (now - refilledAt) / refillMs);
-    refilledAt = now;
-    if (tokens === NOTIFY_BURST) refillMs = quickMs;
-  }
 
   function schedule(): void {
     if (inFlight || timer) return;
-    refill();
-    if (tokens < 1) {
-      refillMs = coalesceMs;
-      timer = setTimeout(
-        () => {
-          timer = undefined;
-          send();
-        },
-        (1 - tokens) * refillMs,
-      );
+    const waitMs = lastSentAt + coalesceMs - performance.now();
+    if (waitMs > 0) {
+      timer = setTimeout(() => {
+        timer = undefined;
+        send();
+      }, waitMs);
       timer.unref();
       return;
     }
@@ -114,8 +82,7 @@ function createWakeUpNotifier(sql: Sql, schema: string, options: WakeUpNotifierO
   function send(): void {
     if (!pending) return;
     pending = false;
-    refill();
-    tokens -= 1; // flush() may send early: the debt delays the next NOTIFY instead
+    lastSentAt = performance.now();
     inFlight = sql`select pg_notify(${channel}, ${nonce})`.then(
       () => {
         if (failing) logger.info({ channel }, 'wake-up notifications are being sent again');
