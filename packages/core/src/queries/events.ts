@@ -31,7 +31,7 @@ export interface FetchedBatch {
  * empty must come from the same snapshot (Marten lost events where they did not, F2).
  *
  * The snapshot and the head come as one row of their own ahead of the events, not as columns of
- * every event: sorting the joined rows again cost PostgreSQL about 40 % more CPU per event than
+ * every event: sorting the joined rows again cost PostgreSQL about 50 % more CPU per event than
  * the events alone (bench: catch-up). The id order is checked here, not left to the plan.
  */
 export async function fetchBatch(
