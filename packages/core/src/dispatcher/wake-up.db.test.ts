@@ -15,7 +15,10 @@ async function listenBackends(): Promise<number[]> {
 }
 
 /** A started dispatcher with one recording consumer, once LISTEN is connected, and its LISTEN backend. */
-async function listeningDispatcher(name: string, options: { listenCheckMs: number; pollIntervalMs: number }) {
+async function listeningDispatcher(
+  name: string,
+  options: { listenCheckMs?: number; pollIntervalMs: number },
+) {
   const schema = await freshSchema(db);
   const c = recordingConsumer(name);
   const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
@@ -60,14 +63,7 @@ function passCounter() {
 }
 
 test('an append committed in another process is handled without waiting for the poll', async () => {
-  const schema = await freshSchema(db);
-  const c = recordingConsumer('prompt');
-  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
-    listen: true,
-    pollIntervalMs: 60_000,
-  });
-  await dispatcher.start();
-  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
+  const { schema, c } = await listeningDispatcher('prompt', { pollIntervalMs: 60_000 });
   await until(
     async () => (await consumerRow(db.sql, schema, 'prompt')).cursor === 0n,
     5_000,
@@ -124,15 +120,7 @@ test('an append committed while the consumer is in a turn is handled when that t
 });
 
 test('with its LISTEN connection terminated, polling still delivers and the connected state drops and recovers', async () => {
-  const schema = await freshSchema(db);
-  const c = recordingConsumer('resilient');
-  const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
-    listen: true,
-    pollIntervalMs: 50,
-  });
-  await dispatcher.start();
-  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
-  const [pid] = await listenBackends();
+  const { schema, c, dispatcher, pid } = await listeningDispatcher('resilient', { pollIntervalMs: 50 });
   expect(pid).toBeDefined();
 
   let sawDisconnected = false;
@@ -143,7 +131,7 @@ test('with its LISTEN connection terminated, polling still delivers and the conn
       await new Promise((resolve) => setImmediate(resolve));
     }
   })();
-  await db.sql`select pg_terminate_backend(${pid!})`;
+  await db.sql`select pg_terminate_backend(${pid})`;
   await appendEvents(db.sql, 3, undefined, schema); // plain commits: no NOTIFY, polling must find them
   await watching;
   expect(sawDisconnected).toBe(true);
