@@ -213,6 +213,23 @@ describe('wake-ups', () => {
     await expect(recorder.next((payload) => payload === nonce)).resolves.toBe(nonce);
   });
 
+  test('transaction(): an append in a named savepoint nested in another wakes once committed', async () => {
+    const notifier = wakeUpNotifierFor(db.sql, 'sluice');
+    let woken = 0;
+    const unsubscribe = notifier.subscribe(() => (woken += 1));
+    onTestFinished(unsubscribe);
+    const [count] = await transaction(db.sql, (tx) =>
+      tx.savepoint((outer) =>
+        outer.savepoint('inner', async (inner) => {
+          await append(inner, [order(1)]);
+          return inner<{ n: number }[]>`select count(*)::int as n from sluice.events`;
+        }),
+      ),
+    );
+    expect(count?.n).toBeGreaterThan(0);
+    expect(woken).toBe(1);
+  });
+
   test('transaction(): many concurrent commits are coalesced into few notifications', async () => {
     const recorder = await listen();
     const nonce = wakeUpNotifierFor(db.sql, 'sluice').nonce;
