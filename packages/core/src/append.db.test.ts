@@ -1,10 +1,12 @@
-import { recordNotifications, useTestDatabase } from '@sluice/testing';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { recordNotifications, useTestDatabase, type NotificationRecorder } from '@sluice/testing';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from './append.js';
 import { InvalidEventError } from './errors.js';
 import type { NewEvent } from './events.js';
 import { silentLogger } from './logger.js';
 import { migrate } from './schema/migrate.js';
+import { until } from './test-support.js';
 import { wakeUpChannel } from './wake-up/channel.js';
 import { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
 
@@ -22,6 +24,10 @@ async function listen() {
   const recorder = await recordNotifications(db.connect({ max: 1 }), channel);
   onTestFinished(() => recorder.stop());
   return recorder;
+}
+
+function received(recorder: NotificationRecorder, payload: string): number {
+  return recorder.received.filter((p) => p === payload).length;
 }
 
 describe('append', () => {
@@ -240,6 +246,29 @@ describe('wake-ups', () => {
     const received = (await recorder.barrier(db.sql)).filter((payload) => payload === nonce);
     expect(received.length).toBeGreaterThanOrEqual(1);
     expect(received.length).toBeLessThan(40);
+  });
+
+  test('notifier: a commit after a quiet spell is notified at once, not at the end of the coalescing window', async () => {
+    const recorder = await listen();
+    const notifier = wakeUpNotifierFor(db.connect({ max: 2 }), 'sluice', { coalesceMs: 60_000, quietMs: 20 });
+    notifier.poke();
+    await recorder.next((payload) => payload === notifier.nonce);
+    await sleep(25); // a quiet spell longer than quietMs
+    notifier.poke();
+    await until(() => received(recorder, notifier.nonce) === 2, 5_000, 'the second notification');
+  });
+
+  test('notifier: commits close together share one notification per coalescing window', async () => {
+    const recorder = await listen();
+    const sql = db.connect({ max: 2 });
+    const notifier = wakeUpNotifierFor(sql, 'sluice', { coalesceMs: 60_000, quietMs: 20 });
+    notifier.poke(); // after a quiet spell: sent at once
+    notifier.poke(); // the next ones, microseconds later, wait for the window
+    notifier.poke();
+    await recorder.next((payload) => payload === notifier.nonce);
+    expect((await recorder.barrier(sql)).filter((payload) => payload === notifier.nonce)).toHaveLength(1);
+    await notifier.flush();
+    expect((await recorder.barrier(sql)).filter((payload) => payload === notifier.nonce)).toHaveLength(2);
   });
 
   test("wakeUp: 'in-transaction' notifies at commit and not for a rollback", async () => {

@@ -6,8 +6,11 @@ import { wakeUpChannel } from './channel.js';
 
 /**
  * Wakes dispatchers after appends committed: local subscribers (a dispatcher on the same pool)
- * are called at once; other processes get one NOTIFY per coalescing window, sent from the pool in
- * its own autocommit statement, never inside a producer's transaction.
+ * are called at once; other processes get a NOTIFY sent from the pool in its own autocommit
+ * statement, never inside a producer's transaction. A commit that follows a quiet spell is
+ * notified at once; while commits follow one another closely they share one NOTIFY per coalescing
+ * window. So sparse commits wake other processes without delay, and a stream of commits costs at
+ * most one NOTIFY per window.
  *
  * Why not NOTIFY inside the producer's transaction: PostgreSQL serialises the commits of every
  * notifying transaction behind a cluster-wide lock, so concurrent appenders would commit one
@@ -17,7 +20,7 @@ export interface WakeUpNotifier {
   readonly channel: string;
   /** Payload of this notifier's own NOTIFYs, so a local dispatcher (already woken) can ignore them. */
   readonly nonce: string;
-  /** Wakes local subscribers now and other processes within the coalescing window. */
+  /** Wakes local subscribers now and other processes at once or within the coalescing window. */
   poke(): void;
   /** Calls `listener` on every poke; returns the unsubscribe function. */
   subscribe(listener: () => void): () => void;
@@ -26,8 +29,14 @@ export interface WakeUpNotifier {
 }
 
 export interface WakeUpNotifierOptions {
-  /** At most one NOTIFY per this many ms. @defaultValue 5 */
+  /** While commits follow one another closely, at most one NOTIFY per this many ms. @defaultValue 10 */
   coalesceMs?: number;
+  /**
+   * A commit at least this many ms after the previous one is notified at once (or this many ms
+   * after the last NOTIFY, if that is later): NOTIFYs are never closer together than this.
+   * @defaultValue 2
+   */
+  quietMs?: number;
   /** @defaultValue console */
   logger?: Logger;
 }
@@ -56,19 +65,31 @@ export function wakeUpNotifierFor(
 function createWakeUpNotifier(sql: Sql, schema: string, options: WakeUpNotifierOptions): WakeUpNotifier {
   const channel = wakeUpChannel(schema);
   const nonce = randomBytes(12).toString('hex');
-  const coalesceMs = options.coalesceMs ?? 5;
+  const coalesceMs = options.coalesceMs ?? 10;
+  const quietMs = Math.min(options.quietMs ?? 2, coalesceMs);
   const logger = options.logger ?? consoleLogger;
   const listeners = new Set<() => void>();
   let pending = false;
+  /** A poke came after a quiet spell: send without waiting for the coalescing window. */
+  let urgent = false;
+  let lastPokeAt = Number.NEGATIVE_INFINITY;
   let inFlight: Promise<void> | undefined;
   let timer: NodeJS.Timeout | undefined;
+  let timerDueAt = 0;
   let lastSentAt = Number.NEGATIVE_INFINITY;
   let failing = false;
 
   function schedule(): void {
-    if (inFlight || timer) return;
-    const waitMs = lastSentAt + coalesceMs - performance.now();
+    if (inFlight) return;
+    const dueAt = lastSentAt + (urgent ? quietMs : coalesceMs);
+    if (timer) {
+      if (timerDueAt <= dueAt) return;
+      clearTimeout(timer); // an urgent poke does not wait for the coalescing window
+      timer = undefined;
+    }
+    const waitMs = dueAt - performance.now();
     if (waitMs > 0) {
+      timerDueAt = dueAt;
       timer = setTimeout(() => {
         timer = undefined;
         send();
@@ -82,6 +103,7 @@ function createWakeUpNotifier(sql: Sql, schema: string, options: WakeUpNotifierO
   function send(): void {
     if (!pending) return;
     pending = false;
+    urgent = false;
     lastSentAt = performance.now();
     inFlight = sql`select pg_notify(${channel}, ${nonce})`.then(
       () => {
@@ -110,6 +132,9 @@ function createWakeUpNotifier(sql: Sql, schema: string, options: WakeUpNotifierO
     nonce,
     poke() {
       for (const listener of listeners) listener();
+      const now = performance.now();
+      if (now - lastPokeAt >= quietMs) urgent = true;
+      lastPokeAt = now;
       pending = true;
       schedule();
     },
