@@ -25,6 +25,8 @@ export interface BenchConfig {
     readonly runs?: number;
     readonly writers: number;
     readonly seconds: number;
+    /** Writing before the measured seconds, on the same fresh database: not measured. */
+    readonly warmupSeconds: number;
     readonly eventsPerTx: readonly number[];
   };
   readonly idle: { readonly consumers: number; readonly withGaps: number; readonly seconds: number };
@@ -48,7 +50,7 @@ export const FULL: BenchConfig = {
     concurrencyCap: 8,
   },
   latency: { perSecond: 200, seconds: 6, warmupSeconds: 1 },
-  append: { writers: 8, seconds: 3, eventsPerTx: [1, 10] },
+  append: { writers: 8, seconds: 3, warmupSeconds: 1, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 10 },
   scale: { events: 1_000_000 },
 };
@@ -68,7 +70,7 @@ export const QUICK: BenchConfig = {
     concurrencyCap: 8,
   },
   latency: { perSecond: 200, seconds: 2, warmupSeconds: 0.5 },
-  append: { writers: 8, seconds: 1, eventsPerTx: [1, 10] },
+  append: { writers: 8, seconds: 1, warmupSeconds: 0.3, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 3 },
   scale: { events: 50_000 },
 };
@@ -89,7 +91,7 @@ export const TINY: BenchConfig = {
     concurrencyCap: 8,
   },
   latency: { perSecond: 200, seconds: 0.5, warmupSeconds: 0.2 },
-  append: { writers: 8, seconds: 0.3, eventsPerTx: [1, 10] },
+  append: { writers: 8, seconds: 0.3, warmupSeconds: 0.1, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 1 },
   scale: { events: 5_000 },
 };
