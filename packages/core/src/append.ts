@@ -214,7 +214,7 @@ export async function transaction<T>(sql: Sql, fn: (tx: TransactionSql) => Promi
  */
 function trackWakeUps(tx: TransactionSql, schemas: Set<string>): void {
   wakeUpsAfterCommit.set(tx, schemas);
-  const savepoint = tx.savepoint as (...args: unknown[]) => Promise<unknown>;
+  const savepoint = tx.savepoint.bind(tx) as (...args: unknown[]) => Promise<unknown>;
   const tracked = (...args: unknown[]): Promise<unknown> => {
     const last = args.length - 1;
     const body = args[last];
