@@ -118,7 +118,8 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       `- The wake-up itself, 8 single-event writers: after-commit NOTIFY ${n(cost(APPEND_SYSTEMS.auto))} %, in-transaction NOTIFY ${n(cost(APPEND_SYSTEMS.inTx))} % ` +
         `of append()'s throughput (commit p99 ${n(f('1 event/tx', APPEND_SYSTEMS.inTx, 'commit p99'))} ms in-transaction, ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'commit p99'))} ms after commit, ` +
         `${n(f('1 event/tx', APPEND_SYSTEMS.none, 'commit p99'))} ms without). transaction() sends its NOTIFY at once after 2 ms without a commit, else at most one per 10 ms: ` +
-        'these writers commit within 2 ms of one another, so at most 100 NOTIFYs a second, each its own short write transaction (PostgreSQL gives a notifying transaction an xid).',
+        `the LISTEN session heard ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'NOTIFYs heard/s'))} a second (commits arrive in groups, one per WAL flush, and the gap between groups often exceeds 2 ms), ` +
+        'each its own short write transaction (PostgreSQL gives a notifying transaction an xid).',
       '',
     );
   }

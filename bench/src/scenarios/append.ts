@@ -35,7 +35,10 @@ export async function appendOverhead(ctx: ScenarioContext): Promise<ScenarioResu
         const sql = pool(db.url, writers + 1);
         const listener = pool(db.url, 1);
         try {
-          await listener.listen(wakeUpChannel('sluice'), () => undefined);
+          let heard = 0;
+          await listener.listen(wakeUpChannel('sluice'), () => {
+            heard++;
+          });
           await Promise.all(Array.from({ length: writers + 1 }, () => sql`select 1`));
           const write = writerFor(system, sql);
           const meter = db.meter();
@@ -73,7 +76,9 @@ export async function appendOverhead(ctx: ScenarioContext): Promise<ScenarioResu
           // the first commits are not measured.
           await writeFor(warmupSeconds * 1000, false);
           await meter.start();
+          const heardBefore = heard;
           await writeFor(seconds * 1000, true);
+          const heardDuring = heard - heardBefore;
           const m = await meter.stop();
           const txPerSecond = (committed * 1000) / m.wallMs;
           const [count] = await sql<{ n: string }[]>`select count(*)::text as n from sluice.events`;
@@ -85,6 +90,7 @@ export async function appendOverhead(ctx: ScenarioContext): Promise<ScenarioResu
             [
               { name: 'events/s', unit: '', value: txPerSecond * perTx },
               { name: 'transactions/s', unit: '', value: txPerSecond },
+              { name: 'NOTIFYs heard/s', unit: '', value: (heardDuring * 1000) / m.wallMs },
               { name: 'commit p50', unit: 'ms', value: percentile(latencies, 50) },
               { name: 'commit p99', unit: 'ms', value: percentile(latencies, 99) },
               { name: 'PostgreSQL CPU', unit: '% of a core', value: m.pgCpuPercent },
