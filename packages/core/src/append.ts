@@ -210,7 +210,7 @@ export async function transaction<T>(sql: Sql, fn: (tx: TransactionSql) => Promi
 /**
  * Keys `schemas` by `tx` and by every savepoint opened from it, however deeply nested. Not an
  * AsyncLocalStorage: on Node 20 a store, once used, puts a hook on every promise of the process,
- * which cost each append transaction about 30 µs of CPU in the benchmark.
+ * which cost each append transaction about 30 µs of Node CPU in a scratch benchmark.
  */
 function trackWakeUps(tx: TransactionSql, schemas: Set<string>): void {
   wakeUpsAfterCommit.set(tx, schemas);

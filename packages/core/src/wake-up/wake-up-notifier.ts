@@ -8,9 +8,9 @@ import { wakeUpChannel } from './channel.js';
  * Wakes dispatchers after appends committed: local subscribers (a dispatcher on the same pool)
  * are called at once; other processes get a NOTIFY sent from the pool in its own autocommit
  * statement, never inside a producer's transaction. A commit that follows a quiet spell is
- * notified at once; while commits follow one another closely they share one NOTIFY per coalescing
- * window. So sparse commits wake other processes without delay, and a stream of commits costs at
- * most one NOTIFY per window.
+ * notified at once; commits that follow one another closely share one NOTIFY per coalescing
+ * window. So sparse commits wake other processes without delay, a steady stream of commits costs
+ * one NOTIFY per window, and NOTIFYs are never closer together than the quiet spell.
  *
  * Why not NOTIFY inside the producer's transaction: PostgreSQL serialises the commits of every
  * notifying transaction behind a cluster-wide lock, so concurrent appenders would commit one
