@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { recordNotifications, useTestDatabase, type NotificationRecorder } from '@sluice/testing';
+import { recordNotifications, useTestDatabase } from '@sluice/testing';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from './append.js';
 import { InvalidEventError } from './errors.js';
@@ -26,8 +26,8 @@ async function listen() {
   return recorder;
 }
 
-function received(recorder: NotificationRecorder, payload: string): number {
-  return recorder.received.filter((p) => p === payload).length;
+function countOf(payloads: readonly string[], payload: string): number {
+  return payloads.filter((p) => p === payload).length;
 }
 
 describe('append', () => {
@@ -243,9 +243,9 @@ describe('wake-ups', () => {
       Array.from({ length: 40 }, (_, n) => transaction(db.sql, (tx) => append(tx, [order(n)]))),
     );
     await wakeUpNotifierFor(db.sql, 'sluice').flush();
-    const received = (await recorder.barrier(db.sql)).filter((payload) => payload === nonce);
-    expect(received.length).toBeGreaterThanOrEqual(1);
-    expect(received.length).toBeLessThan(40);
+    const received = countOf(await recorder.barrier(db.sql), nonce);
+    expect(received).toBeGreaterThanOrEqual(1);
+    expect(received).toBeLessThan(40);
   });
 
   test('notifier: a commit after a quiet spell is notified at once, not at the end of the coalescing window', async () => {
@@ -255,7 +255,7 @@ describe('wake-ups', () => {
     await recorder.next((payload) => payload === notifier.nonce);
     await sleep(25); // a quiet spell longer than quietMs
     notifier.poke();
-    await until(() => received(recorder, notifier.nonce) === 2, 5_000, 'the second notification');
+    await until(() => countOf(recorder.received, notifier.nonce) === 2, 5_000, 'the second notification');
   });
 
   test('notifier: commits close together share one notification per coalescing window', async () => {
@@ -266,9 +266,9 @@ describe('wake-ups', () => {
     notifier.poke(); // the next ones, microseconds later, wait for the window
     notifier.poke();
     await recorder.next((payload) => payload === notifier.nonce);
-    expect((await recorder.barrier(sql)).filter((payload) => payload === notifier.nonce)).toHaveLength(1);
+    expect(countOf(await recorder.barrier(sql), notifier.nonce)).toBe(1);
     await notifier.flush();
-    expect((await recorder.barrier(sql)).filter((payload) => payload === notifier.nonce)).toHaveLength(2);
+    expect(countOf(await recorder.barrier(sql), notifier.nonce)).toBe(2);
   });
 
   test("wakeUp: 'in-transaction' notifies at commit and not for a rollback", async () => {

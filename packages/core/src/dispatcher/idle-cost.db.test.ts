@@ -167,31 +167,19 @@ async function warmUp(consumerNames: readonly string[], holdGap: boolean): Promi
   return { schema, holderPids };
 }
 
-test(
-  '50 idle consumers with gaps held open by a long transaction: one pass adds at most 2 commits and no row lock',
+test.for([
+  { held: true, title: 'with gaps held open by a long transaction', prefix: 'held', pendingGaps: 1 },
+  { held: false, title: 'at the head', prefix: 'calm', pendingGaps: 0 },
+])(
+  '50 idle consumers $title: one pass adds at most 2 commits and no row lock',
   { timeout: 60_000 },
-  async () => {
-    const consumerNames = names('held');
-    const warm = await warmUp(consumerNames, true);
+  async ({ held, prefix, pendingGaps }) => {
+    const consumerNames = names(prefix);
+    const warm = await warmUp(consumerNames, held);
     const { result, counts, locksBefore, locksAfter } = await measureIdlePass(warm, consumerNames);
-    expect(Object.values(result.byConsumer).every((c) => c.skipped === 'idle' && c.pendingGaps === 1)).toBe(
-      true,
-    );
-    expect(Math.min(...counts), `commits of each measured pass: ${counts.join(', ')}`).toBeLessThanOrEqual(2);
-    expect(locksAfter).toEqual(locksBefore);
-  },
-);
-
-test(
-  '50 idle consumers at the head: one pass adds at most 2 commits and no row lock',
-  { timeout: 60_000 },
-  async () => {
-    const consumerNames = names('calm');
-    const warm = await warmUp(consumerNames, false);
-    const { result, counts, locksBefore, locksAfter } = await measureIdlePass(warm, consumerNames);
-    expect(Object.values(result.byConsumer).every((c) => c.skipped === 'idle' && c.pendingGaps === 0)).toBe(
-      true,
-    );
+    expect(
+      Object.values(result.byConsumer).every((c) => c.skipped === 'idle' && c.pendingGaps === pendingGaps),
+    ).toBe(true);
     expect(Math.min(...counts), `commits of each measured pass: ${counts.join(', ')}`).toBeLessThanOrEqual(2);
     expect(locksAfter).toEqual(locksBefore);
   },
