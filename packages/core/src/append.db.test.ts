@@ -271,6 +271,17 @@ describe('wake-ups', () => {
     expect(countOf(await recorder.barrier(sql), notifier.nonce)).toBe(2);
   });
 
+  test('notifier: a commit after a quiet spell also cuts short a coalescing window already running', async () => {
+    const recorder = await listen();
+    const notifier = wakeUpNotifierFor(db.connect({ max: 2 }), 'sluice', { coalesceMs: 60_000, quietMs: 20 });
+    notifier.poke(); // sent at once
+    notifier.poke(); // waits for the 60 s window
+    await recorder.next((payload) => payload === notifier.nonce);
+    await sleep(25); // a quiet spell longer than quietMs
+    notifier.poke();
+    await until(() => countOf(recorder.received, notifier.nonce) === 2, 5_000, 'the second notification');
+  });
+
   test("wakeUp: 'in-transaction' notifies at commit and not for a rollback", async () => {
     const recorder = await listen();
     await db.sql.begin(async (tx) => {

@@ -75,21 +75,18 @@ function createWakeUpNotifier(sql: Sql, schema: string, options: WakeUpNotifierO
   let lastPokeAt = Number.NEGATIVE_INFINITY;
   let inFlight: Promise<void> | undefined;
   let timer: NodeJS.Timeout | undefined;
-  let timerDueAt = 0;
   let lastSentAt = Number.NEGATIVE_INFINITY;
   let failing = false;
 
   function schedule(): void {
     if (inFlight) return;
-    const dueAt = lastSentAt + (urgent ? quietMs : coalesceMs);
     if (timer) {
-      if (timerDueAt <= dueAt) return;
-      clearTimeout(timer); // an urgent poke does not wait for the coalescing window
+      if (!urgent) return; // the timer already waits for the coalescing window
+      clearTimeout(timer); // an urgent poke does not wait that long
       timer = undefined;
     }
-    const waitMs = dueAt - performance.now();
+    const waitMs = lastSentAt + (urgent ? quietMs : coalesceMs) - performance.now();
     if (waitMs > 0) {
-      timerDueAt = dueAt;
       timer = setTimeout(() => {
         timer = undefined;
         send();
