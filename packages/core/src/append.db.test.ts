@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { recordNotifications, useTestDatabase } from '@sluice/testing';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from './append.js';
@@ -248,38 +247,27 @@ describe('wake-ups', () => {
     expect(received).toBeLessThan(40);
   });
 
-  test('notifier: a commit after a quiet spell is notified at once, not at the end of the coalescing window', async () => {
-    const recorder = await listen();
-    const notifier = wakeUpNotifierFor(db.connect({ max: 2 }), 'sluice', { coalesceMs: 60_000, quietMs: 20 });
-    notifier.poke();
-    await recorder.next((payload) => payload === notifier.nonce);
-    await sleep(25); // a quiet spell longer than quietMs
-    notifier.poke();
-    await until(() => countOf(recorder.received, notifier.nonce) === 2, 5_000, 'the second notification');
-  });
-
-  test('notifier: commits close together share one notification per coalescing window', async () => {
-    const recorder = await listen();
-    const sql = db.connect({ max: 2 });
-    const notifier = wakeUpNotifierFor(sql, 'sluice', { coalesceMs: 60_000, quietMs: 20 });
-    notifier.poke(); // after a quiet spell: sent at once
-    notifier.poke(); // the next ones, microseconds later, wait for the window
-    notifier.poke();
-    await recorder.next((payload) => payload === notifier.nonce);
-    expect(countOf(await recorder.barrier(sql), notifier.nonce)).toBe(1);
-    await notifier.flush();
-    expect(countOf(await recorder.barrier(sql), notifier.nonce)).toBe(2);
-  });
-
-  test('notifier: a commit after a quiet spell also cuts short a coalescing window already running', async () => {
+  test('notifier: sparse commits are each notified at once, not at the end of the coalescing window', async () => {
     const recorder = await listen();
     const notifier = wakeUpNotifierFor(db.connect({ max: 2 }), 'sluice', { coalesceMs: 60_000, quietMs: 20 });
     notifier.poke(); // sent at once
-    notifier.poke(); // waits for the 60 s window
-    await recorder.next((payload) => payload === notifier.nonce);
-    await sleep(25); // a quiet spell longer than quietMs
+    notifier.poke(); // one commit before it in the window: sent quietMs after the first
+    await until(() => countOf(recorder.received, notifier.nonce) === 2, 5_000, 'the second notification');
+  });
+
+  test('notifier: a stream of commits shares one notification per coalescing window', async () => {
+    const recorder = await listen();
+    const sql = db.connect({ max: 2 });
+    const notifier = wakeUpNotifierFor(sql, 'sluice', { coalesceMs: 60_000, quietMs: 20 });
+    notifier.poke(); // sent at once
+    notifier.poke(); // these two follow fewer than three commits: sent together quietMs later
     notifier.poke();
     await until(() => countOf(recorder.received, notifier.nonce) === 2, 5_000, 'the second notification');
+    notifier.poke(); // three commits came within the window before each of these: they wait for it
+    notifier.poke();
+    expect(countOf(await recorder.barrier(sql), notifier.nonce)).toBe(2);
+    await notifier.flush();
+    expect(countOf(await recorder.barrier(sql), notifier.nonce)).toBe(3);
   });
 
   test("wakeUp: 'in-transaction' notifies at commit and not for a rollback", async () => {
