@@ -24,7 +24,9 @@ export interface BenchConfig {
     /** Runs of each system (default: runs); more here, where run-to-run noise is near the target's margin. */
     readonly runs?: number;
     readonly writers: number;
+    /** Measured seconds of each system, in `rounds` equal slices taken in turn with the others. */
     readonly seconds: number;
+    readonly rounds: number;
     /** Writing before the measured seconds, on the same fresh database: not measured. */
     readonly warmupSeconds: number;
     readonly eventsPerTx: readonly number[];
@@ -50,7 +52,7 @@ export const FULL: BenchConfig = {
     concurrencyCap: 8,
   },
   latency: { perSecond: 200, seconds: 6, warmupSeconds: 1 },
-  append: { writers: 8, seconds: 3, warmupSeconds: 1, eventsPerTx: [1, 10] },
+  append: { writers: 8, seconds: 3, rounds: 6, warmupSeconds: 1, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 10 },
   scale: { events: 1_000_000 },
 };
@@ -70,7 +72,7 @@ export const QUICK: BenchConfig = {
     concurrencyCap: 8,
   },
   latency: { perSecond: 200, seconds: 2, warmupSeconds: 0.5 },
-  append: { writers: 8, seconds: 1, warmupSeconds: 0.3, eventsPerTx: [1, 10] },
+  append: { writers: 8, seconds: 1, rounds: 2, warmupSeconds: 0.3, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 3 },
   scale: { events: 50_000 },
 };
@@ -91,7 +93,7 @@ export const TINY: BenchConfig = {
     concurrencyCap: 8,
   },
   latency: { perSecond: 200, seconds: 0.5, warmupSeconds: 0.2 },
-  append: { writers: 8, seconds: 0.3, warmupSeconds: 0.1, eventsPerTx: [1, 10] },
+  append: { writers: 8, seconds: 0.3, rounds: 1, warmupSeconds: 0.1, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 1 },
   scale: { events: 5_000 },
 };

@@ -111,14 +111,14 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       `- ${side('1 event/tx')}; ${side('10 events/tx')}.`,
       `- The writers are CPU-bound: with 1 event/tx the bare insert kept PostgreSQL at ${n(f('1 event/tx', APPEND_SYSTEMS.bare, 'PostgreSQL CPU'))} % and Node at ` +
         `${n(f('1 event/tx', APPEND_SYSTEMS.bare, 'Node CPU'))} % of a core on the two cores they share, so each µs per transaction shows in the rate, and the runs of one system vary ` +
-        'from one another by about as much as the margin to the target (min–max in the table).',
+        "from one another by about as much as the margin to the target (min–max in the table; the systems take turns within each run, so a run's ratios compare like with like).",
       '- What append() does beyond the bare insert: it validates each event (JSON.stringify, a byte count, a U+0000 check), sends metadata, and returns each event with its id and created_at ' +
         '(RETURNING id, created_at; the data it returns is parsed from the JSON it sent). Up to 64 events go as one VALUES list, which with RETURNING costs the server no more than ' +
         "the bare INSERT … SELECT FROM unnest() without it; Node's share is the validation and one bound parameter per field.",
       `- The wake-up itself, 8 single-event writers: after-commit NOTIFY ${n(cost(APPEND_SYSTEMS.auto))} %, in-transaction NOTIFY ${n(cost(APPEND_SYSTEMS.inTx))} % ` +
         `of append()'s throughput (commit p99 ${n(f('1 event/tx', APPEND_SYSTEMS.inTx, 'commit p99'))} ms in-transaction, ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'commit p99'))} ms after commit, ` +
-        `${n(f('1 event/tx', APPEND_SYSTEMS.none, 'commit p99'))} ms without). transaction() sends its NOTIFY at once after 2 ms without a commit, else at most one per 10 ms: ` +
-        `the LISTEN session heard ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'NOTIFYs heard/s'))} a second (commits arrive in groups, one per WAL flush, and the gap between groups often exceeds 2 ms), ` +
+        `${n(f('1 event/tx', APPEND_SYSTEMS.none, 'commit p99'))} ms without). transaction() sends its NOTIFY at once unless 3 commits came in the 10 ms before, else at most one per 10 ms: ` +
+        `the LISTEN session heard ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'NOTIFYs heard/s'))} a second (the writers' commits arrive in groups, one per WAL flush, each group a few commits), ` +
         'each its own short write transaction (PostgreSQL gives a notifying transaction an xid).',
       '',
     );

@@ -127,7 +127,7 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
         'the consumer runs in the same Node process. append→handler: from just before the append call to the handler (the append commit included); ' +
         'commit→handler: from the moment the append call returned.',
       `Sluice: default options (batchSize ${DEFAULTS.batchSize}, maxBatchSize at its default, pollIntervalMs ${DEFAULTS.pollIntervalMs}, countCrashedAttempts true). "another pool": the appender has its own ` +
-        'postgres.js pool, so the dispatcher is woken by the NOTIFY sent after the commit (at once after 2 ms without a commit, else ≤ 1 per 10 ms); "dispatcher pool": the appender uses the ' +
+        'postgres.js pool, so the dispatcher is woken by the NOTIFY sent after the commit (at once unless 3 commits came in the 10 ms before, else ≤ 1 per 10 ms); "dispatcher pool": the appender uses the ' +
         "dispatcher's pool and wakes it directly; polling only: listen false and append(…, { wakeUp: 'none' }).",
       `Minimal loop: the catch-up baseline's transaction per batch, LISTENing on a channel; the appender INSERTs and NOTIFYs in its transaction; 100 ms poll as a safety net.`,
       `graphile-worker: same settings as in catch-up (concurrency ${GRAPHILE_SETTINGS.concurrency}, localQueue ${GRAPHILE_SETTINGS.localQueue.size}, completeJobBatchDelay ${GRAPHILE_SETTINGS.completeJobBatchDelay}); ` +
