@@ -149,3 +149,37 @@ test('a dead turn writes nothing after its connection is reopened for other work
   expect(cursorByB).toBe(20n);
   expect(await cursorNow()).toBe(20n); // the dead turn would have saved cursor 10 in autocommit
 });
+
+test('a turn whose last write fails commits nothing and is an infra failure, though its COMMIT was already sent', async () => {
+  const schema = await freshSchema(db);
+  const consumer = recordingConsumer('c');
+  const dispatcher = testDispatcher(db.sql, schema, [consumer.consumer], {
+    backoffInitialMs: 200,
+    backoffMaxMs: 60_000,
+  });
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 3, undefined, schema);
+  // The turn's state write is its last statement before COMMIT: make the server refuse it.
+  await db.sql.unsafe(`
+    create function ${schema}.refuse_cursor() returns trigger language plpgsql as $$
+    begin raise exception 'cursor write refused by the test'; end $$;
+    create trigger refuse_cursor before update on ${schema}.consumers
+      for each row when (new.cursor > old.cursor) execute function ${schema}.refuse_cursor();`);
+
+  const result = await dispatcher.runOnce();
+
+  expect(consumer.ids()).toEqual([1n, 2n, 3n]); // delivered, then the turn rolled back
+  expect(result.byConsumer['c']).toMatchObject({ processed: 0, skipped: 'failed' });
+  const failed = await consumerRow(db.sql, schema, 'c');
+  expect(failed).toMatchObject({ cursor: 0n, attempts: 0 });
+  expect(failed.last_error).toMatch(/cursor write refused by the test/);
+  expect(failed.failure_category).not.toBeNull();
+
+  await db.sql.unsafe(`drop trigger refuse_cursor on ${schema}.consumers`);
+  await until(
+    async () => ((await dispatcher.runOnce()).byConsumer['c']?.processed ?? 0) === 3,
+    10_000,
+    'the events delivered again once the write is accepted',
+  );
+  expect(await consumerRow(db.sql, schema, 'c')).toMatchObject({ cursor: 3n, attempts: 0 });
+});

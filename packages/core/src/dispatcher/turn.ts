@@ -57,6 +57,15 @@ export interface TurnEnvironment {
   readonly onRearmExhausted: (consumer: ResolvedConsumer, lastError: string | null) => void;
 }
 
+/**
+ * The turn's last statements, sent but not awaited before COMMIT. Should one fail, PostgreSQL has
+ * aborted the transaction and answers the COMMIT with a rollback, which postgres.js does not report
+ * as an error: their own failure is what says the turn did not commit.
+ */
+interface LastWrites {
+  writes?: Promise<unknown>;
+}
+
 const MAX_XID = 2n ** 63n - 1n;
 const NO_RANGES: readonly GapRange[] = [];
 
@@ -75,13 +84,16 @@ export async function runTurn(
   const span = startTurnSpan(env.tracer, consumer.name, consumer.instanceId);
   let body: Promise<TurnOutcome> | undefined;
   let endTurn: () => void = () => undefined;
+  const lastWrites: LastWrites = {};
   try {
     const outcome = await env.options.sql.begin((tx) => {
       const guarded = guardTurnTransaction(tx);
       endTurn = guarded.end;
-      body = turnInTransaction(env, consumer, guarded.tx, span, limit, expectedCursor);
+      body = turnInTransaction(env, consumer, guarded.tx, span, limit, expectedCursor, lastWrites);
       return body;
     });
+    // A failed last write aborted the transaction, and the COMMIT behind it rolled it back.
+    await lastWrites.writes;
     span.setAttributes({
       [ATTR.processed]: outcome.handled,
       [ATTR.failed]: outcome.failed,
@@ -138,6 +150,7 @@ async function turnInTransaction(
   span: Span,
   limit: number,
   expectedCursor: bigint | undefined,
+  lastWrites: LastWrites,
 ): Promise<TurnOutcome> {
   const { options, tables: t } = env;
   const locking = lockConsumer(tx, t, consumer.name, consumer.instanceId, {
@@ -413,12 +426,14 @@ async function turnInTransaction(
     systemIdentifier: env.systemIdentifier,
   });
   const keepIsolating = isolating && settlement.cursor < isolateUntil ? isolateUntil : null;
-  await Promise.all([
+  // Not awaited here: the COMMIT goes right behind these statements instead of a round trip later.
+  lastWrites.writes = Promise.all([
     saving,
     startRecorded || markerFirst !== null
       ? finishTurnStart(tx, t, consumer.name, consumer.instanceId, keepIsolating)
       : undefined,
   ]);
+  lastWrites.writes.catch(() => undefined); // runTurn awaits it once the COMMIT has answered
 
   env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
   env.metrics.late(consumer.name, consumer.instanceId, settlement.lateDeliveries);
