@@ -255,6 +255,30 @@ describe('wake-ups', () => {
     await until(() => countOf(recorder.received, notifier.nonce) === 2, 5_000, 'the second notification');
   });
 
+  test("notifier: the NOTIFY's transaction does not wait for its WAL flush", async () => {
+    // A NOTIFY commits a transaction with an xid: waiting for its flush would add a disk flush per
+    // NOTIFY to the writers' own and hold the notification back until it is done.
+    const recorder = await listen();
+    const settings: string[] = [];
+    const sql = db.connect({
+      max: 1,
+      debug: (_connection, query) => {
+        if (query.includes('pg_notify')) settings.push(query);
+      },
+    });
+    const setting = async () =>
+      (await sql<{ value: string }[]>`select current_setting('synchronous_commit') as value`)[0]?.value;
+    const before = await setting();
+    const notifier = wakeUpNotifierFor(sql, 'sluice');
+    notifier.poke();
+    await notifier.flush();
+    await recorder.next((payload) => payload === notifier.nonce);
+    expect(settings).toHaveLength(1);
+    // For the statement's own transaction only: the pooled session keeps its setting.
+    expect(settings[0]).toContain("set_config('synchronous_commit', 'off', true)");
+    expect(await setting()).toBe(before);
+  });
+
   test('notifier: a stream of commits shares one notification per coalescing window', async () => {
     const recorder = await listen();
     const sql = db.connect({ max: 2 });

@@ -105,7 +105,13 @@ function createWakeUpNotifier(sql: Sql, schema: string, options: WakeUpNotifierO
     pending = false;
     urgent = false;
     lastSentAt = performance.now();
-    inFlight = sql`select pg_notify(${channel}, ${nonce})`.then(
+    // The NOTIFY's transaction (it gets an xid, so it writes a commit record) does not wait for its
+    // WAL flush: it would add one flush per NOTIFY to the writers' own, and delay the notification,
+    // which PostgreSQL sends only once the commit is done. A crash can lose it: polling finds the
+    // events all the same.
+    inFlight = sql`
+      select pg_notify(${channel}, ${nonce})
+      from (select set_config('synchronous_commit', 'off', true)) as async_commit`.then(
       () => {
         if (failing) logger.info({ channel }, 'wake-up notifications are being sent again');
         failing = false;
