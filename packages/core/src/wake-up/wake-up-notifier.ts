@@ -32,7 +32,8 @@ export interface WakeUpNotifier {
 export interface WakeUpNotifierOptions {
   /**
    * A commit that 3 others preceded within this many ms waits for the next NOTIFY, sent at most
-   * once per this many ms; sparser commits are notified at once. @defaultValue 10
+   * once per this many ms; sparser commits are notified at once (or by a NOTIFY already due).
+   * @defaultValue 10
    */
   coalesceMs?: number;
   /** NOTIFYs are never closer together than this many ms. @defaultValue 2 */
