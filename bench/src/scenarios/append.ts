@@ -44,7 +44,7 @@ export async function appendOverhead(ctx: ScenarioContext): Promise<ScenarioResu
         await Promise.all(Array.from({ length: writers + 1 }, () => sql`select 1`));
         const totals = new Map(systems.map((system) => [system, emptyTotals()]));
         let nextSeq = 0;
-        /** Writes with `system` for `ms`; returns the commits and each one's latency. */
+        /** Writes with `system` for `ms`; returns each commit's latency. */
         const writeFor = async (system: AppendSystem, ms: number) => {
           const write = writerFor(system, sql);
           const type = typeOf(system);

@@ -259,11 +259,11 @@ describe('wake-ups', () => {
     // A NOTIFY commits a transaction with an xid: waiting for its flush would add a disk flush per
     // NOTIFY to the writers' own and hold the notification back until it is done.
     const recorder = await listen();
-    const settings: string[] = [];
+    const notifies: string[] = [];
     const sql = db.connect({
       max: 1,
       debug: (_connection, query) => {
-        if (query.includes('pg_notify')) settings.push(query);
+        if (query.includes('pg_notify')) notifies.push(query);
       },
     });
     const setting = async () =>
@@ -273,9 +273,9 @@ describe('wake-ups', () => {
     notifier.poke();
     await notifier.flush();
     await recorder.next((payload) => payload === notifier.nonce);
-    expect(settings).toHaveLength(1);
+    expect(notifies).toHaveLength(1);
     // For the statement's own transaction only: the pooled session keeps its setting.
-    expect(settings[0]).toContain("set_config('synchronous_commit', 'off', true)");
+    expect(notifies[0]).toContain("set_config('synchronous_commit', 'off', true)");
     expect(await setting()).toBe(before);
   });
 
