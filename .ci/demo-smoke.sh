@@ -6,7 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${DEMO_SMOKE_PORT:-3917}
 LOG=$(mktemp)
-cleanup() { [ -n "${PGID:-}" ] && kill -KILL -"$PGID" 2>/dev/null || true; }
+cleanup() {
+  [ -n "${PGID:-}" ] && kill -KILL -"$PGID" 2>/dev/null || true
+  rm -f "$LOG" "$LOG.feed"
+}
 trap cleanup EXIT
 
 setsid env PORT="$PORT" pnpm start >"$LOG" 2>&1 &
