@@ -164,6 +164,16 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
     '×',
     (m) => m <= 0.6,
   );
+  // Where the p50 goal lies against the smallest correct consumer, woken by a NOTIFY inside the
+  // producer's transaction (no round trip after the commit), in the same runs.
+  add(
+    'latency',
+    "p50: minimal loop woken by LISTEN ÷ graphile-worker's",
+    '(shown)',
+    pairwise(lat(LATENCY_SYSTEMS.minimal, 'p50'), lat(LATENCY_SYSTEMS.graphile, 'p50'), ratio),
+    '×',
+    undefined,
+  );
   add(
     'latency',
     "p99: Sluice (another pool) ÷ graphile-worker's",

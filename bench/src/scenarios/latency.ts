@@ -1,3 +1,4 @@
+import { PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
 import { append, DEFAULTS, pgArray, transaction } from '@sluice/core';
 import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';
 import { progress } from '../harness/progress.js';
@@ -68,9 +69,11 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
           tracker.record(0, seq);
         });
         let achieved = 0;
+        const gc = new GcPauses();
         try {
           await sleep(200); // LISTEN connected, first poll done
           const t0 = performance.now();
+          gc.from = t0 + warmupSeconds * 1000;
           const interval = 1000 / perSecond;
           for (let seq = 0; seq < total; seq++) {
             const wait = t0 + seq * interval - performance.now();
@@ -80,8 +83,10 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
             committedAt[seq] = performance.now();
           }
           achieved = (total * 1000) / (performance.now() - t0);
+          gc.to = performance.now();
           await tracker.whenComplete(5_000);
         } finally {
+          gc.stop();
           await stop();
           await system.close();
         }
@@ -106,6 +111,8 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
             { name: 'commit→handler p50', unit: 'ms', value: percentile(commitToHandler, 50) },
             { name: 'commit→handler p99', unit: 'ms', value: percentile(commitToHandler, 99) },
             { name: 'appends/s achieved', unit: '', value: achieved },
+            { name: 'GC pause', unit: 'ms/s', value: gc.msPerSecond() },
+            { name: 'longest GC pause', unit: 'ms', value: gc.longest },
             { name: 'samples', unit: '', value: appendToHandler.length },
           ],
           { lost: tracker.lost(), duplicated: tracker.duplicated() },
@@ -229,6 +236,42 @@ async function makeSystem(name: LatencySystem, db: RunDatabase): Promise<System>
           await store.close();
         },
       };
+    }
+  }
+}
+
+/**
+ * Node's GC pauses while the measured appends ran (the appender and the consumer share the
+ * process): a pause holds up every event in flight, which is what an append→handler tail is made of.
+ */
+class GcPauses {
+  from = Number.POSITIVE_INFINITY;
+  to = Number.POSITIVE_INFINITY;
+  longest = 0;
+  #total = 0;
+  readonly #observer = new PerformanceObserver((list) => {
+    this.#take(list.getEntries());
+  });
+
+  constructor() {
+    this.#observer.observe({ entryTypes: ['gc'] });
+  }
+
+  msPerSecond(): number {
+    const seconds = (this.to - this.from) / 1000;
+    return seconds > 0 ? this.#total / seconds : 0;
+  }
+
+  stop(): void {
+    this.#take(this.#observer.takeRecords());
+    this.#observer.disconnect();
+  }
+
+  #take(entries: readonly PerformanceEntry[]): void {
+    for (const entry of entries) {
+      if (entry.startTime < this.from || entry.startTime > this.to) continue;
+      this.#total += entry.duration;
+      this.longest = Math.max(this.longest, entry.duration);
     }
   }
 }
