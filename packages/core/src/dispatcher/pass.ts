@@ -138,8 +138,12 @@ export class PassRunner {
    */
   async run(mode: 'await' | 'launch', woken = false): Promise<PassResult> {
     this.#reads.prune();
-    const early = mode === 'launch' && woken ? this.#beginEarly(Date.now()) : undefined;
+    const early =
+      mode === 'launch' && woken && this.#env.beginEarly && this.#hot.size > 0
+        ? new Map<string, EarlyTurn>()
+        : undefined;
     try {
+      if (early) this.#beginEarly(Date.now(), early);
       return await this.#decide(mode, woken, early);
     } finally {
       // Every early turn the pass did not let go on ends with an empty transaction.
@@ -262,11 +266,10 @@ export class PassRunner {
 
   /**
    * Begins the turns of the hot consumers that have no turn running, in the free turn slots, each
-   * waiting in its transaction for the pre-check's decision.
+   * waiting in its transaction for the pre-check's decision. Each is in `early` as soon as it is
+   * begun, so that the pass ends it whatever happens next.
    */
-  #beginEarly(nowMs: number): Map<string, EarlyTurn> | undefined {
-    if (!this.#env.beginEarly || this.#hot.size === 0) return undefined;
-    const early = new Map<string, EarlyTurn>();
+  #beginEarly(nowMs: number, early: Map<string, EarlyTurn>): void {
     for (const consumer of this.#env.options.consumers) {
       if (this.#slots.running >= this.#slots.size) break;
       if (!this.#hot.has(consumer.name) || this.#slots.has(consumer.name)) continue;
@@ -279,7 +282,6 @@ export class PassRunner {
       result.catch(() => undefined);
       early.set(consumer.name, { result, open });
     }
-    return early;
   }
 
   /**
