@@ -92,7 +92,6 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     systemIdentifier: () => systemIdentifier,
     isStopping: () => stopping,
     listenerSnapshot: () => listener?.snapshot(),
-    beginEarly: typeof poolMax === 'number' && poolMax - turnSlots >= (options.countCrashedAttempts ? 2 : 1),
   });
 
   function track<T>(promise: Promise<T>): Promise<T> {

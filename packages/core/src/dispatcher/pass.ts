@@ -23,7 +23,7 @@ import { canStand, isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
 import { SharedReads } from './shared-reads.js';
 import { TurnSlots } from './slots.js';
-import { runTurn, type TurnEnvironment, type TurnGate, type TurnOutcome } from './turn.js';
+import { runTurn, type TurnEnvironment, type TurnOutcome } from './turn.js';
 
 export type ConsumerSkip =
   'idle' | 'locked' | 'disabled' | 'dead' | 'missing' | 'feature-off' | 'backoff' | 'retry-later' | 'failed';
@@ -54,20 +54,7 @@ export interface PassEnvironment {
   readonly isStopping: () => boolean;
   /** The cluster's snapshot asked on the LISTEN connection; undefined when it cannot answer now. */
   readonly listenerSnapshot: () => Promise<string> | undefined;
-  /**
-   * The pool has a connection for the pre-check even while every turn slot holds one: a woken pass
-   * may begin its likely turns while the pre-check runs.
-   */
-  readonly beginEarly: boolean;
 }
-
-/** A turn begun before its pass's pre-check answered: `open` lets it go on or end it (once). */
-interface EarlyTurn {
-  readonly result: Promise<ConsumerPassResult>;
-  readonly open: (decision: TurnGate) => void;
-}
-
-const DECLINED: TurnGate = { go: false };
 
 /**
  * One pass (DESIGN §4): the idle pre-check for every consumer of this process in one lock-free
@@ -102,12 +89,6 @@ export class PassRunner {
    * judging each consumer again (an idle process then allocates next to nothing per tick).
    */
   #allIdle: { precheck: Precheck; result: PassResult } | undefined;
-  /**
-   * Consumers whose last turns in this process delivered something: a pass woken by a commit
-   * begins their transactions while its pre-check runs, which saves the BEGIN's round trip before
-   * the handler, and ends them empty should the pre-check find nothing for them.
-   */
-  readonly #hot = new Set<string>();
   /** Whether some consumer runs only while its feature is enabled (decided per pass, by the app). */
   readonly #featureGated: boolean;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
@@ -137,26 +118,8 @@ export class PassRunner {
    * commit, and reads the pre-check in full without first asking whether anything changed.
    */
   async run(mode: 'await' | 'launch', woken = false): Promise<PassResult> {
-    this.#reads.prune();
-    const early =
-      mode === 'launch' && woken && this.#env.beginEarly && this.#hot.size > 0
-        ? new Map<string, EarlyTurn>()
-        : undefined;
-    try {
-      if (early) this.#beginEarly(Date.now(), early);
-      return await this.#decide(mode, woken, early);
-    } finally {
-      // Every early turn the pass did not let go on ends with an empty transaction.
-      if (early) for (const turn of early.values()) turn.open(DECLINED);
-    }
-  }
-
-  async #decide(
-    mode: 'await' | 'launch',
-    woken: boolean,
-    early: ReadonlyMap<string, EarlyTurn> | undefined,
-  ): Promise<PassResult> {
     const { options } = this.#env;
+    this.#reads.prune();
     const checked = await this.#precheck(woken);
     const precheck = checked?.precheck;
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
@@ -179,7 +142,6 @@ export class PassRunner {
     for (const consumer of options.consumers) {
       const row = precheck?.rows.get(consumer.name);
       const skip = (skipped: ConsumerSkip) => {
-        early?.get(consumer.name)?.open(DECLINED);
         this.#limits.delete(consumer.name); // caught up or stopped: the next batch starts small
         byConsumer[consumer.name] = {
           processed: 0,
@@ -237,14 +199,10 @@ export class PassRunner {
         );
         continue;
       }
+      if (mode === 'launch' && this.#slots.has(consumer.name)) this.#askedAgain.add(consumer.name);
       // The turn may send its fetch along with its lock, for the cursor the pre-check read.
       const expected = row && row.gap_count === 0 ? BigInt(row.cursor) : undefined;
-      const begun = early?.get(consumer.name);
-      begun?.open({ go: true, expectedCursor: expected });
-      if (!begun && mode === 'launch' && this.#slots.has(consumer.name)) this.#askedAgain.add(consumer.name);
-      const turn =
-        begun?.result ??
-        this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch', expected));
+      const turn = this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch', expected));
       turns.push(
         turn.then((result) => {
           byConsumer[consumer.name] = result;
@@ -262,26 +220,6 @@ export class PassRunner {
       this.#allIdle = { precheck, result };
     }
     return result;
-  }
-
-  /**
-   * Begins the turns of the hot consumers that have no turn running, in the free turn slots, each
-   * waiting in its transaction for the pre-check's decision. Each is in `early` as soon as it is
-   * begun, so that the pass ends it whatever happens next.
-   */
-  #beginEarly(nowMs: number, early: Map<string, EarlyTurn>): void {
-    for (const consumer of this.#env.options.consumers) {
-      if (this.#slots.running >= this.#slots.size) break;
-      if (!this.#hot.has(consumer.name) || this.#slots.has(consumer.name)) continue;
-      if (isBackingOff(this.#backoff.get(consumer.name), nowMs)) continue;
-      let open: (decision: TurnGate) => void = () => undefined;
-      const gate = new Promise<TurnGate>((resolve) => {
-        open = resolve;
-      });
-      const result = this.#slots.run(consumer.name, () => this.#turns(consumer, true, undefined, gate));
-      result.catch(() => undefined);
-      early.set(consumer.name, { result, open });
-    }
   }
 
   /**
@@ -349,13 +287,11 @@ export class PassRunner {
     consumer: ResolvedConsumer,
     continueWhileMore: boolean,
     firstCursor: bigint | undefined,
-    firstGate?: Promise<TurnGate>,
   ): Promise<ConsumerPassResult> {
     let processed = 0;
     let failed = 0;
     let outcome: TurnOutcome | undefined;
     let expectedCursor = firstCursor;
-    let gate = firstGate;
     do {
       // This turn's fetch comes after every request made so far.
       this.#askedAgain.delete(consumer.name);
@@ -364,10 +300,8 @@ export class PassRunner {
         // The batch its next turn would read, fetched ahead while this one delivers. A read-ahead
         // takes a pool connection beyond the turns': only while a turn slot is free.
         const readAhead = this.#slots.running < this.#slots.size ? this.#grown(consumer, limit) : undefined;
-        outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit, expectedCursor, gate);
-        gate = undefined;
+        outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit, expectedCursor);
       } catch (error) {
-        this.#hot.delete(consumer.name);
         this.#limits.delete(consumer.name);
         await this.#infraFailure(consumer, error);
         return { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true };
@@ -385,8 +319,6 @@ export class PassRunner {
         (this.#askedAgain.has(consumer.name) && outcome.skipped === undefined && !outcome.dead)) &&
       !this.#env.isStopping()
     );
-    if (processed > 0) this.#hot.add(consumer.name);
-    else this.#hot.delete(consumer.name);
     return {
       processed,
       failed,

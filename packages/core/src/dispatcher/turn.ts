@@ -24,14 +24,7 @@ import { rearmDecision } from './rearm.js';
 import type { EventBatch, SharedReads } from './shared-reads.js';
 import { guardTurnTransaction } from './turn-guard.js';
 
-export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later' | 'idle';
-
-/**
- * What the pass's pre-check decided for a turn begun before it answered: go on (with the cursor it
- * read, for the early fetch) or end the empty transaction.
- */
-export type TurnGate =
-  { readonly go: false } | { readonly go: true; readonly expectedCursor: bigint | undefined };
+export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later';
 
 export interface TurnOutcome {
   readonly handled: number;
@@ -81,14 +74,12 @@ const NO_RANGES: readonly GapRange[] = [];
  * the gap ranges that may have changed and the events above the cursor in one statement, deliver in
  * id order, and persist cursor, gaps, attempts and status before COMMIT.
  * Infrastructure failures propagate; handler failures are part of the outcome.
- * With `gate`, the transaction begins at once and waits for the gate before its first statement.
  */
 export async function runTurn(
   env: TurnEnvironment,
   consumer: ResolvedConsumer,
   limit: number = consumer.batchSize,
   expectedCursor?: bigint,
-  gate?: Promise<TurnGate>,
 ): Promise<TurnOutcome> {
   const span = startTurnSpan(env.tracer, consumer.name, consumer.instanceId);
   let body: Promise<TurnOutcome> | undefined;
@@ -98,13 +89,7 @@ export async function runTurn(
     const outcome = await env.options.sql.begin((tx) => {
       const guarded = guardTurnTransaction(tx);
       endTurn = guarded.end;
-      body = gate
-        ? gate.then((decision) =>
-            decision.go
-              ? turnInTransaction(env, consumer, guarded.tx, span, limit, decision.expectedCursor, lastWrites)
-              : skipped('idle'),
-          )
-        : turnInTransaction(env, consumer, guarded.tx, span, limit, expectedCursor, lastWrites);
+      body = turnInTransaction(env, consumer, guarded.tx, span, limit, expectedCursor, lastWrites);
       return body;
     });
     // A failed last write aborted the transaction, and the COMMIT behind it rolled it back.
