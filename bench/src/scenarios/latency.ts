@@ -242,7 +242,8 @@ async function makeSystem(name: LatencySystem, db: RunDatabase): Promise<System>
 
 /**
  * Node's GC pauses while the measured appends ran (the appender and the consumer share the
- * process): a pause holds up every event in flight, which is what an append→handler tail is made of.
+ * process): a pause holds up every event in flight, one cause of an append→handler tail (a stall of
+ * the server is another).
  */
 class GcPauses {
   from = Number.POSITIVE_INFINITY;
