@@ -324,7 +324,9 @@ describe('races', () => {
         pollIntervalMs: 3_600_000,
         logger: silentLogger,
       });
-      await dispatcher.start();
+      // Not started: a start's pass could still be finishing a turn that fetched before the third
+      // event committed when runOnce() below runs, and runOnce() would join that turn.
+      await dispatcher.ensureRegistered();
       try {
         const one = async () => {
           const [e] = await appendEvents(db.sql, 1, undefined, schema);
