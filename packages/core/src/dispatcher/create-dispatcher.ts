@@ -18,7 +18,9 @@ export interface Dispatcher {
   /** Stops both and waits for every in-flight pass and turn, so the pool can be closed. Idempotent. */
   stop(): Promise<void>;
   /**
-   * Runs one pass now: the idle pre-check, then one turn for each consumer that may have work.
+   * Runs one pass now: the idle pre-check, then one turn for each consumer that may have work. A
+   * consumer whose turn is already running is not started twice: the running turns take one more
+   * turn, and this call awaits them; every turn it awaits last fetched after the call.
    * @throws {DispatcherNotRegisteredError} before start() or ensureRegistered()
    */
   runOnce(): Promise<PassResult>;

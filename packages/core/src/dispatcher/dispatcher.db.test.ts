@@ -291,6 +291,50 @@ describe('concurrency slots', () => {
     // nothing left to do; none ran a turn alongside it (the join itself is unit-tested in slots.test.ts).
     expect(results.reduce((sum, r) => sum + r.processed, 0)).toBeGreaterThanOrEqual(3);
   });
+
+  test.each(['start()', 'runOnce()'])(
+    'runOnce() while a turn started by %s is running gets a turn that fetches after the call',
+    async (startedBy) => {
+      const schema = await freshSchema(db);
+      const entered = gate();
+      const release = gate();
+      const handled: bigint[] = [];
+      const held = recordingConsumer('held', {
+        handler: async (event: EventRecord) => {
+          if (event.id === 1n) {
+            entered.open();
+            await release.promise;
+          }
+          handled.push(event.id);
+        },
+      });
+      // Off until the second call: its handler then runs in that call's pass, which has already
+      // found 'held' (listed first) in its turn, so the running turn is released only after that.
+      let secondCall = false;
+      const marker = recordingConsumer('marker', {
+        featureName: 'marker',
+        handler: () => {
+          release.open();
+        },
+      });
+      const dispatcher = testDispatcher(db.sql, schema, [held.consumer, marker.consumer], {
+        pollIntervalMs: 3_600_000,
+        isFeatureEnabled: () => secondCall,
+      });
+      onTestFinished(() => dispatcher.stop());
+      await dispatcher.ensureRegistered();
+      await appendEvents(db.sql, 1, undefined, schema);
+      const first = startedBy === 'start()' ? dispatcher.start() : dispatcher.runOnce();
+      await entered.promise;
+      // Committed while the running turn delivers the batch it fetched before.
+      await appendEvents(db.sql, 1, undefined, schema);
+      secondCall = true;
+      const second = await dispatcher.runOnce();
+      await first;
+      expect(handled).toEqual([1n, 2n]);
+      expect(second.byConsumer['held']).toMatchObject({ processed: 2, behind: false });
+    },
+  );
 });
 
 describe('lifecycle', () => {

@@ -69,8 +69,8 @@ export class PassRunner {
   readonly #limits = new Map<string, number>();
   /**
    * Consumers a pass asked for while their turns were running: the running turn may have fetched
-   * before the event that woke the pass committed, so it takes one more turn instead of leaving
-   * that event to the next poll tick.
+   * before the event that woke the pass (or that a runOnce() caller awaits) committed, so it takes
+   * one more turn, which a caller joining the running turn awaits too.
    */
   readonly #askedAgain = new Set<string>();
   readonly #precheckKeys: PrecheckKeys;
@@ -199,7 +199,7 @@ export class PassRunner {
         );
         continue;
       }
-      if (mode === 'launch' && this.#slots.has(consumer.name)) this.#askedAgain.add(consumer.name);
+      if (this.#slots.has(consumer.name)) this.#askedAgain.add(consumer.name);
       // The turn may send its fetch along with its lock, for the cursor the pre-check read.
       const expected = row && row.gap_count === 0 ? BigInt(row.cursor) : undefined;
       const turn = this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch', expected));
@@ -314,8 +314,7 @@ export class PassRunner {
       expectedCursor = outcome.pendingGaps === 0 ? outcome.cursor : undefined;
       if (outcome.timedOut) await this.#recordTimeout(consumer, outcome);
     } while (
-      continueWhileMore &&
-      (outcome.hasMore ||
+      ((continueWhileMore && outcome.hasMore) ||
         (this.#askedAgain.has(consumer.name) && outcome.skipped === undefined && !outcome.dead)) &&
       !this.#env.isStopping()
     );
