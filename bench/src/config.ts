@@ -31,7 +31,17 @@ export interface BenchConfig {
     readonly warmupSeconds: number;
     readonly eventsPerTx: readonly number[];
   };
-  readonly idle: { readonly consumers: number; readonly withGaps: number; readonly seconds: number };
+  readonly idle: {
+    readonly consumers: number;
+    readonly withGaps: number;
+    readonly seconds: number;
+    /**
+     * Before the window: wait until no full GC has run for this long (0: do not wait), at most
+     * `gcSettleMaxMs`. See gcQuiet().
+     */
+    readonly gcQuietMs: number;
+    readonly gcSettleMaxMs: number;
+  };
   readonly scale: { readonly events: number };
 }
 
@@ -53,7 +63,7 @@ export const FULL: BenchConfig = {
   },
   latency: { perSecond: 200, seconds: 6, warmupSeconds: 1 },
   append: { writers: 8, seconds: 3, rounds: 6, warmupSeconds: 1, eventsPerTx: [1, 10] },
-  idle: { consumers: 100, withGaps: 10, seconds: 10 },
+  idle: { consumers: 100, withGaps: 10, seconds: 10, gcQuietMs: 9_000, gcSettleMaxMs: 40_000 },
   scale: { events: 1_000_000 },
 };
 
@@ -73,7 +83,7 @@ export const QUICK: BenchConfig = {
   },
   latency: { perSecond: 200, seconds: 2, warmupSeconds: 0.5 },
   append: { writers: 8, seconds: 1, rounds: 2, warmupSeconds: 0.3, eventsPerTx: [1, 10] },
-  idle: { consumers: 100, withGaps: 10, seconds: 3 },
+  idle: { consumers: 100, withGaps: 10, seconds: 3, gcQuietMs: 0, gcSettleMaxMs: 0 },
   scale: { events: 50_000 },
 };
 
@@ -94,7 +104,7 @@ export const TINY: BenchConfig = {
   },
   latency: { perSecond: 200, seconds: 0.5, warmupSeconds: 0.2 },
   append: { writers: 8, seconds: 0.3, rounds: 1, warmupSeconds: 0.1, eventsPerTx: [1, 10] },
-  idle: { consumers: 100, withGaps: 10, seconds: 1 },
+  idle: { consumers: 100, withGaps: 10, seconds: 1, gcQuietMs: 0, gcSettleMaxMs: 0 },
   scale: { events: 5_000 },
 };
 

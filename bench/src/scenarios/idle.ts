@@ -1,6 +1,7 @@
 import { append, DEFAULTS, pgArray, transaction, type Dispatcher } from '@sluice/core';
 import { holdGap } from '@sluice/testing';
 import { statementProfile } from '../harness/counters.js';
+import { GcPauses, gcQuiet } from '../harness/gc.js';
 import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';
 import { progress } from '../harness/progress.js';
 import { emptySluiceTemplate } from '../harness/templates.js';
@@ -18,7 +19,7 @@ const SETTLE_MS = 1500;
  */
 export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
   const { config } = ctx;
-  const { consumers, withGaps, seconds } = config.idle;
+  const { consumers, withGaps, seconds, gcQuietMs, gcSettleMaxMs } = config.idle;
   const rows = new RowCollector('idle');
   const profiles: StatementProfile[] = [];
   const template = await emptySluiceTemplate(ctx);
@@ -112,15 +113,24 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
           );
         }
         await sleep(SETTLE_MS);
+        // The minimal loop is not idle (it polls every consumer): its GC never goes quiet.
+        const settled =
+          system === IDLE_SYSTEMS.minimal
+            ? { waitedMs: 0, quiet: false }
+            : await gcQuiet(gcQuietMs, gcSettleMaxMs);
 
         const deliveredBefore = deliveries;
         const meter = db.meter();
         clientStatements = 0;
         counting = true;
+        const gc = new GcPauses();
         await meter.start();
+        gc.from = performance.now();
         await sleep(seconds * 1000);
+        gc.to = performance.now();
         counting = false;
         const m = await meter.stop();
+        gc.stop();
         const window = m.wallMs / 1000;
 
         if (ctx.pgStatStatements && run === config.runs - 1) {
@@ -154,6 +164,8 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
             { name: 'WAL', unit: 'bytes/s', value: m.walBytes / window },
             { name: 'PostgreSQL CPU', unit: '% of a core', value: m.pgCpuPercent },
             { name: 'Node CPU', unit: '% of a core', value: m.nodeCpuPercent },
+            { name: 'GC pause in the window', unit: 'ms', value: gc.totalMs },
+            { name: 'waited for GC to settle', unit: 's', value: settled.waitedMs / 1000 },
             ...(system === IDLE_SYSTEMS.sluice
               ? [{ name: 'consumers with a pending gap', unit: '', value: gapsHeld }]
               : []),
@@ -163,7 +175,8 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
         );
         progress(
           `  ${statementsPerSecond === undefined ? '?' : statementsPerSecond.toFixed(1)} statements/s, ${m.writeTransactions} write transactions, ` +
-            `PostgreSQL ${m.pgCpuPercent?.toFixed(2) ?? '?'}% / Node ${m.nodeCpuPercent.toFixed(2)}% of a core`,
+            `PostgreSQL ${m.pgCpuPercent?.toFixed(2) ?? '?'}% / Node ${m.nodeCpuPercent.toFixed(2)}% of a core ` +
+            `(GC ${gc.totalMs.toFixed(1)} ms in the window, after waiting ${(settled.waitedMs / 1000).toFixed(1)} s for GC to settle${settled.quiet || system === IDLE_SYSTEMS.minimal ? '' : ', in vain'})`,
         );
       } finally {
         clearInterval(pollTimer);
@@ -186,7 +199,12 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
       `Sluice: one dispatcher with ${consumers} consumers at default options (pollIntervalMs ${pollIntervalMs}, LISTEN on), all caught up. ` +
         `${withGaps} of them passed an id owned by a transaction that stays open for the whole window (their gap is fenced and cannot resolve); ` +
         `the other ${consumers - withGaps} had their cursor moved to the head directly, so they never saw that id (it is rolled back at the end). ` +
-        `Measured for ${seconds} s after ${SETTLE_MS / 1000} s of settling.`,
+        `Measured for ${seconds} s after ${SETTLE_MS / 1000} s of settling` +
+        (gcQuietMs > 0
+          ? ` and then until no full GC had run for ${gcQuietMs / 1000} s (at most ${gcSettleMaxMs / 1000} s): V8's memory reducer collects a busy phase's garbage in full GCs that start about 8 s after allocation slows down, ` +
+            "and in one scratch run the three it ran after Sluice's setup (the catch-up of 100 consumers) took 35 ms of the main thread plus marking threads, a one-off cost of the setup that would otherwise land in the window of whichever system came next. " +
+            'The GC that still ran inside the window is shown. Not for the minimal loop, which is busy polling every consumer and never quiet.'
+          : " (this mode does not wait for the GC to settle: a full GC collecting the setup's garbage may land in the window)."),
       `One poll tick = ${pollIntervalMs} ms (${ticks} ticks in the window; per tick = statements ÷ the ticks that fit in the window's measured length, rounded up). Statements: pg_stat_statements calls in the run database; the client count is postgres.js' debug hook on the dispatcher's pool. ` +
         "Write transactions: xids assigned in the whole cluster during the window (0 = nothing wrote). WAL includes the server's own background writes.",
       'Minimal loop: the catch-up baseline with no wake-up, each of the 100 consumers running its transaction every 100 ms (what "poll every consumer" costs).',

@@ -1,6 +1,6 @@
-import { PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
 import { append, DEFAULTS, pgArray, transaction } from '@sluice/core';
 import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';
+import { GcPauses } from '../harness/gc.js';
 import { progress } from '../harness/progress.js';
 import { percentile } from '../harness/stats.js';
 import { emptyEmmettTemplate, emptyGraphileTemplate } from '../harness/peer-templates.js';
@@ -236,43 +236,6 @@ async function makeSystem(name: LatencySystem, db: RunDatabase): Promise<System>
           await store.close();
         },
       };
-    }
-  }
-}
-
-/**
- * Node's GC pauses while the measured appends ran (the appender and the consumer share the
- * process): a pause holds up every event in flight, one cause of an append→handler tail (a stall of
- * the server is another).
- */
-class GcPauses {
-  from = Number.POSITIVE_INFINITY;
-  to = Number.POSITIVE_INFINITY;
-  longest = 0;
-  #total = 0;
-  readonly #observer = new PerformanceObserver((list) => {
-    this.#take(list.getEntries());
-  });
-
-  constructor() {
-    this.#observer.observe({ entryTypes: ['gc'] });
-  }
-
-  msPerSecond(): number {
-    const seconds = (this.to - this.from) / 1000;
-    return seconds > 0 ? this.#total / seconds : 0;
-  }
-
-  stop(): void {
-    this.#take(this.#observer.takeRecords());
-    this.#observer.disconnect();
-  }
-
-  #take(entries: readonly PerformanceEntry[]): void {
-    for (const entry of entries) {
-      if (entry.startTime < this.from || entry.startTime > this.to) continue;
-      this.#total += entry.duration;
-      this.longest = Math.max(this.longest, entry.duration);
     }
   }
 }

@@ -1,0 +1,79 @@
+import { constants, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
+
+/**
+ * Node's GC pauses between `from` and `to` (performance.now() times). In the latency scenario the
+ * appender and the consumer share the process: a pause holds up every event in flight, one cause of
+ * an append→handler tail (a stall of the server is another).
+ */
+export class GcPauses {
+  from = Number.POSITIVE_INFINITY;
+  to = Number.POSITIVE_INFINITY;
+  longest = 0;
+  #total = 0;
+  readonly #observer = new PerformanceObserver((list) => {
+    this.#take(list.getEntries());
+  });
+
+  constructor() {
+    this.#observer.observe({ entryTypes: ['gc'] });
+  }
+
+  /** Pause time in all, ms. */
+  get totalMs(): number {
+    return this.#total;
+  }
+
+  msPerSecond(): number {
+    const seconds = (this.to - this.from) / 1000;
+    return seconds > 0 ? this.#total / seconds : 0;
+  }
+
+  stop(): void {
+    this.#take(this.#observer.takeRecords());
+    this.#observer.disconnect();
+  }
+
+  #take(entries: readonly PerformanceEntry[]): void {
+    for (const entry of entries) {
+      if (entry.startTime < this.from || entry.startTime > this.to) continue;
+      this.#total += entry.duration;
+      this.longest = Math.max(this.longest, entry.duration);
+    }
+  }
+}
+
+/** Full collections: the ones V8's memory reducer runs a few seconds after a process goes quiet. */
+const FULL_GC_KINDS: ReadonlySet<number> = new Set([
+  constants.NODE_PERFORMANCE_GC_MAJOR,
+  constants.NODE_PERFORMANCE_GC_INCREMENTAL,
+]);
+
+/**
+ * Waits until no full GC has run for `quietMs` (at most `maxMs` in all), and returns how long it
+ * waited and whether it got there. V8's memory reducer collects the garbage of a busy phase in full
+ * GCs that start about 8 s after allocation slows down: without this wait they land in the idle
+ * window of whichever system comes after a busy setup, a one-off cost of the setup, not of idling.
+ */
+export async function gcQuiet(quietMs: number, maxMs: number): Promise<{ waitedMs: number; quiet: boolean }> {
+  const started = performance.now();
+  if (quietMs <= 0) return { waitedMs: 0, quiet: true };
+  let lastFull = started;
+  const observer = new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      const kind = (entry as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind;
+      if (kind !== undefined && FULL_GC_KINDS.has(kind)) lastFull = entry.startTime + entry.duration;
+    }
+  });
+  observer.observe({ entryTypes: ['gc'] });
+  try {
+    for (;;) {
+      const now = performance.now();
+      const quietUntil = lastFull + quietMs;
+      if (now >= quietUntil) return { waitedMs: now - started, quiet: true };
+      if (now - started >= maxMs) return { waitedMs: now - started, quiet: false };
+      await new Promise((resolve) => setTimeout(resolve, Math.min(quietUntil, started + maxMs) - now));
+    }
+  } finally {
+    observer.disconnect();
+  }
+}
