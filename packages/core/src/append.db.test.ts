@@ -4,6 +4,7 @@ import { append, transaction } from './append.js';
 import { InvalidEventError } from './errors.js';
 import type { NewEvent } from './events.js';
 import { silentLogger } from './logger.js';
+import { pgArray } from './queries/pg-array.js';
 import { migrate } from './schema/migrate.js';
 import { until } from './test-support.js';
 import { wakeUpChannel } from './wake-up/channel.js';
@@ -136,6 +137,41 @@ describe('append', () => {
         append(tx, [{ streamId: 's', type: 't', data: { blob: 'x'.repeat(100) } }], { maxEventBytes: 64 }),
       ),
     ).rejects.toMatchObject({ code: 'SLUICE_INVALID_EVENT', field: 'data' });
+  });
+
+  test('measures maxEventBytes and the name limit in UTF-8 bytes, not characters', async () => {
+    const appendOne = (event: NewEvent, maxEventBytes?: number) =>
+      db.sql.begin((tx) => append(tx, [event], maxEventBytes === undefined ? {} : { maxEventBytes }));
+    // {"blob":"…"} is 11 bytes around the text, and the metadata {} 2 more.
+    const blob = (text: string): NewEvent => ({ streamId: 's', type: 't', data: { blob: text } });
+    await expect(appendOne(blob('é'.repeat(25)), 63)).resolves.toHaveLength(1); // 63 bytes
+    await expect(appendOne(blob('é'.repeat(26)), 64)).rejects.toMatchObject({ field: 'data' }); // 65
+    await expect(appendOne(blob('😀'.repeat(12)), 61)).resolves.toHaveLength(1); // 61
+    await expect(appendOne(blob('😀'.repeat(13)), 64)).rejects.toMatchObject({ field: 'data' }); // 65
+    await expect(appendOne({ streamId: '€'.repeat(333), type: 't', data: {} })).resolves.toHaveLength(1);
+    await expect(appendOne({ streamId: '€'.repeat(334), type: 't', data: {} })).rejects.toMatchObject({
+      code: 'SLUICE_INVALID_EVENT',
+      field: 'streamId',
+    });
+  });
+
+  test('events without metadata store {}, whether or not others in the batch have some', async () => {
+    const plain = (n: number): NewEvent => ({ streamId: 's', type: 't', data: { n } });
+    const tagged = (n: number): NewEvent => ({ ...plain(n), metadata: { correlationId: `c-${n}` } });
+    const none = await db.sql.begin((tx) => append(tx, [plain(1), plain(2)]));
+    const mixed = await db.sql.begin((tx) => append(tx, [plain(3), tagged(4), plain(5)]));
+    const ids = [...none, ...mixed].map((e) => e.id.toString());
+    const rows = await db.sql<{ metadata: string; kind: string }[]>`
+      select metadata::text as metadata, jsonb_typeof(metadata) as kind from sluice.events
+      where id = any(${pgArray(ids)}::bigint[]) order by id`;
+    expect(rows).toEqual([
+      { metadata: '{}', kind: 'object' },
+      { metadata: '{}', kind: 'object' },
+      { metadata: '{}', kind: 'object' },
+      { metadata: '{"correlationId": "c-4"}', kind: 'object' },
+      { metadata: '{}', kind: 'object' },
+    ]);
+    expect(mixed.map((e) => e.metadata)).toEqual([{}, { correlationId: 'c-4' }, {}]);
   });
 
   test('keeps ids exact around 2^53 and across 9/10 digits', async () => {

@@ -18,3 +18,8 @@ export function tables(sql: Queryable, schema: string) {
 }
 
 export type Tables = ReturnType<typeof tables>;
+
+/** The events table alone: what append() needs, without building every other identifier per call. */
+export function eventsTable(sql: Queryable, schema: string) {
+  return sql(`${schema}.events`);
+}
