@@ -7,7 +7,7 @@ import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testin
 import { expect, test } from 'vitest';
 import type { HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
-import { consumerRow, freshSchema, testDispatcher } from '../test-support.js';
+import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
 
 const db = await useTestDatabase();
 
@@ -104,4 +104,32 @@ test('with skipApplyErrors, the crash-poison event goes to dead_letters and the 
     { event_id: string }[]
   >`select event_id::text from ${db.sql(`${schema}.dead_letters`)}`;
   expect(letters.map((l) => l.event_id)).toEqual(['1']);
+});
+
+test('a turn that fails before it records its start leaves the crashes recorded before it as they are', async () => {
+  const schema = await freshSchema(db);
+  const attempts: number[] = [];
+  const c = recordingConsumer('mailer', {
+    errorPolicy: { maxAttempts: 5 },
+    handler: (_event: EventRecord, context: HandlerContext) => {
+      attempts.push(context.attempt);
+    },
+  });
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { backoffInitialMs: 1 });
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 1, undefined, schema);
+  await leaveCrashedStarts(schema, 'mailer', 1n, 1n, 2); // the process died twice on event 1
+  // The turn's fetch fails (its table is away for a moment): an infrastructure failure in a process
+  // that survives it, before this turn recorded any start.
+  await db.sql`alter table ${db.sql(`${schema}.events`)} rename to events_away`;
+  const failed = await dispatcher.runOnce();
+  await db.sql`alter table ${db.sql(`${schema}.events_away`)} rename to events`;
+  expect(failed.byConsumer['mailer']?.skipped).toBe('failed');
+  expect(await marker(schema)).toMatchObject({ started_count: 2 }); // both crashes still count
+  await until(
+    async () => ((await dispatcher.runOnce()).byConsumer['mailer']?.processed ?? 0) === 1,
+    5_000,
+    'the turn after the backoff',
+  );
+  expect(attempts).toEqual([3]);
 });

@@ -23,7 +23,7 @@ import { canStand, isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
 import { SharedReads } from './shared-reads.js';
 import { TurnSlots } from './slots.js';
-import { runTurn, type TurnEnvironment, type TurnOutcome } from './turn.js';
+import { runTurn, type TurnEnvironment, type TurnOutcome, type TurnProgress } from './turn.js';
 
 export type ConsumerSkip =
   'idle' | 'locked' | 'disabled' | 'dead' | 'missing' | 'feature-off' | 'backoff' | 'retry-later' | 'failed';
@@ -296,14 +296,15 @@ export class PassRunner {
       // This turn's fetch comes after every request made so far.
       this.#askedAgain.delete(consumer.name);
       const limit = this.#limits.get(consumer.name) ?? consumer.batchSize;
+      const progress: TurnProgress = { startSent: false };
       try {
         // The batch its next turn would read, fetched ahead while this one delivers. A read-ahead
         // takes a pool connection beyond the turns': only while a turn slot is free.
         const readAhead = this.#slots.running < this.#slots.size ? this.#grown(consumer, limit) : undefined;
-        outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit, expectedCursor);
+        outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit, expectedCursor, progress);
       } catch (error) {
         this.#limits.delete(consumer.name);
-        await this.#infraFailure(consumer, error);
+        await this.#infraFailure(consumer, error, progress.startSent);
         return { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true };
       }
       this.#backoff.delete(consumer.name);
@@ -364,7 +365,8 @@ export class PassRunner {
     );
   }
 
-  async #infraFailure(consumer: ResolvedConsumer, error: unknown): Promise<void> {
+  /** `startSent`: the failed turn sent its start record, which is taken back (it was no crash). */
+  async #infraFailure(consumer: ResolvedConsumer, error: unknown, startSent: boolean): Promise<void> {
     const { options, tables, logger } = this.#env;
     const category = classifyFailure(error);
     const backoff = nextBackoff(
@@ -382,7 +384,7 @@ export class PassRunner {
       await recordInfraFailure(options.sql, tables, consumer.name, consumer.instanceId, {
         message: messageOf(error),
         category,
-        undoTurnStart: options.countCrashedAttempts,
+        undoTurnStart: options.countCrashedAttempts && startSent,
       });
     } catch {
       // Best effort: the database may well be what failed.
@@ -405,7 +407,8 @@ export class PassRunner {
         dead,
       });
     } catch (error) {
-      await this.#infraFailure(consumer, error);
+      // The timed-out turn had sent its start: recordFailedAttempt would have taken it back.
+      await this.#infraFailure(consumer, error, true);
     }
   }
 

@@ -66,6 +66,16 @@ interface LastWrites {
   writes?: Promise<unknown>;
 }
 
+/** What a turn has done that outlives it should it fail: read by the caller after a failure. */
+export interface TurnProgress {
+  /**
+   * The turn's start record (crash accounting, F6) was sent: a failure the process survives must
+   * take that start back. A turn that failed before it has no start to take back, and must leave a
+   * start recorded by a crashed process alone.
+   */
+  startSent: boolean;
+}
+
 const MAX_XID = 2n ** 63n - 1n;
 const NO_RANGES: readonly GapRange[] = [];
 
@@ -80,6 +90,7 @@ export async function runTurn(
   consumer: ResolvedConsumer,
   limit: number = consumer.batchSize,
   expectedCursor?: bigint,
+  progress: TurnProgress = { startSent: false },
 ): Promise<TurnOutcome> {
   const span = startTurnSpan(env.tracer, consumer.name, consumer.instanceId);
   let body: Promise<TurnOutcome> | undefined;
@@ -89,7 +100,7 @@ export async function runTurn(
     const outcome = await env.options.sql.begin((tx) => {
       const guarded = guardTurnTransaction(tx);
       endTurn = guarded.end;
-      body = turnInTransaction(env, consumer, guarded.tx, span, limit, expectedCursor, lastWrites);
+      body = turnInTransaction(env, consumer, guarded.tx, span, limit, expectedCursor, lastWrites, progress);
       return body;
     });
     // A failed last write aborted the transaction, and the COMMIT behind it rolled it back.
@@ -151,6 +162,7 @@ async function turnInTransaction(
   limit: number,
   expectedCursor: bigint | undefined,
   lastWrites: LastWrites,
+  progress: TurnProgress,
 ): Promise<TurnOutcome> {
   const { options, tables: t } = env;
   const locking = lockConsumer(tx, t, consumer.name, consumer.instanceId, {
@@ -331,6 +343,9 @@ async function turnInTransaction(
           resetCount: rearmed,
         },
         options.statementTimeoutMs,
+        () => {
+          progress.startSent = true;
+        },
       );
       startRecorded = true;
     }

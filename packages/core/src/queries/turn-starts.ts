@@ -21,7 +21,8 @@ export class PoolExhaustedError extends Error {
 /**
  * Records, in its own committed transaction (on another pool connection, waited for at most
  * `waitMs`), that a turn is about to deliver ids [first, last]. Counts consecutive starts at the
- * same first id: a start that never reached its COMMIT was a crash (F6).
+ * same first id: a start that never reached its COMMIT was a crash (F6). `onSending` is called once
+ * a connection is reserved, just before the statement goes out.
  *
  * The commit does not wait for its WAL flush (synchronous_commit off for this statement's
  * transaction only): what it guards against is the Node process dying, and the row is visible to
@@ -36,9 +37,12 @@ export async function recordTurnStart(
   instanceId: string,
   batch: { first: bigint; last: bigint; isolateUntil: bigint | null; resetCount: boolean },
   waitMs: number,
+  onSending: () => void,
 ): Promise<void> {
   const connection = await reserveWithin(sql, waitMs);
   try {
+    // From here on the start may have been recorded, even if no answer comes back.
+    onSending();
     await connection`
       with async_commit as (select set_config('synchronous_commit', 'off', true))
       insert into ${t.turnStarts} as m (consumer_name, instance_id, first_event_id, last_event_id, started_count, isolate_until)
