@@ -57,6 +57,8 @@ export async function append(
   if (!Array.isArray(events)) throw new InvalidOptionError('events', 'must be an array of events');
   if (events.length === 0) return [];
 
+  // One lookup per call: every event of the call is appended under the same active span.
+  const traceparent = activeTraceparent();
   const streamIds: string[] = [];
   const types: string[] = [];
   const data: string[] = [];
@@ -75,7 +77,11 @@ export async function append(
     }
     types.push(type);
     const dataJson = toJsonObject(index, 'data', event['data']);
-    const metadataJson = toJsonObject(index, 'metadata', withTraceparent(event['metadata'] ?? {}));
+    const metadataJson = toJsonObject(
+      index,
+      'metadata',
+      withTraceparent(event['metadata'] ?? {}, traceparent),
+    );
     if (exceedsUtf8Bytes(maxEventBytes, dataJson, metadataJson)) {
       throw new InvalidEventError(
         index,
@@ -89,9 +95,20 @@ export async function append(
 
   const rows = await insertEvents(tx, eventsTable(tx, schema), streamIds, types, data, metadata);
   // Ids were drawn in the caller's order, one row after the other: the i-th smallest is event i's.
-  rows.sort((a, b) => compare(BigInt(a.id), BigInt(b.id)));
+  let ids = rows.map((row) => BigInt(row.id));
+  if (!isAscending(ids)) {
+    rows.sort((a, b) => compare(BigInt(a.id), BigInt(b.id)));
+    ids = rows.map((row) => BigInt(row.id));
+  }
   const stored = rows.map((row, i) =>
-    storedEvent(row, streamIds[i] as string, types[i] as string, data[i] as string, metadata[i] as string),
+    storedEvent(
+      ids[i] as bigint,
+      row.created_at,
+      streamIds[i] as string,
+      types[i] as string,
+      data[i] as string,
+      metadata[i] as string,
+    ),
   );
 
   if (wakeUp === 'in-transaction') {
@@ -109,7 +126,8 @@ export async function append(
  * most callers only want the id.
  */
 function storedEvent(
-  row: { id: string; created_at: Date },
+  id: bigint,
+  createdAt: Date,
   streamId: string,
   type: string,
   dataJson: string,
@@ -118,7 +136,7 @@ function storedEvent(
   let data: JsonObject | undefined;
   let metadata: JsonObject | undefined;
   return {
-    id: BigInt(row.id),
+    id,
     streamId,
     type,
     get data(): JsonObject {
@@ -127,7 +145,7 @@ function storedEvent(
     get metadata(): JsonObject {
       return (metadata ??= JSON.parse(metadataJson) as JsonObject);
     },
-    createdAt: row.created_at,
+    createdAt,
   };
 }
 
@@ -256,10 +274,9 @@ function checkName(index: number, field: string, value: unknown): string {
 }
 
 /** Records the active span's W3C traceparent, so handler spans can link to the request (DESIGN §7). */
-function withTraceparent(metadata: unknown): unknown {
-  if (!isRecord(metadata) || 'traceparent' in metadata) return metadata;
-  const traceparent = activeTraceparent();
-  return traceparent === undefined ? metadata : { ...metadata, traceparent };
+function withTraceparent(metadata: unknown, traceparent: string | undefined): unknown {
+  if (traceparent === undefined || !isRecord(metadata) || 'traceparent' in metadata) return metadata;
+  return { ...metadata, traceparent };
 }
 
 /**
@@ -269,6 +286,11 @@ function withTraceparent(metadata: unknown): unknown {
  */
 function exceedsUtf8Bytes(limit: number, text: string, more = ''): boolean {
   return (text.length + more.length) * 3 > limit && Buffer.byteLength(text) + Buffer.byteLength(more) > limit;
+}
+
+function isAscending(ids: readonly bigint[]): boolean {
+  for (let i = 1; i < ids.length; i++) if ((ids[i - 1] as bigint) > (ids[i] as bigint)) return false;
+  return true;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
