@@ -114,10 +114,7 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
         }
         await sleep(SETTLE_MS);
         // The minimal loop is not idle (it polls every consumer): its GC never goes quiet.
-        const settled =
-          system === IDLE_SYSTEMS.minimal
-            ? { waitedMs: 0, quiet: false }
-            : await gcQuiet(gcQuietMs, gcSettleMaxMs);
+        const settled = await gcQuiet(system === IDLE_SYSTEMS.minimal ? 0 : gcQuietMs, gcSettleMaxMs);
 
         const deliveredBefore = deliveries;
         const meter = db.meter();
@@ -176,7 +173,7 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
         progress(
           `  ${statementsPerSecond === undefined ? '?' : statementsPerSecond.toFixed(1)} statements/s, ${m.writeTransactions} write transactions, ` +
             `PostgreSQL ${m.pgCpuPercent?.toFixed(2) ?? '?'}% / Node ${m.nodeCpuPercent.toFixed(2)}% of a core ` +
-            `(GC ${gc.totalMs.toFixed(1)} ms in the window, after waiting ${(settled.waitedMs / 1000).toFixed(1)} s for GC to settle${settled.quiet || system === IDLE_SYSTEMS.minimal ? '' : ', in vain'})`,
+            `(GC ${gc.totalMs.toFixed(1)} ms in the window, after waiting ${(settled.waitedMs / 1000).toFixed(1)} s for GC to settle${settled.quiet ? '' : ', in vain'})`,
         );
       } finally {
         clearInterval(pollTimer);

@@ -304,7 +304,6 @@ async function turnInTransaction(
   let result: Awaited<ReturnType<typeof deliver>>;
   const toDeliver = ids.map((id) => events.get(id) as EventRecord);
   const firstEvent = toDeliver[0];
-  let startRecorded = false;
   if (firstEvent && !resolvesUnhandled(firstEvent) && priorAttempts(firstEvent.id) >= consumer.maxAttempts) {
     // The process died maxAttempts times on this event: do not hand it to the handler again.
     const error = new Error(
@@ -347,7 +346,6 @@ async function turnInTransaction(
           progress.startSent = true;
         },
       );
-      startRecorded = true;
     }
     result = await deliver({
       consumer,
@@ -444,7 +442,7 @@ async function turnInTransaction(
   // Not awaited here: the COMMIT goes right behind these statements instead of a round trip later.
   lastWrites.writes = Promise.all([
     saving,
-    startRecorded || markerFirst !== null
+    progress.startSent || markerFirst !== null
       ? finishTurnStart(tx, t, consumer.name, consumer.instanceId, keepIsolating)
       : undefined,
   ]);

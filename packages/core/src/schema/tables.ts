@@ -7,7 +7,7 @@ import type { Queryable } from '../sql-types.js';
 export function tables(sql: Queryable, schema: string) {
   return {
     schema: sql(schema),
-    events: sql(`${schema}.events`),
+    events: eventsTable(sql, schema),
     consumers: sql(`${schema}.consumers`),
     gaps: sql(`${schema}.gaps`),
     turnStarts: sql(`${schema}.turn_starts`),
