@@ -45,6 +45,7 @@ const precheckOf = (...rows: PrecheckRow[]): Precheck => ({
   quiet: new Set(['q']),
   rows: new Map(rows.map((r, i) => [`c${i}`, r])),
   snapshot: '800:905:800',
+  head: '10',
 });
 
 test('a pre-check of caught-up consumers, with or without held gaps, stands while nothing commits', () => {

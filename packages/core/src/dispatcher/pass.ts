@@ -23,7 +23,13 @@ import { canStand, isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
 import { SharedReads } from './shared-reads.js';
 import { TurnSlots } from './slots.js';
-import { runTurn, type TurnEnvironment, type TurnOutcome, type TurnProgress } from './turn.js';
+import {
+  runTurn,
+  type SkipReason,
+  type TurnEnvironment,
+  type TurnOutcome,
+  type TurnProgress,
+} from './turn.js';
 
 export type ConsumerSkip =
   'idle' | 'locked' | 'disabled' | 'dead' | 'missing' | 'feature-off' | 'backoff' | 'retry-later' | 'failed';
@@ -89,6 +95,18 @@ export class PassRunner {
    * judging each consumer again (an idle process then allocates next to nothing per tick).
    */
   #allIdle: { precheck: Precheck; result: PassResult } | undefined;
+  /**
+   * When the last full pre-check was read (performance.now()), if it found every consumer plain:
+   * caught up, or behind with nothing but events to deliver (see {@link isPlain}). A commit only
+   * puts plain consumers behind, where every one of them needs a turn: a woken pass within a poll
+   * interval of it launches those turns at once instead of asking again (one round trip less
+   * between a commit and its handlers). Undefined when a consumer was not plain, or since a turn
+   * failed or found its consumer otherwise; older than a poll interval, a woken pass asks again, so
+   * the gauges and the clock-based decisions never lag behind by more than polling would.
+   */
+  #plainAtMs: number | undefined;
+  /** Each consumer's cursor as last read or settled, while it has no pending gap: the turn's early fetch. */
+  readonly #cursors = new Map<string, bigint>();
   /** Whether some consumer runs only while its feature is enabled (decided per pass, by the app). */
   readonly #featureGated: boolean;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
@@ -120,7 +138,10 @@ export class PassRunner {
   async run(mode: 'await' | 'launch', woken = false): Promise<PassResult> {
     const { options } = this.#env;
     this.#reads.prune();
-    const checked = await this.#precheck(woken);
+    const plainAtMs = this.#plainAtMs;
+    const skipPrecheck =
+      woken && plainAtMs !== undefined && performance.now() - plainAtMs < options.pollIntervalMs;
+    const checked = skipPrecheck ? undefined : await this.#precheck(woken);
     const precheck = checked?.precheck;
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
     const nowMs = Date.now();
@@ -200,8 +221,13 @@ export class PassRunner {
         continue;
       }
       if (this.#slots.has(consumer.name)) this.#askedAgain.add(consumer.name);
-      // The turn may send its fetch along with its lock, for the cursor the pre-check read.
-      const expected = row && row.gap_count === 0 ? BigInt(row.cursor) : undefined;
+      // The turn may send its fetch along with its lock, for the cursor the pre-check read (or, with
+      // no pre-check, the last one known: the turn checks it against the row it locks).
+      const expected = row
+        ? row.gap_count === 0
+          ? BigInt(row.cursor)
+          : undefined
+        : this.#cursors.get(consumer.name);
       const turn = this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch', expected));
       turns.push(
         turn.then((result) => {
@@ -214,7 +240,9 @@ export class PassRunner {
     const results = Object.values(byConsumer);
     const processed = results.reduce((sum, r) => sum + r.processed, 0);
     const failed = results.reduce((sum, r) => sum + r.failed, 0);
-    this.#env.metrics.pass(precheck === undefined ? 'precheck-failed' : turns.length === 0 ? 'idle' : 'ok');
+    this.#env.metrics.pass(
+      precheck === undefined && !skipPrecheck ? 'precheck-failed' : turns.length === 0 ? 'idle' : 'ok',
+    );
     const result = { processed, failed, byConsumer };
     if (precheck && turns.length === 0 && results.every((r) => r.skipped === 'idle')) {
       this.#allIdle = { precheck, result };
@@ -236,6 +264,7 @@ export class PassRunner {
       return checked;
     } catch (error) {
       this.#standing = undefined;
+      this.#plainAtMs = undefined;
       // Nothing is proven idle: every consumer takes a turn. Logged once per outage (DESIGN §4.1).
       if (!this.#precheckFailing) {
         logger.warn(
@@ -274,6 +303,15 @@ export class PassRunner {
     }
     const precheck = await precheckConsumers(options.sql, tables, this.#precheckKeys);
     this.#standing = canStand(precheck) ? precheck : undefined;
+    let plain = true;
+    for (const consumer of options.consumers) {
+      const row = precheck.rows.get(consumer.name);
+      if (precheck.quiet.has(consumer.name)) this.#cursors.set(consumer.name, BigInt(precheck.head));
+      else if (row && row.gap_count === 0) this.#cursors.set(consumer.name, BigInt(row.cursor));
+      else this.#cursors.delete(consumer.name);
+      if (!precheck.quiet.has(consumer.name) && !(row && isPlain(row))) plain = false;
+    }
+    this.#plainAtMs = plain ? performance.now() : undefined;
     for (const consumer of options.consumers) {
       const row = precheck.rows.get(consumer.name);
       if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
@@ -304,6 +342,8 @@ export class PassRunner {
         outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit, expectedCursor, progress);
       } catch (error) {
         this.#limits.delete(consumer.name);
+        this.#cursors.delete(consumer.name);
+        this.#plainAtMs = undefined;
         await this.#infraFailure(consumer, error, progress.startSent);
         return { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true };
       }
@@ -313,6 +353,11 @@ export class PassRunner {
       processed += outcome.handled;
       failed += outcome.failed;
       expectedCursor = outcome.pendingGaps === 0 ? outcome.cursor : undefined;
+      if (expectedCursor === undefined) this.#cursors.delete(consumer.name);
+      else this.#cursors.set(consumer.name, expectedCursor);
+      if (outcome.failed > 0 || outcome.dead || outcome.pendingGaps > 0 || !isPlainSkip(outcome.skipped)) {
+        this.#plainAtMs = undefined;
+      }
       if (outcome.timedOut) await this.#recordTimeout(consumer, outcome);
     } while (
       ((continueWhileMore && outcome.hasMore) ||
@@ -425,6 +470,26 @@ export class PassRunner {
       logger.warn({ error: messageOf(error) }, 'could not record the per-instance heartbeat');
     }
   }
+}
+
+/**
+ * A consumer a commit can only put behind: idle or processing, no failed attempt, no pending gap,
+ * no operator skip or replay, no start fence. Its next turn delivers the events after its cursor.
+ */
+function isPlain(row: PrecheckRow): boolean {
+  return (
+    (row.status === 'idle' || row.status === 'processing') &&
+    row.attempts === 0 &&
+    row.gap_count === 0 &&
+    row.skip_event_id === null &&
+    !row.replays_pending &&
+    row.start_fence === null
+  );
+}
+
+/** A turn that ran (delivering or not), or found its consumer held by another instance, saw nothing unusual. */
+function isPlainSkip(skipped: SkipReason | undefined): boolean {
+  return skipped === undefined || skipped === 'locked';
 }
 
 /**

@@ -4,7 +4,7 @@ import { eventFromRow, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
 import { deliverableIds, settleTurn, type FetchResult, type GapRange, type TurnInput } from '../gaps/gaps.js';
 import { lowestEnded, parseSnapshot, parseXidList, runningBelow, type Snapshot } from '../gaps/snapshot.js';
 import type { Logger } from '../logger.js';
-import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
+import { SHARED_INSTANCE_ID, type ResolvedConsumer, type ResolvedOptions } from '../options.js';
 import { lockConsumer, saveTurn, setStatus, type LockedRow } from '../queries/consumers.js';
 import { writeAudit } from '../queries/audit.js';
 import { recordDeadLetters, type DeadLetterInput } from '../queries/dead-letters.js';
@@ -274,6 +274,28 @@ async function turnInTransaction(
   };
   const input: TurnInput = { cursor, rechecked, fetch, ordering: consumer.ordering };
   let ids = deliverableIds(input);
+
+  // Nothing after the cursor and nothing to record: the turn ends without writing its row, and its
+  // COMMIT, with no xid, waits for no WAL flush. A woken pass can start such a turn for a consumer
+  // that had already delivered what the wake-up announced.
+  if (
+    ids.length === 0 &&
+    fetch.complete &&
+    head <= cursor &&
+    hasNothingToRecord(row, consumer, env, stored, rearmed)
+  ) {
+    return {
+      handled: 0,
+      failed: 0,
+      skipped: undefined,
+      hasMore: false,
+      filledBatch: false,
+      pendingGaps: 0,
+      cursor,
+      head,
+      dead: false,
+    };
+  }
 
   // Crash accounting (F6): a start at this batch that never committed was a crash.
   const markerFirst = row.marker_first === null ? null : BigInt(row.marker_first);
@@ -633,6 +655,36 @@ async function deliverReplays(
   env.logger.info(
     { consumer: consumer.name, replayed: done.length, failed: result.failed },
     'replayed dead letters',
+  );
+}
+
+/**
+ * Whether a turn that found no event has nothing to write either: a shared consumer, idle, with no
+ * failed attempt, skip, replay, start fence, gap or crash-accounting record, and a row written in
+ * this cluster. Per-instance consumers still write (their row's last_seen_at says the instance lives).
+ */
+function hasNothingToRecord(
+  row: LockedRow,
+  consumer: ResolvedConsumer,
+  env: TurnEnvironment,
+  stored: readonly StoredRange[],
+  rearmed: boolean,
+): boolean {
+  return (
+    consumer.instanceId === SHARED_INSTANCE_ID &&
+    row.status === 'idle' &&
+    !rearmed &&
+    row.attempts === 0 &&
+    row.stuck_event_id === null &&
+    row.skip_event_id === null &&
+    !row.replays_pending &&
+    row.start_fence === null &&
+    row.gap_count === 0 &&
+    row.gaps_unfenced === 0 &&
+    !row.gaps_recheck &&
+    stored.length === 0 &&
+    row.marker_first === null &&
+    (env.systemIdentifier === null || row.system_identifier === env.systemIdentifier)
   );
 }
 

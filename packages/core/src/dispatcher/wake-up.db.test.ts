@@ -4,6 +4,7 @@ import { expect, test } from 'vitest';
 import { append, transaction } from '../append.js';
 import { METRIC } from '../telemetry/attributes.js';
 import { wakeUpChannel } from '../wake-up/channel.js';
+import { wakeUpNotifierFor } from '../wake-up/wake-up-notifier.js';
 import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
 
 const db = await useTestDatabase();
@@ -228,4 +229,83 @@ test('a LISTEN backend that hangs does not hold up the idle ticks: they ask the 
     await db.sql`select pg_terminate_backend(${pid})`;
     await dispatcher.stop();
   }
+});
+
+/**
+ * A started dispatcher without LISTEN or timer passes in the window (one poll a minute), on a pool
+ * whose statements are recorded, and the consumer row's xmin (it changes when the row is written).
+ */
+async function recordedDispatcher(consumers: ReturnType<typeof recordingConsumer>[]) {
+  const schema = await freshSchema(db);
+  const statements: string[] = [];
+  const sql = db.connect({ max: 6, debug: (_connection, query) => statements.push(query) });
+  const dispatcher = testDispatcher(
+    sql,
+    schema,
+    consumers.map((c) => c.consumer),
+    { pollIntervalMs: 60_000 },
+  );
+  const xmin = async (name: string) => {
+    const [row] = await db.sql<{ xmin: string }[]>`
+      select xmin::text from ${db.sql(`${schema}.consumers`)} where name = ${name}`;
+    return row?.xmin;
+  };
+  return { schema, sql, dispatcher, statements, xmin };
+}
+
+const isPrecheck = (query: string) => query.includes('json_agg(c.name)');
+const isLock = (query: string) => /for update/i.test(query);
+
+test('a pass woken by a commit skips the pre-check while the last one found every consumer plain', async () => {
+  const a = recordingConsumer('plain-a');
+  const b = recordingConsumer('plain-b');
+  const { schema, sql, dispatcher, statements } = await recordedDispatcher([a, b]);
+  await dispatcher.start(); // its first pass reads the pre-check: both consumers caught up
+  await dispatcher.drain();
+  expect(statements.filter(isPrecheck)).toHaveLength(1);
+
+  statements.length = 0;
+  await transaction(sql, (tx) => append(tx, [{ streamId: 's', type: 'T', data: { n: 1 } }], { schema }));
+  await until(() => a.ids().length === 1 && b.ids().length === 1, 5_000, 'both deliveries');
+  await dispatcher.drain();
+  expect(statements.filter(isPrecheck)).toHaveLength(0);
+  expect(statements.filter(isLock)).toHaveLength(2); // one turn each, the fetch sent with the lock
+});
+
+test('a woken pass reads the pre-check when a consumer is not plain (here: a failed attempt)', async () => {
+  const failing = recordingConsumer('not-plain', {
+    handler: () => {
+      throw new Error('not yet');
+    },
+  });
+  const { schema, sql, dispatcher, statements } = await recordedDispatcher([failing]);
+  await dispatcher.start();
+  await dispatcher.drain();
+  await transaction(sql, (tx) => append(tx, [{ streamId: 's', type: 'T', data: { n: 1 } }], { schema }));
+  await until(async () => (await consumerRow(db.sql, schema, 'not-plain')).attempts > 0, 5_000, 'a failure');
+  await dispatcher.drain();
+
+  statements.length = 0;
+  wakeUpNotifierFor(sql, schema).poke();
+  await dispatcher.drain();
+  expect(statements.filter(isPrecheck)).toHaveLength(1);
+});
+
+test('a turn that finds nothing to deliver or record writes nothing', async () => {
+  const c = recordingConsumer('caught-up');
+  const { schema, sql, dispatcher, statements, xmin } = await recordedDispatcher([c]);
+  await dispatcher.start();
+  await transaction(sql, (tx) => append(tx, [{ streamId: 's', type: 'T', data: { n: 1 } }], { schema }));
+  await until(() => c.ids().length === 1, 5_000, 'the delivery');
+  await dispatcher.drain();
+  const before = await xmin('caught-up');
+
+  // A wake-up for what was already delivered (as a late, coalesced NOTIFY would be).
+  statements.length = 0;
+  wakeUpNotifierFor(sql, schema).poke();
+  await dispatcher.drain();
+  expect(statements.filter(isLock)).toHaveLength(1); // the turn ran
+  expect(statements.filter((q) => /^\s*update/i.test(q))).toEqual([]);
+  expect(await xmin('caught-up')).toBe(before);
+  expect(c.ids()).toHaveLength(1);
 });

@@ -104,6 +104,8 @@ export interface Precheck {
   readonly rows: ReadonlyMap<string, PrecheckRow>;
   /** The statement's snapshot, as text (see currentSnapshot). */
   readonly snapshot: string;
+  /** The highest id visible to the statement (0 when the log is empty): a quiet consumer's cursor. */
+  readonly head: string;
 }
 
 type JsonStateRow = Omit<PrecheckRow, DateColumn | 'head' | 'snapshot' | 'now'> &
@@ -188,7 +190,7 @@ export async function precheckConsumers(sql: Sql, t: Tables, keys: PrecheckKeys)
       now: result.now,
     });
   }
-  return { quiet: new Set(result.quiet), rows, snapshot: result.snapshot };
+  return { quiet: new Set(result.quiet), rows, snapshot: result.snapshot, head: result.head };
 }
 
 /**
