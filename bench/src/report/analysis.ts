@@ -135,9 +135,10 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         `in-process ${n(f(L.inProcess, 'commit→handler p50'))} / ${n(f(L.inProcess, 'commit→handler p99'))} ms, ` +
         `minimal loop ${n(f(L.minimal, 'commit→handler p50'))} / ${n(f(L.minimal, 'commit→handler p99'))} ms, ` +
         `graphile-worker ${n(f(L.graphile, 'commit→handler p50'))} / ${n(f(L.graphile, 'commit→handler p99'))} ms.`,
-      `- The in-process wake-up skips the NOTIFY round trip: the difference between the two Sluice rows (p50 ${n(pairMedian('latency', '', L.otherPool, L.inProcess, 'p50', (a, b) => a - b))} ms) ` +
-        'is what the after-commit notification path adds (the NOTIFY statement, then its delivery to the LISTEN connection); the rest is the pass and the turn before the handler runs: ' +
-        'BEGIN, the lock with the fetch behind it, and the committed turn-start record (crash accounting, DESIGN F6), each a round trip (a woken pass skips the pre-check while the last one, at most a poll interval old, found every consumer plain, so a pre-check still runs about once per poll interval), against BEGIN, the lock and the fetch for the minimal loop, ' +
+      `- The in-process wake-up skips the NOTIFY round trip and the pre-check: the difference between the two Sluice rows (p50 ${n(pairMedian('latency', '', L.otherPool, L.inProcess, 'p50', (a, b) => a - b))} ms) ` +
+        'is the after-commit notification (the NOTIFY statement, then its delivery to the LISTEN connection) and the pre-check a NOTIFY always leads to (anyone who can connect may send one); ' +
+        'a pass woken in-process skips the pre-check while the last one, at most a poll interval old, found every consumer plain. The rest is the turn before the handler runs: ' +
+        'BEGIN, the lock with the fetch behind it, and the committed turn-start record (crash accounting, DESIGN F6), each a round trip, against BEGIN, the lock and the fetch for the minimal loop, ' +
         "which also hears of the commit from PostgreSQL itself (its NOTIFY is part of the producer's transaction).",
       `- append→handler includes the append's own commit: p50 append→handler minus commit→handler is ${n(sluiceAppend)} ms for Sluice's transaction() ` +
         `and ${n(f(L.graphile, 'p50') - f(L.graphile, 'commit→handler p50'))} ms for graphile-worker's addJob. The p50 goal, 0.6 × graphile-worker's ${n(f(L.graphile, 'p50'))} ms = ${n(p50Goal)} ms, ` +

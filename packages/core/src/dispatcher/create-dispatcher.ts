@@ -84,6 +84,8 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   let passRequested = false;
   /** A pending request came from an announced commit (see requestPass). */
   let passWoken = false;
+  /** A pending request came from a commit in this process (see requestPass). */
+  let passLocal = false;
 
   const passes = new PassRunner({
     options: { ...options, concurrency: turnSlots },
@@ -105,11 +107,13 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   /**
    * Wake-ups (timer, NOTIFY, local appends) coalesce: at most one pass runs, one more is queued.
    * `woken`: a commit was announced (NOTIFY or a local append), so the pass need not first ask
-   * whether anything changed since the last pre-check.
+   * whether anything changed since the last pre-check. `local`: by transaction() in this process,
+   * on this pool (a NOTIFY may come from anyone who can connect, and may be late).
    */
-  function requestPass(woken: boolean): void {
+  function requestPass(woken: boolean, local = false): void {
     if (!started || stopping) return;
     passWoken ||= woken;
+    passLocal ||= local;
     if (passRunning) {
       passRequested = true;
       return;
@@ -122,8 +126,10 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
           do {
             passRequested = false;
             const wokenPass = passWoken;
+            const localPass = passLocal;
             passWoken = false;
-            await passes.run('launch', wokenPass);
+            passLocal = false;
+            await passes.run('launch', wokenPass ? (localPass ? 'local' : 'notify') : undefined);
           } while (again());
         } catch (error) {
           logger.error({ error: messageOf(error) }, 'dispatcher pass failed');
@@ -168,7 +174,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     await ensureRegistered();
     started = true;
     unsubscribe = notifier.subscribe(() => {
-      requestPass(true);
+      requestPass(true, true);
     });
     pollTimer = setInterval(() => {
       requestPass(false);

@@ -98,11 +98,13 @@ export class PassRunner {
   /**
    * When the last full pre-check was read (performance.now()), if it found every consumer plain:
    * caught up, or behind with nothing but events to deliver (see {@link isPlain}). A commit only
-   * puts plain consumers behind, where every one of them needs a turn: a woken pass within a poll
-   * interval of it launches those turns at once instead of asking again (one round trip less
-   * between a commit and its handlers). Undefined when a consumer was not plain, or since a turn
-   * failed or found its consumer otherwise; older than a poll interval, a woken pass asks again, so
-   * the gauges and the clock-based decisions never lag behind by more than polling would.
+   * puts plain consumers behind, where every one of them needs a turn: a pass woken by a commit in
+   * this process, within a poll interval of it, launches those turns at once instead of asking
+   * again (one round trip less between a commit and its handlers). Not a pass woken by NOTIFY:
+   * anyone who can connect may send one, and a forged flood must cost no more than lock-free
+   * pre-checks (RELIABILITY X6). Undefined when a consumer was not plain, or since a turn failed or
+   * found its consumer otherwise; older than a poll interval, the pass asks again, so the gauges
+   * and the clock-based decisions never lag behind by more than polling would.
    */
   #plainAtMs: number | undefined;
   /** Each consumer's cursor as last read or settled, while it has no pending gap: the turn's early fetch. */
@@ -132,15 +134,17 @@ export class PassRunner {
   /**
    * `await`: one turn per consumer, resolved when all are done (runOnce). `launch`: consumers with
    * more work keep turning until caught up, and the pass returns once they are started, so a slow
-   * consumer never holds up the next pass for the others. `woken`: the pass answers an announced
-   * commit, and reads the pre-check in full without first asking whether anything changed.
+   * consumer never holds up the next pass for the others. `wake`: the pass answers an announced
+   * commit, and reads the pre-check in full without first asking whether anything changed; after
+   * a commit in this process ('local'), it may skip the pre-check (see #plainAtMs).
    */
-  async run(mode: 'await' | 'launch', woken = false): Promise<PassResult> {
+  async run(mode: 'await' | 'launch', wake?: 'notify' | 'local'): Promise<PassResult> {
     const { options } = this.#env;
+    const woken = wake !== undefined;
     this.#reads.prune();
     const plainAtMs = this.#plainAtMs;
     const skipPrecheck =
-      woken && plainAtMs !== undefined && performance.now() - plainAtMs < options.pollIntervalMs;
+      wake === 'local' && plainAtMs !== undefined && performance.now() - plainAtMs < options.pollIntervalMs;
     const checked = skipPrecheck ? undefined : await this.#precheck(woken);
     const precheck = checked?.precheck;
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging

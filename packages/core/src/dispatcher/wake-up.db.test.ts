@@ -235,7 +235,7 @@ test('a LISTEN backend that hangs does not hold up the idle ticks: they ask the 
  * A started dispatcher without LISTEN or timer passes in the window (one poll a minute), on a pool
  * whose statements are recorded, and the consumer row's xmin (it changes when the row is written).
  */
-async function recordedDispatcher(consumers: ReturnType<typeof recordingConsumer>[]) {
+async function recordedDispatcher(consumers: ReturnType<typeof recordingConsumer>[], listen = false) {
   const schema = await freshSchema(db);
   const statements: string[] = [];
   const sql = db.connect({ max: 6, debug: (_connection, query) => statements.push(query) });
@@ -243,7 +243,7 @@ async function recordedDispatcher(consumers: ReturnType<typeof recordingConsumer
     sql,
     schema,
     consumers.map((c) => c.consumer),
-    { pollIntervalMs: 60_000 },
+    { pollIntervalMs: 60_000, listen },
   );
   const xmin = async (name: string) => {
     const [row] = await db.sql<{ xmin: string }[]>`
@@ -270,6 +270,25 @@ test('a pass woken by a commit skips the pre-check while the last one found ever
   await dispatcher.drain();
   expect(statements.filter(isPrecheck)).toHaveLength(0);
   expect(statements.filter(isLock)).toHaveLength(2); // one turn each, the fetch sent with the lock
+});
+
+test('a pass woken by NOTIFY reads the pre-check even then: anyone who can connect may send one', async () => {
+  const c = recordingConsumer('notified');
+  const { schema, sql, dispatcher, statements } = await recordedDispatcher([c], true);
+  await dispatcher.start();
+  await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
+  await dispatcher.drain();
+  // Every consumer plain, the last pre-check fresh: a local wake-up would skip the next one.
+  await transaction(sql, (tx) => append(tx, [{ streamId: 's', type: 'T', data: { n: 1 } }], { schema }));
+  await until(() => c.ids().length === 1, 5_000, 'the delivery');
+  await dispatcher.drain();
+
+  statements.length = 0;
+  await appendEvents(db.sql, 1, undefined, schema); // outside transaction(): no wake-up of its own
+  await db.sql`select pg_notify(${wakeUpChannel(schema)}, 'from elsewhere')`;
+  await until(() => c.ids().length === 2, 5_000, 'the delivery after the NOTIFY');
+  await dispatcher.drain();
+  expect(statements.filter(isPrecheck)).toHaveLength(1);
 });
 
 test('a woken pass reads the pre-check when a consumer is not plain (here: a failed attempt)', async () => {
