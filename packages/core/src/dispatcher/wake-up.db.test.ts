@@ -232,8 +232,8 @@ test('a LISTEN backend that hangs does not hold up the idle ticks: they ask the 
 });
 
 /**
- * A started dispatcher without LISTEN or timer passes in the window (one poll a minute), on a pool
- * whose statements are recorded, and the consumer row's xmin (it changes when the row is written).
+ * A dispatcher (LISTEN only if asked) with no timer pass in the window (one poll a minute), on a
+ * pool whose statements are recorded, and the consumer row's xmin (it changes when the row is written).
  */
 async function recordedDispatcher(consumers: ReturnType<typeof recordingConsumer>[], listen = false) {
   const schema = await freshSchema(db);
@@ -256,7 +256,7 @@ async function recordedDispatcher(consumers: ReturnType<typeof recordingConsumer
 const isPrecheck = (query: string) => query.includes('json_agg(c.name)');
 const isLock = (query: string) => /for update/i.test(query);
 
-test('a pass woken by a commit skips the pre-check while the last one found every consumer plain', async () => {
+test('a pass woken by a commit in this process skips the pre-check while the last one found every consumer plain', async () => {
   const a = recordingConsumer('plain-a');
   const b = recordingConsumer('plain-b');
   const { schema, sql, dispatcher, statements } = await recordedDispatcher([a, b]);
