@@ -70,4 +70,19 @@ export function canStand(precheck: Precheck): boolean {
   return true;
 }
 
+/**
+ * A consumer a commit can only put behind: idle or processing, no failed attempt, no pending gap,
+ * no operator skip or replay, no start fence. Its next turn delivers the events after its cursor.
+ */
+export function isPlain(row: ConsumerStateRow): boolean {
+  return (
+    (row.status === 'idle' || row.status === 'processing') &&
+    row.attempts === 0 &&
+    row.gap_count === 0 &&
+    row.skip_event_id === null &&
+    !row.replays_pending &&
+    row.start_fence === null
+  );
+}
+
 export { parseSnapshot };

@@ -19,7 +19,7 @@ import type { ConsumerGauges, DispatcherMetrics } from '../telemetry/metrics.js'
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { isBackingOff, isWaitingToRetry, nextBackoff, type BackoffState } from './backoff.js';
 import { classifyFailure } from './classify-failure.js';
-import { canStand, isProvablyIdle } from './idle-check.js';
+import { canStand, isPlain, isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
 import { SharedReads } from './shared-reads.js';
 import { TurnSlots } from './slots.js';
@@ -310,18 +310,20 @@ export class PassRunner {
     let plain = true;
     for (const consumer of options.consumers) {
       const row = precheck.rows.get(consumer.name);
-      if (precheck.quiet.has(consumer.name)) this.#cursors.set(consumer.name, BigInt(precheck.head));
-      else if (row && row.gap_count === 0) this.#cursors.set(consumer.name, BigInt(row.cursor));
-      else this.#cursors.delete(consumer.name);
-      if (!precheck.quiet.has(consumer.name) && !(row && isPlain(row))) plain = false;
+      if (row) {
+        metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
+        if (row.gap_count === 0) this.#cursors.set(consumer.name, BigInt(row.cursor));
+        else this.#cursors.delete(consumer.name);
+        if (!isPlain(row)) plain = false;
+      } else if (precheck.quiet.has(consumer.name)) {
+        metrics.setConsumer(consumer.name, consumer.instanceId, CAUGHT_UP);
+        this.#cursors.set(consumer.name, BigInt(precheck.head));
+      } else {
+        this.#cursors.delete(consumer.name);
+        plain = false;
+      }
     }
     this.#plainAtMs = plain ? performance.now() : undefined;
-    for (const consumer of options.consumers) {
-      const row = precheck.rows.get(consumer.name);
-      if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
-      else if (precheck.quiet.has(consumer.name))
-        metrics.setConsumer(consumer.name, consumer.instanceId, CAUGHT_UP);
-    }
     return { precheck, standing: false };
   }
 
@@ -474,21 +476,6 @@ export class PassRunner {
       logger.warn({ error: messageOf(error) }, 'could not record the per-instance heartbeat');
     }
   }
-}
-
-/**
- * A consumer a commit can only put behind: idle or processing, no failed attempt, no pending gap,
- * no operator skip or replay, no start fence. Its next turn delivers the events after its cursor.
- */
-function isPlain(row: PrecheckRow): boolean {
-  return (
-    (row.status === 'idle' || row.status === 'processing') &&
-    row.attempts === 0 &&
-    row.gap_count === 0 &&
-    row.skip_event_id === null &&
-    !row.replays_pending &&
-    row.start_fence === null
-  );
 }
 
 /** A turn that ran (delivering or not), or found its consumer held by another instance, saw nothing unusual. */

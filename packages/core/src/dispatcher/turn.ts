@@ -20,6 +20,7 @@ import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startTurnSpan } from '../telemetry/tracing.js';
 import { deliver, TransactionalHandlerTimeout, type HandlerFailure } from './deliver.js';
 import { isWaitingToRetry } from './backoff.js';
+import { isPlain } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
 import type { EventBatch, SharedReads } from './shared-reads.js';
 import { guardTurnTransaction } from './turn-guard.js';
@@ -659,9 +660,10 @@ async function deliverReplays(
 }
 
 /**
- * Whether a turn that found no event has nothing to write either: a shared consumer, idle, with no
- * failed attempt, skip, replay, start fence, gap or crash-accounting record, and a row written in
- * this cluster. Per-instance consumers still write (their row's last_seen_at says the instance lives).
+ * Whether a turn that found no event has nothing to write either: a shared, plain consumer (see
+ * isPlain) already idle, with no stuck event, unfenced or flagged gap, crash-accounting record or
+ * re-arm, and a row written in this cluster. Per-instance consumers still write (their row's
+ * last_seen_at says the instance lives).
  */
 function hasNothingToRecord(
   row: LockedRow,
@@ -672,14 +674,10 @@ function hasNothingToRecord(
 ): boolean {
   return (
     consumer.instanceId === SHARED_INSTANCE_ID &&
+    isPlain(row) &&
     row.status === 'idle' &&
     !rearmed &&
-    row.attempts === 0 &&
     row.stuck_event_id === null &&
-    row.skip_event_id === null &&
-    !row.replays_pending &&
-    row.start_fence === null &&
-    row.gap_count === 0 &&
     row.gaps_unfenced === 0 &&
     !row.gaps_recheck &&
     stored.length === 0 &&
