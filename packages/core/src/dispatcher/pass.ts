@@ -104,7 +104,8 @@ export class PassRunner {
    * anyone who can connect may send one, and a forged flood must cost no more than lock-free
    * pre-checks (RELIABILITY X6). Undefined when a consumer was not plain, or since a turn failed or
    * found its consumer otherwise; older than a poll interval, the pass asks again, so the gauges
-   * and the clock-based decisions never lag behind by more than polling would.
+   * and the clock-based decisions never lag behind by more than polling would. A tick that finds
+   * the cluster's snapshot unchanged renews it, as it renews the standing pre-check it was read with.
    */
   #plainAtMs: number | undefined;
   /** Each consumer's cursor as last read or settled, while it has no pending gap: the turn's early fetch. */
@@ -302,7 +303,10 @@ export class PassRunner {
     const { options, tables, metrics } = this.#env;
     const standing = this.#standing;
     if (standing && !woken && (await this.#snapshotNow()) === standing.snapshot) {
-      // Nothing changed but the clock: the gauges stand too (gap ages grow as they are read).
+      // Nothing changed but the clock: the gauges stand too (gap ages grow as they are read), and
+      // so does a plain finding nothing has withdrawn since: it is as fresh as this tick, so local
+      // wake-ups after a quiet spell still skip the pre-check.
+      if (this.#plainAtMs !== undefined) this.#plainAtMs = performance.now();
       return { precheck: standing, standing: true };
     }
     const precheck = await precheckConsumers(options.sql, tables, this.#precheckKeys);

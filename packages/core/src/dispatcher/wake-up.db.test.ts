@@ -1,7 +1,11 @@
-import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, embeddedServer, recordingConsumer, useTestDatabase } from '@sluice/testing';
 import { createNoopMeter, type Meter, type MeterProvider, type MetricOptions } from '@opentelemetry/api';
+import postgres from 'postgres';
 import { expect, test } from 'vitest';
 import { append, transaction } from '../append.js';
+import { silentLogger } from '../logger.js';
+import { migrate } from '../schema/migrate.js';
+import type { Sql } from '../sql-types.js';
 import { METRIC } from '../telemetry/attributes.js';
 import { wakeUpChannel } from '../wake-up/channel.js';
 import { wakeUpNotifierFor } from '../wake-up/wake-up-notifier.js';
@@ -255,6 +259,7 @@ async function recordedDispatcher(consumers: ReturnType<typeof recordingConsumer
 
 const isPrecheck = (query: string) => query.includes('json_agg(c.name)');
 const isLock = (query: string) => /for update/i.test(query);
+const isSnapshotTick = (query: string) => query.trim() === 'select pg_current_snapshot()::text as snapshot';
 
 test('a pass woken by a commit in this process skips the pre-check while the last one found every consumer plain', async () => {
   const a = recordingConsumer('plain-a');
@@ -270,6 +275,50 @@ test('a pass woken by a commit in this process skips the pre-check while the las
   await dispatcher.drain();
   expect(statements.filter(isPrecheck)).toHaveLength(0);
   expect(statements.filter(isLock)).toHaveLength(2); // one turn each, the fetch sent with the lock
+});
+
+test('ticks that find the cluster unchanged keep a plain pre-check fresh: a local wake-up after a quiet spell skips it too', async () => {
+  // A server of its own, nothing else writing to it: on the shared one, other tests' commits change
+  // the cluster's snapshot, and every tick reads the pre-check in full anyway.
+  const server = await embeddedServer({ settings: { autovacuum: 'off' } });
+  const statements: { at: number; query: string }[] = [];
+  const sql = postgres(server.url, {
+    max: 6,
+    onnotice: () => undefined,
+    debug: (_connection, query) => statements.push({ at: performance.now(), query }),
+  }) as unknown as Sql;
+  const pollIntervalMs = 500;
+  const c = recordingConsumer('quiet');
+  const dispatcher = testDispatcher(sql, 'sluice', [c.consumer], { pollIntervalMs });
+  try {
+    await migrate(sql, { logger: silentLogger });
+    await dispatcher.start(); // its first pass reads the pre-check in full: caught up
+    await dispatcher.drain();
+    const full = statements.filter((s) => isPrecheck(s.query));
+    expect(full).toHaveLength(1);
+    const readAt = (full[0] as { at: number }).at;
+    // A tick sent when that reading is more than a poll interval old, and its pass done.
+    await until(
+      () => statements.some((s) => isSnapshotTick(s.query) && s.at > readAt + pollIntervalMs),
+      10_000,
+      'a tick a poll interval after the pre-check',
+    );
+    await dispatcher.drain();
+    expect(statements.filter((s) => isPrecheck(s.query))).toHaveLength(1); // the ticks only asked
+
+    const from = statements.length;
+    await transaction(sql, (tx) => append(tx, [{ streamId: 's', type: 'T', data: { n: 1 } }]));
+    await until(() => c.ids().length === 1, 5_000, 'the delivery');
+    // Up to the turn's lock: what the woken pass sent (a later tick reads in full, the cursor moved).
+    const woken = statements.slice(from).map((s) => s.query);
+    const lockAt = woken.findIndex(isLock);
+    expect(lockAt).toBeGreaterThanOrEqual(0);
+    expect(woken.slice(0, lockAt).filter(isPrecheck)).toEqual([]);
+  } finally {
+    await dispatcher.stop();
+    await sql.end();
+    await server.stop();
+  }
 });
 
 test('a pass woken by NOTIFY reads the pre-check even then: anyone who can connect may send one', async () => {
