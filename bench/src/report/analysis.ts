@@ -115,6 +115,10 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       '- What append() does beyond the bare insert: it validates each event (JSON.stringify, a byte count, a U+0000 check), sends metadata, and returns each event with its id and created_at ' +
         '(RETURNING id, created_at; the data it returns is parsed from the JSON it sent). Up to 64 events go as one VALUES list, which with RETURNING costs the server no more than ' +
         "the bare INSERT … SELECT FROM unnest() without it; Node's share is the validation and one bound parameter per field.",
+      "- Where Node's extra time goes, in scratch runs of 8 writers with 10 events per transaction (a CPU profile and V8's GC trace): append()'s own JavaScript took about as long as the " +
+        "bare insert's (its JSON.stringify calls and the array literals); most of the difference was garbage collection, about 80 µs more GC time per transaction in one pair of runs. " +
+        'The share of young objects that survive a scavenge (and are then copied, the costly part) differed from one process to the next on the same code: 2–3 % in some runs, ' +
+        '23–28 % in others, and so did a bare postgres.js loop without Sluice; a run of this benchmark gets whichever state its process settles in.',
       `- The wake-up itself, 8 single-event writers: after-commit NOTIFY ${n(cost(APPEND_SYSTEMS.auto))} %, in-transaction NOTIFY ${n(cost(APPEND_SYSTEMS.inTx))} % ` +
         `of append()'s throughput (commit p99 ${n(f('1 event/tx', APPEND_SYSTEMS.inTx, 'commit p99'))} ms in-transaction, ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'commit p99'))} ms after commit, ` +
         `${n(f('1 event/tx', APPEND_SYSTEMS.none, 'commit p99'))} ms without). transaction() sends its NOTIFY at once unless 3 commits came in the 10 ms before, else at most one per 10 ms: ` +
