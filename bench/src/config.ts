@@ -72,19 +72,19 @@ export const QUICK: BenchConfig = {
   runs: 3,
   catchUp: {
     cases: [
-      { consumers: 1, backlog: 10_000 },
+      { consumers: 1, backlog: 6_000 },
       { consumers: 10, backlog: 1_000 },
       { consumers: 50, backlog: 200 },
     ],
     emmettBacklog: 1_000,
-    graphileBacklog: 10_000,
+    graphileBacklog: 6_000,
     batchSize: DEFAULTS.batchSize,
     concurrencyCap: 8,
   },
-  latency: { perSecond: 200, seconds: 2, warmupSeconds: 0.5 },
-  append: { writers: 8, seconds: 1, rounds: 2, warmupSeconds: 0.3, eventsPerTx: [1, 10] },
-  idle: { consumers: 100, withGaps: 10, seconds: 3, gcQuietMs: 0, gcSettleMaxMs: 0 },
-  scale: { events: 50_000 },
+  latency: { perSecond: 200, seconds: 1, warmupSeconds: 0.3 },
+  append: { writers: 8, seconds: 0.6, rounds: 2, warmupSeconds: 0.2, eventsPerTx: [1, 10] },
+  idle: { consumers: 100, withGaps: 10, seconds: 1.5, gcQuietMs: 0, gcSettleMaxMs: 0 },
+  scale: { events: 30_000 },
 };
 
 /** A smoke test of the harness itself (`--tiny`): seconds, figures meaningless, never written to RESULTS.md. */

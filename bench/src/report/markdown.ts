@@ -76,7 +76,7 @@ export function renderResultsMarkdown(input: ResultsInput): string {
     '```sh',
     'pnpm install',
     'pnpm bench                         # full run, ~20 min, writes bench/RESULTS.md',
-    'pnpm bench -- --quick              # ~2–3 min, writes bench/results/RESULTS.quick.md',
+    'pnpm bench -- --quick              # ~2 min, writes bench/results/RESULTS.quick.md',
     'SLUICE_BENCH_QUICK=1 pnpm bench    # the same, through an environment variable',
     'cd bench && pnpm bench -- --only=latency,idle   # a subset, printed only',
     'DATABASE_URL=postgres://… pnpm bench            # against another server (needs CREATE DATABASE)',
