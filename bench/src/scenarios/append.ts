@@ -1,5 +1,6 @@
 import { append, pgArray, transaction, wakeUpChannel, wakeUpNotifierFor, type NewEvent } from '@sluice/core';
 import type postgres from 'postgres';
+import { YoungGeneration } from '../harness/gc.js';
 import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';
 import { progress } from '../harness/progress.js';
 import { percentile } from '../harness/stats.js';
@@ -81,9 +82,15 @@ export async function appendOverhead(ctx: ScenarioContext): Promise<ScenarioResu
             const meter = db.meter();
             await meter.start();
             const heardBefore = heard;
+            const young = new YoungGeneration();
+            young.start();
             const latencies = await writeFor(system, (seconds * 1000) / rounds);
             // A NOTIFY still waiting for its coalescing window is this slice's cost, not the next's.
             await wakeUpNotifierFor(sql, 'sluice').flush();
+            const heap = young.stop();
+            sum.allocatedBytes += heap.allocatedBytes;
+            sum.scavengedBytes += heap.scavengedBytes;
+            sum.survivedBytes += heap.survivedBytes;
             const m = await meter.stop();
             sum.heard += heard - heardBefore;
             sum.latencies.push(...latencies);
@@ -124,6 +131,16 @@ export async function appendOverhead(ctx: ScenarioContext): Promise<ScenarioResu
               { name: 'Node CPU', unit: '% of a core', value: (100 * sum.nodeCpuMs) / sum.wallMs },
               { name: 'PostgreSQL CPU per transaction', unit: 'µs', value: perTxUs(sum.pgCpuMs) },
               { name: 'Node CPU per transaction', unit: 'µs', value: perTxUs(sum.nodeCpuMs) },
+              {
+                name: 'allocated per transaction',
+                unit: 'KiB',
+                value: sum.allocatedBytes / 1024 / committed,
+              },
+              {
+                name: 'found alive by scavenges',
+                unit: '%',
+                value: sum.scavengedBytes > 0 ? (100 * sum.survivedBytes) / sum.scavengedBytes : undefined,
+              },
             ],
             { lost: Math.max(0, expected - found), duplicated: Math.max(0, found - expected) },
           );
@@ -151,6 +168,7 @@ export async function appendOverhead(ctx: ScenarioContext): Promise<ScenarioResu
       'bare insert: the same INSERT … SELECT FROM unnest() into the same events table (its xid-before-id trigger included, DESIGN §3), without RETURNING, validation, metadata or wake-up.',
       "Sluice append() runs inside sql.begin(): wakeUp 'none' is the append alone; transaction() adds the after-commit wake-up (a NOTIFY from the pool: at once unless 3 commits came in the 10 ms before, else ≤ 1 per 10 ms); " +
         "'in-transaction' NOTIFYs inside the writer's transaction, which serialises the commits of all notifying transactions.",
+      "allocated per transaction: what the whole process (writers, pool, LISTEN session) allocated in V8's young generation during the system's slices, from V8's heap statistics before and after each GC, divided by its measured commits; found alive by scavenges: the share of the young generation that the scavenges during its slices found still reachable.",
       'Lost / duplicated here compare the rows stored with the events the writers saw committed.',
     ],
   };
@@ -163,12 +181,27 @@ interface Totals {
   wallMs: number;
   nodeCpuMs: number;
   pgCpuMs: number | undefined;
+  /** Allocated in V8's young generation by the whole process while this system wrote. */
+  allocatedBytes: number;
+  /** The young generation that scavenges went through during its slices, and what they found alive. */
+  scavengedBytes: number;
+  survivedBytes: number;
   /** Each measured commit's latency: one per commit. */
   latencies: number[];
 }
 
 function emptyTotals(): Totals {
-  return { unmeasured: 0, heard: 0, wallMs: 0, nodeCpuMs: 0, pgCpuMs: 0, latencies: [] };
+  return {
+    unmeasured: 0,
+    heard: 0,
+    wallMs: 0,
+    nodeCpuMs: 0,
+    pgCpuMs: 0,
+    allocatedBytes: 0,
+    scavengedBytes: 0,
+    survivedBytes: 0,
+    latencies: [],
+  };
 }
 
 /** Each system writes its own event type (all of one length), so the rows it stored can be counted. */
