@@ -152,12 +152,12 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         `leaves ${n(p50Goal - sluiceAppend)} ms after Sluice's append for everything after the commit; the minimal loop, with no round trip of its own after the commit, reached ${n(pairMedian('latency', '', L.minimal, L.graphile, 'p50', (a, b) => a / b))}× graphile-worker's p50 in the same runs.`,
       `- The tails: Node paused for garbage collection ${n(f(L.otherPool, 'GC pause'))} ms a second (longest ${n(f(L.otherPool, 'longest GC pause'))} ms) in Sluice's runs from another pool, ` +
         `${n(f(L.minimal, 'GC pause'))} ms a second (longest ${n(f(L.minimal, 'longest GC pause'))} ms) in the minimal loop's and ${n(f(L.graphile, 'GC pause'))} ms a second (longest ${n(f(L.graphile, 'longest GC pause'))} ms) in graphile-worker's ` +
-        '(appender and consumer share the process). A pause holds up every event in flight, and a scavenge pauses for about as long in each system: ' +
-        `scavenges found ${n(f(L.otherPool, 'found alive by scavenges'))} % of the young generation alive in Sluice's runs from another pool, ${n(f(L.minimal, 'found alive by scavenges'))} % in the minimal loop's ` +
-        `and ${n(f(L.graphile, 'found alive by scavenges'))} % in graphile-worker's. What differs is how often they run: the process allocated ${n(f(L.otherPool, 'allocated per event'))} KiB per event in Sluice's runs from another pool, ` +
-        `${n(f(L.minimal, 'allocated per event'))} KiB in the minimal loop's and ${n(f(L.graphile, 'allocated per event'))} KiB in graphile-worker's. ` +
-        'Most of it is postgres.js handling statements: Sluice issues about a dozen per event between the appender and the dispatcher (a scratch count: 13.4 postgres.js query objects per event, fragments included), ' +
-        'each some 10 KiB of garbage, against 9 for the minimal loop.',
+        '(appender and consumer share the process). A pause holds up every event in flight. How often the process scavenges follows what it allocates: ' +
+        `${n(f(L.otherPool, 'allocated per event'))} KiB per event in Sluice's runs from another pool, ${n(f(L.minimal, 'allocated per event'))} KiB in the minimal loop's ` +
+        `and ${n(f(L.graphile, 'allocated per event'))} KiB in graphile-worker's. How long a scavenge pauses follows the share of the young generation it finds alive: ` +
+        `${n(f(L.otherPool, 'found alive by scavenges'))} %, ${n(f(L.minimal, 'found alive by scavenges'))} % and ${n(f(L.graphile, 'found alive by scavenges'))} % in the same runs. ` +
+        'Most of the allocation goes with the statements: Sluice sends about a dozen per event between the appender and the dispatcher ' +
+        '(a scratch count found 13.4 postgres.js query objects per event, fragments included), the minimal loop 9.',
       `- Polling only: commit→handler p99 ${n(f(L.polling, 'commit→handler p99'))} ms, append→handler p99 ${n(f(L.polling, 'p99'))} ms and max ${n(f(L.polling, 'max'))} ms, with a 100 ms poll interval.`,
       '',
     );
