@@ -114,16 +114,20 @@ export class YoungGeneration {
 
   /**
    * Bytes allocated in the young generation; bytes of young generation that scavenges went through,
-   * and those they found alive (with their percentage).
+   * and those they found alive (with their percentage). All zero when it was not started, or is
+   * stopped a second time.
    */
   stop(): { allocatedBytes: number; scavengedBytes: number; survivedBytes: number; survivedPercent: number } {
-    const result = this.#profiler?.stop();
+    const profiler = this.#profiler;
+    if (profiler === undefined)
+      return { allocatedBytes: 0, scavengedBytes: 0, survivedBytes: 0, survivedPercent: 0 };
     this.#profiler = undefined;
+    const result = profiler.stop();
     let allocated = 0;
     let scavenged = 0;
     let survived = 0;
     let youngAfter = this.#youngAtStart;
-    for (const gc of result?.statistics ?? []) {
+    for (const gc of result.statistics) {
       const before = gc.beforeGC.heapSpaceStatistics;
       const after = gc.afterGC.heapSpaceStatistics;
       const youngBefore = usedIn(before, YOUNG_SPACES);

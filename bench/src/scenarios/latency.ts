@@ -91,6 +91,7 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
           await tracker.whenComplete(5_000);
         } finally {
           gc.stop();
+          young.stop(); // a no-op once the loop has stopped it
           await stop();
           await system.close();
         }
