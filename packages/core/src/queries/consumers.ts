@@ -169,7 +169,7 @@ export async function precheckConsumers(sql: Sql, t: Tables, keys: PrecheckKeys)
         where not q.quiet
         offset 0 -- kept a subquery: the columns of a quiet consumer are not even computed
       ) s on true
-      -- Not c.name = any(…): each pooled connection plans its first five runs of a prepared
+      -- Not c.name = any(...): each pooled connection plans its first five runs of a prepared
       -- statement with the values, and the planner then weighs each name of the list (with 100
       -- consumers, 4 ms a plan against 0.6 ms for this form; a consumers table is small).
       where (c.instance_id = ${SHARED_INSTANCE_ID} and array[c.name] <@ ${keys.shared}::text[])
