@@ -14,13 +14,18 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       .filter((t) => t.met === false)
       .map((t) => t.scenario),
   );
-  const med = (scenario: ScenarioId, caseName: string, system: string, figure: string): number => {
-    const row = results
+  const runsOf = (
+    scenario: ScenarioId,
+    caseName: string,
+    system: string,
+    figure: string,
+  ): readonly number[] =>
+    results
       .find((r) => r.scenario === scenario)
-      ?.rows.find((r) => r.case.startsWith(caseName) && r.system === system);
-    const runs = row?.figures.find((f) => f.name === figure)?.runs ?? [];
-    return summarize(runs).median;
-  };
+      ?.rows.find((r) => r.case.startsWith(caseName) && r.system === system)
+      ?.figures.find((f) => f.name === figure)?.runs ?? [];
+  const med = (scenario: ScenarioId, caseName: string, system: string, figure: string): number =>
+    summarize(runsOf(scenario, caseName, system, figure)).median;
   // Ratios as the targets take them: run by run, then the median.
   const pairMedian = (
     scenario: ScenarioId,
@@ -30,13 +35,8 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
     figure: string,
     op: (x: number, y: number) => number,
   ): number => {
-    const runs = (system: string) =>
-      results
-        .find((r) => r.scenario === scenario)
-        ?.rows.find((r) => r.case.startsWith(caseName) && r.system === system)
-        ?.figures.find((f) => f.name === figure)?.runs ?? [];
-    const ra = runs(a);
-    const rb = runs(b);
+    const ra = runsOf(scenario, caseName, a, figure);
+    const rb = runsOf(scenario, caseName, b, figure);
     return summarize(
       Array.from({ length: Math.min(ra.length, rb.length) }, (_, i) => op(ra[i] ?? NaN, rb[i] ?? NaN)),
     ).median;
@@ -44,6 +44,8 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
   const ratio = (x: number, y: number) => x / y;
   const n = (value: number) => formatNumber(value);
   const x = (value: number) => (Number.isFinite(value) ? `${value.toFixed(2)}×` : 'n/a');
+  const list = (values: readonly number[]) => values.map(n).join(', ');
+  const moreOrLess = (us: number) => (us < 0 ? `${n(-us)} µs less` : `${n(us)} µs more`);
   const out: string[] = [];
 
   if (missed.has('catch-up')) {
@@ -94,7 +96,7 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       const pg =
         f(perTx, APPEND_SYSTEMS.none, 'PostgreSQL CPU per transaction') -
         f(perTx, APPEND_SYSTEMS.bare, 'PostgreSQL CPU per transaction');
-      return `${perTx}: append() (wakeUp none) used ${n(node)} µs more Node CPU and ${n(pg)} µs more PostgreSQL CPU per transaction than the bare insert`;
+      return `${perTx}: append() (wakeUp none) used ${moreOrLess(node)} Node CPU and ${moreOrLess(pg)} PostgreSQL CPU per transaction than the bare insert`;
     };
     const cost = (system: string) =>
       pairMedian(
@@ -149,7 +151,10 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         "which also hears of the commit from PostgreSQL itself (its NOTIFY is part of the producer's transaction).",
       `- append→handler includes the append's own commit: p50 append→handler minus commit→handler is ${n(sluiceAppend)} ms for Sluice's transaction() ` +
         `and ${n(f(L.graphile, 'p50') - f(L.graphile, 'commit→handler p50'))} ms for graphile-worker's addJob. The p50 goal, 0.6 × graphile-worker's ${n(f(L.graphile, 'p50'))} ms = ${n(p50Goal)} ms, ` +
-        `leaves ${n(p50Goal - sluiceAppend)} ms after Sluice's append for everything after the commit; the minimal loop, with no round trip of its own after the commit, reached ${n(pairMedian('latency', '', L.minimal, L.graphile, 'p50', (a, b) => a / b))}× graphile-worker's p50 in the same runs.`,
+        (p50Goal > sluiceAppend
+          ? `leaves ${n(p50Goal - sluiceAppend)} ms after Sluice's append for everything after the commit`
+          : `is ${n(sluiceAppend - p50Goal)} ms less than Sluice's append alone takes, before anything after the commit`) +
+        `; the minimal loop, with no round trip of its own after the commit, reached ${n(pairMedian('latency', '', L.minimal, L.graphile, 'p50', (a, b) => a / b))}× graphile-worker's p50 in the same runs.`,
       `- The tails: Node paused for garbage collection ${n(f(L.otherPool, 'GC pause'))} ms a second (longest ${n(f(L.otherPool, 'longest GC pause'))} ms) in Sluice's runs from another pool, ` +
         `${n(f(L.minimal, 'GC pause'))} ms a second (longest ${n(f(L.minimal, 'longest GC pause'))} ms) in the minimal loop's and ${n(f(L.graphile, 'GC pause'))} ms a second (longest ${n(f(L.graphile, 'longest GC pause'))} ms) in graphile-worker's ` +
         '(appender and consumer share the process). A pause holds up every event in flight. How often the process scavenges follows what it allocates: ' +
@@ -175,6 +180,9 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         `PostgreSQL ${n(m('PostgreSQL CPU'))} %, Node ${n(m('Node CPU'))} %).`,
       `- The floor: \`select 1\` once per tick from the same kind of pool, with no consumer at all, cost PostgreSQL ${n(fl('PostgreSQL CPU'))} % and Node ${n(fl('Node CPU'))} % of a core in the same run. ` +
         'That is the price of one statement every 100 ms on this machine (a timer, a round trip, a backend woken up), before the statement does anything.',
+      `- Node CPU run by run (runs 1 to ${runsOf('idle', '', IDLE_SYSTEMS.sluice, 'Node CPU').length}): Sluice ${list(runsOf('idle', '', IDLE_SYSTEMS.sluice, 'Node CPU'))} %; ` +
+        `the floor ${list(runsOf('idle', '', IDLE_SYSTEMS.floor, 'Node CPU'))} %; GC pauses inside Sluice's window ${list(runsOf('idle', '', IDLE_SYSTEMS.sluice, 'GC pause in the window'))} ms ` +
+        `and inside the floor's ${list(runsOf('idle', '', IDLE_SYSTEMS.floor, 'GC pause in the window'))} ms. process.cpuUsage() counts the threads that mark and sweep for the collector as well as the main thread.`,
       '- While nothing commits anywhere in the cluster, a Sluice tick sends only `select pg_current_snapshot()::text`: an unchanged snapshot means no transaction has ended since the last full pre-check, which then stands (the statement table under the idle scenario shows it). ' +
         'It is sent on the LISTEN connection: one backend that answers every tick. Sent on the pool, it went to each open connection in turn (postgres.js hands a statement to the connection idle longest), ' +
         'so every tick woke a backend idle for about a second, which then also flushed its statistics; the floor pool has a single connection. ' +
