@@ -172,6 +172,10 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
     const f = (figure: string) => med('idle', '', IDLE_SYSTEMS.sluice, figure);
     const m = (figure: string) => med('idle', '', IDLE_SYSTEMS.minimal, figure);
     const fl = (figure: string) => med('idle', '', IDLE_SYSTEMS.floor, figure);
+    const sluiceCpu = runsOf('idle', '', IDLE_SYSTEMS.sluice, 'Node CPU');
+    const sluiceGc = runsOf('idle', '', IDLE_SYSTEMS.sluice, 'GC pause in the window');
+    const floorCpu = runsOf('idle', '', IDLE_SYSTEMS.floor, 'Node CPU');
+    const floorGc = runsOf('idle', '', IDLE_SYSTEMS.floor, 'GC pause in the window');
     out.push(
       '### Idle',
       '',
@@ -180,9 +184,8 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         `PostgreSQL ${n(m('PostgreSQL CPU'))} %, Node ${n(m('Node CPU'))} %).`,
       `- The floor: \`select 1\` once per tick from the same kind of pool, with no consumer at all, cost PostgreSQL ${n(fl('PostgreSQL CPU'))} % and Node ${n(fl('Node CPU'))} % of a core in the same run. ` +
         'That is the price of one statement every 100 ms on this machine (a timer, a round trip, a backend woken up), before the statement does anything.',
-      `- Node CPU run by run (runs 1 to ${runsOf('idle', '', IDLE_SYSTEMS.sluice, 'Node CPU').length}): Sluice ${list(runsOf('idle', '', IDLE_SYSTEMS.sluice, 'Node CPU'))} %; ` +
-        `the floor ${list(runsOf('idle', '', IDLE_SYSTEMS.floor, 'Node CPU'))} %; GC pauses inside Sluice's window ${list(runsOf('idle', '', IDLE_SYSTEMS.sluice, 'GC pause in the window'))} ms ` +
-        `and inside the floor's ${list(runsOf('idle', '', IDLE_SYSTEMS.floor, 'GC pause in the window'))} ms. process.cpuUsage() counts the threads that mark and sweep for the collector as well as the main thread.`,
+      `- Node CPU run by run (runs 1 to ${sluiceCpu.length}): Sluice ${list(sluiceCpu)} %; the floor ${list(floorCpu)} %; ` +
+        `GC pauses inside Sluice's window ${list(sluiceGc)} ms and inside the floor's ${list(floorGc)} ms. process.cpuUsage() counts the threads that mark and sweep for the collector as well as the main thread.`,
       '- While nothing commits anywhere in the cluster, a Sluice tick sends only `select pg_current_snapshot()::text`: an unchanged snapshot means no transaction has ended since the last full pre-check, which then stands (the statement table under the idle scenario shows it). ' +
         'It is sent on the LISTEN connection: one backend that answers every tick. Sent on the pool, it went to each open connection in turn (postgres.js hands a statement to the connection idle longest), ' +
         'so every tick woke a backend idle for about a second, which then also flushed its statistics; the floor pool has a single connection. ' +
