@@ -174,7 +174,7 @@ function stopOnSignal(): void {
   // removed its temporary folder. The orchestrator stops its own server, so they are removed here.
   process.removeAllListeners('beforeExit');
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-    // listeners() (not removeAllListeners): tsx hides its own signal relay from it, which stays.
+    // listeners() (not removeAllListeners): a loader run with tsx hides its own signal relay from it.
     for (const listener of process.listeners(signal)) process.removeListener(signal, listener);
   }
   process.once('SIGINT', onSignal);
@@ -183,9 +183,9 @@ function stopOnSignal(): void {
 }
 
 function runChild(input: ChildInput): Promise<ScenarioResult> {
-  const script = fileURLToPath(new URL('./child.ts', import.meta.url));
-  // The same Node flags (tsx's loader, --conditions=@sluice/source); the child's stdout goes to our
-  // stderr, so stdout carries nothing but the table.
+  const script = fileURLToPath(new URL('./child.js', import.meta.url));
+  // The same Node flags, if any; the child's stdout goes to our stderr, so stdout carries nothing
+  // but the table.
   const child = spawn(process.execPath, [...process.execArgv, script], {
     stdio: ['ignore', 2, 2, 'ipc'],
     env: {
