@@ -50,32 +50,49 @@ const FULL_GC_KINDS: ReadonlySet<number> = new Set([
 ]);
 
 /**
- * Waits until no full GC has run for `quietMs` (at most `maxMs` in all), and returns how long it
- * waited and whether it got there. V8's memory reducer collects the garbage of a busy phase in full
- * GCs that start about 8 s after allocation slows down: without this wait they land in the idle
- * window of whichever system comes after a busy setup, a one-off cost of the setup, not of idling.
+ * Full GCs from the moment it is made: {@link settled} waits until at least one has run and none has
+ * run for a while since. V8's memory reducer collects the garbage of a busy phase in full GCs once
+ * allocation slows down: in scratch runs of the idle scenario they came 15 to 23 s after the setup
+ * (its timer runs 8 s at a time and waits while the process still allocates). Without this wait
+ * they land in the measured window, a one-off cost of the setup, not of idling.
  */
-export async function gcQuiet(quietMs: number, maxMs: number): Promise<{ waitedMs: number; quiet: boolean }> {
-  const started = performance.now();
-  if (quietMs <= 0) return { waitedMs: 0, quiet: true };
-  let lastFull = started;
-  const observer = new PerformanceObserver((list) => {
+export class FullGcWatch {
+  readonly #started = performance.now();
+  #lastFull: number | undefined;
+  readonly #observer = new PerformanceObserver((list) => {
     for (const entry of list.getEntries()) {
       const kind = (entry as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind;
-      if (kind !== undefined && FULL_GC_KINDS.has(kind)) lastFull = entry.startTime + entry.duration;
+      if (kind !== undefined && FULL_GC_KINDS.has(kind)) this.#lastFull = entry.startTime + entry.duration;
     }
   });
-  observer.observe({ entryTypes: ['gc'] });
-  try {
-    for (;;) {
-      const now = performance.now();
-      const quietUntil = lastFull + quietMs;
-      if (now >= quietUntil) return { waitedMs: now - started, quiet: true };
-      if (now - started >= maxMs) return { waitedMs: now - started, quiet: false };
-      await new Promise((resolve) => setTimeout(resolve, Math.min(quietUntil, started + maxMs) - now));
+
+  constructor() {
+    this.#observer.observe({ entryTypes: ['gc'] });
+  }
+
+  /**
+   * Resolves once a full GC has run since the watch began and none for `quietMs` since, or
+   * `maxMs` after the watch began (`quiet: false`); `waitedMs` counts from the call. `quietMs` 0:
+   * at once.
+   */
+  async settled(quietMs: number, maxMs: number): Promise<{ waitedMs: number; quiet: boolean }> {
+    const called = performance.now();
+    try {
+      if (quietMs <= 0) return { waitedMs: 0, quiet: true };
+      const deadline = this.#started + maxMs;
+      for (;;) {
+        const now = performance.now();
+        const quietUntil = this.#lastFull === undefined ? Number.POSITIVE_INFINITY : this.#lastFull + quietMs;
+        if (now >= quietUntil) return { waitedMs: now - called, quiet: true };
+        if (now >= deadline) return { waitedMs: now - called, quiet: false };
+        // A full GC that starts meanwhile is seen when this wakes up: 1 s steps at most.
+        await new Promise((resolve) =>
+          setTimeout(resolve, Math.min(quietUntil, deadline, now + 1_000) - now),
+        );
+      }
+    } finally {
+      this.#observer.disconnect();
     }
-  } finally {
-    observer.disconnect();
   }
 }
 

@@ -1,7 +1,7 @@
 import { append, DEFAULTS, pgArray, transaction, type Dispatcher } from '@sluice/core';
 import { holdGap } from '@sluice/testing';
 import { statementProfile } from '../harness/counters.js';
-import { GcPauses, gcQuiet } from '../harness/gc.js';
+import { FullGcWatch, GcPauses } from '../harness/gc.js';
 import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';
 import { progress } from '../harness/progress.js';
 import { emptySluiceTemplate } from '../harness/templates.js';
@@ -112,9 +112,10 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
             Promise.all(names.map((name) => minimalBatch(sql, name, DEFAULTS.batchSize, () => deliveries++))),
           );
         }
+        const fullGcs = new FullGcWatch();
         await sleep(SETTLE_MS);
         // The minimal loop is not idle (it polls every consumer): its GC never goes quiet.
-        const settled = await gcQuiet(system === IDLE_SYSTEMS.minimal ? 0 : gcQuietMs, gcSettleMaxMs);
+        const settled = await fullGcs.settled(system === IDLE_SYSTEMS.minimal ? 0 : gcQuietMs, gcSettleMaxMs);
 
         const deliveredBefore = deliveries;
         const meter = db.meter();
@@ -198,8 +199,8 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
         `the other ${consumers - withGaps} had their cursor moved to the head directly, so they never saw that id (it is rolled back at the end). ` +
         `Measured for ${seconds} s after ${SETTLE_MS / 1000} s of settling` +
         (gcQuietMs > 0
-          ? ` and then until no full GC had run for ${gcQuietMs / 1000} s (at most ${gcSettleMaxMs / 1000} s): V8's memory reducer collects a busy phase's garbage in full GCs that start about 8 s after allocation slows down, ` +
-            "and in one scratch run the three it ran after Sluice's setup (the catch-up of 100 consumers) took 35 ms of the main thread plus marking threads, a one-off cost of the setup that would otherwise land in the window of whichever system came next. " +
+          ? `, once a full GC had run after the setup and none for ${gcQuietMs / 1000} s since (at most ${gcSettleMaxMs / 1000} s after the setup): V8's memory reducer collects a busy phase's garbage in full GCs once allocation slows down, ` +
+            "15 to 23 s after the setup in scratch runs, and in one of them the three it ran after Sluice's setup (the catch-up of 100 consumers) took 35 ms of the main thread plus marking threads, a one-off cost of the setup that would otherwise land in the window. " +
             'The GC that still ran inside the window is shown. Not for the minimal loop, which is busy polling every consumer and never quiet.'
           : " (this mode does not wait for the GC to settle: a full GC collecting the setup's garbage may land in the window)."),
       `One poll tick = ${pollIntervalMs} ms (${ticks} ticks in the window; per tick = statements ÷ the ticks that fit in the window's measured length, rounded up). Statements: pg_stat_statements calls in the run database; the client count is postgres.js' debug hook on the dispatcher's pool. ` +
