@@ -100,7 +100,10 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
 
   function track<T>(promise: Promise<T>): Promise<T> {
     inFlightPasses.add(promise);
-    void promise.finally(() => inFlightPasses.delete(promise)).catch(() => undefined);
+    const settled = () => {
+      inFlightPasses.delete(promise);
+    };
+    void promise.then(settled, settled);
     return promise;
   }
 
@@ -119,25 +122,30 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       return;
     }
     passRunning = true;
-    void track(
-      (async () => {
-        try {
-          const again = () => passRequested && !stopping;
-          do {
-            passRequested = false;
-            const wokenPass = passWoken;
-            const localPass = passLocal;
-            passWoken = false;
-            passLocal = false;
-            await passes.run('launch', wokenPass ? (localPass ? 'local' : 'notify') : undefined);
-          } while (again());
-        } catch (error) {
-          logger.error({ error: messageOf(error) }, 'dispatcher pass failed');
-        } finally {
-          passRunning = false;
-        }
-      })(),
-    );
+    void track(runPasses());
+  }
+
+  const passAgain = () => passRequested && !stopping;
+
+  /**
+   * Runs passes for as long as requestPass asks for another, one at a time. Declared once, not per
+   * request: a poll tick of an idle process then allocates no closure of its own here.
+   */
+  async function runPasses(): Promise<void> {
+    try {
+      do {
+        passRequested = false;
+        const wokenPass = passWoken;
+        const localPass = passLocal;
+        passWoken = false;
+        passLocal = false;
+        await passes.run('launch', wokenPass ? (localPass ? 'local' : 'notify') : undefined);
+      } while (passAgain());
+    } catch (error) {
+      logger.error({ error: messageOf(error) }, 'dispatcher pass failed');
+    } finally {
+      passRunning = false;
+    }
   }
 
   async function ensureRegistered(): Promise<void> {

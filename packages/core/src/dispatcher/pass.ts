@@ -150,7 +150,7 @@ export class PassRunner {
     const precheck = checked?.precheck;
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
     const nowMs = Date.now();
-    await this.#heartbeatIfDue(nowMs);
+    if (this.#heartbeatDue(nowMs)) await this.#heartbeat(nowMs);
     const allIdle = this.#allIdle;
     if (
       checked?.standing &&
@@ -467,10 +467,15 @@ export class PassRunner {
     }
   }
 
-  async #heartbeatIfDue(nowMs: number): Promise<void> {
+  /** Checked before awaiting {@link #heartbeat}: most passes have none to send, and skip an await. */
+  #heartbeatDue(nowMs: number): boolean {
+    const { options } = this.#env;
+    return options.instanceId !== undefined && nowMs - this.#lastHeartbeatMs >= options.heartbeatIntervalMs;
+  }
+
+  async #heartbeat(nowMs: number): Promise<void> {
     const { options, tables, logger } = this.#env;
-    if (options.instanceId === undefined || nowMs - this.#lastHeartbeatMs < options.heartbeatIntervalMs)
-      return;
+    if (options.instanceId === undefined) return;
     const names = options.consumers.filter((c) => c.instanceId === options.instanceId).map((c) => c.name);
     if (names.length === 0) return;
     this.#lastHeartbeatMs = nowMs;
