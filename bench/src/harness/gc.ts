@@ -53,8 +53,8 @@ const FULL_GC_KINDS: ReadonlySet<number> = new Set([
  * Full GCs from the moment it is made: {@link settled} waits until at least one has run and none has
  * run for a while since. V8's memory reducer collects the garbage of a busy phase in full GCs once
  * allocation slows down: in scratch runs of the idle scenario they came 15 to 23 s after the setup
- * (its timer runs 8 s at a time and waits while the process still allocates). Without this wait
- * they land in the measured window, a one-off cost of the setup, not of idling.
+ * (its timer runs 8 s at a time). Without this wait they land in the measured window, a one-off
+ * cost of the setup, not of idling.
  */
 export class FullGcWatch {
   readonly #started = performance.now();

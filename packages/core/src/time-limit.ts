@@ -4,8 +4,8 @@ export const TIMED_OUT = Symbol('timed out');
 /**
  * `promise`'s outcome (its value, or its rejection) if it settles within `ms`, else
  * {@link TIMED_OUT}. The timer never outlives the race; the promise itself is left running.
- * Written without async/await or Promise.race: it runs on every handler call and every idle tick,
- * and this form allocates one promise where those allocate four.
+ * Written without async/await or Promise.race, which add promises and an async frame of their own:
+ * it runs on every handler call and every idle tick.
  */
 export function settleWithin<T>(promise: Promise<T>, ms: number): Promise<T | typeof TIMED_OUT> {
   return new Promise<T | typeof TIMED_OUT>((resolve, reject) => {

@@ -128,8 +128,8 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   const passAgain = () => passRequested && !stopping;
 
   /**
-   * Runs passes for as long as requestPass asks for another, one at a time. Declared once, not per
-   * request: a poll tick of an idle process then allocates no closure of its own here.
+   * Runs passes for as long as requestPass asks for another, one at a time. Declared once, not as an
+   * async closure per request (a poll tick of an idle process made one).
    */
   async function runPasses(): Promise<void> {
     try {
