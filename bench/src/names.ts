@@ -12,6 +12,7 @@ export const CATCH_UP_SYSTEMS = {
 
 export const LATENCY_SYSTEMS = {
   otherPool: 'Sluice, transaction() from another pool (after-commit NOTIFY)',
+  otherPoolTimed: 'Sluice, from another pool, each statement timed (diagnostic: slower, see below)',
   inProcess: 'Sluice, transaction() on the dispatcher pool (in-process wake-up)',
   polling: 'Sluice, polling only (listen: false, wakeUp: none)',
   minimal: 'minimal loop woken by LISTEN (in-transaction NOTIFY)',

@@ -149,6 +149,10 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         'a pass woken in-process skips the pre-check while the last one, at most a poll interval old, found every consumer plain. The rest is the turn before the handler runs: ' +
         'BEGIN, the lock with the fetch behind it, and the committed turn-start record (crash accounting, DESIGN F6), each a round trip, against BEGIN, the lock and the fetch for the minimal loop, ' +
         "which also hears of the commit from PostgreSQL itself (its NOTIFY is part of the producer's transaction).",
+      "- The table under the latency scenario times each step of Sluice's path from another pool, from the append call to the handler (on a diagnostic row: timing the statements slows it). " +
+        'After the commit, every step is a statement the design asks for, ' +
+        "each waiting for the one before it: the NOTIFY sent once the producer's transaction has committed (DESIGN §3), the pre-check every NOTIFY leads to (§4; RELIABILITY X6), " +
+        'BEGIN, the lock with the fetch behind it, and the turn-start record committed before delivery (§4).',
       `- append→handler includes the append's own commit: p50 append→handler minus commit→handler is ${n(sluiceAppend)} ms for Sluice's transaction() ` +
         `and ${n(f(L.graphile, 'p50') - f(L.graphile, 'commit→handler p50'))} ms for graphile-worker's addJob. The p50 goal, 0.6 × graphile-worker's ${n(f(L.graphile, 'p50'))} ms = ${n(p50Goal)} ms, ` +
         (p50Goal > sluiceAppend

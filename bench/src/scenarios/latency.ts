@@ -2,6 +2,7 @@ import { append, DEFAULTS, pgArray, transaction } from '@sluice/core';
 import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';
 import { GcPauses, YoungGeneration } from '../harness/gc.js';
 import { progress } from '../harness/progress.js';
+import { firstBetween, StatementLog, StepTimes } from '../harness/statement-steps.js';
 import { percentile } from '../harness/stats.js';
 import { emptyEmmettTemplate, emptyGraphileTemplate } from '../harness/peer-templates.js';
 import { emptySluiceTemplate } from '../harness/templates.js';
@@ -30,7 +31,29 @@ interface System {
   /** Appends event `seq` from another connection, committed when the promise resolves. */
   append(seq: number): Promise<void>;
   close(): Promise<void>;
+  /**
+   * Diagnostic, Sluice from another pool with each statement timed: when event `seq`'s path reached each point of
+   * {@link SLUICE_STEPS} (the append call first, the handler last), if it took every step.
+   */
+  path?(startedAt: number, committedAt: number, handledAt: number): number[] | undefined;
 }
+
+/** The steps from an append call to its handler, Sluice from another pool. */
+const SLUICE_STEPS = [
+  { label: 'append called → COMMIT sent: BEGIN, then the INSERT' },
+  {
+    label:
+      'COMMIT sent → NOTIFY sent: the commit and its WAL flush (transaction() sends the NOTIFY once COMMIT is answered)',
+  },
+  { label: 'NOTIFY sent → pre-check sent: the NOTIFY and its delivery to the LISTEN connection' },
+  { label: 'pre-check sent → BEGIN sent: the pre-check (every NOTIFY leads to one)' },
+  { label: 'BEGIN sent → lock sent: BEGIN' },
+  { label: 'lock sent → turn start sent: the lock, with the early fetch behind it' },
+  { label: 'turn start sent → handler: the committed turn-start record (crash accounting)' },
+] as const;
+
+/** Statements recorded per event appended, with room for polling and the turns' last writes. */
+const LOG_PER_EVENT = 24;
 
 /**
  * Scenario 2: append→handler latency at a steady rate from another connection, one consumer.
@@ -47,6 +70,8 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
   const systems = Object.values(LATENCY_SYSTEMS);
   const warmup = Math.round(perSecond * warmupSeconds);
   const total = warmup + Math.round(perSecond * seconds);
+  const steps = new StepTimes(SLUICE_STEPS);
+  let stepsTimed = false;
 
   for (let run = 0; run < config.runs; run++) {
     for (const name of rotate(systems, run)) {
@@ -59,7 +84,7 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
             : sluiceTpl;
       const db = await runDatabase(ctx, tpl, 'latency', { deferDrop: name === LATENCY_SYSTEMS.emmett });
       try {
-        const system = await makeSystem(name, db);
+        const system = await makeSystem(name, db, total * LOG_PER_EVENT);
         const tracker = new DeliveryTracker(1, total);
         const startedAt = new Float64Array(total);
         const committedAt = new Float64Array(total);
@@ -102,6 +127,12 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
           if (handled === 0) continue;
           appendToHandler.push(handled - (startedAt[seq] as number));
           commitToHandler.push(handled - (committedAt[seq] as number));
+          const points = system.path?.(startedAt[seq] as number, committedAt[seq] as number, handled);
+          if (points) steps.add(points);
+        }
+        if (system.path) {
+          steps.endRun(total - warmup);
+          stepsTimed = true;
         }
         const p50 = percentile(appendToHandler, 50);
         const p99 = percentile(appendToHandler, 99);
@@ -155,18 +186,51 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
         'jobs added with WorkerUtils.addJob from its own pool; latency = add→task start.',
       `Emmett: same consumer settings as in catch-up (pullingFrequencyInMs ${EMMETT_SETTINGS.pullingFrequencyInMs}); its puller backs off up to 1 s whenever a batch is not full, ` +
         'which is every batch at this rate; events appended with appendToStream from another event store instance.',
+      ...(stepsTimed
+        ? [
+            'Sluice from another pool, each statement timed: a diagnostic row that no target uses. It is the row "from another pool" with a postgres.js debug hook on both pools, ' +
+              'which notes when each statement is written to its connection; with a debug hook set, postgres.js also captures a stack trace for every query it creates, ' +
+              'so this row is slower and allocates more than the one it times. Below, the time of each step of its path, from the moment the statement that starts the step was sent ' +
+              'to the moment the next one was sent, or the handler ran. The p50 and p99 of each step are taken over the events whose path took every step ' +
+              '(the others shared a step with an earlier event: a NOTIFY sent once for several commits, or a turn begun before theirs that delivered them too), ' +
+              'then the median (min–max) over the runs. The steps of one event add up to its append→handler; percentiles of the steps do not add up to a percentile of the whole.' +
+              `\n\n${steps.table()}`,
+          ]
+        : []),
     ],
   };
 }
 
-async function makeSystem(name: LatencySystem, db: RunDatabase): Promise<System> {
+/** What each statement of Sluice's path is, by its text (undefined: not one of the path's). */
+function appenderStatement(text: string): 'commit' | 'notify' | undefined {
+  if (text.trim() === 'commit') return 'commit';
+  return text.includes('pg_notify(') ? 'notify' : undefined;
+}
+
+function dispatcherStatement(text: string): 'pre-check' | 'begin' | 'lock' | 'turn start' | undefined {
+  if (text.startsWith('begin')) return 'begin';
+  if (text.includes(' as quiet')) return 'pre-check';
+  if (text.includes('skip locked') && text.includes('pg_current_xact_id()')) return 'lock';
+  if (text.includes('async_commit') && text.includes('turn_starts')) return 'turn start';
+  return undefined;
+}
+
+async function makeSystem(name: LatencySystem, db: RunDatabase, logCapacity: number): Promise<System> {
   switch (name) {
     case LATENCY_SYSTEMS.otherPool:
+    case LATENCY_SYSTEMS.otherPoolTimed:
     case LATENCY_SYSTEMS.inProcess:
     case LATENCY_SYSTEMS.polling: {
-      const dispatcherSql = pool(db.url, 6);
-      const appenderSql = name === LATENCY_SYSTEMS.inProcess ? dispatcherSql : pool(db.url, 2);
+      const timed = name === LATENCY_SYSTEMS.otherPoolTimed;
+      const dispatcherLog = new StatementLog(timed ? logCapacity : 0);
+      const appenderLog = new StatementLog(timed ? logCapacity : 0);
+      const dispatcherSql = pool(db.url, 6, timed ? { debug: dispatcherLog.debug } : {});
+      const appenderSql =
+        name === LATENCY_SYSTEMS.inProcess
+          ? dispatcherSql
+          : pool(db.url, 2, timed ? { debug: appenderLog.debug } : {});
       const polling = name === LATENCY_SYSTEMS.polling;
+      let kinds: { appender: Map<string, number[]>; dispatcher: Map<string, number[]> } | undefined;
       return {
         async start(onSeq) {
           const consumers = benchConsumers(1, (_consumer, seq) => {
@@ -185,6 +249,33 @@ async function makeSystem(name: LatencySystem, db: RunDatabase): Promise<System>
           if (appenderSql !== dispatcherSql) await appenderSql.end();
           await dispatcherSql.end();
         },
+        ...(timed
+          ? {
+              path(startedAt: number, committedAt: number, handledAt: number): number[] | undefined {
+                kinds ??= {
+                  appender: appenderLog.byKind(appenderStatement),
+                  dispatcher: dispatcherLog.byKind(dispatcherStatement),
+                };
+                const { appender, dispatcher } = kinds;
+                const points = [startedAt];
+                const next = (times: number[] | undefined, to: number) => {
+                  const at = firstBetween(times, points[points.length - 1] as number, to);
+                  if (at !== undefined) points.push(at);
+                  return at !== undefined;
+                };
+                const complete =
+                  next(appender.get('commit'), committedAt) &&
+                  next(appender.get('notify'), handledAt) &&
+                  next(dispatcher.get('pre-check'), handledAt) &&
+                  next(dispatcher.get('begin'), handledAt) &&
+                  next(dispatcher.get('lock'), handledAt) &&
+                  next(dispatcher.get('turn start'), handledAt);
+                if (!complete) return undefined;
+                points.push(handledAt);
+                return points;
+              },
+            }
+          : {}),
       };
     }
     case LATENCY_SYSTEMS.minimal: {
