@@ -32,8 +32,9 @@ interface System {
   append(seq: number): Promise<void>;
   close(): Promise<void>;
   /**
-   * Diagnostic, Sluice from another pool with each statement timed: when event `seq`'s path reached each point of
-   * {@link SLUICE_STEPS} (the append call first, the handler last), if it took every step.
+   * Diagnostic, Sluice from another pool with each statement timed: when an event's path reached
+   * each point of {@link SLUICE_STEPS} (the append call first, the handler last), given when its
+   * append was called, when it returned and when its handler ran; undefined unless it took every step.
    */
   path?(startedAt: number, committedAt: number, handledAt: number): number[] | undefined;
 }
@@ -52,7 +53,10 @@ const SLUICE_STEPS = [
   { label: 'turn start sent → handler: the committed turn-start record (crash accounting)' },
 ] as const;
 
-/** Statements recorded per event appended, with room for polling and the turns' last writes. */
+/**
+ * Each statement log's room, per event appended: an event costs about eight statements on the
+ * dispatcher's pool and four on the appender's; the rest leaves room for poll ticks and retries.
+ */
 const LOG_PER_EVENT = 24;
 
 /**
