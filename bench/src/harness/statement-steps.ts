@@ -1,4 +1,5 @@
-import { formatNumber, percentile, summarize } from './stats.js';
+import { formatFigure } from '../report/format.js';
+import { percentile } from './stats.js';
 
 /**
  * When a pool sent each statement, through postgres.js's `debug` hook (called as a statement is
@@ -103,12 +104,7 @@ export class StepTimes {
 
   /** A Markdown table: each step's p50 and p99, median (min–max) over the runs. */
   table(): string {
-    const fmt = (values: readonly number[]) => {
-      const s = summarize(values);
-      return s.runs === 0
-        ? 'n/a'
-        : `${formatNumber(s.median)} (${formatNumber(s.min)}–${formatNumber(s.max)})`;
-    };
+    const fmt = (runs: readonly number[]) => formatFigure({ name: '', unit: '', runs });
     const lines = ['| step | p50 (ms) | p99 (ms) |', '| --- | --- | --- |'];
     this.#steps.forEach((step, i) => {
       lines.push(
