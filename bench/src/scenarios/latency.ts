@@ -214,7 +214,7 @@ function appenderStatement(text: string): 'commit' | 'notify' | undefined {
 function dispatcherStatement(text: string): 'pre-check' | 'begin' | 'lock' | 'turn start' | undefined {
   if (text.startsWith('begin')) return 'begin';
   if (text.includes(' as quiet')) return 'pre-check';
-  if (text.includes('skip locked') && text.includes('pg_current_xact_id()')) return 'lock';
+  if (text.includes('for update of c skip locked')) return 'lock';
   if (text.includes('async_commit') && text.includes('turn_starts')) return 'turn start';
   return undefined;
 }

@@ -42,7 +42,7 @@ export async function withLockedConsumer<T>(
     return (await ctx.sql.begin(async (tx) => {
       await tx`select set_config('lock_timeout', ${String(ctx.lockTimeoutMs)}, true)`;
       const instance = await resolveInstance(tx, ctx, name, instanceId);
-      const [row] = await lockConsumerForOperator(tx, ctx.tables, name, instance);
+      const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
       if (!row) throw new ConsumerNotFoundError(name, instanceId);
       return action({ tx, row, instanceId: instance });
     })) as T;

@@ -166,12 +166,13 @@ async function turnInTransaction(
   progress: TurnProgress,
 ): Promise<TurnOutcome> {
   const { options, tables: t } = env;
-  const locking = lockConsumer(tx, t, consumer.name, consumer.instanceId, {
+  // The lock and the read of everything the turn decides on, sent now so that the early fetch goes
+  // after them. Nothing the turn uses is read before its row is held (see lockConsumer).
+  const lock = lockConsumer(tx, t, consumer.name, consumer.instanceId, {
     statementTimeoutMs: options.statementTimeoutMs,
     idleInTransactionTimeoutMs: consumer.handlerTimeoutMs + options.statementTimeoutMs,
   });
-  // Sent now (a query runs once something waits on it), so that the early fetch goes after it.
-  locking.catch(() => undefined);
+  lock.row.catch(() => undefined);
   // The fetch for the cursor this turn expects (the pre-check's, or its previous turn's), sent right
   // behind the lock: the same statements in the same order and transaction as ever, one round trip
   // fewer. Its rows are used only if the locked row has that cursor and nothing that changes what
@@ -182,7 +183,7 @@ async function turnInTransaction(
       ? undefined
       : readFrom(tx, t, expectedCursor, NO_RANGES, limit, env.reads);
   early?.catch(() => undefined); // fails with the lock, whose failure the turn reports
-  const [row] = await locking;
+  const row = await lock.row;
   if (!row) return skipped('locked');
   const now = row.now;
   let rearmCount = row.rearm_count;
@@ -407,7 +408,7 @@ async function turnInTransaction(
       'the database cluster changed (restore or failover to another cluster): pending gaps were resolved by one fresh fetch',
     );
   }
-  const gapDelta = await persistRanges(tx, t, consumer, stored, settlement.ranges);
+  const gapDelta = await persistRanges(tx, t, consumer, stored, settlement.ranges, now);
   const remaining = row.gap_count + gapDelta;
   const maxFence = [
     row.max_fence === null ? 0n : BigInt(row.max_fence),
@@ -516,19 +517,22 @@ function batchOf(fetched: FetchedBatch): EventBatch {
   return { events: fetched.events, xmin: parseSnapshot(fetched.snapshot).xmin, head: BigInt(fetched.head) };
 }
 
-/** Writes the replacement of the rechecked ranges, touching only rows that changed. Returns the row delta. */
+/**
+ * Writes the replacement of the rechecked ranges, touching only rows that changed. Returns the row
+ * delta. A new hole is dated `now`, the database's clock (stored times follow the database).
+ */
 async function persistRanges(
   tx: TransactionSql,
   t: Tables,
   consumer: ResolvedConsumer,
   stored: readonly StoredRange[],
   next: readonly GapRange[],
+  now: Date,
 ): Promise<number> {
   const key = (r: GapRange) => `${r.from}:${r.to}:${r.fence ?? ''}`;
   const before = new Map(stored.map((r) => [key(r), r]));
   const after = new Set(next.map(key));
   const removeFroms = stored.filter((r) => !after.has(key(r))).map((r) => r.from);
-  const now = new Date();
   const add: StoredRange[] = next
     .filter((r) => !before.has(key(r)))
     .map((r) => ({ ...r, observedAt: containing(stored, r.from)?.observedAt ?? now }));

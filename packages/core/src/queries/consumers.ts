@@ -209,8 +209,11 @@ function dateOrNull(text: string | null): Date | null {
 }
 
 export interface LockedRow extends ConsumerStateRow {
+  /** The turn's xid: assigned by its row lock, so allocated after every earlier holder's commit. */
   xid: string;
+  /** A snapshot taken once the row is held. */
   snapshot: string;
+  /** The database's clock once the row is held. */
   now: Date;
   max_fence: string | null;
   marker_first: string | null;
@@ -219,10 +222,32 @@ export interface LockedRow extends ConsumerStateRow {
   marker_isolate_until: string | null;
 }
 
+/** The held row as the turn reads it, or undefined when another instance holds it. */
+export interface ConsumerLock {
+  readonly row: Promise<LockedRow | undefined>;
+}
+
 /**
- * Locks the consumer's row for this turn, or returns nothing when another instance holds it
- * (SKIP LOCKED, DESIGN §4.3). Also bounds the turn's statements and idle time, and reads the turn's
- * xid (the fence for holes seen by earlier turns) and a snapshot for choosing which ranges to re-fetch.
+ * Locks the consumer's row for this turn (FOR UPDATE SKIP LOCKED, DESIGN §4.3) and reads everything
+ * the turn decides on, in two statements sent together (one round trip).
+ *
+ * The order matters, and is the rule of docs/guarantees.md ("the fence is drawn after the row is
+ * held"): a locking statement's select list, and every subquery in it, is computed from the
+ * statement's snapshot *before* the row is locked. When another instance locks the row, records a
+ * hole and commits in between, PostgreSQL locks the new row version (EvalPlanQual), but anything
+ * that statement read or drew in its select list is older than that commit. An xid drawn there can
+ * be older than the writer of the hole the other instance recorded: as a fence it lets the hole
+ * burn while that writer is still open (a lost event). Its snapshot and its reads of the gaps,
+ * turn starts and dead letters are stale too (an empty gap watch: a late event stalls for as long
+ * as an unrelated transaction stays open).
+ *
+ * So the locking statement reads nothing the turn uses and draws no xid: the row lock itself
+ * assigns the transaction's xid (PostgreSQL assigns it when it writes the lock into the row, after
+ * any earlier holder committed). The second statement runs once the first has returned, with a
+ * snapshot of its own taken after the lock, and reads the row (which nobody else can change now),
+ * that xid, the snapshot, the clock, and the consumer's other tables. When the row was skipped, the
+ * second statement's answer is ignored and it assigned no xid (pg_current_xact_id_if_assigned).
+ * Also bounds the turn's statements and idle time (SET LOCAL).
  */
 export function lockConsumer(
   tx: TransactionSql,
@@ -230,20 +255,39 @@ export function lockConsumer(
   name: string,
   instanceId: string,
   timeouts: { statementTimeoutMs: number; idleInTransactionTimeoutMs: number },
-) {
-  return tx<LockedRow[]>`
-    select ${STATE_COLUMNS(tx, t)},
+): ConsumerLock {
+  const locking = tx<{ name: string }[]>`
+    select c.name,
            set_config('statement_timeout', ${String(timeouts.statementTimeoutMs)}, true) as statement_timeout,
-           set_config('idle_in_transaction_session_timeout', ${String(timeouts.idleInTransactionTimeoutMs)}, true) as idle_timeout,
-           pg_current_xact_id()::text as xid, pg_current_snapshot()::text as snapshot, now() as now,
+           set_config('idle_in_transaction_session_timeout', ${String(timeouts.idleInTransactionTimeoutMs)}, true) as idle_timeout
+    from ${t.consumers} c
+    where c.name = ${name} and c.instance_id = ${instanceId}
+    for update of c skip locked`;
+  const reading = tx<LockedRow[]>`
+    select ${STATE_COLUMNS(tx, t)},
+           pg_current_xact_id_if_assigned()::text as xid, pg_current_snapshot()::text as snapshot,
+           statement_timestamp() as now,
            (select max(g.fence)::text from ${t.gaps} g
             where g.consumer_name = c.name and g.instance_id = c.instance_id) as max_fence,
            m.first_event_id::text as marker_first, m.last_event_id::text as marker_last,
            m.started_count as marker_started, m.isolate_until::text as marker_isolate_until
     from ${t.consumers} c
     left join ${t.turnStarts} m on m.consumer_name = c.name and m.instance_id = c.instance_id
-    where c.name = ${name} and c.instance_id = ${instanceId}
-    for update of c skip locked`;
+    where c.name = ${name} and c.instance_id = ${instanceId}`;
+  // Both are sent now, the read right behind the lock (a query runs once something waits on it).
+  locking.catch(() => undefined);
+  reading.catch(() => undefined);
+  return {
+    row: locking.then(async ([held]) => {
+      if (!held) return undefined;
+      const [row] = await reading;
+      if (!row)
+        throw new Error(`the locked consumer row ${name}/${instanceId} was not found by the turn's read`);
+      if ((row.xid as string | null) === null)
+        throw new Error('the consumer row lock assigned no transaction id');
+      return row;
+    }),
+  };
 }
 
 export interface TurnUpdate {
@@ -381,13 +425,31 @@ export interface OperatorRow extends ConsumerStateRow {
 
 /**
  * The dispatcher's own row lock (FOR UPDATE), taken by operator actions: it waits for a running
- * turn to commit, up to the transaction's lock_timeout, instead of skipping (DESIGN §6).
+ * turn to commit, up to the transaction's lock_timeout, instead of skipping (DESIGN §6). As in
+ * lockConsumer, the row and everything an action decides on are read by a second statement, once
+ * the row is held: a lock that waited for a turn's commit locks the new row version, but its own
+ * select list would still show the world from before that commit.
  */
-export function lockConsumerForOperator(tx: TransactionSql, t: Tables, name: string, instanceId: string) {
-  return tx<OperatorRow[]>`
-    select ${STATE_COLUMNS(tx, t)}, now() as now, c.failure_category, c.disabled_reason,
-           c.last_seen_at, c.created_at
-    from ${t.consumers} c
+export async function lockConsumerForOperator(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+  instanceId: string,
+): Promise<OperatorRow | undefined> {
+  const locking = tx<{ name: string }[]>`
+    select c.name from ${t.consumers} c
     where c.name = ${name} and c.instance_id = ${instanceId}
     for update of c`;
+  const reading = tx<OperatorRow[]>`
+    select ${STATE_COLUMNS(tx, t)}, statement_timestamp() as now, c.failure_category, c.disabled_reason,
+           c.last_seen_at, c.created_at
+    from ${t.consumers} c
+    where c.name = ${name} and c.instance_id = ${instanceId}`;
+  // Sent in this order, the read right behind the lock (a query is sent once something waits on it).
+  locking.catch(() => undefined);
+  reading.catch(() => undefined); // fails with the lock, whose failure is the one reported
+  const [held] = await locking;
+  if (!held) return undefined;
+  const [row] = await reading;
+  return row;
 }

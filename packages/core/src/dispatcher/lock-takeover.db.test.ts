@@ -1,0 +1,171 @@
+// Lock takeover (docs/guarantees.md, "Why a late commit is never lost"): two dispatcher instances
+// contend for one consumer row. Instance B's lock statement takes its snapshot, then stalls before
+// the row lock; meanwhile instance A locks the row, delivers, records a hole whose writer is younger
+// than B's statement, and commits. B's FOR UPDATE then finds the row updated by a committed
+// transaction and proceeds on the new version (EvalPlanQual). Everything B decides on from then on
+// must come from after its lock: the fence it gives A's hole must be an xid allocated after A's
+// observation (else the hole burns while its writer is still open), and the gap watch and the rest
+// of the state it saves must not come from its stale statement snapshot (else a late commit waits
+// for an unrelated transaction to end).
+//
+// The window is widened on purpose, never by sleeping: B connects as a role subject to row-level
+// security, and a policy function parks B's lock statement on an advisory lock the test holds, at
+// the last table that statement reads before it locks the row. The statement then resumes when the
+// test lets it, exactly once, whatever the timing.
+import { randomBytes } from 'node:crypto';
+import { appendEvents, openTransaction, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import type { Sql } from '../sql-types.js';
+import { freshSchema, rangesOf, testDispatcher, until } from '../test-support.js';
+
+const db = await useTestDatabase();
+const PARK_LOCK = 771_001;
+const role = `sluice_parked_${randomBytes(4).toString('hex')}`;
+const password = randomBytes(12).toString('hex');
+let parkedPool: Sql;
+
+beforeAll(async () => {
+  await db.sql.unsafe(`create role "${role}" login password '${password}'`);
+  parkedPool = db.connect({ user: role, password, max: 6 });
+});
+
+afterAll(async () => {
+  await parkedPool.end({ timeout: 1 });
+  await db.sql.unsafe(`drop owned by "${role}"; drop role if exists "${role}"`).catch(() => undefined);
+});
+
+/**
+ * Lets the parked role use `schema`, with policies that park its lock statement: on the gaps table
+ * when that statement reads it (its select list has run by then), else on the consumers scan.
+ */
+async function installParking(schema: string): Promise<void> {
+  await db.sql.unsafe(`
+    grant usage on schema "${schema}" to "${role}";
+    grant select, insert, update, delete on all tables in schema "${schema}" to "${role}";
+    grant usage, select on all sequences in schema "${schema}" to "${role}";
+    create function "${schema}".park_lock_statement(relation text) returns boolean
+      volatile language plpgsql as $$
+    begin
+      if current_user = '${role}' and current_query() ilike '%skip locked%'
+         and (relation = 'gaps' or current_query() not like '%."gaps"%') then
+        perform pg_advisory_xact_lock_shared(${PARK_LOCK});
+      end if;
+      return true;
+    end $$;
+    alter table "${schema}".consumers enable row level security;
+    alter table "${schema}".gaps enable row level security;
+    create policy park on "${schema}".consumers to "${role}"
+      using ("${schema}".park_lock_statement('consumers')) with check (true);
+    create policy park on "${schema}".gaps to "${role}"
+      using ("${schema}".park_lock_statement('gaps')) with check (true);`);
+}
+
+async function backendsParked(): Promise<number> {
+  const [row] = await db.sql<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity
+    where usename = ${role} and wait_event_type = 'Lock' and wait_event = 'advisory'`;
+  return row?.n ?? 0;
+}
+
+interface Takeover {
+  schema: string;
+  /** The xid of the writer whose event A found missing while B waited. */
+  writerXid: bigint;
+  /** The event id that writer holds. */
+  lateId: bigint;
+  commitWriter: () => Promise<void>;
+  a: ReturnType<typeof testDispatcher>;
+  seen: () => bigint[];
+}
+
+/**
+ * The takeover schedule. Before it, the consumer has a burnable pending range (so the gaps table
+ * has a row for it); `beforeB` runs first (an unrelated long transaction, say).
+ */
+async function takeover(beforeB?: () => Promise<void>): Promise<Takeover> {
+  const schema = await freshSchema(db);
+  await installParking(schema);
+  const consumer = recordingConsumer('projection');
+  const a = testDispatcher(db.sql, schema, [consumer.consumer]);
+  const b = testDispatcher(parkedPool, schema, [consumer.consumer]);
+  await a.ensureRegistered();
+  await b.ensureRegistered();
+
+  // A pending range that a later turn may burn: event 1's writer rolls back after 2 commits.
+  const rolledBack = await openTransaction(db.sql);
+  await rolledBack.append([{ streamId: 's', type: 'Rolled', data: {} }], { schema });
+  await appendEvents(db.sql, 1, undefined, schema);
+  await a.runOnce();
+  await rolledBack.rollback();
+  await a.runOnce(); // fences [1, 1] with this turn's xid
+  expect((await rangesOf(db.sql, schema, 'projection')).map((r) => r.from)).toEqual([1n]);
+
+  await beforeB?.();
+  const holder = await db.sql.reserve();
+  await holder`select pg_advisory_lock(${PARK_LOCK})`;
+  try {
+    const turnB = b.runOnce();
+    await until(async () => (await backendsParked()) === 1, 10_000, "B's lock statement to park");
+
+    // While B waits: a writer younger than B's statement holds event 3, event 4 commits, and A takes
+    // a whole turn (delivers 4, records the hole at 3) and commits.
+    const writer = await openTransaction(db.sql);
+    onTestFinished(() => writer.rollback()); // a no-op once it has committed
+    const writerXid = await writer.xid();
+    const [held] = await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema });
+    await appendEvents(db.sql, 1, undefined, schema);
+    await a.runOnce();
+    expect(consumer.ids()).toContain(4n);
+
+    await holder`select pg_advisory_unlock(${PARK_LOCK})`;
+    await turnB;
+    return {
+      schema,
+      writerXid,
+      lateId: held?.id ?? 0n,
+      commitWriter: () => writer.commit(),
+      a,
+      seen: () => consumer.ids(),
+    };
+  } finally {
+    await holder`select pg_advisory_unlock_all()`;
+    holder.release();
+  }
+}
+
+describe('lock takeover: a turn decides only on what it reads once its row is held', () => {
+  test("the hole another instance recorded meanwhile gets a fence above its writer's xid, and its event is delivered", async () => {
+    const t = await takeover();
+    const hole = (await rangesOf(db.sql, t.schema, 'projection')).find((r) => r.from === t.lateId);
+    expect(hole?.fence, 'the hole is fenced by the turn that took the row over').not.toBeNull();
+    expect(hole?.fence).toBeGreaterThan(t.writerXid);
+
+    // The horizon moves on while the writer is still open: nothing may burn its id.
+    await db.sql`select pg_current_xact_id()`;
+    await t.a.runOnce();
+    await t.a.runOnce();
+    expect((await rangesOf(db.sql, t.schema, 'projection')).map((r) => r.from)).toContain(t.lateId);
+
+    await t.commitWriter();
+    await t.a.runOnce();
+    await t.a.runOnce();
+    expect(t.seen()).toContain(t.lateId);
+  });
+
+  test('the late event is delivered while an unrelated long transaction stays open', async () => {
+    const t = await takeover(async () => {
+      const long = await openTransaction(db.sql);
+      onTestFinished(() => long.rollback());
+      await long.xid(); // holds the cluster's xmin below every fence of the test
+    });
+    await t.commitWriter();
+    await until(
+      async () => {
+        await t.a.runOnce();
+        return t.seen().includes(t.lateId);
+      },
+      5_000,
+      'the late event while the long transaction is open',
+    );
+  });
+});
