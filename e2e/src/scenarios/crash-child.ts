@@ -26,6 +26,8 @@ export interface CrashChildConfig {
   readonly exitOnId?: string;
   readonly batchSize: number;
   readonly maxAttempts: number;
+  /** `side-effects` registers with startFrom 'now' (T3: a straggler kills the process). */
+  readonly startFromNow?: boolean;
   readonly parentPid: number;
 }
 
@@ -57,6 +59,7 @@ const consumers: Consumer[] = [
   {
     name: 'side-effects',
     errorPolicy: { maxAttempts: config.maxAttempts },
+    ...(config.startFromNow ? { startFrom: 'now' as const } : {}),
     handler: (event, ctx) => {
       effect('side-effects', event, ctx);
       if (event.id.toString() === config.killOnId) process.kill(process.pid, 'SIGKILL');

@@ -6,7 +6,7 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { appendEvents, useTestDatabase } from '@sluice/testing';
+import { appendEvents, openTransaction, useTestDatabase } from '@sluice/testing';
 import { tables } from '@sluice/core';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import type { CrashChildConfig, EffectLine } from './crash-child.js';
@@ -122,9 +122,12 @@ test('C7: SIGKILL after the side effect, before COMMIT: that batch again, nothin
  * Runs a supervisor over crash-child.ts until `side-effects` is dead: every exit is a crash and
  * is followed by a restart. Returns the crashes and the child still running.
  */
-async function superviseUntilDead(config: Omit<CrashChildConfig, 'parentPid' | 'generation'>) {
-  const exits: string[] = [];
-  for (let generation = 1; generation <= 12; generation++) {
+async function superviseUntilDead(
+  config: Omit<CrashChildConfig, 'parentPid' | 'generation'>,
+  earlier: readonly string[] = [],
+) {
+  const exits: string[] = [...earlier];
+  for (let generation = exits.length + 1; generation <= 12; generation++) {
     const child = start({ ...config, generation });
     const outcome = await Promise.race([
       child.exited.then((exit) => ({ exit })),
@@ -206,3 +209,46 @@ for (const position of ['first in its batch', 'mid-batch'] as const) {
     });
   });
 }
+
+test("T3: a 'now' consumer's straggler that kills the process: dead after exactly maxAttempts crashes", async () => {
+  await recorder.run('T3', "'now' consumer: crash-poison straggler", ['I5', 'I1'], async (figures) => {
+    const maxAttempts = 3;
+    const schema = await freshSchema(db.sql, 't3');
+    const file = join(dir, 't3.jsonl');
+    await appendEvents(db.sql, 5, undefined, schema); // history
+    // The poison event is in flight when the consumer registers; a later event commits above it.
+    const writer = await openTransaction(db.sql);
+    const [poison] = await writer.append([{ streamId: 'p', type: 'Poison', data: {} }], { schema });
+    await appendEvents(db.sql, 1, undefined, schema);
+    const config = {
+      url: db.url,
+      schema,
+      file,
+      batchSize: 10,
+      maxAttempts,
+      startFromNow: true,
+      exitOnId: poison!.id.toString(),
+    };
+    const first = start({ ...config, generation: 1 });
+    await first.announced('READY');
+    await writer.commit(); // the straggler is due once this transaction has ended
+    const firstExit = await first.exited;
+    const { crashes, exits, child } = await superviseUntilDead(config, [
+      firstExit.signal ?? `exit ${firstExit.code}`,
+    ]);
+    const dead = await consumerState(db.sql, schema, 'side-effects');
+    await stopCleanly(child);
+    const calls = (await effects(file)).filter(
+      (l) => l.c === 'side-effects' && l.id === poison!.id.toString(),
+    );
+    figures['maxAttempts'] = maxAttempts;
+    figures['crashes until dead'] = crashes;
+    figures['handler calls on the straggler'] = calls.length;
+    figures['attempt numbers seen on it'] = calls.map((l) => l.a).join(',');
+    figures['dead consumer: status / attempts / stuck'] =
+      `${dead.status} / ${dead.attempts} / ${dead.stuckEventId}`;
+    expect(exits.every((e) => e === 'exit 1')).toBe(true);
+    expect(dead).toMatchObject({ status: 'dead', attempts: maxAttempts, stuckEventId: poison!.id });
+    check(crashes === maxAttempts, `dead after ${crashes} crashes, not maxAttempts = ${maxAttempts}`);
+  });
+});

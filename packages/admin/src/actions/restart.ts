@@ -73,7 +73,7 @@ export async function restart(
         gap_watch = '{}', gaps_recheck = false, oldest_gap_at = null,
         start_snapshot = ${watchInFlight ? state.snap : null}::pg_snapshot,
         start_fence = ${watchInFlight ? state.fence : null}::xid8,
-        start_upto = ${watchInFlight ? state.head : null}::bigint,
+        start_upto = ${watchInFlight ? state.head : null}::bigint, start_after = null,
         updated_at = now()
       where name = ${name} and instance_id = ${instanceId}`;
     const before = BigInt(row.cursor);

@@ -30,6 +30,7 @@ function row(changes: Partial<PrecheckRow> = {}): PrecheckRow {
     oldest_gap_at: new Date(NOW.getTime() - 5_000),
     start_fence: null,
     start_upto: null,
+    start_after: null,
     start_snapshot: null,
     system_identifier: null,
     last_progress_at: NOW,

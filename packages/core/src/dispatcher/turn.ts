@@ -1,14 +1,21 @@
 import type { Span, Tracer } from '@opentelemetry/api';
 import { messageOf } from '../errors.js';
-import { eventFromRow, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
-import { deliverableIds, settleTurn, type FetchResult, type GapRange, type TurnInput } from '../gaps/gaps.js';
+import { TOMBSTONE_TYPE, type EventRecord } from '../events.js';
+import {
+  deliverableIds,
+  settleStragglers,
+  settleTurn,
+  type FetchResult,
+  type GapRange,
+  type TurnInput,
+} from '../gaps/gaps.js';
 import { lowestEnded, parseSnapshot, parseXidList, runningBelow, type Snapshot } from '../gaps/snapshot.js';
 import type { Logger } from '../logger.js';
 import { SHARED_INSTANCE_ID, type ResolvedConsumer, type ResolvedOptions } from '../options.js';
 import { lockConsumer, saveTurn, setStatus, type LockedRow } from '../queries/consumers.js';
 import { writeAudit } from '../queries/audit.js';
 import { recordDeadLetters, type DeadLetterInput } from '../queries/dead-letters.js';
-import { fetchBatch, fetchStartStragglers, type FetchedBatch } from '../queries/events.js';
+import { fetchBatch, type FetchedBatch, type StartStragglers } from '../queries/events.js';
 import { replaceRanges, selectRangesToRecheck, type StoredRange } from '../queries/gaps.js';
 import { finishReplays, selectRequestedReplays } from '../queries/replays.js';
 import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
@@ -221,12 +228,9 @@ async function turnInTransaction(
   const lockSnapshot = parseSnapshot(row.snapshot);
   const cursor = BigInt(row.cursor);
 
-  // 'now' consumers: events that were in flight when the consumer registered (DESIGN §4, startFrom).
-  if (row.start_fence !== null && row.start_snapshot !== null && row.start_upto !== null) {
-    if (lockSnapshot.xmin > BigInt(row.start_fence)) {
-      return deliverStartStragglers(env, consumer, tx, span, row, cursor);
-    }
-  }
+  // 'now' consumers: the events in flight when it registered, once every transaction of that
+  // moment has ended, delivered by this turn's fetch with the rest (DESIGN §4, startFrom).
+  const start = stragglersDue(row, lockSnapshot);
 
   // After a restore onto another cluster no transaction of the old one can still commit, and its
   // xids mean nothing here: one fresh fetch resolves every pending range (DESIGN §3, cluster identity).
@@ -250,7 +254,7 @@ async function turnInTransaction(
 
   // A turn with no range to recheck reads only above its cursor: it may share that read (or use
   // another consumer's) with the consumers at the same cursor.
-  const plain = stored.length === 0 && !clusterChanged;
+  const plain = stored.length === 0 && !clusterChanged && start === undefined;
   const reads = plain ? env.reads : undefined;
   const sentEarly = plain && !row.replays_pending && cursor === expectedCursor ? early : undefined;
   const shared =
@@ -258,7 +262,7 @@ async function turnInTransaction(
   const batch =
     shared ??
     (await (sentEarly ??
-      readFrom(tx, t, cursor, consumer.ordering === 'fast' ? rechecked : [], limit, reads)));
+      readFrom(tx, t, cursor, consumer.ordering === 'fast' ? rechecked : [], limit, reads, start)));
   // Catching up: the next batch is read from the pool while this one is delivered and committed.
   const last = batch.events[batch.events.length - 1];
   const aheadLimit = env.readAhead;
@@ -274,8 +278,15 @@ async function turnInTransaction(
     complete: shared === undefined && events.size < limit,
     xmin: clusterChanged ? MAX_XID : batch.xmin,
   };
-  const input: TurnInput = { cursor, rechecked, fetch, ordering: consumer.ordering };
-  let ids = deliverableIds(input);
+  const input: TurnInput = {
+    cursor,
+    rechecked,
+    fetch,
+    ordering: consumer.ordering,
+    ...(start ? { stragglersUpTo: start.upto } : {}),
+  };
+  const deliverable = deliverableIds(input);
+  let ids = deliverable;
 
   // Nothing after the cursor and nothing to record: the turn ends without writing its row, and its
   // COMMIT, with no xid, waits for no WAL flush. A woken pass can start such a turn for a consumer
@@ -459,7 +470,7 @@ async function turnInTransaction(
     gapsUnfenced: settlement.ranges.filter((r) => r.fence === null).length,
     gapWatch: remaining > 0 && maxFence > 0n ? runningBelow(lockSnapshot, maxFence) : [],
     gapsRecheck: settlement.needsRecheck,
-    clearStart: false,
+    start: start ? settleStragglers(start, fetch, deliverable, resolvedIds.length) : 'unchanged',
     systemIdentifier: env.systemIdentifier,
   });
   const keepIsolating = isolating && settlement.cursor < isolateUntil ? isolateUntil : null;
@@ -501,11 +512,27 @@ function readFrom(
   ranges: readonly GapRange[],
   limit: number,
   reads: SharedReads | undefined,
+  start?: StartStragglers,
 ): Promise<EventBatch> {
   const bounds = { from: ranges.map((r) => r.from), to: ranges.map((r) => r.to) };
-  const reading = fetchBatch(tx, t, cursor, bounds, limit).then(batchOf);
+  const reading = fetchBatch(tx, t, cursor, bounds, limit, start).then(batchOf);
   reads?.offer(cursor, limit, reading);
   return reading;
+}
+
+/**
+ * A 'now' consumer's stragglers, when they are due: every transaction that was in flight at its
+ * registration has ended (the snapshot taken once the row is held has passed the registration's
+ * fence), so every one of them that committed is visible to this turn's fetch.
+ */
+function stragglersDue(row: LockedRow, snapshot: Snapshot): StartStragglers | undefined {
+  if (row.start_fence === null || row.start_snapshot === null || row.start_upto === null) return undefined;
+  if (snapshot.xmin <= BigInt(row.start_fence)) return undefined;
+  return {
+    after: row.start_after === null ? 0n : BigInt(row.start_after),
+    upto: BigInt(row.start_upto),
+    snapshot: row.start_snapshot,
+  };
 }
 
 /** The events above `cursor` read by one autocommit statement of the pool. */
@@ -551,75 +578,6 @@ function containing(ranges: readonly StoredRange[], id: bigint): StoredRange | u
     else return range;
   }
   return undefined;
-}
-
-async function deliverStartStragglers(
-  env: TurnEnvironment,
-  consumer: ResolvedConsumer,
-  tx: TransactionSql,
-  span: Span,
-  row: LockedRow,
-  cursor: bigint,
-): Promise<TurnOutcome> {
-  const { tables: t } = env;
-  const stragglers = (
-    await fetchStartStragglers(
-      tx,
-      t,
-      row.start_snapshot as string,
-      0n,
-      BigInt(row.start_upto as string),
-      1_000_000,
-    )
-  ).map(eventFromRow);
-  const result = await deliver({
-    consumer,
-    tx,
-    events: stragglers,
-    priorAttempts: (id) =>
-      row.stuck_event_id !== null && BigInt(row.stuck_event_id) === id ? row.attempts : 0,
-    resolvesUnhandled: (event) =>
-      event.type === TOMBSTONE_TYPE || (row.skip_event_id !== null && event.id === BigInt(row.skip_event_id)),
-    deadlineMs: Number.POSITIVE_INFINITY,
-    tracer: env.tracer,
-    turnSpan: span,
-    metrics: env.metrics,
-  });
-  if (result.deadLetters.length > 0)
-    await recordDeadLetters(tx, t, consumer.name, consumer.instanceId, result.deadLetters);
-  const failure = result.failure;
-  await saveTurn(tx, t, consumer.name, consumer.instanceId, {
-    cursor,
-    status: result.dead ? 'dead' : 'processing',
-    attempts: failure ? failure.attempts : 0,
-    stuckEventId: failure ? failure.event.id : null,
-    skipEventId:
-      row.skip_event_id === null || result.resolved.some((e) => e.id === BigInt(row.skip_event_id as string))
-        ? null
-        : BigInt(row.skip_event_id),
-    lastError: failure ? messageOf(failure.error) : null,
-    rearmCount: row.rearm_count,
-    progressed: result.resolved.length > 0,
-    gapCountDelta: 0,
-    gapsUnfenced: row.gaps_unfenced,
-    gapWatch: parseXidList(row.gap_watch),
-    gapsRecheck: row.gaps_recheck,
-    clearStart: !failure,
-    systemIdentifier: env.systemIdentifier,
-  });
-  env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
-  env.metrics.late(consumer.name, consumer.instanceId, result.handled);
-  return {
-    handled: result.handled,
-    failed: result.failed,
-    skipped: undefined,
-    hasMore: !failure,
-    filledBatch: false,
-    pendingGaps: row.gap_count,
-    cursor,
-    head: undefined,
-    dead: result.dead,
-  };
 }
 
 /**

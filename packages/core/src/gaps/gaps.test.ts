@@ -1,6 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
-import { deliverableIds, settleTurn, type FetchResult, type GapRange, type TurnInput } from './gaps.js';
+import {
+  deliverableIds,
+  settleStragglers,
+  settleTurn,
+  type FetchResult,
+  type GapRange,
+  type TurnInput,
+} from './gaps.js';
 import { isRunning, lowestEnded, parseSnapshot, runningBelow } from './snapshot.js';
 
 const r = (from: number, to: number, fence: number | null = null): GapRange => ({
@@ -192,6 +199,46 @@ describe('strict ordering', () => {
     };
     expect(deliverableIds(input)).toEqual([]);
     expect(turn(input).ranges).toEqual([r(12, 12, 50)]);
+  });
+});
+
+describe("a 'now' consumer's stragglers", () => {
+  const start = { after: 0n, upto: 20n };
+
+  test('are delivered first, before the events above the cursor, in either ordering', () => {
+    for (const ordering of ['fast', 'strict'] as const) {
+      const input: TurnInput = {
+        cursor: 20n,
+        rechecked: [],
+        fetch: fetched([4, 9, 21, 22], 100),
+        ordering,
+        stragglersUpTo: 20n,
+      };
+      expect(deliverableIds(input)).toEqual(ids(4, 9, 21, 22));
+      const settled = settleTurn(input, deliverableIds(input));
+      expect(settled.cursor).toBe(22n);
+      expect(settled.ranges).toEqual([]);
+    }
+  });
+
+  test('a complete fetch, all delivered: done', () => {
+    expect(settleStragglers(start, fetched([4, 9, 21], 100), ids(4, 9, 21), 3)).toBe('done');
+  });
+
+  test('a failure stops the progress just below the event that failed', () => {
+    expect(settleStragglers(start, fetched([4, 9, 21], 100), ids(4, 9, 21), 1)).toBe(8n);
+    expect(settleStragglers(start, fetched([4, 9, 21], 100), ids(4, 9, 21), 0)).toBe(3n);
+    // A failure above upto leaves every straggler delivered.
+    expect(settleStragglers(start, fetched([4, 9, 21], 100), ids(4, 9, 21), 2)).toBe('done');
+  });
+
+  test('a fetch cut by LIMIT examined nothing above its last id', () => {
+    expect(settleStragglers(start, fetched([4, 9], 100, false), ids(4, 9), 2)).toBe(9n);
+    expect(settleStragglers({ after: 12n, upto: 20n }, fetched([], 100, true), [], 0)).toBe('done');
+  });
+
+  test('never goes back', () => {
+    expect(settleStragglers({ after: 12n, upto: 20n }, fetched([13], 100), ids(13), 0)).toBe(12n);
   });
 });
 

@@ -26,6 +26,11 @@ export interface FetchResult {
 
 export interface TurnInput {
   readonly cursor: bigint;
+  /**
+   * A 'now' consumer's stragglers (events in flight when it registered, all at or below this id and
+   * the cursor) are among the fetched ids: delivered first, whatever the ordering.
+   */
+  readonly stragglersUpTo?: bigint;
   /** The pending ranges re-fetched by this turn (sorted, disjoint); others are left untouched. */
   readonly rechecked: readonly GapRange[];
   readonly fetch: FetchResult;
@@ -56,7 +61,10 @@ export function deliverableIds(input: TurnInput): bigint[] {
   const out: bigint[] = [];
   let expected = cursor + 1n;
   for (const id of fetch.ids) {
-    if (id < expected) continue;
+    if (id < expected) {
+      if (input.stragglersUpTo !== undefined && id <= input.stragglersUpTo) out.push(id);
+      continue;
+    }
     if (id > expected && !isBurnable(input.rechecked, expected, id - 1n, fetch.xmin)) break;
     out.push(id);
     expected = id + 1n;
@@ -152,6 +160,27 @@ function settleStrict(input: TurnInput, delivered: readonly bigint[]): Settlemen
   kept.sort((a, b) => compare(a.from, b.from));
   const holes = holesBetween(newCursor, above, kept);
   return finish(newCursor, [...kept, ...holes], burnt, 0, needsRecheck);
+}
+
+/**
+ * How far a 'now' consumer's straggler delivery has got after a turn that fetched them: every
+ * straggler up to the returned id was delivered ('done': up to `upto`, nothing is left). The turn
+ * delivered `deliverable` (ascending) up to `resolvedCount` of them; a fetch cut by LIMIT examined
+ * nothing above its last id.
+ */
+export function settleStragglers(
+  start: { readonly after: bigint; readonly upto: bigint },
+  fetch: FetchResult,
+  deliverable: readonly bigint[],
+  resolvedCount: number,
+): bigint | 'done' {
+  const firstUndelivered = deliverable[resolvedCount];
+  const reached = min(
+    min(start.upto, examinedHorizon(fetch)),
+    firstUndelivered === undefined ? MAX_ID : firstUndelivered - 1n,
+  );
+  if (reached >= start.upto) return 'done';
+  return max(start.after, reached);
 }
 
 function finish(

@@ -28,6 +28,8 @@ export interface ConsumerStateRow {
   oldest_gap_at: Date | null;
   start_fence: string | null;
   start_upto: string | null;
+  /** 'now' consumers: stragglers at or below this id have been delivered (null: none yet). */
+  start_after: string | null;
   start_snapshot: string | null;
   system_identifier: string | null;
   last_progress_at: Date | null;
@@ -38,7 +40,8 @@ const STATE_COLUMNS = (q: Queryable, t: Tables) => q`
   c.skip_event_id::text as skip_event_id,
   c.rearm_count, c.last_error, c.last_error_at, c.updated_at, c.disabled_until, c.gap_count, c.gaps_unfenced,
   c.gap_min_fence::text as gap_min_fence, array_to_string(c.gap_watch, ',') as gap_watch, c.gaps_recheck, c.oldest_gap_at,
-  c.start_fence::text as start_fence, c.start_upto::text as start_upto, c.start_snapshot::text as start_snapshot,
+  c.start_fence::text as start_fence, c.start_upto::text as start_upto, c.start_after::text as start_after,
+  c.start_snapshot::text as start_snapshot,
   c.system_identifier, c.last_progress_at,
   exists (select 1 from ${t.deadLetters} d
           where d.consumer_name = c.name and d.instance_id = c.instance_id
@@ -303,7 +306,11 @@ export interface TurnUpdate {
   gapsUnfenced: number;
   gapWatch: readonly bigint[];
   gapsRecheck: boolean;
-  clearStart: boolean;
+  /**
+   * 'now' consumers: how far the delivery of the events in flight at registration has got; 'done'
+   * clears the start columns, 'unchanged' leaves them.
+   */
+  start: bigint | 'done' | 'unchanged';
   systemIdentifier: string | null;
 }
 
@@ -333,9 +340,11 @@ export async function saveTurn(
       gap_min_fence = (select min(g.fence) from ${t.gaps} g where g.consumer_name = c.name and g.instance_id = c.instance_id),
       oldest_gap_at = (select g.observed_at from ${t.gaps} g
                        where g.consumer_name = c.name and g.instance_id = c.instance_id order by g.from_id limit 1),
-      start_snapshot = case when ${u.clearStart} then null else c.start_snapshot end,
-      start_fence = case when ${u.clearStart} then null else c.start_fence end,
-      start_upto = case when ${u.clearStart} then null else c.start_upto end,
+      start_snapshot = case when ${u.start === 'done'} then null else c.start_snapshot end,
+      start_fence = case when ${u.start === 'done'} then null else c.start_fence end,
+      start_upto = case when ${u.start === 'done'} then null else c.start_upto end,
+      start_after = case when ${u.start === 'done'} then null
+                         else coalesce(${typeof u.start === 'bigint' ? u.start.toString() : null}::bigint, c.start_after) end,
       system_identifier = coalesce(${u.systemIdentifier}::text, c.system_identifier),
       last_progress_at = case when ${u.progressed} then now() else c.last_progress_at end,
       last_seen_at = case when c.instance_id <> '*' then now() else c.last_seen_at end,

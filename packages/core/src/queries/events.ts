@@ -40,7 +40,19 @@ export async function fetchBatch(
   cursor: bigint,
   ranges: { from: readonly bigint[]; to: readonly bigint[] },
   limit: number,
+  start?: StartStragglers,
 ): Promise<FetchedBatch> {
+  // A 'now' consumer's stragglers are read by a statement of their own shape: the common fetch
+  // keeps its plan and its prepared statement.
+  const stragglers = start
+    ? tx`
+       union all
+       (select id, stream_id, type, data, metadata, created_at from ${t.events}
+        where id > ${start.after.toString()}::bigint and id <= ${start.upto.toString()}::bigint
+          and tx >= pg_snapshot_xmin(${start.snapshot}::pg_snapshot)
+          and not pg_visible_in_snapshot(tx, ${start.snapshot}::pg_snapshot)
+        order by id limit ${limit})`
+    : tx``;
   const rows = await tx<FetchRow[]>`
     (select pg_current_snapshot()::text as snapshot,
             (select coalesce(max(id), 0) from ${t.events})::text as head,
@@ -56,6 +68,7 @@ export async function fetchBatch(
         cross join lateral (
           select id, stream_id, type, data, metadata, created_at from ${t.events}
           where id between r.f and r.t order by id limit ${limit}) ev)
+       ${stragglers}
      ) u
      order by u.id limit ${limit})`;
   let header: FetchRow | undefined;
@@ -79,22 +92,13 @@ export async function fetchBatch(
 }
 
 /**
- * For a 'now' consumer: the events up to `upto` that were still in flight when it registered
- * (invisible in its registration snapshot), once every transaction of that moment has ended.
- * Runs once per consumer registration; it scans the log up to `upto`.
+ * For a 'now' consumer (startFrom): the events it has still to receive at or below the head it
+ * registered at, `upto`. They are the ones `snapshot` (its registration's) did not see: their
+ * transactions were in flight then. Read only once every such transaction has ended (xmin past the
+ * registration's fence), `after` those already delivered.
  */
-export function fetchStartStragglers(
-  tx: TransactionSql,
-  t: Tables,
-  startSnapshot: string,
-  after: bigint,
-  upto: bigint,
-  limit: number,
-) {
-  return tx<EventRow[]>`
-    select e.id::text as id, e.stream_id, e.type, e.data, e.metadata, e.created_at from ${t.events} e
-    where e.id > ${after.toString()}::bigint and e.id <= ${upto.toString()}::bigint
-      and e.tx >= pg_snapshot_xmin(${startSnapshot}::pg_snapshot)
-      and not pg_visible_in_snapshot(e.tx, ${startSnapshot}::pg_snapshot)
-    order by e.id limit ${limit}`; // e.id: the bigint, not the text output column of the same name
+export interface StartStragglers {
+  readonly after: bigint;
+  readonly upto: bigint;
+  readonly snapshot: string;
 }
