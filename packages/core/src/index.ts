@@ -30,7 +30,8 @@ export { lockConsumer, lockConsumerForOperator, RETENTION_LOCK_CLASS } from './q
 export { writeAudit } from './queries/audit.js';
 export { pgArray } from './queries/pg-array.js';
 export { listRanges } from './queries/gaps.js';
-export { prune, retentionFloor } from './retention/prune.js';
+export { prune } from './retention/prune.js';
+export { retentionFloor } from './queries/audit.js';
 export { migrate } from './schema/migrate.js';
 export { DEFAULT_SCHEMA, resolveSchemaName } from './schema/schema-name.js';
 export { tables } from './schema/tables.js';

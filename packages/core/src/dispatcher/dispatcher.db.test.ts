@@ -479,9 +479,23 @@ describe('lifecycle', () => {
     await dispatcher.ensureRegistered();
     expect((await consumerRow(db.sql, schema, 'kept')).cursor).toBe(2n);
     await db.sql`truncate ${db.sql(`${schema}.consumers`)} cascade`;
-    expect((await dispatcher.runOnce()).byConsumer['kept']?.skipped).toBe('missing');
     await dispatcher.ensureRegistered();
     expect((await consumerRow(db.sql, schema, 'kept')).cursor).toBe(0n);
+  });
+
+  test('a pass re-creates a row deleted under it, as at start, and audits it', async () => {
+    const schema = await freshSchema(db);
+    const a = recordingConsumer('kept');
+    const dispatcher = testDispatcher(db.sql, schema, [a.consumer]);
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 2, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    await db.sql`delete from ${db.sql(`${schema}.consumers`)}`;
+    await drainUntilIdle(dispatcher);
+    expect(a.ids()).toEqual([1n, 2n, 1n, 2n]); // startFrom 'beginning', at least once
+    const [audit] = await db.sql<{ action: string; details: { from: string } }[]>`
+      select action, details from ${db.sql(`${schema}.audit`)}`;
+    expect(audit).toMatchObject({ action: 're-register', details: { from: 'start-from' } });
   });
 });
 

@@ -2,11 +2,12 @@ import type { Tracer } from '@opentelemetry/api';
 import { messageOf } from '../errors.js';
 import { parseSnapshot, type Snapshot } from '../gaps/snapshot.js';
 import type { Logger } from '../logger.js';
-import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
+import { SHARED_INSTANCE_ID, type ResolvedConsumer, type ResolvedOptions } from '../options.js';
 import {
   currentSnapshot,
   heartbeat,
   precheckConsumers,
+  reregisterConsumer,
   precheckKeys,
   recordFailedAttempt,
   recordInfraFailure,
@@ -190,7 +191,7 @@ export class PassRunner {
         skip('idle');
         continue;
       }
-      if (precheck && !row) {
+      if (precheck && !row && !(await this.#reregister(consumer))) {
         skip('missing');
         continue;
       }
@@ -406,6 +407,55 @@ export class PassRunner {
         this.#reportRearmExhausted(consumer, lastError);
       },
     };
+  }
+
+  /**
+   * A consumer of this process has no row: an operator collected it as stale while this process
+   * lived on (its heartbeats could not reach the database), or it was deleted. Re-creates it (where
+   * the collected row was, see reregisterConsumer) and says so; false when that failed.
+   */
+  async #reregister(consumer: ResolvedConsumer): Promise<boolean> {
+    const { options, tables, logger, metrics } = this.#env;
+    const where = { consumer: consumer.name, instanceId: consumer.instanceId };
+    this.#cursors.delete(consumer.name);
+    this.#plainAtMs = undefined;
+    let done;
+    try {
+      done = await reregisterConsumer(options.sql, tables, options.schema, {
+        name: consumer.name,
+        instanceId: consumer.instanceId,
+        startFrom: consumer.startFrom,
+        perInstance: consumer.instanceId !== SHARED_INSTANCE_ID,
+      });
+    } catch (error) {
+      logger.error(
+        { ...where, error: messageOf(error) },
+        "the consumer's row is missing and could not be re-registered; it is not served until it is",
+      );
+      return false;
+    }
+    if (done === undefined) return true; // another process re-created it first
+    metrics.reregistered(consumer.name, consumer.instanceId, done.from);
+    if (done.from === 'collected') {
+      logger.warn(
+        { ...where, cursor: done.cursor, collectedAt: done.collectedAt, collectedBy: done.collectedBy },
+        "this process's row for the consumer was collected as stale while the process was running " +
+          '(its heartbeat could not reach the database); re-registered where it was',
+      );
+    } else {
+      logger.warn(
+        { ...where, cursor: done.cursor, startFrom: consumer.startFrom },
+        "the consumer's row was missing (deleted); re-registered as at start",
+      );
+    }
+    if (done.prunedThrough !== null) {
+      logger.error(
+        { ...where, prunedThrough: done.prunedThrough },
+        'retention pruned events this consumer had not received while its row was gone: ' +
+          `ids up to ${done.prunedThrough} it had not reached are not delivered to it`,
+      );
+    }
+    return true;
   }
 
   /** Once per consumer and process, however many passes see it (DESIGN §6). */

@@ -1,6 +1,7 @@
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
 import { SHARED_INSTANCE_ID } from '../options.js';
+import { retentionFloor, writeAudit } from './audit.js';
 import { pgArray } from './pg-array.js';
 
 /** A consumer row as the idle pre-check and the turn read it (ids and xids as text: exact). */
@@ -66,7 +67,17 @@ export const RETENTION_LOCK_CLASS = 0x534c5552; // 'SLUR'
 export async function registerConsumers(sql: Sql, t: Tables, schema: string, rows: readonly RegisterRow[]) {
   await sql.begin(async (tx) => {
     await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
-    await tx`
+    await insertRegistrations(tx, t, rows);
+  });
+}
+
+/** The insert of registerConsumers, under the caller's retention lock; returns the rows it created. */
+async function insertRegistrations(
+  tx: TransactionSql,
+  t: Tables,
+  rows: readonly RegisterRow[],
+): Promise<{ cursor: string }[]> {
+  return tx<{ cursor: string }[]>`
       insert into ${t.consumers} as c (name, instance_id, cursor, last_seen_at, start_snapshot, start_fence, start_upto)
       select r.name, r.instance_id,
              case when r.start_from = 'now' then h.head else 0 end,
@@ -85,7 +96,107 @@ export async function registerConsumers(sql: Sql, t: Tables, schema: string, row
         from (select coalesce((select max(id) from ${t.events}), 0) as head,
                      pg_current_snapshot() as snap, pg_current_xact_id() as fence) s
       ) h
+      on conflict (name, instance_id) do nothing
+      returning c.cursor::text as cursor`;
+}
+
+/** What {@link reregisterConsumer} did for a consumer row that was missing. */
+export interface Reregistration {
+  /** Restored from an operator's collection of the row (its cursor and pending work), or new. */
+  readonly from: 'collected' | 'start-from';
+  readonly cursor: bigint;
+  /** When, and by whom, the row was collected (from the audit). */
+  readonly collectedAt: Date | null;
+  readonly collectedBy: string | null;
+  /**
+   * Events this consumer had not received that retention deleted while its row was gone: ids up
+   * to `prunedThrough` above the restored cursor. Null when nothing it needed was pruned.
+   */
+  readonly prunedThrough: bigint | null;
+}
+
+interface CollectAuditRow {
+  action: string;
+  at: Date;
+  actor: string;
+  cursor_before: string | null;
+  details: {
+    lowestPendingId?: string | null;
+    start?: { snapshot: string; fence: string; upto: string; after: string | null } | null;
+  };
+}
+
+/**
+ * Re-creates the row of a consumer of this process that is missing, and audits it; undefined when
+ * another process re-created it first. A per-instance row an operator collected as stale while
+ * this process lived on (its heartbeats could not reach the database) resumes where it was: at its
+ * collected cursor, lowered below its lowest pending gap (those ids are delivered again rather than
+ * lost), with its 'now' stragglers. Events retention deleted meanwhile are reported, not skipped
+ * silently. A row gone without a collection is registered as at start().
+ */
+export async function reregisterConsumer(
+  sql: Sql,
+  t: Tables,
+  schema: string,
+  consumer: RegisterRow,
+): Promise<Reregistration | undefined> {
+  return sql.begin(async (tx) => {
+    // Shared retention lock: no prune deletes what the restored cursor needs meanwhile.
+    await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
+    const [last] = await tx<CollectAuditRow[]>`
+      select action, at, actor, cursor_before::text as cursor_before, details from ${t.audit}
+      where consumer_name = ${consumer.name} and instance_id = ${consumer.instanceId}
+        and action in ('collect-stale-instance', 're-register')
+      order by id desc limit 1`;
+    if (!last || last.action !== 'collect-stale-instance' || last.cursor_before === null) {
+      const [row] = await insertRegistrations(tx, t, [consumer]);
+      if (!row) return undefined;
+      const cursor = BigInt(row.cursor);
+      await writeAudit(tx, t, {
+        actor: 'sluice-dispatcher',
+        action: 're-register',
+        consumerName: consumer.name,
+        instanceId: consumer.instanceId,
+        cursorBefore: null,
+        cursorAfter: cursor,
+        details: { from: 'start-from', startFrom: consumer.startFrom },
+      });
+      return { from: 'start-from', cursor, collectedAt: null, collectedBy: null, prunedThrough: null };
+    }
+    const lowestPending = last.details.lowestPendingId ? BigInt(last.details.lowestPendingId) : null;
+    let cursor = BigInt(last.cursor_before);
+    if (lowestPending !== null && lowestPending - 1n < cursor) cursor = lowestPending - 1n;
+    // Its 'now' stragglers not delivered yet (if any) come back with their registration snapshot.
+    const start = last.details.start ?? null;
+    const floor = await retentionFloor(tx, t);
+    let prunedThrough: bigint | null = null;
+    if (cursor < floor - 1n) {
+      prunedThrough = floor - 1n;
+      cursor = floor - 1n;
+    }
+    const inserted = await tx`
+      insert into ${t.consumers} (name, instance_id, cursor, last_seen_at, start_snapshot, start_fence, start_upto, start_after)
+      values (${consumer.name}, ${consumer.instanceId}, ${cursor.toString()}::bigint,
+              case when ${consumer.perInstance} then now() end,
+              ${start?.snapshot ?? null}::pg_snapshot, ${start?.fence ?? null}::xid8,
+              ${start?.upto ?? null}::bigint, ${start?.after ?? null}::bigint)
       on conflict (name, instance_id) do nothing`;
+    if (inserted.count === 0) return undefined;
+    await writeAudit(tx, t, {
+      actor: 'sluice-dispatcher',
+      action: 're-register',
+      consumerName: consumer.name,
+      instanceId: consumer.instanceId,
+      cursorBefore: BigInt(last.cursor_before),
+      cursorAfter: cursor,
+      details: {
+        from: 'collected',
+        collectedAt: last.at.toISOString(),
+        collectedBy: last.actor,
+        prunedThrough: prunedThrough?.toString() ?? null,
+      },
+    });
+    return { from: 'collected', cursor, collectedAt: last.at, collectedBy: last.actor, prunedThrough };
   });
 }
 

@@ -2,8 +2,8 @@ import { InvalidOptionError, PruneBlockedError } from '../errors.js';
 import { writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
 import { resolveSchemaName } from '../schema/schema-name.js';
-import { tables, type Tables } from '../schema/tables.js';
-import type { Queryable, Sql } from '../sql-types.js';
+import { tables } from '../schema/tables.js';
+import type { Sql } from '../sql-types.js';
 
 export interface PruneOptions {
   /** Delete events with an id below this one. */
@@ -79,14 +79,4 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
     });
     return { deleted: deleted.count };
   });
-}
-
-/**
- * The lowest id retention may have kept: events below it were pruned (from the audit of prune()).
- * 1 when nothing was ever pruned.
- */
-export async function retentionFloor(tx: Queryable, t: Tables): Promise<bigint> {
-  const [row] = await tx<{ floor: string | null }[]>`
-    select max((details->>'before')::bigint)::text as floor from ${t.audit} where action = 'prune'`;
-  return row?.floor ? BigInt(row.floor) : 1n;
 }

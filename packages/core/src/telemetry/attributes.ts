@@ -9,6 +9,7 @@ export const ATTR = {
   passOutcome: 'sluice.pass.outcome',
   handlerOutcome: 'sluice.handler.outcome',
   failureCategory: 'sluice.failure.category',
+  reregisteredFrom: 'sluice.consumer.reregistered_from',
   eventType: 'sluice.event.type',
   // OpenTelemetry messaging semantic conventions, where they fit.
   messagingSystem: 'messaging.system',
@@ -31,6 +32,7 @@ export const METRIC = {
   consumerStagnation: 'sluice.consumer.stagnation',
   consumerDead: 'sluice.consumer.dead',
   rearmExhausted: 'sluice.consumer.rearm_exhausted',
+  consumerReregistered: 'sluice.consumer.reregistered',
   gapsPending: 'sluice.gaps.pending',
   gapsOldestAge: 'sluice.gaps.oldest_age',
   gapsBurnt: 'sluice.gaps.burnt',

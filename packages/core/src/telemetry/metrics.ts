@@ -29,6 +29,8 @@ export interface DispatcherMetrics {
   ): void;
   pass(outcome: 'ok' | 'idle' | 'precheck-failed' | 'failed'): void;
   rearmExhausted(consumer: string, instance: string): void;
+  /** A missing consumer row was re-created by this process ('collected': restored where it was). */
+  reregistered(consumer: string, instance: string, from: 'collected' | 'start-from'): void;
   setConsumer(consumer: string, instance: string, gauges: ConsumerGauges): void;
   setListenConnected(connected: boolean): void;
 }
@@ -62,6 +64,11 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
   });
   const rearmExhausted = meter.createCounter(METRIC.rearmExhausted, {
     description: 'Dead consumers whose automatic re-arms are used up (once per consumer and process)',
+    unit: '{consumer}',
+  });
+
+  const reregistered = meter.createCounter(METRIC.consumerReregistered, {
+    description: 'Consumer rows this process found missing (collected as stale, or deleted) and re-created',
     unit: '{consumer}',
   });
 
@@ -137,6 +144,9 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
     },
     rearmExhausted(c, i) {
       rearmExhausted.add(1, attrs(c, i));
+    },
+    reregistered(c, i, from) {
+      reregistered.add(1, { ...attrs(c, i), [ATTR.reregisteredFrom]: from });
     },
     setConsumer(c, i, gauges) {
       state.set(`${c}\u0000${i}`, { attributes: attrs(c, i), gauges });

@@ -1,0 +1,130 @@
+// A live instance whose per-instance row an operator collected as stale (its heartbeats could not
+// reach the database for longer than the threshold: a partition) must not stop silently: its
+// dispatcher re-registers the row where it was, audits it, logs it and counts it in a metric, and
+// nothing it had not received is lost (a pending gap is delivered from its lowest id; events
+// retention deleted meanwhile are reported).
+import { createDispatcher, migrate, prune, silentLogger, type Consumer, type Logger } from '@sluice/core';
+import { appendEvents, openTransaction, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
+import { expect, onTestFinished, test } from 'vitest';
+import { createAdmin } from './create-admin.js';
+
+const db = await useTestDatabase();
+let counter = 0;
+
+class ManualReader extends MetricReader {
+  protected override onShutdown(): Promise<void> {
+    return Promise.resolve();
+  }
+  protected override onForceFlush(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+function capturingLogger() {
+  const lines: { level: string; message: string; fields: Record<string, unknown> }[] = [];
+  const at =
+    (level: string) =>
+    (fields: Record<string, unknown>, message: string): void => {
+      lines.push({ level, message, fields });
+    };
+  const logger: Logger = { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
+  return { logger, lines };
+}
+
+async function setup(consumer: Consumer) {
+  const schema = `collected_${process.pid}_${counter++}`;
+  await migrate(db.sql, { schema, logger: silentLogger });
+  const { logger, lines } = capturingLogger();
+  const reader = new ManualReader();
+  const meterProvider = new MeterProvider({ readers: [reader] });
+  const dispatcher = createDispatcher({
+    sql: db.sql,
+    schema,
+    consumers: [consumer],
+    instanceId: 'pod-a',
+    logger,
+    meterProvider,
+    listen: false,
+    retryDelayMs: 0,
+  });
+  onTestFinished(() => dispatcher.stop());
+  await dispatcher.ensureRegistered();
+  const admin = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 5_000, defaultActor: 'operator' });
+  /** What an operator's GC does to a row whose heartbeat stopped reaching the database 2 h ago. */
+  const collect = async () => {
+    await db.sql`update ${db.sql(`${schema}.consumers`)} set last_seen_at = now() - interval '2 hours'`;
+    const { removed } = await admin.collectStaleInstances({ olderThanMs: 3_600_000 });
+    expect(removed.map((r) => r.instanceId)).toEqual(['pod-a']);
+  };
+  const reregistrations = async () => {
+    const { resourceMetrics } = await reader.collect();
+    return sumOf(resourceMetrics, 'sluice.consumer.reregistered');
+  };
+  return { schema, dispatcher, admin, lines, collect, reregistrations };
+}
+
+function sumOf(metrics: ResourceMetrics, name: string): number {
+  let sum = 0;
+  for (const scope of metrics.scopeMetrics)
+    for (const metric of scope.metrics)
+      if (metric.descriptor.name === name)
+        for (const point of metric.dataPoints) sum += point.value as number;
+  return sum;
+}
+
+test('a live instance re-registers its collected row where it was, and says so in the log, the audit and a metric', async () => {
+  const feed = recordingConsumer('feed', { delivery: 'per-instance' });
+  const s = await setup(feed.consumer);
+  await appendEvents(db.sql, 3, undefined, s.schema);
+  await s.dispatcher.runOnce();
+  expect(feed.ids()).toEqual([1n, 2n, 3n]);
+
+  await s.collect();
+  await appendEvents(db.sql, 2, undefined, s.schema);
+  await s.dispatcher.runOnce();
+  await s.dispatcher.runOnce();
+
+  expect(feed.ids()).toEqual([1n, 2n, 3n, 4n, 5n]); // nothing lost, nothing repeated
+  const warning = s.lines.find((l) => l.level === 'warn' && /collected as stale/.test(l.message));
+  expect(warning?.fields).toMatchObject({ consumer: 'feed', instanceId: 'pod-a', cursor: 3n });
+  expect(await s.reregistrations()).toBe(1);
+  const audit = await db.sql<{ action: string; cursor_after: string | null }[]>`
+    select action, cursor_after::text from ${db.sql(`${s.schema}.audit`)} order by id`;
+  expect(audit).toEqual([
+    { action: 'collect-stale-instance', cursor_after: null },
+    { action: 're-register', cursor_after: '3' },
+  ]);
+  expect((await s.admin.listConsumers()).map((c) => c.instanceId)).toEqual(['pod-a']);
+});
+
+test("a collected row's pending gap is delivered once its writer commits", async () => {
+  const feed = recordingConsumer('feed', { delivery: 'per-instance' });
+  const s = await setup(feed.consumer);
+  const writer = await openTransaction(db.sql);
+  onTestFinished(() => writer.rollback());
+  const [late] = await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema: s.schema });
+  await appendEvents(db.sql, 2, undefined, s.schema);
+  await s.dispatcher.runOnce();
+  expect(feed.ids()).toEqual([2n, 3n]); // 1 is a pending gap
+
+  await s.collect();
+  await writer.commit();
+  for (let i = 0; i < 4; i++) await s.dispatcher.runOnce();
+  expect(feed.ids()).toContain(late?.id);
+});
+
+test('events pruned while the row was gone are reported, not skipped silently', async () => {
+  const feed = recordingConsumer('feed', { delivery: 'per-instance' });
+  const s = await setup(feed.consumer);
+  await appendEvents(db.sql, 2, undefined, s.schema);
+  await s.dispatcher.runOnce();
+  await s.collect();
+  await appendEvents(db.sql, 3, undefined, s.schema); // 3..5, never seen by the collected row
+  await prune(db.sql, { before: 5n, schema: s.schema }); // the collected row no longer holds it back
+  await s.dispatcher.runOnce();
+  await s.dispatcher.runOnce();
+  expect(feed.ids()).toEqual([1n, 2n, 5n]);
+  const error = s.lines.find((l) => l.level === 'error' && /pruned/.test(l.message));
+  expect(error?.fields).toMatchObject({ consumer: 'feed', prunedThrough: 4n });
+});
