@@ -1,17 +1,31 @@
 // A real Fastify app with the Sluice plugin and its ops routes, on its own schema of the test
 // database, whose pool records every statement it sends (postgres.js `debug`): the security suite
-// counts the SQL each request causes and compares table states around it.
+// counts the SQL each request causes and compares table states around it. The host app is bare
+// Fastify, or registers a body parser many apps do (a form parser, a multipart parser putting the
+// fields on the body) before the plugin, so the ops routes' context would inherit it.
 import { randomBytes } from 'node:crypto';
-import { request as httpRequest } from 'node:http';
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import formbody from '@fastify/formbody';
+import multipart from '@fastify/multipart';
 import { migrate, silentLogger, type Consumer, type Sql } from '@sluice/core';
-import sluice, { bearerAuth } from '@sluice/fastify';
+import sluice, { basicAuth, bearerAuth, type OpsAuth } from '@sluice/fastify';
 import type { TestDatabase } from '@sluice/testing';
 import Fastify, { type FastifyInstance, type InjectOptions, type LightMyRequestResponse } from 'fastify';
 
 export const TOKEN = 'sluice-security-suite-token-0123456789';
 export const AUTH = { authorization: `Bearer ${TOKEN}` } as const;
+/** The dashboard's operator: the Basic credentials a browser caches and sends on every request. */
+export const OPERATOR = { username: 'operator', password: 'security-suite-operator-password' } as const;
+export const BASIC = {
+  authorization: `Basic ${Buffer.from(`${OPERATOR.username}:${OPERATOR.password}`).toString('base64')}`,
+} as const;
 export const PREFIX = '/sluice';
+/** A host route that answers with the body the host's parsers made of a request. */
+export const ECHO = '/host/echo';
+
+/** The host app around the plugin: bare Fastify, or with a body parser registered first. */
+export type HostKind = 'bare' | 'formbody' | 'multipart';
 
 /** One statement the app's pool sent: its text (placeholders, never values) and bound parameters. */
 export interface Statement {
@@ -22,6 +36,10 @@ export interface Statement {
 export interface RegisteredRoute {
   readonly method: string;
   readonly url: string;
+  /** The route is marked `config.write` (the ops routes' write actions). */
+  readonly write: boolean;
+  /** The properties of the route's body schema. */
+  readonly bodyFields: readonly string[];
 }
 
 export interface OpsApp {
@@ -39,13 +57,20 @@ export interface OpsApp {
    * Sends a request over a real socket with the path exactly as given: no client-side URL
    * normalisation (light-my-request, like browsers, turns `%2E%2E` into a dot segment).
    */
-  http(options: RawRequest): Promise<{ status: number; body: string; statements: Statement[] }>;
+  http(options: RawRequest): Promise<RawResponse>;
   /** A digest of every Sluice table (read on another pool: never counted). */
   state(): Promise<TableState>;
   close(): Promise<void>;
 }
 
 export type TableState = Readonly<Record<string, string>>;
+
+export interface RawResponse {
+  readonly status: number;
+  readonly headers: IncomingHttpHeaders;
+  readonly body: string;
+  readonly statements: Statement[];
+}
 
 export interface RawRequest {
   readonly method: string;
@@ -65,6 +90,8 @@ export interface OpsAppOptions {
   /** Let Fastify's default maxParamLength (100) apply instead of 1000. */
   readonly maxParamLength?: number;
   readonly handlerTimeoutMs?: number;
+  /** @defaultValue 'bare' */
+  readonly host?: HostKind;
 }
 
 export const TABLES = ['events', 'consumers', 'gaps', 'turn_starts', 'dead_letters', 'audit'] as const;
@@ -93,8 +120,21 @@ export async function buildOpsApp(db: TestDatabase, options: OpsAppOptions): Pro
   const app = Fastify({ logger: false, maxParamLength: options.maxParamLength ?? 1000 });
   const routes: RegisteredRoute[] = [];
   app.addHook('onRoute', (route) => {
-    for (const method of [route.method].flat()) routes.push({ method, url: route.url });
+    const write = (route.config as { write?: unknown } | undefined)?.write === true;
+    const body = route.schema?.body as { properties?: object } | undefined;
+    const bodyFields = Object.keys(body?.properties ?? {});
+    for (const method of [route.method].flat()) routes.push({ method, url: route.url, write, bodyFields });
   });
+  // Registered before the plugin, as an app's own setup usually is: the parsers are the app's.
+  if (options.host === 'formbody') await app.register(formbody);
+  if (options.host === 'multipart') await app.register(multipart, { attachFieldsToBody: 'keyValues' });
+  app.post(ECHO, (request, reply) => reply.send({ body: request.body ?? null }));
+  // The suite's clients send a bearer token; a browser sends the operator's Basic credentials.
+  const bearer = bearerAuth(TOKEN, 'security-suite');
+  const basic = basicAuth(OPERATOR);
+  const auth: OpsAuth = (request) =>
+    request.headers.authorization?.startsWith('Basic ') === true ? basic(request) : bearer(request);
+  if (basic.challenge !== undefined) auth.challenge = basic.challenge;
   await app.register(sluice, {
     sql,
     schema,
@@ -105,7 +145,7 @@ export async function buildOpsApp(db: TestDatabase, options: OpsAppOptions): Pro
     handlerTimeoutMs: options.handlerTimeoutMs ?? 30_000,
     logger: silentLogger,
     migrate: false,
-    ops: { auth: bearerAuth(TOKEN, 'security-suite'), lockTimeoutMs: options.lockTimeoutMs ?? 2_000 },
+    ops: { auth, lockTimeoutMs: options.lockTimeoutMs ?? 2_000 },
   });
   await app.ready();
   await app.sluice.dispatcher.drain();
@@ -129,29 +169,35 @@ export async function buildOpsApp(db: TestDatabase, options: OpsAppOptions): Pro
         port = (app.server.address() as AddressInfo).port;
       }
       const from = statements.length;
-      const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-        const req = httpRequest(
-          {
-            host: '127.0.0.1',
-            port,
-            method: raw.method,
-            path: raw.path,
-            headers: raw.headers ?? {},
-            agent: false,
-          },
-          (res) => {
-            const chunks: Buffer[] = [];
-            res.on('data', (chunk: Buffer) => chunks.push(chunk));
-            res.on('end', () => {
-              resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') });
-            });
-            res.on('error', reject);
-          },
-        );
-        req.on('error', reject);
-        req.end(raw.body);
-      });
-      return { status, body, statements: statements.slice(from) };
+      const { status, headers, body } = await new Promise<Omit<RawResponse, 'statements'>>(
+        (resolve, reject) => {
+          const req = httpRequest(
+            {
+              host: '127.0.0.1',
+              port,
+              method: raw.method,
+              path: raw.path,
+              headers: raw.headers ?? {},
+              agent: false,
+            },
+            (res) => {
+              const chunks: Buffer[] = [];
+              res.on('data', (chunk: Buffer) => chunks.push(chunk));
+              res.on('end', () => {
+                resolve({
+                  status: res.statusCode ?? 0,
+                  headers: res.headers,
+                  body: Buffer.concat(chunks).toString('utf8'),
+                });
+              });
+              res.on('error', reject);
+            },
+          );
+          req.on('error', reject);
+          req.end(raw.body);
+        },
+      );
+      return { status, headers, body, statements: statements.slice(from) };
     },
     async state() {
       const digest: Record<string, string> = {};

@@ -1,18 +1,36 @@
-// The ops routes under attack (RELIABILITY.md §5, X1–X7 and R4; invariant I10): a real Fastify app
-// with the Sluice plugin and bearer auth on the test database, whose pool counts every statement
-// it sends. Every rejected request must change nothing and (for 400/401/405/413/414/415) send no
-// SQL at all; no input may ever produce a 5xx.
+// The ops routes under attack (X1–X9 and R4; invariant I10): a real Fastify app
+// with the Sluice plugin and bearer or Basic auth on the test database, whose pool counts every
+// statement it sends. Every rejected request must change nothing and (for 400/401/403/405/413/414/
+// 415) send no SQL at all; no input may ever produce a 5xx. The abuse cases run against three host
+// apps: bare Fastify, one with @fastify/formbody and one with @fastify/multipart registered before
+// the plugin (their parsers are what a cross-site form relies on); the races once, on the bare one.
 import { gzipSync } from 'node:zlib';
 import type { Consumer, EventRecord } from '@sluice/core';
 import { appendEvents, useTestDatabase } from '@sluice/testing';
 import type { InjectOptions, LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { encodeComponent, injectionCorpus } from './corpus.js';
-import { AUTH, buildOpsApp, PREFIX, TOKEN, type OpsApp, type Statement, type TableState } from './ops-app.js';
+import {
+  AUTH,
+  BASIC,
+  buildOpsApp,
+  ECHO,
+  PREFIX,
+  TOKEN,
+  type HostKind,
+  type OpsApp,
+  type Statement,
+  type TableState,
+} from './ops-app.js';
 import { sleep, SuiteRecorder, tally, Violations, type Figures } from './recorder.js';
 
 const db = await useTestDatabase();
-const recorder = new SuiteRecorder('security');
+/** Each host app's results are a suite of their own in RESULTS.md. */
+const HOSTS: readonly { readonly host: HostKind; readonly suite: string }[] = [
+  { host: 'bare', suite: 'security' },
+  { host: 'formbody', suite: 'security-formbody' },
+  { host: 'multipart', suite: 'security-multipart' },
+];
 
 // Event ids start at 2^53: the stuck event 2^53+1 is the first id a JSON number cannot carry.
 const FIRST = 2n ** 53n;
@@ -23,7 +41,7 @@ const NFD = 'cafe\u0301';
 const NAIVE = 'na\u00efve';
 const LONGEST = 'x'.repeat(200);
 /** Statuses that mean "refused before any work": such a request must not reach SQL (I10). */
-const REFUSED = new Set([400, 401, 405, 413, 414, 415]);
+const REFUSED = new Set([400, 401, 403, 405, 413, 414, 415]);
 
 const isPoison = (event: EventRecord) => event.data['poison'] === true;
 function poisoned(name: string): Consumer {
@@ -36,41 +54,6 @@ function poisoned(name: string): Consumer {
   };
 }
 const healthy = (name: string): Consumer => ({ name, handler: () => undefined });
-
-let ops: OpsApp;
-
-beforeAll(async () => {
-  ops = await buildOpsApp(db, {
-    consumers: [
-      poisoned('mailer'),
-      poisoned('racer'),
-      healthy('scribe'),
-      healthy('rewinder'),
-      healthy(NFC),
-      healthy(NFD),
-      healthy(NAIVE),
-      healthy(LONGEST),
-    ],
-    firstId: FIRST,
-  });
-  // Ids 2^53 … 2^53+4; 2^53+1 and 2^53+3 are poison.
-  await appendEvents(
-    db.sql,
-    5,
-    (n) => ({ streamId: 'sec', type: 'SecurityTest', data: { n, poison: n === 1 || n === 3 } }),
-    ops.schema,
-  );
-  await ops.app.sluice.dispatcher.runOnce();
-  const [mailer] = await db.sql<{ status: string; stuck: string; cursor: string }[]>`
-    select status, stuck_event_id::text as stuck, cursor::text from ${db.sql(`${ops.schema}.consumers`)}
-    where name = 'mailer'`;
-  expect(mailer).toEqual({ status: 'dead', stuck: STUCK.toString(), cursor: FIRST.toString() });
-});
-
-afterAll(async () => {
-  await ops.close();
-  await recorder.write(db.sql);
-});
 
 /** No lone surrogate: the string has a UTF-8 form (ES2024 String#isWellFormed). */
 const wellFormed = (s: string) =>
@@ -97,7 +80,45 @@ async function consumerRow(schema: string, name: string) {
   return row;
 }
 
-describe('security', () => {
+describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
+  let recorder: SuiteRecorder;
+  let ops: OpsApp;
+
+  beforeAll(async () => {
+    recorder = new SuiteRecorder(suite);
+    ops = await buildOpsApp(db, {
+      host,
+      consumers: [
+        poisoned('mailer'),
+        poisoned('racer'),
+        healthy('scribe'),
+        healthy('rewinder'),
+        healthy(NFC),
+        healthy(NFD),
+        healthy(NAIVE),
+        healthy(LONGEST),
+      ],
+      firstId: FIRST,
+    });
+    // Ids 2^53 … 2^53+4; 2^53+1 and 2^53+3 are poison.
+    await appendEvents(
+      db.sql,
+      5,
+      (n) => ({ streamId: 'sec', type: 'SecurityTest', data: { n, poison: n === 1 || n === 3 } }),
+      ops.schema,
+    );
+    await ops.app.sluice.dispatcher.runOnce();
+    const [mailer] = await db.sql<{ status: string; stuck: string; cursor: string }[]>`
+    select status, stuck_event_id::text as stuck, cursor::text from ${db.sql(`${ops.schema}.consumers`)}
+    where name = 'mailer'`;
+    expect(mailer).toEqual({ status: 'dead', stuck: STUCK.toString(), cursor: FIRST.toString() });
+  });
+
+  afterAll(async () => {
+    await ops.close();
+    await recorder.write(db.sql);
+  });
+
   test('X1 every ops route answers 401 to every bad credential, sends no SQL, changes nothing', async () => {
     await recorder.run('X1', 'Unauthenticated ops', ['I10'], async (figures) => {
       const violations = new Violations();
@@ -452,7 +473,7 @@ describe('security', () => {
           maxStatements = Math.max(maxStatements, statements.filter((s) => !setup(s)).length);
         }
         const before = await ops.state();
-        const before2xx = await scribeExcluded(ops.schema);
+        const before2xx = await scribeExcluded(ops);
         let changedBy2xx = 0;
         for (const payload of corpus) {
           const started = performance.now();
@@ -506,7 +527,7 @@ describe('security', () => {
           const changed = differences(before, after);
           if (changed.length > 0) violations.add(`${position.id}: tables changed: ${changed.join(', ')}`);
         } else {
-          const after2xx = await scribeExcluded(ops.schema);
+          const after2xx = await scribeExcluded(ops);
           const changed = differences(before2xx, after2xx);
           if (changed.length > 0) violations.add(`${position.id}: tables changed: ${changed.join(', ')}`);
           const audits = Number(after['audit']?.split(':')[0]) - Number(before['audit']?.split(':')[0]);
@@ -974,163 +995,380 @@ describe('security', () => {
     });
   });
 
-  test('X7 concurrent skips of the stuck event: exactly one applies; a stale id is 409', async () => {
-    await recorder.run('X7', 'Skip race', ['I4', 'I5'], async (figures) => {
-      const skipOf = (eventId: bigint) => () =>
-        ops.app.inject(post('/consumers/racer/skip', { eventId: eventId.toString(), reason: 'race' }));
-      const race = async (n: number, eventId: bigint) => {
-        const responses = await Promise.all(Array.from({ length: n }, skipOf(eventId)));
-        return responses.map((r) => r.statusCode).sort((a, b) => a - b);
+  test('X8 a cross-site form POST with valid Basic credentials to every write route: 403/415, nothing changes', async () => {
+    await recorder.run('X8', 'Cross-site form POST', ['I10'], async (figures) => {
+      const violations = new Violations();
+      const writes = ops.routes.filter(
+        (r) => r.url.startsWith(`${PREFIX}/`) && (r.write || !['GET', 'HEAD'].includes(r.method)),
+      );
+      expect(writes.length).toBe(6);
+      if (writes.some((r) => !r.write)) violations.add('a write method on a route not marked as a write');
+
+      /** The forms a page on another site can make a browser submit, as browsers encode them. */
+      const forms = (fields: Record<string, string>): [string, string | undefined, string][] => {
+        const boundary = '----sluiceX8boundary';
+        const parts = Object.entries(fields).map(
+          ([k, v]) => `--${boundary}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`,
+        );
+        // enctype=text/plain sends `name=value`: a name ending in `"x":"` and a value `"}` make JSON.
+        const json = `${JSON.stringify(fields).slice(0, -1)},"x":"="}`;
+        return [
+          ['form', 'application/x-www-form-urlencoded', new URLSearchParams(fields).toString()],
+          ['empty form', 'application/x-www-form-urlencoded', ''],
+          [
+            'multipart form',
+            `multipart/form-data; boundary=${boundary}`,
+            `${parts.join('')}--${boundary}--\r\n`,
+          ],
+          ['text/plain form carrying JSON', 'text/plain', `${json}\r\n`],
+          ['fetch no-cors without a body', undefined, ''],
+        ];
       };
-      const counts = async () => {
-        const [row] = await db.sql<{ audits: number; letters: number }[]>`
+      /** What browsers send about where a request comes from, and the status each must get. */
+      const browsers: [string, Record<string, string>, number][] = [
+        [
+          'current browser',
+          {
+            origin: 'https://evil.example',
+            'sec-fetch-site': 'cross-site',
+            'sec-fetch-mode': 'navigate',
+            'sec-fetch-dest': 'document',
+          },
+          403,
+        ],
+        [
+          'sibling subdomain',
+          {
+            origin: 'http://blog.localhost',
+            'sec-fetch-site': 'same-site',
+            'sec-fetch-mode': 'navigate',
+          },
+          403,
+        ],
+        ['plain HTTP (Origin only)', { origin: 'http://evil.example' }, 403],
+        ['sandboxed frame', { origin: 'null', 'sec-fetch-site': 'cross-site' }, 403],
+        ['headers stripped by a proxy or an old browser', {}, 415],
+      ];
+
+      // The host's own parsers, on a route of the host: which of these forms do they make fields of?
+      // (With one of them the ops routes' checks are all that stands between the form and the action.)
+      const parsed: string[] = [];
+      for (const [encoding, contentType, body] of forms({ from: 'now' })) {
+        if (contentType === undefined) continue;
+        const echo = await ops.http({
+          method: 'POST',
+          path: ECHO,
+          headers: { 'content-type': contentType },
+          body,
+        });
+        if (echo.status === 200 && echo.body.includes('"from":"now"')) parsed.push(encoding);
+      }
+      const expectedParsed = { bare: [], formbody: ['form'], multipart: ['multipart form'] }[host];
+      if (parsed.join() !== expectedParsed.join()) {
+        violations.add(`the ${host} host parses ${parsed.join(', ') || 'no form'}`);
+      }
+
+      const statuses: number[] = [];
+      let requests = 0;
+      let bypasses = 0;
+      let sqlOnRefused = 0;
+      let cacheable = 0;
+      const changedRoutes: string[] = [];
+      for (const route of writes) {
+        const path = route.url.replace(':name', 'mailer');
+        // The fields that move mailer's cursor or un-stick it, where the route takes them.
+        const fields = Object.fromEntries(
+          Object.entries({ from: 'now', eventId: STUCK.toString(), reason: 'csrf' }).filter(([field]) =>
+            route.bodyFields.includes(field),
+          ),
+        );
+        const before = await ops.state();
+        for (const [encoding, contentType, body] of forms(fields)) {
+          for (const [browser, headers, expected] of browsers) {
+            const {
+              status,
+              headers: answer,
+              body: answerBody,
+              statements,
+            } = await ops.http({
+              method: route.method,
+              path,
+              headers: {
+                ...BASIC,
+                ...headers,
+                ...(contentType === undefined ? {} : { 'content-type': contentType }),
+                'content-length': String(Buffer.byteLength(body)),
+              },
+              body,
+            });
+            requests++;
+            statuses.push(status);
+            const where = `${route.method} ${path} (${encoding}, ${browser})`;
+            if (status >= 200 && status < 300) bypasses++;
+            if (status !== expected)
+              violations.add(`${where}: ${status} ${codeOf(answerBody)}, expected ${expected}`);
+            if (REFUSED.has(status) && statements.length > 0) {
+              sqlOnRefused++;
+              violations.add(`${where}: ${status} after ${statements.length} SQL statement(s)`);
+            }
+            if (answer['cache-control'] !== 'no-store') {
+              cacheable++;
+              violations.add(`${where}: Cache-Control ${String(answer['cache-control'])}`);
+            }
+          }
+        }
+        const changed = differences(before, await ops.state());
+        if (changed.length > 0) {
+          changedRoutes.push(route.url);
+          violations.add(`${route.url}: changed ${changed.join(', ')}`);
+        }
+      }
+      const mailer = await consumerRow(ops.schema, 'mailer');
+      if (mailer?.status !== 'dead' || mailer.stuck !== STUCK.toString())
+        violations.add('mailer was un-stuck');
+      recorder.faults['cross-site form requests'] = requests;
+      figures['forms the host app parses'] = parsed.join(', ') || 'none';
+      figures['write routes'] = writes.length;
+      figures['encodings × browsers'] = `${forms({}).length} × ${browsers.length}`;
+      figures['requests'] = requests;
+      figures['statuses'] = tally(statuses);
+      figures['bypasses (2xx)'] = bypasses;
+      figures['SQL on refused requests'] = sqlOnRefused;
+      figures['routes whose state changed'] = changedRoutes.length;
+      figures['responses without no-store'] = cacheable;
+      violations.assertNone('X8');
+    });
+  });
+
+  test('X9 every ops response, authenticated or not, is Cache-Control: no-store', async () => {
+    await recorder.run('X9', 'No caching of ops responses', ['no-store'], async (figures) => {
+      const violations = new Violations();
+      const opsRoutes = ops.routes.filter((r) => r.url === PREFIX || r.url.startsWith(`${PREFIX}/`));
+      const requests: { method: string; path: string; headers: Record<string, string>; body?: string }[] = [];
+      for (const route of opsRoutes) {
+        const path = route.url.replace(':name', 'rewinder');
+        const writes = route.method === 'POST';
+        // rewinder: restarted to now, disabled then enabled, a skip and a fence that are 409, a replay.
+        const body = JSON.stringify(
+          Object.fromEntries(
+            Object.entries({ from: 'now', eventId: '1' }).filter(([f]) => route.bodyFields.includes(f)),
+          ),
+        );
+        for (const credentials of [BASIC, AUTH, {}, { authorization: `Bearer ${TOKEN}x` }]) {
+          requests.push({
+            method: route.method,
+            path,
+            headers: { ...credentials, ...(writes ? { 'content-type': 'application/json' } : {}) },
+            ...(writes ? { body } : {}),
+          });
+        }
+      }
+      const json = { ...BASIC, 'content-type': 'application/json' };
+      requests.push(
+        { method: 'GET', path: `${PREFIX}/consumers/nobody`, headers: BASIC },
+        { method: 'GET', path: `${PREFIX}/nope`, headers: BASIC },
+        { method: 'GET', path: `${PREFIX}/audit?limit=0`, headers: BASIC },
+        { method: 'POST', path: `${PREFIX}/consumers/rewinder/skip`, headers: json, body: '{"eventId":"x"}' },
+        { method: 'POST', path: `${PREFIX}/consumers/rewinder/skip`, headers: json, body: '{"eventId":' },
+        {
+          method: 'POST',
+          path: `${PREFIX}/consumers/rewinder/enable`,
+          headers: { ...json, origin: 'https://evil.example' },
+          body: '{}',
+        },
+        {
+          method: 'POST',
+          path: `${PREFIX}/consumers/rewinder/enable`,
+          headers: { ...BASIC, 'content-type': 'text/plain' },
+          body: '{}',
+        },
+      );
+      const statuses: number[] = [];
+      let missing = 0;
+      for (const request of requests) {
+        const { status, headers } = await ops.http(request);
+        statuses.push(status);
+        if (status >= 500) violations.add(`${request.method} ${request.path}: ${status}`);
+        if (headers['cache-control'] !== 'no-store') {
+          missing++;
+          violations.add(
+            `${request.method} ${request.path} → ${status}: Cache-Control ${String(headers['cache-control'])}`,
+          );
+        }
+      }
+      const authenticated = statuses.filter((s) => s !== 401).length;
+      recorder.faults['no-store checks'] = requests.length;
+      figures['routes (method+path)'] = opsRoutes.length;
+      figures['responses'] = requests.length;
+      figures['authenticated responses'] = authenticated;
+      figures['statuses'] = tally(statuses);
+      figures['without no-store'] = missing;
+      violations.assertNone('X9');
+    });
+  });
+
+  // Races of the admin actions: they do not depend on the host's parsers, so once.
+  if (host === 'bare') {
+    test('X7 concurrent skips of the stuck event: exactly one applies; a stale id is 409', async () => {
+      await recorder.run('X7', 'Skip race', ['I4', 'I5'], async (figures) => {
+        const skipOf = (eventId: bigint) => () =>
+          ops.app.inject(post('/consumers/racer/skip', { eventId: eventId.toString(), reason: 'race' }));
+        const race = async (n: number, eventId: bigint) => {
+          const responses = await Promise.all(Array.from({ length: n }, skipOf(eventId)));
+          return responses.map((r) => r.statusCode).sort((a, b) => a - b);
+        };
+        const counts = async () => {
+          const [row] = await db.sql<{ audits: number; letters: number }[]>`
           select (select count(*)::int from ${db.sql(`${ops.schema}.audit`)} where action = 'skip' and consumer_name = 'racer') as audits,
                  (select count(*)::int from ${db.sql(`${ops.schema}.dead_letters`)} where consumer_name = 'racer') as letters`;
-        return row;
-      };
-      recorder.faults['concurrent skips'] = 12;
-      const two = await race(2, STUCK);
-      figures['2 concurrent: 200/409'] =
-        `${two.filter((s) => s === 200).length}/${two.filter((s) => s === 409).length}`;
-      expect(two).toEqual([200, 409]);
-      expect(await counts()).toEqual({ audits: 1, letters: 1 });
+          return row;
+        };
+        recorder.faults['concurrent skips'] = 12;
+        const two = await race(2, STUCK);
+        figures['2 concurrent: 200/409'] =
+          `${two.filter((s) => s === 200).length}/${two.filter((s) => s === 409).length}`;
+        expect(two).toEqual([200, 409]);
+        expect(await counts()).toEqual({ audits: 1, letters: 1 });
 
-      // The next turn passes the skipped event, delivers the next one and dies on the second poison.
-      await ops.app.sluice.dispatcher.runOnce();
-      expect(await consumerRow(ops.schema, 'racer')).toMatchObject({
-        status: 'dead',
-        stuck: SECOND_POISON.toString(),
-      });
-      const ten = await race(10, SECOND_POISON);
-      figures['10 concurrent: 200/409'] =
-        `${ten.filter((s) => s === 200).length}/${ten.filter((s) => s === 409).length}`;
-      expect(ten).toEqual([200, ...Array<number>(9).fill(409)]);
+        // The next turn passes the skipped event, delivers the next one and dies on the second poison.
+        await ops.app.sluice.dispatcher.runOnce();
+        expect(await consumerRow(ops.schema, 'racer')).toMatchObject({
+          status: 'dead',
+          stuck: SECOND_POISON.toString(),
+        });
+        const ten = await race(10, SECOND_POISON);
+        figures['10 concurrent: 200/409'] =
+          `${ten.filter((s) => s === 200).length}/${ten.filter((s) => s === 409).length}`;
+        expect(ten).toEqual([200, ...Array<number>(9).fill(409)]);
 
-      const stale = await skipOf(STUCK)();
-      figures['stale expected id'] = stale.statusCode;
-      expect(stale.statusCode).toBe(409);
-      expect(stale.json()).toMatchObject({ code: 'SLUICE_SKIP_MISMATCH' });
-      const final = await counts();
-      figures['audit rows'] = final?.audits ?? -1;
-      figures['dead letters'] = final?.letters ?? -1;
-      expect(final).toEqual({ audits: 2, letters: 2 });
-      const letters = await db.sql<{ event_id: string }[]>`
+        const stale = await skipOf(STUCK)();
+        figures['stale expected id'] = stale.statusCode;
+        expect(stale.statusCode).toBe(409);
+        expect(stale.json()).toMatchObject({ code: 'SLUICE_SKIP_MISMATCH' });
+        const final = await counts();
+        figures['audit rows'] = final?.audits ?? -1;
+        figures['dead letters'] = final?.letters ?? -1;
+        expect(final).toEqual({ audits: 2, letters: 2 });
+        const letters = await db.sql<{ event_id: string }[]>`
         select event_id::text from ${db.sql(`${ops.schema}.dead_letters`)} where consumer_name = 'racer' order by id`;
-      expect(letters.map((l) => l.event_id)).toEqual([STUCK.toString(), SECOND_POISON.toString()]);
+        expect(letters.map((l) => l.event_id)).toEqual([STUCK.toString(), SECOND_POISON.toString()]);
+      });
     });
-  });
 
-  test('R4 an admin action against a long turn: 409 within lockTimeout, or waits and is never undone', async () => {
-    await recorder.run('R4', 'Admin op vs long turn', ['I4', 'I10'], async (figures: Figures) => {
-      let release: () => void = () => undefined;
-      let entered: () => void = () => undefined;
-      let opened = Promise.resolve();
-      let inside = Promise.resolve();
-      const arm = () => {
-        opened = new Promise((resolve) => (release = resolve));
-        inside = new Promise((resolve) => (entered = resolve));
-      };
-      const slowpoke: Consumer = {
-        name: 'slowpoke',
-        handler: async (event) => {
-          if (event.data['block'] === true) {
-            entered();
-            await opened;
+    test('R4 an admin action against a long turn: 409 within lockTimeout, or waits and is never undone', async () => {
+      await recorder.run('R4', 'Admin op vs long turn', ['I4', 'I10'], async (figures: Figures) => {
+        let release: () => void = () => undefined;
+        let entered: () => void = () => undefined;
+        let opened = Promise.resolve();
+        let inside = Promise.resolve();
+        const arm = () => {
+          opened = new Promise((resolve) => (release = resolve));
+          inside = new Promise((resolve) => (entered = resolve));
+        };
+        const slowpoke: Consumer = {
+          name: 'slowpoke',
+          handler: async (event) => {
+            if (event.data['block'] === true) {
+              entered();
+              await opened;
+            }
+          },
+        };
+        const LOCK_MS = 300;
+        const quick = await buildOpsApp(db, {
+          consumers: [slowpoke],
+          lockTimeoutMs: LOCK_MS,
+          handlerTimeoutMs: 20_000,
+        });
+        const patient = await buildOpsApp(db, {
+          consumers: [slowpoke],
+          schema: quick.schema,
+          lockTimeoutMs: 10_000,
+        });
+        try {
+          const block = () =>
+            appendEvents(
+              db.sql,
+              1,
+              () => ({ streamId: 'r4', type: 'Slow', data: { block: true } }),
+              quick.schema,
+            );
+
+          // 1. A turn blocks inside its handler, holding the row.
+          arm();
+          const [first] = await block();
+          const turn = quick.app.sluice.dispatcher.runOnce();
+          await inside;
+          const before = await quick.state();
+          const busy: number[] = [];
+          for (const [action, payload] of [
+            ['disable', { reason: 'maintenance' }],
+            ['restart', { from: 'beginning' }],
+          ] as const) {
+            const started = performance.now();
+            const response = await quick.app.inject(post(`/consumers/slowpoke/${action}`, payload));
+            const ms = performance.now() - started;
+            busy.push(Math.round(ms));
+            expect(response.statusCode, response.body).toBe(409);
+            expect(response.json()).toMatchObject({ code: 'SLUICE_CONSUMER_BUSY' });
+            expect(ms).toBeGreaterThanOrEqual(LOCK_MS - 20);
+            expect(ms).toBeLessThanOrEqual(LOCK_MS + 700);
           }
-        },
-      };
-      const LOCK_MS = 300;
-      const quick = await buildOpsApp(db, {
-        consumers: [slowpoke],
-        lockTimeoutMs: LOCK_MS,
-        handlerTimeoutMs: 20_000,
-      });
-      const patient = await buildOpsApp(db, {
-        consumers: [slowpoke],
-        schema: quick.schema,
-        lockTimeoutMs: 10_000,
-      });
-      try {
-        const block = () =>
-          appendEvents(
-            db.sql,
-            1,
-            () => ({ streamId: 'r4', type: 'Slow', data: { block: true } }),
-            quick.schema,
+          const changed = differences(before, await quick.state());
+          figures['lockTimeoutMs'] = LOCK_MS;
+          figures['409 SLUICE_CONSUMER_BUSY after ms (disable, restart)'] = busy.join(', ');
+          figures['changes by refused actions'] = changed.length;
+          expect(changed).toEqual([]);
+
+          // 2. With a longer lock timeout the action waits for the turn, then applies on top of it.
+          let settled = false;
+          const waiting = patient.app.inject(
+            post('/consumers/slowpoke/disable', { reason: 'after the turn' }),
           );
+          void waiting.finally(() => (settled = true));
+          const waitStarted = performance.now();
+          await sleep(500);
+          expect(settled).toBe(false);
+          release();
+          await turn;
+          const disabled = await waiting;
+          figures['waiting disable applied after ms'] = Math.round(performance.now() - waitStarted);
+          expect(disabled.statusCode, disabled.body).toBe(200);
+          expect(disabled.json()).toMatchObject({
+            cursorBefore: first!.id.toString(),
+            statusAfter: 'disabled',
+          });
+          expect(await consumerRow(quick.schema, 'slowpoke')).toMatchObject({
+            status: 'disabled',
+            cursor: first!.id.toString(),
+          });
 
-        // 1. A turn blocks inside its handler, holding the row.
-        arm();
-        const [first] = await block();
-        const turn = quick.app.sluice.dispatcher.runOnce();
-        await inside;
-        const before = await quick.state();
-        const busy: number[] = [];
-        for (const [action, payload] of [
-          ['disable', { reason: 'maintenance' }],
-          ['restart', { from: 'beginning' }],
-        ] as const) {
-          const started = performance.now();
-          const response = await quick.app.inject(post(`/consumers/slowpoke/${action}`, payload));
-          const ms = performance.now() - started;
-          busy.push(Math.round(ms));
-          expect(response.statusCode, response.body).toBe(409);
-          expect(response.json()).toMatchObject({ code: 'SLUICE_CONSUMER_BUSY' });
-          expect(ms).toBeGreaterThanOrEqual(LOCK_MS - 20);
-          expect(ms).toBeLessThanOrEqual(LOCK_MS + 700);
+          // 3. The same for a restart: the turn commits its cursor, then the operator's cursor wins.
+          await patient.app.inject(post('/consumers/slowpoke/enable', {}));
+          arm();
+          const [second] = await block();
+          const turn2 = quick.app.sluice.dispatcher.runOnce();
+          await inside;
+          const restarting = patient.app.inject(post('/consumers/slowpoke/restart', { from: '0' }));
+          await sleep(500);
+          release();
+          await turn2;
+          const restarted = await restarting;
+          expect(restarted.statusCode, restarted.body).toBe(200);
+          expect(restarted.json()).toMatchObject({ cursorBefore: second!.id.toString(), cursorAfter: '0' });
+          await sleep(200);
+          const final = await consumerRow(quick.schema, 'slowpoke');
+          figures['operator state kept after the turn'] =
+            `status ${final?.status ?? '?'}, cursor ${final?.cursor ?? '?'}`;
+          expect(final).toMatchObject({ status: 'idle', cursor: '0' });
+        } finally {
+          release();
+          await patient.close();
+          await quick.close();
         }
-        const changed = differences(before, await quick.state());
-        figures['lockTimeoutMs'] = LOCK_MS;
-        figures['409 SLUICE_CONSUMER_BUSY after ms (disable, restart)'] = busy.join(', ');
-        figures['changes by refused actions'] = changed.length;
-        expect(changed).toEqual([]);
-
-        // 2. With a longer lock timeout the action waits for the turn, then applies on top of it.
-        let settled = false;
-        const waiting = patient.app.inject(post('/consumers/slowpoke/disable', { reason: 'after the turn' }));
-        void waiting.finally(() => (settled = true));
-        const waitStarted = performance.now();
-        await sleep(500);
-        expect(settled).toBe(false);
-        release();
-        await turn;
-        const disabled = await waiting;
-        figures['waiting disable applied after ms'] = Math.round(performance.now() - waitStarted);
-        expect(disabled.statusCode, disabled.body).toBe(200);
-        expect(disabled.json()).toMatchObject({
-          cursorBefore: first!.id.toString(),
-          statusAfter: 'disabled',
-        });
-        expect(await consumerRow(quick.schema, 'slowpoke')).toMatchObject({
-          status: 'disabled',
-          cursor: first!.id.toString(),
-        });
-
-        // 3. The same for a restart: the turn commits its cursor, then the operator's cursor wins.
-        await patient.app.inject(post('/consumers/slowpoke/enable', {}));
-        arm();
-        const [second] = await block();
-        const turn2 = quick.app.sluice.dispatcher.runOnce();
-        await inside;
-        const restarting = patient.app.inject(post('/consumers/slowpoke/restart', { from: '0' }));
-        await sleep(500);
-        release();
-        await turn2;
-        const restarted = await restarting;
-        expect(restarted.statusCode, restarted.body).toBe(200);
-        expect(restarted.json()).toMatchObject({ cursorBefore: second!.id.toString(), cursorAfter: '0' });
-        await sleep(200);
-        const final = await consumerRow(quick.schema, 'slowpoke');
-        figures['operator state kept after the turn'] =
-          `status ${final?.status ?? '?'}, cursor ${final?.cursor ?? '?'}`;
-        expect(final).toMatchObject({ status: 'idle', cursor: '0' });
-      } finally {
-        release();
-        await patient.close();
-        await quick.close();
-      }
+      });
     });
-  });
+  }
 });
 
 /** The error code of a response body (or its start, when it is not an ops error). */
@@ -1145,7 +1383,8 @@ function codeOf(body: string): string {
 }
 
 /** Every table's digest, leaving out scribe's consumer row and audit rows (X3's accepted writes). */
-async function scribeExcluded(schema: string): Promise<TableState> {
+async function scribeExcluded(ops: OpsApp): Promise<TableState> {
+  const { schema } = ops;
   const [row] = await db.sql<{ consumers: string; audit: string }[]>`
     select (select md5(string_agg(c::text, '|' order by c::text)) from ${db.sql(`${schema}.consumers`)} c
             where c.name <> 'scribe') as consumers,

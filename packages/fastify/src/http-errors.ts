@@ -22,6 +22,22 @@ export const STATUS_BY_CODE = {
   SLUICE_MIGRATION_MODIFIED: 500,
 } as const satisfies Record<SluiceErrorCode, number>;
 
+/**
+ * The codes the ops routes answer with themselves (not thrown by `@sluice/core`), with their status.
+ * Each has a heading under "HTTP errors of the ops routes" in docs/errors.md (http-errors.test.ts).
+ */
+export const OPS_STATUS_BY_CODE = {
+  SLUICE_INVALID_REQUEST: 400,
+  SLUICE_UNAUTHORIZED: 401,
+  SLUICE_CROSS_SITE_REQUEST: 403,
+  SLUICE_ROUTE_NOT_FOUND: 404,
+  SLUICE_READ_ONLY: 405,
+  SLUICE_UNSUPPORTED_MEDIA_TYPE: 415,
+  SLUICE_INTERNAL: 500,
+} as const;
+
+export type OpsErrorCode = keyof typeof OPS_STATUS_BY_CODE;
+
 export interface ErrorBody {
   statusCode: number;
   code: string;
@@ -32,6 +48,7 @@ export interface ErrorBody {
 const REASON: Record<number, string> = {
   400: 'Bad Request',
   401: 'Unauthorized',
+  403: 'Forbidden',
   404: 'Not Found',
   405: 'Method Not Allowed',
   409: 'Conflict',
@@ -45,6 +62,12 @@ export function errorBody(statusCode: number, code: string, message: string): Er
   return { statusCode, code, error: REASON[statusCode] ?? 'Error', message };
 }
 
+/** Answers with one of the ops routes' own error codes, at its status. */
+export function sendOpsCode(reply: FastifyReply, code: OpsErrorCode, message: string): FastifyReply {
+  const status = OPS_STATUS_BY_CODE[code];
+  return reply.code(status).send(errorBody(status, code, message));
+}
+
 /** Error handler of the ops routes: typed Sluice errors keep their code; nothing leaks a stack. */
 export function sendOpsError(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply) {
   if (error instanceof SluiceError) {
@@ -53,13 +76,11 @@ export function sendOpsError(error: FastifyError | Error, request: FastifyReques
     return reply.code(status).send(errorBody(status, error.code, error.message));
   }
   const fastifyError = error as FastifyError;
-  if (fastifyError.validation) {
-    return reply.code(400).send(errorBody(400, 'SLUICE_INVALID_REQUEST', fastifyError.message));
-  }
+  if (fastifyError.validation) return sendOpsCode(reply, 'SLUICE_INVALID_REQUEST', fastifyError.message);
   const status = fastifyError.statusCode;
   if (status !== undefined && status >= 400 && status < 500) {
     return reply.code(status).send(errorBody(status, fastifyError.code, fastifyError.message));
   }
   request.log.error({ err: error }, 'sluice ops request failed');
-  return reply.code(500).send(errorBody(500, 'SLUICE_INTERNAL', 'Internal error; see the server log'));
+  return sendOpsCode(reply, 'SLUICE_INTERNAL', 'Internal error; see the server log');
 }

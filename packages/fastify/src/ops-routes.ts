@@ -1,26 +1,41 @@
 import type { FastifyInstance } from 'fastify';
 import { dashboardRoutes } from './dashboard/dashboard.js';
-import { errorBody, sendOpsError } from './http-errors.js';
+import { sendOpsCode, sendOpsError } from './http-errors.js';
 import { findBodyProblem } from './json.js';
 import { auditRoutes } from './routes/audit.js';
 import { consumerRoutes } from './routes/consumers.js';
 import type { OpsContext } from './routes/context.js';
 import { deadLetterRoutes } from './routes/dead-letters.js';
 import { healthRoutes } from './routes/health.js';
+import { crossSiteProblem, unsupportedBodyType, WRITE_METHODS } from './write-guard.js';
 
 /**
- * The ops routes, in an encapsulated context (CONVENTIONS C8). Order of checks, before any SQL:
- * authentication (onRequest, so an unauthenticated body is never even parsed) → read-only (405 for
- * write routes) → schema validation (400) → unsafe JSON numbers (400) → the admin action.
+ * The ops routes, in an encapsulated context. Order of checks, before any SQL: authentication
+ * (onRequest, so an unauthenticated body is never even parsed) → for writes, the request's origin
+ * (403) and its Content-Type (415), still before the body is read → read-only (405 for write
+ * routes) → schema validation (400) → unsafe JSON numbers (400) → the admin action.
+ * Every response, whatever its status, is marked `Cache-Control: no-store`.
  */
 export async function opsRoutes(app: FastifyInstance, context: OpsContext): Promise<void> {
   const { ops } = context;
+  // This context inherits the host app's body parsers (a form or multipart parser, a lenient JSON
+  // parser): the ops routes parse JSON only, with Fastify's own parser refusing __proto__ and
+  // constructor keys whatever the host's onProtoPoisoning says. The Content-Type check below
+  // refuses everything else first; this keeps a host's parser from ever seeing an ops body.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser(
+    'application/json',
+    { parseAs: 'string' },
+    app.getDefaultJsonParser('error', 'error'),
+  );
   app.decorateRequest('sluiceActor', '');
   app.setErrorHandler(sendOpsError);
+  // Operator data and actions' results must not stay in a browser's or a proxy's cache.
+  app.addHook('onSend', async (_request, reply) => {
+    void reply.header('cache-control', 'no-store');
+  });
   app.setNotFoundHandler((request, reply) =>
-    reply
-      .code(404)
-      .send(errorBody(404, 'SLUICE_ROUTE_NOT_FOUND', `No ops route ${request.method} ${request.url}`)),
+    sendOpsCode(reply, 'SLUICE_ROUTE_NOT_FOUND', `No ops route ${request.method} ${request.url}`),
   );
 
   app.addHook('onRequest', async (request, reply) => {
@@ -38,23 +53,35 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
     if (typeof actor !== 'string' || actor === '') {
       const challenge = (ops.auth as { challenge?: unknown } | undefined)?.challenge;
       if (typeof challenge === 'string') void reply.header('www-authenticate', challenge);
-      return reply
-        .code(401)
-        .send(errorBody(401, 'SLUICE_UNAUTHORIZED', 'The Sluice ops routes need valid credentials'));
+      return sendOpsCode(reply, 'SLUICE_UNAUTHORIZED', 'The Sluice ops routes need valid credentials');
     }
     request.sluiceActor = auditableActor(actor);
+  });
+
+  // Writes from another site (a form or script on a page an operator visits, riding on the
+  // credentials the browser caches) and bodies other than JSON are refused before the body is read.
+  app.addHook('onRequest', async (request, reply) => {
+    if (!WRITE_METHODS.has(request.method) && request.routeOptions.config.write !== true) return;
+    const crossSite = crossSiteProblem(request, ops.allowedOrigins);
+    if (crossSite !== undefined) {
+      request.log.info(
+        { origin: request.headers.origin, secFetchSite: request.headers['sec-fetch-site'] },
+        'sluice ops: cross-site write refused',
+      );
+      return sendOpsCode(reply, 'SLUICE_CROSS_SITE_REQUEST', crossSite);
+    }
+    const badType = unsupportedBodyType(request.headers);
+    if (badType !== undefined) return sendOpsCode(reply, 'SLUICE_UNSUPPORTED_MEDIA_TYPE', badType);
   });
 
   app.addHook('preValidation', async (request, reply) => {
     if (ops.readOnly && request.routeOptions.config.write === true) {
       void reply.header('allow', 'GET, HEAD');
-      return reply
-        .code(405)
-        .send(errorBody(405, 'SLUICE_READ_ONLY', 'The Sluice ops routes are read-only here'));
+      return sendOpsCode(reply, 'SLUICE_READ_ONLY', 'The Sluice ops routes are read-only here');
     }
     const problem = findBodyProblem(request.body);
     if (problem !== undefined) {
-      return reply.code(400).send(errorBody(400, 'SLUICE_INVALID_REQUEST', problem));
+      return sendOpsCode(reply, 'SLUICE_INVALID_REQUEST', problem);
     }
   });
 

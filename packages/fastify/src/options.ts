@@ -1,5 +1,6 @@
 import { InvalidOptionError, type DispatcherOptions, type Logger } from '@sluice/core';
 import type { FastifyRequest } from 'fastify';
+import { exactOriginProblem } from './write-guard.js';
 
 /** What operators see of an event payload (dead letters), after redaction. */
 export interface RedactInput {
@@ -25,6 +26,13 @@ export interface OpsOptions {
   redact?: (event: RedactInput) => { data: unknown; metadata: unknown };
   /** How long an action waits for a consumer row a turn holds. @defaultValue 2_000 */
   lockTimeoutMs?: number;
+  /**
+   * Other origins whose pages may send writes (e.g. `['https://console.example.com']`): exact
+   * origins as browsers send them in `Origin`, no wildcards. Writes from any other site are
+   * refused with 403 (docs/operating.md, "Cross-site requests").
+   * @defaultValue none: writes only from the ops routes' own origin
+   */
+  allowedOrigins?: readonly string[];
 }
 
 export interface SluicePluginOptions extends Omit<DispatcherOptions, 'logger'> {
@@ -43,6 +51,7 @@ export interface ResolvedOps {
   readonly readOnly: boolean;
   readonly redact: NonNullable<OpsOptions['redact']>;
   readonly lockTimeoutMs: number;
+  readonly allowedOrigins: ReadonlySet<string>;
 }
 
 /**
@@ -70,6 +79,17 @@ export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined
         'pass ops.auth, or ops.insecure: true for local development only',
     );
   }
+  const allowedOrigins = ops.allowedOrigins ?? [];
+  if (!Array.isArray(allowedOrigins)) {
+    throw new InvalidOptionError(
+      'ops.allowedOrigins',
+      'must be an array of origins such as https://ops.example.com',
+    );
+  }
+  for (const origin of allowedOrigins as unknown[]) {
+    const problem = exactOriginProblem(origin);
+    if (problem !== undefined) throw new InvalidOptionError('ops.allowedOrigins', problem);
+  }
   return {
     prefix: prefix.replace(/\/$/, '') || '/',
     auth: ops.auth,
@@ -77,5 +97,6 @@ export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined
     readOnly: ops.readOnly === true,
     redact: ops.redact ?? ((event) => ({ data: event.data, metadata: event.metadata })),
     lockTimeoutMs: ops.lockTimeoutMs ?? 2_000,
+    allowedOrigins: new Set(allowedOrigins),
   };
 }

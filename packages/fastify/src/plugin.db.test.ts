@@ -1,26 +1,38 @@
 import { randomBytes } from 'node:crypto';
 import { migrate, silentLogger, type Consumer } from '@sluice/core';
 import { appendEvents, failingOn, recordingConsumer, useTestDatabase } from '@sluice/testing';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyServerOptions, type InjectOptions } from 'fastify';
 import { describe, expect, onTestFinished, test } from 'vitest';
-import sluice, { bearerAuth, type OpsOptions } from './index.js';
+import sluice, { basicAuth, bearerAuth, type OpsOptions } from './index.js';
 
 const db = await useTestDatabase();
 const TOKEN = 'test-token-0123456789abcdef';
 const auth = { authorization: `Bearer ${TOKEN}` };
 
+/** How the host app is set up around the plugin. */
+interface Host {
+  readonly server?: FastifyServerOptions;
+  /** Runs on the host app before the plugin is registered (e.g. its own body parsers). */
+  readonly before?: (app: FastifyInstance) => void;
+}
+
 async function build(
   consumers: readonly Consumer[],
   ops: OpsOptions | undefined = { auth: bearerAuth(TOKEN, 'alice') },
+  host: Host = {},
 ) {
   const schema = `f_${randomBytes(4).toString('hex')}`;
   await migrate(db.sql, { schema, logger: silentLogger });
   // Consumer names may be up to 200 bytes; Fastify's default maxParamLength is 100.
-  const app = Fastify({ logger: false, maxParamLength: 1000 });
-  const routes: { method: string; url: string }[] = [];
+  const app = Fastify({ logger: false, maxParamLength: 1000, ...host.server });
+  host.before?.(app);
+  const routes: { method: string; url: string; write: boolean; bodyFields: string[] }[] = [];
   app.addHook('onRoute', (route) => {
+    const write = (route.config as { write?: unknown } | undefined)?.write === true;
+    const body = route.schema?.body as { properties?: object } | undefined;
+    const bodyFields = Object.keys(body?.properties ?? {});
     for (const method of [route.method].flat())
-      if (method !== 'HEAD') routes.push({ method, url: route.url });
+      if (method !== 'HEAD') routes.push({ method, url: route.url, write, bodyFields });
   });
   await app.register(sluice, {
     sql: db.sql,
@@ -378,5 +390,392 @@ describe('ops routes', () => {
       deadConsumers: ['mailer'],
       maxLagEvents: '2',
     });
+  });
+});
+
+describe('cross-site writes, body types and caching', () => {
+  const OPERATOR = { username: 'operator', password: 'correct-horse-battery' };
+  /** The credentials a browser caches after the dashboard's Basic prompt and sends on every request. */
+  const basic = {
+    authorization: `Basic ${Buffer.from(`${OPERATOR.username}:${OPERATOR.password}`).toString('base64')}`,
+  };
+  /** A host app as many are: a form parser, and a text/plain parser that reads JSON (for sendBeacon). */
+  const parsingHost: Host = {
+    before: (app) => {
+      app.addContentTypeParser(
+        'application/x-www-form-urlencoded',
+        { parseAs: 'string' },
+        (_r, body, done) => {
+          done(null, Object.fromEntries(new URLSearchParams(body as string)));
+        },
+      );
+      app.removeContentTypeParser('text/plain');
+      app.addContentTypeParser('text/plain', { parseAs: 'string' }, (_r, body, done) => {
+        try {
+          done(null, JSON.parse(body as string) as unknown);
+        } catch (error) {
+          done(error as Error, undefined);
+        }
+      });
+      // Anything else as form fields too (what a multipart parser with fields on the body gives).
+      app.addContentTypeParser('*', { parseAs: 'string' }, (_r, body, done) => {
+        done(null, Object.fromEntries(new URLSearchParams(body as string)));
+      });
+    },
+  };
+  const EVIL = 'https://evil.example';
+  /** What a browser sends with a form another site submits to the ops routes. */
+  const crossSiteForm = {
+    origin: EVIL,
+    'sec-fetch-site': 'cross-site',
+    'sec-fetch-mode': 'navigate',
+    'sec-fetch-dest': 'document',
+  };
+
+  async function buildDead(ops: Partial<OpsOptions> = {}, host: Host = parsingHost) {
+    const built = await build(
+      [
+        failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } }).consumer,
+        recordingConsumer('feed').consumer,
+      ],
+      { auth: basicAuth(OPERATOR), ...ops },
+      host,
+    );
+    await deadMailer(built.app, built.schema);
+    return built;
+  }
+
+  async function everything(schema: string) {
+    const table = (name: string) => db.sql(`${schema}.${name}`);
+    return {
+      consumers: await stateOf(schema),
+      deadLetters: await db.sql`select * from ${table('dead_letters')} order by id`,
+      audit: await db.sql`select * from ${table('audit')} order by id`,
+    };
+  }
+
+  test('a cross-site form POST with valid Basic credentials to every write route changes nothing', async () => {
+    const { app, schema, routes } = await buildDead();
+    const writes = routes.filter((r) => r.url.startsWith('/sluice') && (r.write || r.method !== 'GET'));
+    expect(writes.length).toBe(6);
+    expect(writes.every((r) => r.write)).toBe(true);
+    // Sanity: the host's parsers read a form, so without the checks these bodies would be accepted.
+    const before = await everything(schema);
+    const statuses: string[] = [];
+    for (const route of writes) {
+      const url = route.url.replace(':name', 'mailer');
+      // The fields an attacker would send: what moves the cursor or un-sticks the consumer.
+      const attack = Object.fromEntries(
+        Object.entries({ from: 'now', eventId: '2', reason: 'csrf' }).filter(([field]) =>
+          route.bodyFields.includes(field),
+        ),
+      );
+      const form = new URLSearchParams(attack).toString();
+      const cases: [label: string, headers: Record<string, string>, payload: string, status: number][] = [
+        ['form', { ...crossSiteForm, 'content-type': 'application/x-www-form-urlencoded' }, form, 403],
+        ['empty form', { ...crossSiteForm, 'content-type': 'application/x-www-form-urlencoded' }, '', 403],
+        [
+          'text/plain form carrying JSON',
+          { ...crossSiteForm, 'content-type': 'text/plain' },
+          `${JSON.stringify(attack).slice(0, -1)},"x":"="}`,
+          403,
+        ],
+        [
+          'multipart form',
+          { ...crossSiteForm, 'content-type': 'multipart/form-data; boundary=x' },
+          form,
+          403,
+        ],
+        [
+          'same-site subdomain',
+          {
+            origin: 'https://blog.localhost',
+            'sec-fetch-site': 'same-site',
+            'content-type': 'application/x-www-form-urlencoded',
+          },
+          form,
+          403,
+        ],
+        [
+          'no-cors fetch without a body',
+          { origin: EVIL, 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'no-cors' },
+          '',
+          403,
+        ],
+        [
+          'older browser (Origin only)',
+          { origin: EVIL, 'content-type': 'application/x-www-form-urlencoded' },
+          form,
+          403,
+        ],
+        [
+          'sandboxed frame (Origin null)',
+          { origin: 'null', 'content-type': 'application/x-www-form-urlencoded' },
+          form,
+          403,
+        ],
+        [
+          'a browser that sends neither header',
+          { 'content-type': 'application/x-www-form-urlencoded' },
+          form,
+          415,
+        ],
+      ];
+      for (const [label, headers, payload, status] of cases) {
+        const response = await app.inject({
+          method: 'POST',
+          url,
+          headers: { ...basic, ...headers },
+          payload,
+        });
+        statuses.push(`${response.statusCode}`);
+        expect(response.statusCode, `${label}: POST ${url}: ${response.body}`).toBe(status);
+        expect(response.json()).toMatchObject({
+          code: status === 403 ? 'SLUICE_CROSS_SITE_REQUEST' : 'SLUICE_UNSUPPORTED_MEDIA_TYPE',
+        });
+        expect(response.headers['cache-control']).toBe('no-store');
+      }
+    }
+    expect(statuses.length).toBe(6 * 9);
+    expect(await everything(schema)).toEqual(before);
+  });
+
+  test.each([
+    ['text/plain', 'text/plain', '{}'],
+    ['a form', 'application/x-www-form-urlencoded', 'reason=x'],
+    ['an empty form', 'application/x-www-form-urlencoded', ''],
+    ['multipart', 'multipart/form-data; boundary=x', '--x--\r\n'],
+    ['application/json with a tab before the semicolon', 'application/json\t;', '{}'],
+    ['application/json with a tab', 'application/json\t', '{}'],
+    ['a type that only starts with application/json', 'application/jsonx', '{}'],
+    ['a JSON-based type', 'application/vnd.api+json', '{}'],
+    ['JSON in UTF-16', 'application/json; charset=utf-16le', '{}'],
+    ['JSON in UTF-7', 'application/json; charset=utf-7', '{}'],
+    ['two types', 'application/json, text/plain', '{}'],
+    ['an empty type', '', '{}'],
+    ['no type with a body', undefined, '{}'],
+    ['no type and no body (a bare curl -X POST)', undefined, ''],
+  ])('a write with %s is 415 before any parsing, whatever the host parses', async (_label, type, payload) => {
+    const { app, schema } = await buildDead();
+    const before = await everything(schema);
+    const response = await app.inject({
+      method: 'POST',
+      url: '/sluice/consumers/feed/disable',
+      headers: { ...basic, ...(type === undefined ? {} : { 'content-type': type }) },
+      payload: Buffer.from(payload),
+    });
+    expect(response.statusCode, response.body).toBe(415);
+    expect(response.json()).toMatchObject({ statusCode: 415, code: 'SLUICE_UNSUPPORTED_MEDIA_TYPE' });
+    expect(response.json<{ message: string }>().message).toContain('application/json');
+    expect(await everything(schema)).toEqual(before);
+  });
+
+  test.each([
+    ['application/json', 'application/json', '{}'],
+    ['a charset', 'application/json; charset=utf-8', '{}'],
+    ['upper case and a quoted charset', 'Application/JSON;Charset="UTF-8"', '{}'],
+    ['a space before the semicolon', 'application/json ; charset=UTF-8', '{}'],
+  ])('a write with %s goes through', async (_label, type, payload) => {
+    const { app, schema } = await buildDead();
+    const response = await app.inject({
+      method: 'POST',
+      url: '/sluice/consumers/feed/disable',
+      headers: { ...basic, 'content-type': type },
+      payload,
+    });
+    expect(response.statusCode, response.body).toBe(200);
+    expect((await stateOf(schema)).find((r) => r['name'] === 'feed')).toMatchObject({ status: 'disabled' });
+  });
+
+  test("the host's own JSON parser never reads an ops body", async () => {
+    // A host parser that accepts comments (and would hand the ops routes whatever it makes of a body).
+    const { app, schema } = await buildDead(
+      {},
+      {
+        before: (host) => {
+          host.removeContentTypeParser('application/json');
+          host.addContentTypeParser('application/json', { parseAs: 'string' }, (_r, body, done) => {
+            done(null, JSON.parse((body as string).replace(/\/\*.*?\*\//g, '')) as unknown);
+          });
+        },
+      },
+    );
+    const response = await app.inject({
+      method: 'POST',
+      url: '/sluice/consumers/mailer/skip',
+      headers: { ...basic, 'content-type': 'application/json' },
+      payload: '{"eventId": "2" /* the stuck one */}',
+    });
+    expect(response.statusCode, response.body).toBe(400);
+    expect(response.json()).toMatchObject({ code: 'FST_ERR_CTP_INVALID_JSON_BODY' });
+    expect((await stateOf(schema)).find((r) => r['name'] === 'mailer')).toMatchObject({ status: 'dead' });
+  });
+
+  const json = { 'content-type': 'application/json' };
+  test.each<[string, number, Record<string, string>]>([
+    ['Sec-Fetch-Site cross-site', 403, { 'sec-fetch-site': 'cross-site', origin: EVIL }],
+    ['Sec-Fetch-Site same-site', 403, { 'sec-fetch-site': 'same-site', origin: 'https://a.localhost' }],
+    ['an unknown Sec-Fetch-Site', 403, { 'sec-fetch-site': 'cross-origin' }],
+    ['a foreign Origin', 403, { origin: EVIL }],
+    ['Origin null', 403, { origin: 'null' }],
+    ['the own host on another port', 403, { origin: 'http://localhost:8080' }],
+    ['the own host over another scheme', 403, { origin: 'https://localhost' }],
+    ['an Origin with a path', 403, { origin: 'http://localhost/sluice' }],
+    ['Sec-Fetch-Site same-origin', 200, { 'sec-fetch-site': 'same-origin', origin: 'http://localhost' }],
+    ['Sec-Fetch-Site none (typed by the user)', 200, { 'sec-fetch-site': 'none' }],
+    ['the own origin (no Sec-Fetch-Site: plain HTTP)', 200, { origin: 'http://localhost' }],
+    ['the own origin with its port', 200, { host: 'ops.example:3000', origin: 'http://ops.example:3000' }],
+    ['neither header (curl, the CLI)', 200, {}],
+  ])('a JSON write with %s answers %i', async (_label, status, headers) => {
+    const { app, schema } = await buildDead();
+    const response = await app.inject({
+      method: 'POST',
+      url: '/sluice/consumers/feed/disable',
+      headers: { ...basic, ...json, ...headers },
+      payload: '{}',
+    });
+    expect(response.statusCode, response.body).toBe(status);
+    const feed = (await stateOf(schema)).find((r) => r['name'] === 'feed');
+    expect(feed).toMatchObject({ status: status === 200 ? 'disabled' : 'idle' });
+    if (status === 403) {
+      expect(response.json()).toMatchObject({ statusCode: 403, code: 'SLUICE_CROSS_SITE_REQUEST' });
+      expect(await auditCount(schema)).toBe(0);
+    }
+  });
+
+  test('reads are not refused cross-site (a link to the dashboard keeps working)', async () => {
+    const { app } = await buildDead();
+    for (const url of ['/sluice/', '/sluice/consumers']) {
+      const response = await app.inject({ method: 'GET', url, headers: { ...basic, ...crossSiteForm } });
+      expect(response.statusCode, url).toBe(200);
+    }
+  });
+
+  test('ops.allowedOrigins lets the listed origins write, and only them', async () => {
+    const { app, schema } = await buildDead({ allowedOrigins: ['https://console.example.com'] });
+    const send = (origin: string) =>
+      app.inject({
+        method: 'POST',
+        url: '/sluice/consumers/feed/disable',
+        headers: { ...basic, ...json, origin, 'sec-fetch-site': 'cross-site' },
+        payload: '{}',
+      });
+    for (const origin of ['https://console.example.com.evil.example', 'http://console.example.com', EVIL]) {
+      expect((await send(origin)).statusCode, origin).toBe(403);
+    }
+    expect(await auditCount(schema)).toBe(0);
+    expect((await send('https://console.example.com')).statusCode).toBe(200);
+    // The allowed origin still sends JSON only.
+    const form = await app.inject({
+      method: 'POST',
+      url: '/sluice/consumers/feed/enable',
+      headers: {
+        ...basic,
+        origin: 'https://console.example.com',
+        'sec-fetch-site': 'cross-site',
+        'content-type': 'application/x-www-form-urlencoded',
+      },
+      payload: '',
+    });
+    expect(form.statusCode).toBe(415);
+  });
+
+  test("behind a proxy, the request's own origin follows trustProxy", async () => {
+    const forwarded = {
+      ...basic,
+      ...json,
+      'x-forwarded-host': 'ops.example.com',
+      'x-forwarded-proto': 'https',
+      origin: 'https://ops.example.com',
+    };
+    const send = (app: FastifyInstance) =>
+      app.inject({
+        method: 'POST',
+        url: '/sluice/consumers/feed/disable',
+        headers: forwarded,
+        payload: '{}',
+      });
+    const direct = await buildDead({}, {});
+    expect((await send(direct.app)).statusCode).toBe(403);
+    const proxied = await buildDead({}, { server: { trustProxy: true } });
+    expect((await send(proxied.app)).statusCode).toBe(200);
+  });
+
+  test.each([
+    ['a wildcard subdomain', ['https://*.example.com']],
+    ['a bare wildcard', ['*']],
+    ['a trailing slash', ['https://ops.example.com/']],
+    ['a path', ['https://ops.example.com/sluice']],
+    ['upper case', ['https://OPS.example.com']],
+    ['the default port', ['https://ops.example.com:443']],
+    ['another scheme', ['ftp://ops.example.com']],
+    ['null', ['null']],
+    ['an empty string', ['']],
+    ['not a string', [42]],
+    ['not an array', 'https://ops.example.com'],
+  ])('ops.allowedOrigins with %s is refused at registration', async (_label, allowedOrigins) => {
+    const app = Fastify({ logger: false });
+    onTestFinished(() => app.close());
+    const boot = async () => {
+      await app.register(sluice, {
+        sql: db.sql,
+        consumers: [recordingConsumer('a').consumer],
+        listen: false,
+        ops: { auth: basicAuth(OPERATOR), allowedOrigins: allowedOrigins as string[] },
+      });
+      await app.ready();
+    };
+    await expect(boot()).rejects.toMatchObject({
+      code: 'SLUICE_INVALID_OPTION',
+      option: 'ops.allowedOrigins',
+    });
+  });
+
+  test('every ops response carries Cache-Control: no-store, authenticated or not', async () => {
+    const { app, routes } = await buildDead({}, {});
+    const opsRoutes = routes.filter((r) => r.url.startsWith('/sluice'));
+    const requests: (InjectOptions & { url: string })[] = [];
+    for (const route of opsRoutes) {
+      const url = route.url.replace(':name', 'feed');
+      const payload =
+        route.method === 'POST'
+          ? Object.fromEntries(
+              Object.entries({ from: 'now', eventId: '1' }).filter(([f]) => route.bodyFields.includes(f)),
+            )
+          : undefined;
+      const methods = route.method === 'GET' ? (['GET', 'HEAD'] as const) : (['POST'] as const);
+      for (const method of methods) {
+        for (const headers of [basic, {}, { authorization: 'Basic d3Jvbmc6d3Jvbmc=' }]) {
+          requests.push({ method, url, headers, ...(payload ? { payload } : {}) });
+        }
+      }
+    }
+    // Errors after authentication: unknown consumer, unknown route, invalid input, wrong type.
+    requests.push(
+      { method: 'GET', url: '/sluice/consumers/nobody', headers: basic },
+      { method: 'GET', url: '/sluice/nope', headers: basic },
+      { method: 'GET', url: '/sluice/audit?limit=0', headers: basic },
+      { method: 'POST', url: '/sluice/consumers/feed/skip', headers: basic, payload: { eventId: 'x' } },
+      {
+        method: 'POST',
+        url: '/sluice/consumers/feed/enable',
+        headers: { ...basic, origin: EVIL },
+        payload: {},
+      },
+      {
+        method: 'POST',
+        url: '/sluice/consumers/feed/enable',
+        headers: { ...basic, 'content-type': 'text/plain' },
+        payload: '{}',
+      },
+    );
+    const statuses = new Set<number>();
+    for (const request of requests) {
+      const response = await app.inject(request);
+      statuses.add(response.statusCode);
+      const what = `${request.method ?? 'GET'} ${request.url} → ${response.statusCode}`;
+      expect(response.headers['cache-control'], what).toBe('no-store');
+    }
+    expect([...statuses]).toEqual(expect.arrayContaining([200, 400, 401, 403, 404, 409, 415]));
   });
 });
