@@ -113,6 +113,45 @@ describe('append', () => {
     expect(await countEvents()).toBe(before);
   });
 
+  // Lone UTF-16 surrogates: PostgreSQL refuses them in jsonb (22P02, aborting the caller's
+  // transaction) and UTF-8 encoding turns them into U+FFFD in text columns (two stream ids become one).
+  test.each([
+    ['a lone high surrogate in the stream id', { streamId: 's-\uD800', type: 't', data: {} }, 'streamId'],
+    ['a lone low surrogate in the type', { streamId: 's', type: 'T\uDC00', data: {} }, 'type'],
+    ['a lone surrogate in a data value', { streamId: 's', type: 't', data: { note: 'a\uD83D' } }, 'data'],
+    ['a lone surrogate in a data key', { streamId: 's', type: 't', data: { ['k\uDE00']: 1 } }, 'data'],
+    ['reversed surrogates in data', { streamId: 's', type: 't', data: { n: '\uDE00\uD83D' } }, 'data'],
+    [
+      'a lone surrogate in metadata',
+      { streamId: 's', type: 't', data: {}, metadata: { m: ['\uDBFF'] } },
+      'metadata',
+    ],
+  ])(
+    'rejects %s with a typed error naming it, and the transaction stays usable',
+    async (_label, bad, field) => {
+      const before = await countEvents();
+      const stored = await db.sql.begin(async (tx) => {
+        const error = await append(tx, [order(1), bad as unknown as NewEvent]).catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(InvalidEventError);
+        expect(error).toMatchObject({ code: 'SLUICE_INVALID_EVENT', index: 1, field });
+        expect((error as Error).message).toMatch(/surrogate/);
+        return append(tx, [order(2)]); // the caller's transaction goes on
+      });
+      expect(stored).toHaveLength(1);
+      expect(await countEvents()).toBe(before + 1);
+    },
+  );
+
+  test('accepts surrogate pairs and the escaped text \\uD800, which are not lone surrogates', async () => {
+    const note = '\u{1F600} and C:\\uD800 and \\\\uDC00';
+    const [event] = await db.sql.begin((tx) =>
+      append(tx, [{ streamId: 's-\u{1F600}', type: 't', data: { note, ['\u{1F600}']: 1 } }]),
+    );
+    const [row] = await db.sql<{ note: string; stream_id: string }[]>`
+      select data->>'note' as note, stream_id from sluice.events where id = ${event!.id.toString()}`;
+    expect(row).toEqual({ note, stream_id: 's-\u{1F600}' });
+  });
+
   test('accepts the text \\u0000 (a backslash and five characters), which is not a NUL', async () => {
     const note = 'C:\\u0000 and \\\\u0000';
     const [event] = await db.sql.begin((tx) => append(tx, [{ streamId: 's', type: 't', data: { note } }]));

@@ -267,6 +267,8 @@ function checkName(index: number, field: string, value: unknown): string {
     throw new InvalidEventError(index, field, 'must be a non-empty string');
   }
   if (value.includes('\u0000')) throw new InvalidEventError(index, field, 'must not contain NUL characters');
+  // A lone surrogate would be stored as U+FFFD: two different ids could become one.
+  if (LONE_SURROGATE.test(value)) throw new InvalidEventError(index, field, LONE_SURROGATE_PROBLEM);
   if (exceedsUtf8Bytes(MAX_NAME_BYTES, value)) {
     throw new InvalidEventError(index, field, `must be at most ${MAX_NAME_BYTES} bytes`);
   }
@@ -307,6 +309,20 @@ function containsEscapedNul(json: string): boolean {
   return json.includes('\\u0000') && /(?:^|[^\\])(?:\\\\)*\\u0000/.test(json);
 }
 
+/** A lone UTF-16 surrogate: in unicode mode a well-formed pair is one code point, not a surrogate. */
+const LONE_SURROGATE = /\p{Cs}/u;
+const LONE_SURROGATE_PROBLEM =
+  'must not contain a lone UTF-16 surrogate (half of a surrogate pair, which has no UTF-8 form)';
+
+/**
+ * Whether JSON text escapes a lone surrogate: JSON.stringify writes well-formed pairs as they are
+ * and a lone surrogate as \udXXX (in keys and strings), which jsonb refuses, aborting the caller's
+ * transaction. An even run of backslashes before it is escaped backslashes, as for NUL.
+ */
+function containsEscapedLoneSurrogate(json: string): boolean {
+  return /\\u[dD][89a-fA-F]/.test(json) && /(?:^|[^\\])(?:\\\\)*\\u[dD][89a-fA-F][0-9a-fA-F]{2}/.test(json);
+}
+
 function toJsonObject(index: number, field: string, value: unknown): string {
   if (!isRecord(value)) {
     throw new InvalidEventError(index, field, 'must be a JSON object (not a string, array or null)');
@@ -324,5 +340,6 @@ function toJsonObject(index: number, field: string, value: unknown): string {
   // jsonb cannot store U+0000; say so here instead of failing the caller's transaction.
   if (containsEscapedNul(json))
     throw new InvalidEventError(index, field, 'must not contain the character U+0000');
+  if (containsEscapedLoneSurrogate(json)) throw new InvalidEventError(index, field, LONE_SURROGATE_PROBLEM);
   return json;
 }

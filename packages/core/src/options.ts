@@ -142,8 +142,16 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
   const schema = resolveSchemaName(input.schema);
   const instanceId = input.instanceId;
   if (instanceId !== undefined) {
-    if (typeof instanceId !== 'string' || instanceId === '' || Buffer.byteLength(instanceId) > 200) {
-      throw new InvalidOptionError('instanceId', 'must be a non-empty string of at most 200 bytes');
+    if (
+      typeof instanceId !== 'string' ||
+      instanceId === '' ||
+      Buffer.byteLength(instanceId) > 200 ||
+      !isStorableText(instanceId)
+    ) {
+      throw new InvalidOptionError(
+        'instanceId',
+        'must be a non-empty string of at most 200 bytes without NUL or lone UTF-16 surrogates',
+      );
     }
     if (instanceId === SHARED_INSTANCE_ID) {
       throw new InvalidOptionError('instanceId', `'${SHARED_INSTANCE_ID}' is reserved for shared consumers`);
@@ -203,10 +211,10 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     if (typeof raw !== 'object' || raw === null) throw new InvalidOptionError(where, 'must be an object');
     const c = raw as Record<string, unknown>;
     const name = c['name'];
-    if (typeof name !== 'string' || name === '' || Buffer.byteLength(name) > 200 || name.includes('\u0000')) {
+    if (typeof name !== 'string' || name === '' || Buffer.byteLength(name) > 200 || !isStorableText(name)) {
       throw new InvalidOptionError(
         `${where}.name`,
-        'must be a non-empty string of at most 200 bytes without NUL',
+        'must be a non-empty string of at most 200 bytes without NUL or lone UTF-16 surrogates',
       );
     }
     if (seen.has(name)) throw new InvalidOptionError(`${where}.name`, `duplicate consumer name "${name}"`);
@@ -279,6 +287,14 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     } satisfies ResolvedConsumer;
   });
   return { ...options, consumers };
+}
+
+/**
+ * Whether PostgreSQL text stores `value` unchanged: no NUL, and no lone UTF-16 surrogate (it has no
+ * UTF-8 form and would be stored as U+FFFD, so two names could become one).
+ */
+function isStorableText(value: string): boolean {
+  return !value.includes('\u0000') && !/\p{Cs}/u.test(value);
 }
 
 function oneOf<T extends string>(value: unknown, allowed: readonly T[], option: string): T {
