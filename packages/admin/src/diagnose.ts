@@ -58,7 +58,9 @@ export async function diagnose(
   const consumer = await showConsumer(ctx, name, { instanceId });
   const ranges = await ctx.sql.begin((tx) => listRanges(tx, ctx.tables, name, instanceId));
   const findings: string[] = [];
-  const now = Date.now();
+  // Ages are measured by the database's clock, which dated the gaps (not this machine's).
+  const [clock] = await ctx.sql<{ now: Date }[]>`select statement_timestamp() as now`;
+  const now = (clock?.now ?? new Date(Number.NaN)).getTime();
 
   // xid8 of every backend with an xid, and of prepared transactions: 32-bit xids widened with
   // the current epoch (one less for those past the wrap point).

@@ -28,6 +28,11 @@ export interface ConsumerSummary {
   readonly lastSeenAt: Date | null;
   readonly lastProgressAt: Date | null;
   readonly updatedAt: Date;
+  /**
+   * While behind the head: how long since the cursor last advanced (or the row last changed), by
+   * the database's clock; null when at the head.
+   */
+  readonly stagnationSeconds: number | null;
   /** Dead letters awaiting action: neither replayed nor asked to be. */
   readonly deadLetters: number;
 }
@@ -52,6 +57,7 @@ interface SummaryRow {
   last_seen_at: Date | null;
   last_progress_at: Date | null;
   updated_at: Date;
+  stagnation_seconds: number | null;
   dead_letters: number;
 }
 
@@ -66,6 +72,9 @@ async function summaries(ctx: AdminContext, name?: string): Promise<ConsumerSumm
            c.gap_count, extract(epoch from now() - c.oldest_gap_at)::float8 as oldest_gap_age,
            c.attempts, c.stuck_event_id::text, c.last_error, c.last_error_at, c.failure_category, c.rearm_count,
            c.disabled_until, c.disabled_reason, c.last_seen_at, c.last_progress_at, c.updated_at,
+           case when c.cursor < h.head then
+             extract(epoch from now() - coalesce(c.last_progress_at, c.updated_at))::float8
+           end as stagnation_seconds,
            (select count(*)::int from ${t.deadLetters} d
             where d.consumer_name = c.name and d.instance_id = c.instance_id
               and d.replayed_at is null and d.replay_requested_at is null) as dead_letters
@@ -100,6 +109,7 @@ function toSummary(r: SummaryRow): ConsumerSummary {
     lastSeenAt: r.last_seen_at,
     lastProgressAt: r.last_progress_at,
     updatedAt: r.updated_at,
+    stagnationSeconds: r.stagnation_seconds,
     deadLetters: r.dead_letters,
   };
 }

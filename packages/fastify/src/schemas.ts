@@ -170,6 +170,8 @@ export const actionResult = {
     statusBefore: { type: 'string' },
     statusAfter: { type: 'string' },
     eventId: idString,
+    /** disable: when it re-enables by itself, by the database's clock (null: never). */
+    until: nullable(dateTime),
   },
   required: ['consumer', 'instanceId', 'action', 'cursorBefore', 'cursorAfter'],
 } as const;

@@ -1,5 +1,5 @@
 import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testing';
-import { expect, onTestFinished, test } from 'vitest';
+import { afterEach, describe, expect, onTestFinished, test, vi } from 'vitest';
 import { consumerRow, freshSchema, gate, testDispatcher, until } from '../test-support.js';
 
 const db = await useTestDatabase();
@@ -182,4 +182,43 @@ test('a turn whose last write fails commits nothing and is an infra failure, tho
     'the events delivered again once the write is accepted',
   );
   expect(await consumerRow(db.sql, schema, 'c')).toMatchObject({ cursor: 3n, attempts: 0 });
+});
+
+describe('in-process waits follow a monotonic clock, not the wall clock', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  /** A dispatcher whose one consumer has just failed a turn (its events table was away). */
+  async function failedTurn(backoffInitialMs: number) {
+    const schema = await freshSchema(db);
+    const c = recordingConsumer('clocked');
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { backoffInitialMs });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 2, undefined, schema);
+    await db.sql`alter table ${db.sql(`${schema}.events`)} rename to events_away`;
+    expect((await dispatcher.runOnce()).byConsumer['clocked']?.skipped).toBe('failed');
+    await db.sql`alter table ${db.sql(`${schema}.events_away`)} rename to events`;
+    return { dispatcher, c };
+  }
+
+  test('a wall clock stepped back an hour does not stretch an infrastructure backoff', async () => {
+    const { dispatcher, c } = await failedTurn(200);
+    vi.useFakeTimers({ toFake: ['Date'], shouldAdvanceTime: true });
+    vi.setSystemTime(Date.now() - 3_600_000);
+    const deadline = performance.now() + 5_000;
+    while (c.ids().length < 2 && performance.now() < deadline) {
+      await dispatcher.runOnce();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(c.ids()).toEqual([1n, 2n]); // after 200 ms, not after an hour
+  });
+
+  test('a wall clock stepped forward an hour does not cut an infrastructure backoff short', async () => {
+    const { dispatcher, c } = await failedTurn(30_000);
+    vi.useFakeTimers({ toFake: ['Date'], shouldAdvanceTime: true });
+    vi.setSystemTime(Date.now() + 3_600_000);
+    expect((await dispatcher.runOnce()).byConsumer['clocked']?.skipped).toBe('backoff');
+    expect(c.ids()).toEqual([]);
+  });
 });

@@ -150,7 +150,10 @@ export class PassRunner {
     const checked = skipPrecheck ? undefined : await this.#precheck(woken);
     const precheck = checked?.precheck;
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
-    const nowMs = Date.now();
+    // Intervals this process waits out itself (backoff, heartbeat) are measured on the monotonic
+    // clock: a step of the wall clock neither stretches nor cuts them. Times stored in the database
+    // (retry delays, re-arm cooldowns, time-boxed disables) are judged by the database's clock.
+    const nowMs = performance.now();
     if (this.#heartbeatDue(nowMs)) await this.#heartbeat(nowMs);
     const allIdle = this.#allIdle;
     if (
@@ -476,13 +479,18 @@ export class PassRunner {
     const category = classifyFailure(error);
     const backoff = nextBackoff(
       this.#backoff.get(consumer.name),
-      Date.now(),
+      performance.now(),
       options.backoffInitialMs,
       options.backoffMaxMs,
     );
     this.#backoff.set(consumer.name, backoff);
     logger.error(
-      { consumer: consumer.name, category, error: messageOf(error), retryInMs: backoff.untilMs - Date.now() },
+      {
+        consumer: consumer.name,
+        category,
+        error: messageOf(error),
+        retryInMs: Math.round(backoff.untilMs - performance.now()),
+      },
       'turn failed (infrastructure); backing off this consumer, its attempts are not counted',
     );
     try {

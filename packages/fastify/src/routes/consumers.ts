@@ -96,16 +96,12 @@ export function consumerRoutes(app: FastifyInstance, { admin }: OpsContext): voi
     },
     handler: async (request) => {
       const body = request.body ?? {};
-      const until =
-        body.until !== undefined
-          ? new Date(body.until)
-          : body.forMs !== undefined
-            ? new Date(Date.now() + body.forMs)
-            : undefined;
+      // forMs counts from the database's now, as the dispatchers that end the disable do.
       return toJson(
         await admin.disable(request.params.name, {
           actor: request.sluiceActor,
-          ...(until === undefined ? {} : { until }),
+          ...(body.until === undefined ? {} : { until: new Date(body.until) }),
+          ...(body.forMs === undefined ? {} : { forMs: body.forMs }),
           ...instanceOf(request.query, body),
           ...reasonOf(body),
         }),

@@ -29,11 +29,11 @@ export function healthRoutes(
           message: 'cannot read consumer state',
         });
       }
-      const now = Date.now();
+      // Stagnation is measured by the database's clock, which wrote the progress times.
       const deadConsumers = consumers.filter((c) => c.status === 'dead').map(label);
       const stagnatingConsumers = consumers
         .filter((c) => c.status !== 'dead' && c.status !== 'disabled' && c.lagEvents > 0n)
-        .filter((c) => now - (c.lastProgressAt ?? c.updatedAt).getTime() > STAGNATION_MS)
+        .filter((c) => (c.stagnationSeconds ?? 0) * 1000 > STAGNATION_MS)
         .map(label);
       const maxLagEvents = consumers.reduce((max, c) => (c.lagEvents > max ? c.lagEvents : max), 0n);
       const body = {

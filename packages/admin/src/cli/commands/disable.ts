@@ -34,19 +34,21 @@ export const disableCommand = defineCommand({
     if (forText !== undefined && untilText !== undefined) {
       throw new UsageError('--for and --until are mutually exclusive: give one of them');
     }
-    const until =
-      forText !== undefined
-        ? new Date(Date.now() + parseDurationMs(forText, '--for'))
-        : untilText !== undefined
-          ? parseTime(untilText, '--until')
-          : undefined;
+    // --for counts from the database's clock (the one dispatchers end the disable by), not this machine's.
+    const forMs = forText !== undefined ? parseDurationMs(forText, '--for') : undefined;
+    const until = untilText !== undefined ? parseTime(untilText, '--until') : undefined;
     const result = await admin.disable(name, {
       actor,
-      ...withoutUndefined({ until, instanceId: options.text('instance'), reason: options.text('reason') }),
+      ...withoutUndefined({
+        until,
+        forMs,
+        instanceId: options.text('instance'),
+        reason: options.text('reason'),
+      }),
     });
-    if (options.flag('json')) return toJson({ ...result, until: until ?? null });
+    if (options.flag('json')) return toJson(result);
     const label = consumerLabel(result.consumer, result.instanceId);
-    const when = until === undefined ? 'until enabled again' : `until ${formatTime(until)}`;
+    const when = result.until === null ? 'until enabled again' : `until ${formatTime(result.until)}`;
     return `disabled ${label} ${when} (was ${result.statusBefore})`;
   },
 });
