@@ -65,18 +65,33 @@ const burnXids = (count: number): Step => ({
   check: () => true,
   act: (r) => r.burnXids(count),
 });
-const pass = (i: number): Step => ({ name: `Pass(${i})`, check: () => true, act: (r) => r.pass(i) });
+const notParked = (r: Readonly<TortureRun>, i: number) => r.parked?.instance !== i;
+const pass = (i: number): Step => ({
+  name: `Pass(${i})`,
+  check: (r) => notParked(r, i),
+  act: (r) => r.pass(i),
+});
+/** A pass of instance i that stops inside its lock statements (before the row lock) until Resume. */
+const passParked = (i: number): Step => ({
+  name: `PassParked(${i})`,
+  check: (r) => r.parked === null,
+  act: (r) => r.passParked(i),
+});
+const resume: Step = { name: 'Resume', check: (r) => r.parked !== null, act: (r) => r.resume() };
 /** A pass during whose turn writer w commits, right after the turn's fetch statement. */
 const passWithMidTurnCommit = (i: number, w: number): Step => ({
   name: `Pass(${i}, commit ${w} mid-turn)`,
-  check: (r) => state(r, w).inTx && state(r, w).inserted.length > 0,
+  check: (r) => notParked(r, i) && state(r, w).inTx && state(r, w).inserted.length > 0,
   act: (r) => r.pass(i, () => r.end(w, true)),
 });
 
-/** A fixed sequence of steps; each runs only when its precondition holds at that point. */
-function template(name: string, steps: readonly Step[]): Cmd {
+/**
+ * A fixed sequence of steps; each runs only when its precondition holds at that point. It is
+ * offered when `ready` holds (by default: when its first step may run).
+ */
+function template(name: string, steps: readonly Step[], ready?: (r: Readonly<TortureRun>) => boolean): Cmd {
   return {
-    check: (r) => steps[0]?.check(r) ?? false,
+    check: (r) => (ready ? ready(r) : (steps[0]?.check(r) ?? false)),
     run: async (_model, r) => {
       r.log.push(`${name} {`);
       for (const step of steps) {
@@ -191,6 +206,43 @@ const midTurn = fc
     ]),
   );
 
+/**
+ * Lock takeover (EvalPlanQual): instance b's lock statement has taken its snapshot when a writer
+ * younger than it opens and holds an id, a later id commits, and instance a takes a whole turn (it
+ * records the hole) and commits; then b's lock proceeds on the row version a wrote and b's turn
+ * fences the hole. Its fence must be above the writer's xid: the horizon then moves on while the
+ * writer is still open, and the hole must not burn before the writer commits.
+ */
+const takeover = fc
+  .tuple(writer, writer, instance)
+  .filter(([w, x]) => distinct(w, x))
+  .map(([w, x, b]) =>
+    template(
+      'Takeover',
+      [
+        begin(x),
+        insert(x),
+        end(x, true),
+        passParked(b),
+        begin(w),
+        forceXid(w),
+        insert(w),
+        begin(x),
+        insert(x),
+        end(x, true),
+        pass(1 - b),
+        resume,
+        burnXids(2),
+        pass(1 - b),
+        pass(b),
+        end(w, true),
+        pass(1 - b),
+        pass(b),
+      ],
+      (r) => r.parked === null && !state(r, w).inTx && !state(r, x).inTx,
+    ),
+  );
+
 export const commandArbitraries: fc.Arbitrary<Cmd>[] = [
   writer.map((w) => command(begin(w))),
   writer.map((w) => command(forceXid(w))),
@@ -204,9 +256,12 @@ export const commandArbitraries: fc.Arbitrary<Cmd>[] = [
   instance.map((i) => command(pass(i))),
   instance.map((i) => command(pass(i))),
   fc.tuple(instance, writer).map(([i, w]) => command(passWithMidTurnCommit(i, w))),
+  instance.map((i) => command(passParked(i))),
+  fc.constant(command(resume)),
   e1(true),
   e1(false),
   e2,
   cacheShape,
   midTurn,
+  takeover,
 ];

@@ -2,7 +2,10 @@
 // interleavings of writers (begin, xid, nextval, insert, commit, rollback), a foreign transaction
 // in another database, xid burning and dispatcher passes — some splitting a turn right after its
 // fetch — and a facts-only model checks I2, I3, I4, I7 and I8 after every step and I1 at
-// quiescence. The same property must fail against each of six deliberately broken dispatchers.
+// quiescence. Two dispatcher instances take turns, and a pass can stop inside its lock statements
+// while other commands run (lock takeover: the other instance takes the row and commits, and the
+// lock proceeds on the new row version). The same property must fail against each of seven
+// deliberately broken dispatchers.
 import { randomBytes } from 'node:crypto';
 import type { Sql } from '@sluice/core';
 import { useTestDatabase, withDatabase } from '@sluice/testing';
@@ -11,13 +14,15 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, expect, test, vi } from 'vitest';
 import type * as GapsModule from '../../../packages/core/src/gaps/gaps.js';
 import type * as EventsModule from '../../../packages/core/src/queries/events.js';
+import type * as ConsumersModule from '../../../packages/core/src/queries/consumers.js';
 import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
 import { commandArbitraries } from './commands.js';
 import { TortureRun, type Pools } from './harness.js';
 import type { Violation } from './model.js';
 import { MUTANTS, switchboard, type Mutant } from './switchboard.js';
 
-// The seams (test code only): settleTurn and fetchBatch wrapped to consult the switchboard.
+// The seams (test code only): settleTurn, fetchBatch and lockConsumer wrapped to consult the
+// switchboard.
 vi.mock('../../../packages/core/src/gaps/gaps.ts', async (importOriginal) => {
   const real = await importOriginal<typeof GapsModule>();
   const { switchboard: board } = await import('./switchboard.js');
@@ -66,6 +71,21 @@ vi.mock('../../../packages/core/src/queries/events.ts', async (importOriginal) =
   return { ...real, fetchBatch };
 });
 
+vi.mock('../../../packages/core/src/queries/consumers.ts', async (importOriginal) => {
+  const real = await importOriginal<typeof ConsumersModule>();
+  const { switchboard: board } = await import('./switchboard.js');
+  const lockConsumer: typeof real.lockConsumer = (tx, t, name, instanceId, timeouts) => {
+    if (board().mutant === 'fence-before-lock') {
+      // The turn's xid is drawn by a statement ahead of its lock statement, so it predates the
+      // row lock (as one drawn in the lock statement's own select list would): the read after
+      // the lock then returns that older xid as the turn's fence.
+      tx`select pg_current_xact_id()`.catch(() => undefined);
+    }
+    return real.lockConsumer(tx, t, name, instanceId, timeouts);
+  };
+  return { ...real, lockConsumer };
+});
+
 const PROFILE = profile();
 const RUNS = Number(process.env['GAP_TORTURE_RUNS'] ?? (PROFILE === 'soak' ? 5000 : 150));
 const COMMANDS = 60;
@@ -76,29 +96,43 @@ const db = await useTestDatabase();
 let pools: Pools;
 const opened: Sql[] = [];
 const foreignDb = `gt_foreign_${randomBytes(4).toString('hex')}`;
+// The dispatchers connect as a role without superuser rights, so that row-level security (the
+// harness's parking of lock statements) applies to them.
+const dispatcherRole = `gt_dispatcher_${randomBytes(4).toString('hex')}`;
+const dispatcherPassword = randomBytes(12).toString('hex');
 
 beforeAll(async () => {
   await db.sql.unsafe(`create database "${foreignDb}"`);
-  const pool = (url: string, max: number, name: string) => {
+  await db.sql.unsafe(`create role "${dispatcherRole}" login password '${dispatcherPassword}'`);
+  const pool = (
+    url: string,
+    max: number,
+    name: string,
+    login: { user: string; password: string } | object = {},
+  ) => {
     const sql = postgres(url, {
       max,
       onnotice: () => undefined,
       connection: { application_name: name },
+      ...login,
     }) as unknown as Sql;
     opened.push(sql);
     return sql;
   };
+  const asDispatcher = { user: dispatcherRole, password: dispatcherPassword };
   pools = {
     admin: pool(db.url, 3, 'gt-admin'),
     writers: pool(db.url, 5, 'gt-writer'),
-    dispatchers: [pool(db.url, 4, 'gt-disp-0'), pool(db.url, 4, 'gt-disp-1')],
+    dispatchers: [pool(db.url, 4, 'gt-disp-0', asDispatcher), pool(db.url, 4, 'gt-disp-1', asDispatcher)],
     foreign: pool(withDatabase(db.url, foreignDb), 2, 'gt-foreign'),
+    dispatcherRole,
   };
 });
 
 afterAll(async () => {
   for (const sql of opened) await sql.end({ timeout: 1 });
   await db.sql.unsafe(`drop database if exists "${foreignDb}" with (force)`);
+  await db.sql.unsafe(`drop owned by "${dispatcherRole}"; drop role if exists "${dispatcherRole}"`);
 });
 
 /** One run: a fresh world, the generated commands, quiescence; returns what the model saw go wrong. */

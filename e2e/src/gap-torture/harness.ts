@@ -31,8 +31,25 @@ export interface WriterState {
 export interface Pools {
   readonly admin: Sql;
   readonly writers: Sql;
+  /** Connected as `dispatcherRole`, with application_name `gt-disp-<instance>`. */
   readonly dispatchers: readonly [Sql, Sql];
   readonly foreign: Sql;
+  /** A role without superuser rights: row-level security applies to it (see parking below). */
+  readonly dispatcherRole: string;
+}
+
+/**
+ * Advisory lock keys (base + instance) a dispatcher instance's lock statements wait on, shared, in
+ * a row-level-security policy: while the harness holds one exclusively, that instance's turns stop
+ * inside their lock statement, after its snapshot and before the row lock (see passParked).
+ */
+const PARK_LOCK_BASE = 772_000;
+
+/** A pass of one instance, stopped inside its turns' lock statements until resumed. */
+interface ParkedPass {
+  readonly instance: number;
+  readonly pass: Promise<unknown>;
+  readonly holder: postgres.ReservedSql;
 }
 
 /** One run's world: a fresh schema, its dispatchers, the writer sessions and the model. */
@@ -46,6 +63,7 @@ export class TortureRun {
   }));
   foreignHolding = false;
   cacheSize = 1;
+  parked: ParkedPass | null = null;
   private sessions: postgres.ReservedSql[] = [];
   private foreignSession: postgres.ReservedSql | undefined;
   dispatchers: Dispatcher[] = [];
@@ -73,6 +91,7 @@ export class TortureRun {
       await pools.admin.unsafe(`alter sequence "${schema}".events_id_seq cache 20`);
       run.cacheSize = 20;
     }
+    await run.installParking();
     // nextval() takes an xid when it WAL-logs the sequence (its first call): draw it here, so
     // reservers in the run behave like the common case.
     await pools.admin`select nextval(${`${schema}.events_id_seq`}::regclass)`;
@@ -98,6 +117,31 @@ export class TortureRun {
     );
     for (const d of run.dispatchers) await d.ensureRegistered();
     return run;
+  }
+
+  /**
+   * Lets the dispatchers' role use the run's schema, and parks their lock statements on request: a
+   * policy on the consumers table makes each lock statement (the one that says SKIP LOCKED) take
+   * its instance's park lock, shared, while the row is scanned, before it is locked.
+   */
+  private async installParking(): Promise<void> {
+    const schema = `"${this.schema}"`;
+    const role = `"${this.pools.dispatcherRole}"`;
+    await this.pools.admin.unsafe(`
+      grant usage on schema ${schema} to ${role};
+      grant select, insert, update, delete on all tables in schema ${schema} to ${role};
+      grant usage, select on all sequences in schema ${schema} to ${role};
+      create function ${schema}.park_lock_statement() returns boolean volatile language plpgsql as $$
+      begin
+        if current_query() ilike '%skip locked%' and current_setting('application_name') like 'gt-disp-%' then
+          perform pg_advisory_xact_lock_shared(
+            ${PARK_LOCK_BASE} + substr(current_setting('application_name'), 9)::int);
+        end if;
+        return true;
+      end $$;
+      alter table ${schema}.consumers enable row level security;
+      create policy park on ${schema}.consumers to ${role}
+        using (${schema}.park_lock_statement()) with check (true);`);
   }
 
   session(w: number): postgres.ReservedSql {
@@ -187,6 +231,46 @@ export class TortureRun {
     await this.observe();
   }
 
+  /**
+   * Starts a pass of `instance` that stops inside its turns' lock statements (their snapshot taken,
+   * no row locked yet) and returns once it has stopped there, or has ended without a turn. Later
+   * commands run while it waits; {@link resume} lets it go on (another instance may have taken the
+   * row and committed meanwhile: the lock then proceeds on the new row version).
+   */
+  async passParked(instance: number): Promise<void> {
+    const holder = await this.pools.admin.reserve();
+    await holder`select pg_advisory_lock(${PARK_LOCK_BASE + instance})`;
+    const pass = (this.dispatchers[instance] as Dispatcher).runOnce();
+    const state = { settled: false };
+    pass.then(
+      () => (state.settled = true),
+      () => (state.settled = true),
+    );
+    this.parked = { instance, pass, holder };
+    for (;;) {
+      if (state.settled) break;
+      const [row] = await this.pools.admin<{ n: number }[]>`
+        select count(*)::int as n from pg_stat_activity
+        where application_name = ${`gt-disp-${instance}`} and wait_event_type = 'Lock' and wait_event = 'advisory'`;
+      if ((row?.n ?? 0) > 0) break;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+
+  /** Lets the parked pass go on and waits for it. */
+  async resume(): Promise<void> {
+    const parked = this.parked;
+    if (!parked) return;
+    this.parked = null;
+    try {
+      await parked.holder`select pg_advisory_unlock(${PARK_LOCK_BASE + parked.instance})`;
+    } finally {
+      parked.holder.release();
+    }
+    await parked.pass;
+    await this.observe();
+  }
+
   async observe(): Promise<void> {
     const t = tables(this.pools.admin, this.schema);
     for (const c of CONSUMERS) {
@@ -210,6 +294,7 @@ export class TortureRun {
 
   /** §6.4: end every transaction, free the horizon, pass until nothing changes; then I1 and no gaps left. */
   async quiesce(): Promise<void> {
+    await this.resume();
     for (let w = 0; w < WRITERS; w++) if (this.writers[w]?.inTx) await this.end(w, true);
     if (this.foreignHolding) await this.foreign(false);
     // Ids still cached by sessions will never be used now: release the sessions' caches.
@@ -243,6 +328,7 @@ export class TortureRun {
   async close(): Promise<void> {
     switchboard().mutant = null;
     switchboard().afterFetch = null;
+    await this.resume().catch(() => undefined);
     for (const d of this.dispatchers) await d.stop();
     for (const [w, s] of this.sessions.entries()) {
       if (this.writers[w]?.inTx) await s`rollback`.catch(() => undefined);

@@ -9,7 +9,8 @@ export type Mutant =
   | 'fence-is-xmax' // 3: the fence is the observing snapshot's xmax instead of a later xid (E2)
   | 'no-xid-first' // 4: no xid before nextval(): the trigger is dropped, reservers may lack an xid (E1)
   | 'late-snapshot' // 5: the burn check uses a snapshot taken after the fetch statement (F2)
-  | 'cached-sequence'; // 6: the id sequence caches 20 values per session
+  | 'cached-sequence' // 6: the id sequence caches 20 values per session
+  | 'fence-before-lock'; // 7: the turn's xid (its fence) is drawn before its row lock is taken
 
 export const MUTANTS: readonly Mutant[] = [
   'cursor-only',
@@ -18,6 +19,7 @@ export const MUTANTS: readonly Mutant[] = [
   'no-xid-first',
   'late-snapshot',
   'cached-sequence',
+  'fence-before-lock',
 ];
 
 interface Switchboard {
