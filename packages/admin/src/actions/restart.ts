@@ -44,12 +44,22 @@ export async function restart(
     // Shared retention lock: no prune can delete what the new cursor still needs meanwhile.
     await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${ctx.schema}))`;
     const floor = await retentionFloor(tx, t);
-    const [state] = await tx<{ head: string; snap: string; fence: string; in_flight: boolean }[]>`
-      select s.head::text, s.snap::text, s.fence::text,
-             exists (select 1 from pg_snapshot_xip(s.snap)) or pg_snapshot_xmax(s.snap) < s.fence as in_flight
-      from (select coalesce((select max(id) from ${t.events}), 0) as head,
-                   pg_current_snapshot() as snap, pg_current_xact_id() as fence) s`;
+    const [state] = await tx<{ head: string; snap: string }[]>`
+      select coalesce((select max(id) from ${t.events}), 0)::text as head, pg_current_snapshot()::text as snap`;
     if (!state) throw new Error('restart: no state row');
+    // 'now' remembers the events in flight at that snapshot, and delivers them once every
+    // transaction then running has ended: once the horizon passes a fence allocated after the
+    // snapshot. This transaction's own xid is not one (its row lock drew it before the snapshot, and
+    // a writer that began in between would have a higher one): a fresh xid, drawn by an autocommit
+    // statement now, is (docs/guarantees.md).
+    let fence: string | null = null;
+    if (from === 'now') {
+      const [drawn] = await ctx.sql<{ fence: string; in_flight: boolean }[]>`
+        select pg_current_xact_id()::text as fence,
+               exists (select 1 from pg_snapshot_xip(${state.snap}::pg_snapshot))
+               or pg_snapshot_xmax(${state.snap}::pg_snapshot) < pg_current_xact_id() as in_flight`;
+      if (drawn?.in_flight) fence = drawn.fence;
+    }
     const head = BigInt(state.head);
     let cursor: bigint;
     if (from === 'beginning') cursor = floor - 1n;
@@ -62,7 +72,7 @@ export async function restart(
       throw new Error('unreachable');
     }
     // 'now' remembers what was in flight, as registration does, so those events are not skipped.
-    const watchInFlight = from === 'now' && state.in_flight;
+    const watchInFlight = fence !== null;
     await tx`delete from ${t.gaps} where consumer_name = ${name} and instance_id = ${instanceId}`;
     await tx`delete from ${t.turnStarts} where consumer_name = ${name} and instance_id = ${instanceId}`;
     const statusAfter = row.status === 'disabled' ? 'disabled' : 'idle';
@@ -72,7 +82,7 @@ export async function restart(
         skip_event_id = null, rearm_count = 0, last_error = null, last_error_at = null, failure_category = null, gap_count = 0, gaps_unfenced = 0, gap_min_fence = null,
         gap_watch = '{}', gaps_recheck = false, oldest_gap_at = null,
         start_snapshot = ${watchInFlight ? state.snap : null}::pg_snapshot,
-        start_fence = ${watchInFlight ? state.fence : null}::xid8,
+        start_fence = ${fence}::xid8,
         start_upto = ${watchInFlight ? state.head : null}::bigint, start_after = null,
         updated_at = now()
       where name = ${name} and instance_id = ${instanceId}`;

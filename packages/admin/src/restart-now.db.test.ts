@@ -1,0 +1,106 @@
+// restart({ from: 'now' }) remembers the events still in flight at that moment, as a 'now'
+// registration does, and delivers them once every transaction of that moment has ended: once the
+// horizon has passed a fence. The fence must be an xid allocated after the snapshot that defines
+// "in flight" (docs/guarantees.md). The restart's own xid is not one: its row lock drew it before
+// that snapshot was taken, and a writer that began in between is in flight at the snapshot with an
+// xid above it. The window is widened on purpose: the operator connects as a role subject to
+// row-level security, and a policy parks the restart on the audit read it makes after its lock.
+import { randomBytes } from 'node:crypto';
+import { createDispatcher, migrate, prune, silentLogger, type Sql } from '@sluice/core';
+import { appendEvents, openTransaction, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { afterAll, beforeAll, expect, onTestFinished, test } from 'vitest';
+import { createAdmin } from './create-admin.js';
+
+const db = await useTestDatabase();
+const PARK_LOCK = 773_001;
+const role = `sluice_operator_${randomBytes(4).toString('hex')}`;
+const password = randomBytes(12).toString('hex');
+let operatorPool: Sql;
+
+beforeAll(async () => {
+  await db.sql.unsafe(`create role "${role}" login password '${password}'`);
+  operatorPool = db.connect({ user: role, password, max: 4 });
+});
+
+afterAll(async () => {
+  await operatorPool.end({ timeout: 1 });
+  await db.sql.unsafe(`drop owned by "${role}"; drop role if exists "${role}"`).catch(() => undefined);
+});
+
+async function installParking(schema: string): Promise<void> {
+  await db.sql.unsafe(`
+    grant usage on schema "${schema}" to "${role}";
+    grant select, insert, update, delete on all tables in schema "${schema}" to "${role}";
+    grant usage, select on all sequences in schema "${schema}" to "${role}";
+    create function "${schema}".park_audit_read() returns boolean volatile language plpgsql as $$
+    begin
+      if current_user = '${role}' and current_query() ilike '%action = ''prune''%' then
+        perform pg_advisory_xact_lock_shared(${PARK_LOCK});
+      end if;
+      return true;
+    end $$;
+    alter table "${schema}".audit enable row level security;
+    create policy park on "${schema}".audit to "${role}"
+      using ("${schema}".park_audit_read()) with check (true);`);
+}
+
+test("restart from 'now' delivers an event whose writer began after the restart's lock and committed later", async () => {
+  const schema = `rnow_${randomBytes(4).toString('hex')}`;
+  await migrate(db.sql, { schema, logger: silentLogger });
+  await installParking(schema);
+  const feed = recordingConsumer('feed');
+  const dispatcher = createDispatcher({
+    sql: db.sql,
+    schema,
+    consumers: [feed.consumer],
+    logger: silentLogger,
+    listen: false,
+    retryDelayMs: 0,
+  });
+  onTestFinished(() => dispatcher.stop());
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 2, undefined, schema);
+  await dispatcher.runOnce();
+  await prune(db.sql, { before: 1n, schema }); // an audited prune: the restart reads its floor
+  const admin = createAdmin({ sql: operatorPool, schema, lockTimeoutMs: 5_000 });
+
+  const holder = await db.sql.reserve();
+  await holder`select pg_advisory_lock(${PARK_LOCK})`;
+  const writer = await openTransaction(db.sql);
+  onTestFinished(() => writer.rollback());
+  let lateId = 0n;
+  try {
+    const restarting = admin.restart('feed', { from: 'now' });
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const [row] = await db.sql<{ n: number }[]>`
+        select count(*)::int as n from pg_stat_activity
+        where usename = ${role} and wait_event_type = 'Lock' and wait_event = 'advisory'`;
+      if ((row?.n ?? 0) > 0) break;
+      if (Date.now() > deadline) throw new Error('the restart never reached its audit read');
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    // While the restart holds the row (and its xid) but has not read its snapshot yet: a writer
+    // begins and holds an id, and a later id commits above it.
+    await writer.xid();
+    const [held] = await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema });
+    lateId = held?.id ?? 0n;
+    await appendEvents(db.sql, 1, undefined, schema);
+    await holder`select pg_advisory_unlock(${PARK_LOCK})`;
+    await restarting;
+  } finally {
+    await holder`select pg_advisory_unlock_all()`;
+    holder.release();
+  }
+
+  // The horizon moves on while the writer is still open; passes must not give its event up.
+  await db.sql`select pg_current_xact_id()`;
+  await dispatcher.runOnce();
+  await dispatcher.runOnce();
+  await writer.commit();
+  for (let i = 0; i < 4; i++) {
+    await db.sql`select pg_current_xact_id()`;
+    await dispatcher.runOnce();
+  }
+  expect(feed.ids()).toContain(lateId);
+});
