@@ -8,6 +8,7 @@ import {
   mkdir,
   mkdtemp,
   readdir,
+  readFile,
   realpath,
   rm,
   stat,
@@ -53,6 +54,28 @@ test('a watchdog stops the server when its owner dies without stopping it', asyn
   owner.kill('SIGKILL');
   await until(() => !isAlive(server.postmasterPid), 15_000, 'the orphaned postmaster has exited');
   await until(() => !existsSync(server.dataDir), 5_000, 'the temporary cluster is removed');
+});
+
+test('a second start on a cluster that runs says so in one line and leaves the running server alone', async () => {
+  const parent = await mkdtemp(join(tmpdir(), 'sluice-twice-'));
+  await chmod(parent, 0o755); // under root the postgres OS user must reach <parent>/cluster
+  onTestFinished(() => rm(parent, { recursive: true, force: true }));
+  const first = await embeddedServer({ dataDir: parent });
+  onTestFinished(() => first.stop());
+  const log = join(first.dataDir, 'sluice-server.log');
+  const logBefore = await readFile(log, 'utf8');
+  expect(logBefore).toContain('database system is ready to accept connections');
+
+  const error = await embeddedServer({ dataDir: parent }).catch((e: unknown) => e);
+  expect(error).toBeInstanceOf(EmbeddedServerError);
+  expect((error as Error).message).toBe(
+    `another PostgreSQL server (pid ${first.postmasterPid}) already runs on ${first.dataDir}: ` +
+      'stop it first (is another pnpm start running?)',
+  );
+  expect((await readFile(log, 'utf8')).startsWith(logBefore)).toBe(true); // appended to, not truncated
+  const sql = postgres(first.url, { max: 1, onnotice: () => undefined });
+  onTestFinished(() => sql.end());
+  expect(await sql`select 1 as one`).toEqual([{ one: 1 }]);
 });
 
 // Under root the server runs as the postgres OS user. A project in a folder only root may traverse

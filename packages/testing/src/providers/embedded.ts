@@ -309,7 +309,10 @@ async function startPostmaster(
   settings: Readonly<Record<string, string>>,
 ): Promise<number> {
   const logFile = join(clusterDir, LOG_FILE);
-  const log = await open(logFile, 'w', 0o640);
+  // Appended to, never truncated: a second start on a cluster that is running must not wipe the
+  // log the running server writes to. This start's lines begin at `offset`.
+  const log = await open(logFile, 'a', 0o640);
+  const offset = (await log.stat()).size;
   let child: ChildProcess;
   try {
     child = spawn(
@@ -336,7 +339,16 @@ async function startPostmaster(
   const pid = child.pid;
 
   const failure = async (what: string) => {
-    const output = (await readFile(logFile, 'utf8').catch(() => '')).trimEnd().split('\n').slice(-20);
+    const written = await readFile(logFile).catch(() => Buffer.alloc(0));
+    const output = written.subarray(offset).toString('utf8').trimEnd().split('\n').slice(-20);
+    const running = /Is another postmaster \(PID (\d+)\) running/.exec(output.join('\n'));
+    if (running) {
+      return new StartFailure(
+        `another PostgreSQL server (pid ${running[1]}) already runs on ${clusterDir}: ` +
+          'stop it first (is another pnpm start running?)',
+        false,
+      );
+    }
     return new StartFailure(
       `embedded PostgreSQL did not start in ${clusterDir}: ${what}\n${output.join('\n')}`,
       output.some((line) => line.includes('Address already in use')),
