@@ -44,7 +44,10 @@ kill "$FEED" 2>/dev/null && wait "$FEED" 2>/dev/null || true
 curl -sf "$BASE/metrics" | grep -q '^sluice_events_processed_total' || { echo "/metrics has no Sluice metrics" >&2; exit 1; }
 echo "demo smoke: order $ID placed and paid; /stats, /feed and /metrics answered"
 
-# Ctrl+C: SIGINT to every process of the group, as a terminal sends it.
+# Ctrl+C: SIGINT to every process of the group, as a terminal sends it. The server log is appended
+# to across starts: only what it writes from now on counts.
+PG_LOG="$CLUSTER/sluice-server.log"
+PG_LOG_FROM=$(($(stat -c %s "$PG_LOG") + 1))
 kill -INT -"$PGID"
 for _ in $(seq 1 120); do kill -0 "$PGID" 2>/dev/null || break; sleep 0.25; done
 status=0
@@ -58,8 +61,10 @@ pg_stopped=$(grep -n '^PostgreSQL stopped\.$' "$LOG" | cut -d: -f1)
 [ -n "$stopped" ] && [ -n "$pg_stopped" ] && [ "$stopped" -lt "$pg_stopped" ] ||
   fail "the stop lines are missing or out of order"
 # PostgreSQL never had to cut a session off: the app had closed its pool when it was asked to stop.
-if grep -q 'terminating connection due to administrator command' "$CLUSTER/sluice-server.log"; then
-  cat "$CLUSTER/sluice-server.log"; fail "PostgreSQL stopped while the app was still connected"
+tail -c +"$PG_LOG_FROM" "$PG_LOG" | grep -q 'received fast shutdown request' ||
+  fail "PostgreSQL's log shows no shutdown"
+if tail -c +"$PG_LOG_FROM" "$PG_LOG" | grep -q 'terminating connection due to administrator command'; then
+  tail -c +"$PG_LOG_FROM" "$PG_LOG"; fail "PostgreSQL stopped while the app was still connected"
 fi
 if pgrep -g "$PGID" >/dev/null || kill -0 "$POSTMASTER" 2>/dev/null; then
   echo "processes left after Ctrl+C:" >&2; pgrep -ag "$PGID" >&2 || true; ps -p "$POSTMASTER" >&2 || true; exit 1
