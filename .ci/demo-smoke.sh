@@ -13,7 +13,7 @@ PORT=${DEMO_SMOKE_PORT:-3917}
 LOG=$(mktemp)
 cleanup() {
   [ -n "${PGID:-}" ] && kill -KILL -"$PGID" 2>/dev/null || true
-  rm -f "$LOG" "$LOG.feed"
+  rm -f "$LOG" "$LOG.feed" "$LOG.metrics"
 }
 trap cleanup EXIT
 
@@ -41,7 +41,9 @@ done
 curl -sf "$BASE/stats" | grep -q '"paid":[1-9]' || { echo "/stats did not change" >&2; exit 1; }
 grep -q "event: OrderPaid" "$LOG.feed" || { sleep 1; grep -q "event: OrderPaid" "$LOG.feed"; } || { echo "/feed streamed nothing" >&2; exit 1; }
 kill "$FEED" 2>/dev/null && wait "$FEED" 2>/dev/null || true
-curl -sf "$BASE/metrics" | grep -q '^sluice_events_processed_total' || { echo "/metrics has no Sluice metrics" >&2; exit 1; }
+# Into a file first: with pipefail, grep -q leaving early would fail curl's write (SIGPIPE).
+curl -sf "$BASE/metrics" >"$LOG.metrics"
+grep -q '^sluice_events_processed_total' "$LOG.metrics" || { echo "/metrics has no Sluice metrics" >&2; exit 1; }
 echo "demo smoke: order $ID placed and paid; /stats, /feed and /metrics answered"
 
 # Ctrl+C: SIGINT to every process of the group, as a terminal sends it. The server log is appended
