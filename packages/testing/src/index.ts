@@ -3,7 +3,7 @@ export { drainUntilIdle } from './drain.js';
 export { appendEvents, failingOn, recordingConsumer } from './fixtures.js';
 export { recordNotifications } from './notification-recorder.js';
 export { holdGap, openTransaction } from './open-transaction.js';
-export { embeddedServer } from './providers/embedded.js';
+export { embeddedServer, EmbeddedServerError } from './providers/embedded.js';
 export { startPostgres } from './start-postgres.js';
 export { useTestDatabase } from './test-database.js';
 

@@ -1,6 +1,8 @@
 // Runs the built `sluice` binary (dist/cli/main.js) as an operator would, against a real database:
 // exit codes, stdout/stderr and the database state after each command.
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
@@ -550,6 +552,44 @@ describe('failures and exit codes', () => {
     const result = await run(['status', '--database-url', 'postgres://nobody@127.0.0.1:1/nothing']);
     expect(result.code).toBe(5);
     expect(result.stderr).toMatch(/^sluice: cannot reach the database: .*ECONNREFUSED/);
+  });
+
+  test('a port that answers but is not PostgreSQL exits 5 within the connect timeout, with one line saying so', async () => {
+    // An HTTP server, as the demo's own port is: postgres.js alone would reconnect to it for ever.
+    let connections = 0;
+    const http = createServer((_request, response) => response.end('not PostgreSQL'));
+    http.on('connection', () => {
+      connections++;
+    });
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+    onTestFinished(
+      () =>
+        new Promise<void>((resolve) => {
+          http.close(() => {
+            resolve();
+          });
+        }),
+    );
+    const { port } = http.address() as AddressInfo;
+    const url = `postgres://ops:secret@127.0.0.1:${port}/shop`;
+
+    const startedAt = performance.now();
+    const result = await run(['status', '--database-url', `${url}?connect_timeout=2`]);
+    const elapsedMs = performance.now() - startedAt;
+    expect(result.code).toBe(5);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toBe(
+      `sluice: cannot reach the database: no PostgreSQL server completed a connection at 127.0.0.1:${port} ` +
+        'within 2 s: check the host and port (is a PostgreSQL server listening there, and not another service?)\n',
+    );
+    expect(elapsedMs).toBeGreaterThanOrEqual(2_000);
+    expect(elapsedMs).toBeLessThan(2_000 + 5_000); // the timeout, Node's start and the pool's end
+    expect(connections).toBeGreaterThan(1); // postgres.js kept reconnecting until the CLI gave up
+
+    // PGCONNECT_TIMEOUT, as libpq reads it, sets it too (the CLI's own default is 10 s).
+    const byEnv = await run(['status', '--database-url', url], { ...childEnv, PGCONNECT_TIMEOUT: '1' });
+    expect(byEnv.code).toBe(5);
+    expect(byEnv.stderr).toContain('within 1 s');
   });
 
   test('a schema that is not migrated exits 5', async () => {

@@ -7,7 +7,9 @@ export const COMMON_OPTIONS = {
   'database-url': {
     type: 'string',
     value: 'url',
-    description: 'PostgreSQL URL of the primary (default: the DATABASE_URL environment variable)',
+    description:
+      'PostgreSQL URL of the primary (default: the DATABASE_URL environment variable); ' +
+      'connect_timeout=<seconds> in it (or PGCONNECT_TIMEOUT) changes the connect timeout of 10 s',
   },
   schema: { type: 'string', value: 'name', description: 'the Sluice schema (default: sluice)' },
   actor: {

@@ -24,6 +24,7 @@ const BY_CODE: Partial<Record<SluiceErrorCode, ExitCode>> = {
   SLUICE_NOT_A_GAP: EXIT_CODES.refused,
   SLUICE_GAP_HELD: EXIT_CODES.refused,
   SLUICE_SCHEMA_NOT_MIGRATED: EXIT_CODES.unreachable,
+  SLUICE_CONNECT_TIMEOUT: EXIT_CODES.unreachable,
 };
 
 // Errors of the socket (Node) and of postgres.js's connection handling: the database cannot be
@@ -70,7 +71,9 @@ function codeOf(error: unknown): string | undefined {
 export function describeFailure(error: unknown, schema: string): Failure {
   if (error instanceof UsageError) return { exitCode: EXIT_CODES.usage, message: error.message };
   if (error instanceof SluiceError) {
-    return { exitCode: BY_CODE[error.code] ?? EXIT_CODES.failure, message: error.message };
+    const message =
+      error.code === 'SLUICE_CONNECT_TIMEOUT' ? `cannot reach the database: ${error.message}` : error.message;
+    return { exitCode: BY_CODE[error.code] ?? EXIT_CODES.failure, message };
   }
   const state = sqlStateOf(error);
   // The admin API queries the tables directly: a missing schema or table means "not migrated".

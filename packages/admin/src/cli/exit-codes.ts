@@ -7,7 +7,8 @@
  *   4 refused because of the consumer's state; nothing was changed (SLUICE_SKIP_MISMATCH,
  *     SLUICE_CONSUMER_BUSY, SLUICE_BELOW_RETENTION_FLOOR, SLUICE_BEYOND_HEAD, SLUICE_NOT_A_GAP,
  *     SLUICE_GAP_HELD)
- *   5 cannot reach the database, or the Sluice schema is not migrated there (SLUICE_SCHEMA_NOT_MIGRATED)
+ *   5 cannot reach the database, or what answers there is not PostgreSQL (SLUICE_CONNECT_TIMEOUT), or the
+ *     Sluice schema is not migrated there (SLUICE_SCHEMA_NOT_MIGRATED)
  */
 export const EXIT_CODES = {
   success: 0,
@@ -30,5 +31,8 @@ export const EXIT_CODES_HELP = [
     '4',
     "refused because of the consumer's state (wrong event to skip, busy, beyond head, …); nothing changed",
   ],
-  ['5', 'cannot reach the database, or the Sluice schema is not migrated there'],
+  [
+    '5',
+    'cannot reach the database, or it is not PostgreSQL (within the connect timeout, 10 s), or the Sluice schema is not migrated there',
+  ],
 ] as const;

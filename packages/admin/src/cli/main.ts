@@ -8,10 +8,11 @@
 //   3  not found: SLUICE_CONSUMER_NOT_FOUND
 //   4  refused because of the consumer's state, nothing changed: SLUICE_SKIP_MISMATCH, SLUICE_CONSUMER_BUSY,
 //      SLUICE_BELOW_RETENTION_FLOOR, SLUICE_BEYOND_HEAD, SLUICE_NOT_A_GAP, SLUICE_GAP_HELD
-//   5  cannot reach the database, or the schema is not migrated there: SLUICE_SCHEMA_NOT_MIGRATED
+//   5  cannot reach the database (or what answers is not PostgreSQL: SLUICE_CONNECT_TIMEOUT), or the
+//      schema is not migrated there: SLUICE_SCHEMA_NOT_MIGRATED
 // Results go to stdout; errors go to stderr as `sluice: <message>`.
 import postgres from 'postgres';
-import type { Sql } from '@sluice/core';
+import { checkConnection, ConnectTimeoutError, type Sql } from '@sluice/core';
 import { createAdmin } from '../create-admin.js';
 import { COMMAND_LIST } from './command-list.js';
 import { defaultActor, resolveDatabaseUrl } from './common-options.js';
@@ -21,10 +22,38 @@ import { commandHelp, globalHelp } from './help-text.js';
 import { parseCommandLine } from './parse-command-line.js';
 import { withoutUndefined } from './without-undefined.js';
 
-/** Two connections are plenty for one command; a dead host fails within connect_timeout (seconds). */
-function openPool(url: string): Sql {
-  return postgres(url, { max: 2, onnotice: () => undefined, connect_timeout: 10 });
+/** The connect timeout (seconds) unless the URL's `connect_timeout` or PGCONNECT_TIMEOUT gives one. */
+const CONNECT_TIMEOUT_S = 10;
+
+/** Two connections are plenty for one command. */
+function openPool(url: string, env: NodeJS.ProcessEnv): Sql {
+  const timeoutGiven = /[?&]connect_timeout=/.test(url) || (env['PGCONNECT_TIMEOUT'] ?? '') !== '';
+  return postgres(url, {
+    max: 2,
+    onnotice: () => undefined,
+    ...(timeoutGiven ? {} : { connect_timeout: CONNECT_TIMEOUT_S }),
+  });
 }
+
+/**
+ * Fails with SLUICE_CONNECT_TIMEOUT when the pool has not completed PostgreSQL's startup within the
+ * connect timeout: a dead host, or a port where something else answers (postgres.js would reconnect
+ * to it for ever, and the command would wait for ever). It runs alongside the command, so usage
+ * errors still come first and touch no database; any other failure of its `select 1` is left to the
+ * command's own statements to report.
+ */
+function handshake(sql: Sql): Promise<void> {
+  return checkConnection(sql).catch((error: unknown) => {
+    if (error instanceof ConnectTimeoutError) throw error;
+    return new Promise<never>(() => undefined);
+  });
+}
+
+/**
+ * A pool ended before it ever connected may leave postgres.js one connection attempt that runs
+ * until its own connect timeout; there is nothing to wait for then.
+ */
+const leftovers = { abandonedAttempt: false };
 
 async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<ExitCode> {
   if (argv.length === 0) {
@@ -33,6 +62,8 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
   }
   let schema = 'sluice';
   let sql: Sql | undefined;
+  // Set by the handshake's callback (a plain `let` would stay narrowed to false here).
+  const pool = { connected: false };
   try {
     const parsed = parseCommandLine(argv, COMMAND_LIST);
     if (parsed.kind === 'help') {
@@ -47,14 +78,21 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
     };
     const url = resolveDatabaseUrl(text('database-url'), env);
     schema = text('schema') ?? schema;
-    sql = openPool(url);
+    const opened = openPool(url, env);
+    sql = opened;
     const admin = createAdmin({ sql, ...withoutUndefined({ schema: text('schema') }) });
-    const output = await command.run({
-      admin,
-      args,
-      options: { text, flag: (name) => values[name] === true },
-      actor: text('actor') ?? defaultActor(env),
-    });
+    const output = await Promise.race([
+      command.run({
+        admin,
+        args,
+        options: { text, flag: (name) => values[name] === true },
+        actor: text('actor') ?? defaultActor(env),
+      }),
+      handshake(opened).then(() => {
+        pool.connected = true;
+        return new Promise<never>(() => undefined); // the command's own outcome decides
+      }),
+    ]);
     process.stdout.write(`${output}\n`);
     return EXIT_CODES.success;
   } catch (error) {
@@ -62,8 +100,10 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
     process.stderr.write(`sluice: ${failure.message}\n`);
     return failure.exitCode;
   } finally {
-    // Always close the pool, or its idle connections keep the process alive.
-    await sql?.end({ timeout: 5 }).catch(() => undefined);
+    // Always close the pool, or its idle connections keep the process alive. A pool that never
+    // connected has nothing to finish: end it at once (it may be in the middle of an attempt).
+    await sql?.end({ timeout: pool.connected ? 5 : 0 }).catch(() => undefined);
+    leftovers.abandonedAttempt = sql !== undefined && !pool.connected;
   }
 }
 
@@ -74,6 +114,7 @@ process.stdout.on('error', (error: NodeJS.ErrnoException) => {
 
 const exitCode = await main(process.argv.slice(2), process.env);
 process.exitCode = exitCode;
+if (exitCode !== EXIT_CODES.success && leftovers.abandonedAttempt) process.exit(exitCode);
 // Everything is closed by now and Node exits on its own. Should something still hold the event loop
 // (a bug), an operator's shell or a script must not hang: say so and exit anyway. unref() keeps
 // this timer from being that something.

@@ -1,3 +1,4 @@
+import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { InvalidOptionError, messageOf, SluiceError } from '../errors.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
@@ -122,7 +123,11 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       return;
     }
     passRunning = true;
-    void track(runPasses());
+    // A request's commit pokes this synchronously, inside the request's async context: started
+    // there, the pass (its turn spans, and whatever handlers read from the active context) would
+    // belong to that request. Passes serve every appender; the appenders' traces are links on the
+    // handler spans (traceparent in the event metadata).
+    void track(context.with(ROOT_CONTEXT, runPasses));
   }
 
   const passAgain = () => passRequested && !stopping;
@@ -262,7 +267,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     },
     async runOnce() {
       if (!registered) throw new DispatcherNotRegisteredError();
-      return track(passes.run('await'));
+      return track(context.with(ROOT_CONTEXT, () => passes.run('await')));
     },
     drain,
     ensureRegistered,

@@ -1,5 +1,6 @@
 import postgres from 'postgres';
-import { messageOf } from '../errors.js';
+import { withinConnectTimeout } from '../connect-timeout.js';
+import { ConnectTimeoutError, messageOf } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { currentSnapshot } from '../queries/consumers.js';
 import type { Sql } from '../sql-types.js';
@@ -84,8 +85,11 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
   let listenSql = open();
 
   async function connect(): Promise<void> {
+    const attempt = listenSql;
     try {
-      await listenSql`listen ${listenSql(options.channel)}`;
+      // Bounded through the whole handshake: a peer that is not PostgreSQL would otherwise keep
+      // this instance reconnecting, and start() waiting, for ever.
+      await withinConnectTimeout(attempt, attempt`listen ${attempt(options.channel)}`);
       if (stopped) return;
       retryMs = RECONNECT_INITIAL_MS;
       checkPending = false;
@@ -95,6 +99,11 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
       options.onWake();
     } catch (error) {
       if (stopped) return;
+      if (error instanceof ConnectTimeoutError && attempt === listenSql) {
+        // That instance would go on reconnecting by itself: end it and retry on a fresh one.
+        listenSql = open();
+        void attempt.end({ timeout: 0 }).catch(() => undefined);
+      }
       if (!failing) {
         options.logger.warn(
           { channel: options.channel, error: messageOf(error) },

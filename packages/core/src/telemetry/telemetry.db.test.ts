@@ -24,6 +24,7 @@ import {
   useTestDatabase,
 } from '@sluice/testing';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import { append, transaction } from '../append.js';
 import type { Dispatcher } from '../dispatcher/create-dispatcher.js';
 import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
 import { ATTR, METRIC } from './attributes.js';
@@ -309,5 +310,48 @@ describe('telemetry', () => {
     expect(first!.links.map((l) => [l.context.traceId, l.context.spanId])).toEqual([[traceId, spanId]]);
     expect(first!.spanContext().traceId).not.toBe(traceId); // a link, not a parent
     expect(second!.links).toEqual([]);
+  });
+
+  test('a pass woken by a commit inside a request runs outside the request: the turn has no parent, the handler links to the request', async () => {
+    const schema = await freshSchema(db);
+    const t = telemetry();
+    const c = recordingConsumer('woken');
+    // No LISTEN and a poll far away: only the in-process wake-up of transaction()'s commit, which
+    // runs inside the request's async context, can start the pass that delivers the event.
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
+      tracerProvider: t.tracerProvider,
+      pollIntervalMs: 600_000,
+    });
+    await dispatcher.start();
+    await dispatcher.drain(); // the pass start() requested finds nothing
+
+    const request = t.tracerProvider.getTracer('test-app').startSpan('POST /orders');
+    const [appended] = await context.with(trace.setSpan(context.active(), request), () =>
+      transaction(db.sql, (tx) => append(tx, [event(1)], { schema })),
+    );
+    await until(() => c.ids().length === 1, 10_000, 'the woken pass to deliver the event');
+    await dispatcher.drain();
+    request.end();
+    expect(c.ids()).toEqual([appended!.id]);
+
+    const { traceId, spanId } = request.spanContext();
+    const spans = await t.spans();
+    const turns = spans.filter((s) => s.name === 'sluice.turn woken');
+    expect(turns.length).toBeGreaterThanOrEqual(1);
+    for (const turn of turns) {
+      expect(turn.parentSpanContext).toBeUndefined();
+      expect(turn.spanContext().traceId).not.toBe(traceId);
+    }
+    const handlers = spans.filter((s) => s.name === 'process woken');
+    expect(handlers).toHaveLength(1);
+    const [handler] = handlers;
+    expect(handler!.links.map((l) => [l.context.traceId, l.context.spanId])).toEqual([[traceId, spanId]]);
+    expect(handler!.spanContext().traceId).not.toBe(traceId);
+    const turn = turns.find((s) => s.spanContext().spanId === handler!.parentSpanContext?.spanId);
+    expect(turn).toBeDefined(); // the handler's parent is its turn, not the request
+    // Nothing the dispatcher did was recorded as part of the request's trace.
+    expect(spans.filter((s) => s.spanContext().traceId === traceId).map((s) => s.name)).toEqual([
+      'POST /orders',
+    ]);
   });
 });

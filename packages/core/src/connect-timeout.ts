@@ -1,0 +1,54 @@
+import { ConnectTimeoutError } from './errors.js';
+import type { Sql } from './sql-types.js';
+import { settleWithin, TIMED_OUT } from './time-limit.js';
+
+/** postgres.js's own default for `connect_timeout` (seconds). */
+const POSTGRES_JS_CONNECT_TIMEOUT_S = 30;
+
+/** The pool's `connect_timeout` in milliseconds (postgres.js takes seconds; 30 when unset). */
+export function connectTimeoutMsOf(sql: Sql): number {
+  const seconds = (sql.options as { connect_timeout?: unknown }).connect_timeout;
+  return typeof seconds === 'number' && seconds > 0 ? seconds * 1000 : POSTGRES_JS_CONNECT_TIMEOUT_S * 1000;
+}
+
+/** Where the pool connects, for messages: `host:port` pairs or the Unix socket path, never credentials. */
+export function addressOf(sql: Sql): string {
+  const options = sql.options as { host?: readonly string[]; port?: readonly number[]; path?: unknown };
+  if (typeof options.path === 'string' && options.path !== '') return options.path;
+  const hosts = options.host ?? [];
+  const ports = options.port ?? [];
+  return hosts.map((host, i) => `${host}:${ports[i] ?? ports[0] ?? 5432}`).join(',') || 'the database';
+}
+
+/**
+ * `query`, the first statement on a connection `sql` is opening, given at most `timeoutMs` to answer,
+ * else a {@link ConnectTimeoutError}. postgres.js's `connect_timeout` bounds one connection attempt,
+ * and every new attempt restarts it: a peer that is not PostgreSQL (an HTTP server on that port)
+ * answers the startup message with something else and closes the connection, postgres.js connects
+ * again at once, and the query waits for ever. The query is left
+ * running: after a timeout the caller ends the pool (`sql.end({ timeout: 0 })`), which stops those
+ * attempts.
+ */
+export async function withinConnectTimeout<T>(
+  sql: Sql,
+  query: Promise<T>,
+  timeoutMs: number = connectTimeoutMsOf(sql),
+): Promise<T> {
+  const outcome = await settleWithin(query, timeoutMs);
+  if (outcome === TIMED_OUT) throw new ConnectTimeoutError(addressOf(sql), timeoutMs);
+  return outcome;
+}
+
+/**
+ * Waits until `sql` has completed PostgreSQL's startup on a connection and answered `select 1`, at
+ * most `timeoutMs` (the pool's `connect_timeout` by default). Call it once at boot to fail fast on a
+ * `DATABASE_URL` that points at something other than PostgreSQL.
+ * @throws {ConnectTimeoutError} when no answer came in time; end the pool then
+ */
+export async function checkConnection(sql: Sql, timeoutMs: number = connectTimeoutMsOf(sql)): Promise<void> {
+  await withinConnectTimeout(
+    sql,
+    sql`select 1`.then(() => undefined),
+    timeoutMs,
+  );
+}
