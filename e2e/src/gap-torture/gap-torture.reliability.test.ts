@@ -5,7 +5,8 @@
 // quiescence. The same property must fail against each of six deliberately broken dispatchers.
 import { randomBytes } from 'node:crypto';
 import type { Sql } from '@sluice/core';
-import { useTestDatabase, withDatabase } from '@sluice/testing';
+import { withDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import fc from 'fast-check';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, test, vi } from 'vitest';

