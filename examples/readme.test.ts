@@ -1,5 +1,5 @@
 // The READMEs' code examples are these files, verbatim, so that what they show is what
-// e2e/src/pack/pack.e2e.test.ts compiles against the packed packages and runs against PostgreSQL.
+// e2e/src/pack/install.pack.test.ts compiles against the packed packages and runs against PostgreSQL.
 import { readFileSync } from 'node:fs';
 import { expect, test } from 'vitest';
 
