@@ -14,6 +14,8 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { withDatabase } from '@sluice/testing';
 import postgres from 'postgres';
+import { publint } from 'publint';
+import { formatMessage } from 'publint/utils';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { startProgram, stopProgram, type Program } from './program.js';
 
@@ -268,6 +270,25 @@ test('each tarball has its manifest complete and pointing only at files it ships
   expect(tarballs.get('fastify')?.files).toEqual(
     expect.arrayContaining(['dist/dashboard/static/dashboard.html']),
   );
+});
+
+test('publint finds nothing to report in any tarball, suggestions included', async () => {
+  for (const name of PACKAGES) {
+    const tarball = tarballs.get(name);
+    if (!tarball) throw new Error(`no tarball for ${name}`);
+    const bytes = await readFile(tarball.file);
+    const { messages, pkg } = await publint({
+      pack: { tarball: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) },
+      level: 'suggestion',
+      strict: true,
+    });
+    expect(
+      messages.map(
+        (message) => `${message.type}: ${formatMessage(message, pkg, { color: false }) ?? message.code}`,
+      ),
+      `@sluice/${name}`,
+    ).toEqual([]);
+  }
 });
 
 test('the app type-checks with strict and skipLibCheck off, and Node loads every entry point', async () => {
