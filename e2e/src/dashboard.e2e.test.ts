@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { buildApp, OPS_PREFIX } from '@sluice/demo/app';
-import { useTestDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { chromium } from 'playwright-core';
 import { expect, onTestFinished, test } from 'vitest';
 

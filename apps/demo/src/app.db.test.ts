@@ -1,4 +1,4 @@
-import { useTestDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import type { AddressInfo } from 'node:net';
 import { expect, onTestFinished, test } from 'vitest';
 import { buildApp, OPS_PREFIX } from './app.js';

@@ -8,7 +8,8 @@
 // deliberately broken dispatchers.
 import { randomBytes } from 'node:crypto';
 import type { Sql } from '@sluice/core';
-import { useTestDatabase, withDatabase } from '@sluice/testing';
+import { withDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import fc from 'fast-check';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, test, vi } from 'vitest';

@@ -4,7 +4,7 @@
 // asserted in the soak profile (and in CI only on an idle machine); I1 and order always are.
 import { cpus, loadavg } from 'node:os';
 import { createDispatcher, silentLogger, tables, type EventRecord } from '@sluice/core';
-import { useTestDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
 import {

@@ -6,7 +6,8 @@
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { appendEvents, openTransaction, useTestDatabase } from '@sluice/testing';
+import { appendEvents, openTransaction } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { tables } from '@sluice/core';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import type { CrashChildConfig, EffectLine } from './crash-child.js';

@@ -14,7 +14,8 @@ import {
   type EventRecord,
   type HandlerContext,
 } from '@sluice/core';
-import { appendEvents, drainUntilIdle, useTestDatabase } from '@sluice/testing';
+import { appendEvents, drainUntilIdle } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
 import {
   capturingLogger,

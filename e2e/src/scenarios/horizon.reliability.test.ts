@@ -6,7 +6,8 @@
 import { randomBytes } from 'node:crypto';
 import { createAdmin } from '@sluice/admin';
 import { ATTR, createDispatcher, METRIC, silentLogger, type Consumer, type EventRecord } from '@sluice/core';
-import { appendEvents, holdGap, recordingConsumer, useTestDatabase, withDatabase } from '@sluice/testing';
+import { appendEvents, holdGap, recordingConsumer, withDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';

@@ -14,7 +14,8 @@ import {
   type EventRecord,
   type Sql,
 } from '@sluice/core';
-import { recordingConsumer, useTestDatabase, type RecordingConsumer } from '@sluice/testing';
+import { recordingConsumer, type RecordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
 import {

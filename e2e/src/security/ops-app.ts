@@ -10,7 +10,7 @@ import formbody from '@fastify/formbody';
 import multipart from '@fastify/multipart';
 import { migrate, silentLogger, type Consumer, type Sql } from '@sluice/core';
 import sluice, { basicAuth, bearerAuth, type OpsAuth } from '@sluice/fastify';
-import type { TestDatabase } from '@sluice/testing';
+import type { TestDatabase } from '@sluice/testing/vitest';
 import Fastify, { type FastifyInstance, type InjectOptions, type LightMyRequestResponse } from 'fastify';
 
 export const TOKEN = 'sluice-security-suite-token-0123456789';

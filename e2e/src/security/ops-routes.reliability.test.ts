@@ -6,7 +6,8 @@
 // the plugin (their parsers are what a cross-site form relies on); the races once, on the bare one.
 import { gzipSync } from 'node:zlib';
 import type { Consumer, EventRecord } from '@sluice/core';
-import { appendEvents, useTestDatabase } from '@sluice/testing';
+import { appendEvents } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import type { InjectOptions, LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { encodeComponent, injectionCorpus } from './corpus.js';

@@ -18,7 +18,8 @@ import {
   type Consumer,
   type EventRecord,
 } from '@sluice/core';
-import { appendEvents, holdGap, useTestDatabase } from '@sluice/testing';
+import { appendEvents, holdGap } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, describe, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
 import { killChildren, metricsProbe, startChild, until, type Child } from '../scenarios/support.js';

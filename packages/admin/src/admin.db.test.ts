@@ -1,12 +1,6 @@
 import { createDispatcher, migrate, prune, silentLogger, type Consumer, type Dispatcher } from '@sluice/core';
-import {
-  appendEvents,
-  drainUntilIdle,
-  failingOn,
-  openTransaction,
-  recordingConsumer,
-  useTestDatabase,
-} from '@sluice/testing';
+import { appendEvents, drainUntilIdle, failingOn, openTransaction, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
 

@@ -4,7 +4,8 @@
 // nothing it had not received is lost (a pending gap is delivered from its lowest id; events
 // retention deleted meanwhile are reported).
 import { createDispatcher, migrate, prune, silentLogger, type Consumer, type Logger } from '@sluice/core';
-import { appendEvents, openTransaction, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
 import { expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';

@@ -7,7 +7,8 @@
 // row-level security, and a policy parks the restart on the audit read it makes after its lock.
 import { randomBytes } from 'node:crypto';
 import { createDispatcher, migrate, prune, silentLogger, type Sql } from '@sluice/core';
-import { appendEvents, openTransaction, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, beforeAll, expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
 

@@ -1,4 +1,5 @@
-import { recordNotifications, useTestDatabase } from '@sluice/testing';
+import { recordNotifications } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from './append.js';
 import { InvalidEventError } from './errors.js';

@@ -2,7 +2,7 @@
 // answers but is not PostgreSQL (postgres.js alone reconnects to it for ever).
 import { createServer as createHttpServer } from 'node:http';
 import { createServer as createTcpServer, type Server, type Socket } from 'node:net';
-import { useTestDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { checkConnection, connectTimeoutMsOf } from './connect-timeout.js';

@@ -1,7 +1,7 @@
 // DESIGN §9 invariant 3: a shared consumer never has two instances in a turn at once and, absent
 // crashes, delivers each event once; per-instance consumers see every event in every process.
 import { append } from './append.js';
-import { useTestDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import type { Consumer } from './consumers/consumer.js';
 import type { EventRecord } from './events.js';

@@ -2,7 +2,7 @@
 // its writers and operators all run on postgres.js; a connection that the server drops while a
 // small write sits in the driver's write buffer must neither crash the process nor stay poisoned.
 import net from 'node:net';
-import { useTestDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import { expect, onTestFinished, test } from 'vitest';
 

@@ -1,6 +1,6 @@
 // Helpers shared by this package's database tests (not exported from the package).
 import { randomBytes } from 'node:crypto';
-import type { TestDatabase } from '@sluice/testing';
+import type { TestDatabase } from '@sluice/testing/vitest';
 import { onTestFinished } from 'vitest';
 import type { Consumer } from './consumers/consumer.js';
 import { createDispatcher, type Dispatcher } from './dispatcher/create-dispatcher.js';

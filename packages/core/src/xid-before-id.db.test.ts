@@ -8,7 +8,7 @@
 // BEFORE ROW trigger would therefore see an xid even without the guarantee and prove nothing. So
 // the park happens in the created_at default, which runs after the id is drawn and before the tx
 // default. The control schema without the statement trigger shows the check does fail then.
-import { useTestDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { append } from './append.js';
 import { silentLogger } from './logger.js';

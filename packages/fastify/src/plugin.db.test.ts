@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { migrate, silentLogger, type Consumer } from '@sluice/core';
-import { appendEvents, failingOn, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, failingOn, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import Fastify, { type FastifyInstance, type FastifyServerOptions, type InjectOptions } from 'fastify';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import sluice, { basicAuth, bearerAuth, type OpsOptions } from './index.js';

@@ -3,7 +3,7 @@ import { expect, onTestFinished, test } from 'vitest';
 import { drainUntilIdle } from './drain.js';
 import { appendEvents, recordingConsumer } from './fixtures.js';
 import { holdGap } from './open-transaction.js';
-import { useTestDatabase } from './test-database.js';
+import { useTestDatabase } from './vitest/test-database.js';
 
 const db = await useTestDatabase();
 

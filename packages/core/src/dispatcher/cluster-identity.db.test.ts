@@ -1,7 +1,8 @@
 // DESIGN §3, cluster identity: fences are xids of the cluster that took them. After a restore onto
 // another cluster, no transaction of the old one can still commit, so one fresh fetch resolves
 // every pending range, and the event is audited.
-import { appendEvents, openTransaction, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
 import { consumerRow, freshSchema, rangesOf, testDispatcher } from '../test-support.js';
 

@@ -3,7 +3,8 @@
 // still there at the next turn was a crash. These tests leave exactly what a crash leaves behind
 // (turn_starts rows with started_count > 0) and check how the next turn counts them. The real
 // kill -9 of a dispatcher process is exercised by the e2e suites.
-import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import type { HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';

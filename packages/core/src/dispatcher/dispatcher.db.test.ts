@@ -1,11 +1,5 @@
-import {
-  appendEvents,
-  drainUntilIdle,
-  failingOn,
-  openTransaction,
-  recordingConsumer,
-  useTestDatabase,
-} from '@sluice/testing';
+import { appendEvents, drainUntilIdle, failingOn, openTransaction, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append } from '../append.js';
 import type { EventRecord } from '../events.js';

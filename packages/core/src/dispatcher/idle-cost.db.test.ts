@@ -7,13 +7,8 @@
 // count is read only once no other session is connected, and this file never touches the shared
 // `db.sql` pool.
 import { randomBytes } from 'node:crypto';
-import {
-  appendEvents,
-  openTransaction,
-  recordingConsumer,
-  useTestDatabase,
-  withDatabase,
-} from '@sluice/testing';
+import { appendEvents, openTransaction, recordingConsumer, withDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import { afterAll, expect, onTestFinished, test } from 'vitest';
 import { silentLogger } from '../logger.js';

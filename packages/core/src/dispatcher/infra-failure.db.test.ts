@@ -1,4 +1,5 @@
-import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterEach, describe, expect, onTestFinished, test, vi } from 'vitest';
 import { consumerRow, freshSchema, gate, testDispatcher, until } from '../test-support.js';
 

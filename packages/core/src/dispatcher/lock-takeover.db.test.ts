@@ -13,7 +13,8 @@
 // the last table that statement reads before it locks the row. The statement then resumes when the
 // test lets it, exactly once, whatever the timing.
 import { randomBytes } from 'node:crypto';
-import { appendEvents, openTransaction, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import type { Sql } from '../sql-types.js';
 import { freshSchema, rangesOf, testDispatcher, until } from '../test-support.js';

@@ -1,7 +1,8 @@
 // Consumers of one dispatcher at the same cursor share full batches without holes
 // (dispatcher/shared-reads.ts): every event still reaches every consumer once, and a batch with a
 // hole is never taken by a turn that could have seen the hole's event committed.
-import { appendEvents, holdGap, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, holdGap, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import { consumerRow, freshSchema, rangesOf, spans, testDispatcher } from '../test-support.js';
 

@@ -2,7 +2,8 @@
 // snapshot while it is unchanged, and reads the pre-check in full as soon as anything commits:
 // nothing committed is left waiting, and a consumer the clock decides about is never judged from a
 // standing answer.
-import { appendEvents, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import { freshSchema, testDispatcher } from '../test-support.js';
 

@@ -2,7 +2,8 @@
 // skips history but must receive the events those writers commit later ("stragglers"). Delivering
 // them keeps every promise a normal turn keeps: each ctx.tx write applied once, a crash counted
 // towards maxAttempts, and a turn bounded by its batch and by maxTurnMs.
-import { appendEvents, openTransaction, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
 import type { HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';

@@ -1,6 +1,7 @@
 // DESIGN §4.3: a turn holds the cluster's horizon while its handlers run, so it is bounded in time
 // (maxTurnMs) as well as in events, and every handler call is bounded (handlerTimeoutMs).
-import { appendEvents, drainUntilIdle, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, drainUntilIdle, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import { consumerRow, freshSchema, testDispatcher } from '../test-support.js';
 

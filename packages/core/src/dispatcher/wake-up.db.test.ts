@@ -1,4 +1,5 @@
-import { appendEvents, embeddedServer, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, embeddedServer, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { createNoopMeter, type Meter, type MeterProvider, type MetricOptions } from '@opentelemetry/api';
 import postgres from 'postgres';
 import { expect, test } from 'vitest';

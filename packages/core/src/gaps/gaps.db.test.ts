@@ -1,12 +1,7 @@
 // DESIGN §5 against real PostgreSQL: late commits, burns, fences, the E1/E2 schedules of
 // RELIABILITY.md, LIMIT-cut fetches, huge ranges, carving, strict ordering.
-import {
-  appendEvents,
-  openTransaction,
-  recordingConsumer,
-  useTestDatabase,
-  type OpenTransaction,
-} from '@sluice/testing';
+import { appendEvents, openTransaction, recordingConsumer, type OpenTransaction } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import type { EventRecord } from '../events.js';
 import type { Sql } from '../sql-types.js';

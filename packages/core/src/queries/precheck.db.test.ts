@@ -1,7 +1,8 @@
 // DESIGN §4.1: the idle pre-check decides the trivially caught-up consumers in SQL and sends only
 // their names. Anything that may give a consumer work (or non-zero gauges) must come back as a whole
 // row for the pass to judge, typed as the turn reads it.
-import { appendEvents, useTestDatabase } from '@sluice/testing';
+import { appendEvents } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import { freshSchema } from '../test-support.js';
 import { tables } from '../schema/tables.js';

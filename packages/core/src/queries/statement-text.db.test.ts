@@ -3,7 +3,8 @@
 // makes V8 store the whole text as two bytes per character. The pre-check once carried a "…" in a
 // comment: about 3 KiB more allocated per delivered event (a scratch allocation profile at 200
 // appends/s).
-import { appendEvents, failingOn, holdGap, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { appendEvents, failingOn, holdGap, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import { append, transaction } from '../append.js';
 import { freshSchema, testDispatcher } from '../test-support.js';

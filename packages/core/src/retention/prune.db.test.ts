@@ -1,10 +1,5 @@
-import {
-  appendEvents,
-  drainUntilIdle,
-  openTransaction,
-  recordingConsumer,
-  useTestDatabase,
-} from '@sluice/testing';
+import { appendEvents, drainUntilIdle, openTransaction, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { PruneBlockedError } from '../errors.js';
 import { freshSchema, testDispatcher } from '../test-support.js';

@@ -1,4 +1,4 @@
-import { useTestDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { MigrationModifiedError } from '../errors.js';
 import { silentLogger } from '../logger.js';

@@ -1,6 +1,6 @@
 // Fails when a migration changes the schema without the snapshot being updated in the same commit
 // (`vitest -u` rewrites it). Review the snapshot diff like code: it is the schema users run on.
-import { useTestDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 
 const db = await useTestDatabase();

@@ -1,4 +1,4 @@
-import { useTestDatabase } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, test } from 'vitest';
 import { SchemaNotMigratedError, SequenceCachedError, XidGuardMissingError } from '../errors.js';
 import { silentLogger } from '../logger.js';

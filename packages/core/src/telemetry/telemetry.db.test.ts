@@ -15,14 +15,8 @@ import {
   SimpleSpanProcessor,
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
-import {
-  appendEvents,
-  drainUntilIdle,
-  failingOn,
-  openTransaction,
-  recordingConsumer,
-  useTestDatabase,
-} from '@sluice/testing';
+import { appendEvents, drainUntilIdle, failingOn, openTransaction, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from '../append.js';
 import type { Dispatcher } from '../dispatcher/create-dispatcher.js';

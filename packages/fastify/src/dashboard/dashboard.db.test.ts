@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { Script } from 'node:vm';
 import { migrate, silentLogger, type Consumer } from '@sluice/core';
-import { failingOn, recordingConsumer, useTestDatabase } from '@sluice/testing';
+import { failingOn, recordingConsumer } from '@sluice/testing';
+import { useTestDatabase } from '@sluice/testing/vitest';
 import Fastify from 'fastify';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import sluice, { bearerAuth, type OpsOptions } from '../index.js';

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
 import { afterAll, inject } from 'vitest';
 import type { Sql } from '@sluice/core';
-import { withDatabase } from './database-url.js';
+import { withDatabase } from '../database-url.js';
 import type {} from './provided-context.js';
 
 export interface TestDatabase {
@@ -21,7 +21,8 @@ const quiet = { onnotice: () => undefined } as const;
 
 /**
  * Gives the calling test file its own database, cloned from the migrated template of the run's
- * global setup, and drops it after the file. Call it at module level: `const db = await useTestDatabase()`.
+ * global setup (`@sluice/testing/vitest/global-setup`), and drops it after the file. Call it at
+ * module level: `const db = await useTestDatabase()`.
  */
 export async function useTestDatabase(): Promise<TestDatabase> {
   const serverUrl = inject('sluiceServerUrl');

@@ -1,12 +1,13 @@
-// vitest globalSetup: one PostgreSQL server per test run and one migrated template database that
-// every test file clones (CREATE DATABASE … TEMPLATE is far cheaper than migrating per file).
+// vitest globalSetup (`globalSetup: ['@sluice/testing/vitest/global-setup']`): one PostgreSQL server
+// per test run and one migrated template database that every test file clones (CREATE DATABASE …
+// TEMPLATE is far cheaper than migrating per file).
 import { randomBytes } from 'node:crypto';
 import { migrate, silentLogger } from '@sluice/core';
 import postgres from 'postgres';
 import type { TestProject } from 'vitest/node';
-import { withDatabase } from './database-url.js';
+import { withDatabase } from '../database-url.js';
 import type {} from './provided-context.js';
-import { startPostgres } from './start-postgres.js';
+import { startPostgres } from '../start-postgres.js';
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const server = await startPostgres({
