@@ -56,7 +56,7 @@ export async function diagnose(
   const name = checkName(nameInput, 'name');
   const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
   const consumer = await showConsumer(ctx, name, { instanceId });
-  const ranges = await ctx.sql.begin((tx) => listRanges(tx, ctx.tables, name, instanceId));
+  const ranges = await listRanges(ctx.sql, ctx.tables, name, instanceId);
   const findings: string[] = [];
   // Ages are measured by the database's clock, which dated the gaps (not this machine's).
   const [clock] = await ctx.sql<{ now: Date }[]>`select statement_timestamp() as now`;

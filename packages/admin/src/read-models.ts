@@ -134,7 +134,7 @@ export async function showConsumer(
   const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
   const summary = (await summaries(ctx, name)).find((s) => s.instanceId === instanceId);
   if (!summary) throw new Error(`consumer ${name} vanished while being read`);
-  const gaps = (await ctx.sql.begin((tx) => listRanges(tx, ctx.tables, name, instanceId))).slice(0, 100);
+  const gaps = (await listRanges(ctx.sql, ctx.tables, name, instanceId)).slice(0, 100);
   return { ...summary, gaps };
 }
 

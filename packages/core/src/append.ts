@@ -1,3 +1,4 @@
+import { guardedBegin } from './connections/guarded-transaction.js';
 import { InvalidEventError, InvalidOptionError } from './errors.js';
 import { compare } from './gaps/gaps.js';
 import { RESERVED_TYPE_PREFIX, type EventRecord, type JsonObject, type NewEvent } from './events.js';
@@ -232,10 +233,16 @@ function valuesTemplate(count: number, withMetadata: boolean): TemplateStringsAr
  */
 export async function transaction<T>(sql: Sql, fn: (tx: TransactionSql) => Promise<T>): Promise<T> {
   const schemas = new Set<string>();
-  const result = await sql.begin((tx) => {
-    trackWakeUps(tx, schemas);
-    return fn(tx);
-  });
+  // The application's transaction, as it is; guardedBegin only keeps postgres.js 3.4.9 from sending
+  // its ROLLBACK or COMMIT to a connection known to be gone (connections/guarded-transaction.ts).
+  const result = await guardedBegin(
+    sql,
+    (tx) => {
+      trackWakeUps(tx, schemas);
+      return fn(tx);
+    },
+    { guardStatements: false },
+  );
   for (const schema of schemas) wakeUpNotifierFor(sql, schema).poke();
   return result as T;
 }

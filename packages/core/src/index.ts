@@ -30,6 +30,7 @@ export { consoleLogger, silentLogger } from './logger.js';
 export { DEFAULTS, SHARED_INSTANCE_ID } from './options.js';
 export { lockConsumer, lockConsumerForOperator, RETENTION_LOCK_CLASS } from './queries/consumers.js';
 export { writeAudit } from './queries/audit.js';
+export { guardedBegin, TransactionAbandonedError } from './connections/guarded-transaction.js';
 export { pgArray } from './queries/pg-array.js';
 export { listRanges } from './queries/gaps.js';
 export { prune } from './retention/prune.js';

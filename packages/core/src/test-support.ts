@@ -76,7 +76,7 @@ export async function rangesOf(
   name: string,
   instanceId = '*',
 ): Promise<StoredRange[]> {
-  return sql.begin((tx) => listRanges(tx, tables(sql, schema), name, instanceId));
+  return listRanges(sql, tables(sql, schema), name, instanceId);
 }
 
 /** [from, to] pairs, for readable assertions. */

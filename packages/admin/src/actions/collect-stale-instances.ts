@@ -1,4 +1,4 @@
-import { InvalidOptionError, writeAudit } from '@sluice/core';
+import { guardedBegin, InvalidOptionError, writeAudit } from '@sluice/core';
 import type { AdminContext } from '../context.js';
 import { checkText } from '../validate.js';
 
@@ -38,7 +38,7 @@ export async function collectStaleInstances(
   }
   const actor = checkText(options.actor, 'actor', 200) ?? ctx.defaultActor;
   const t = ctx.tables;
-  return ctx.sql.begin(async (tx) => {
+  return guardedBegin(ctx.sql, async (tx) => {
     const removed = await tx<CollectedRow[]>`
       with stale as (
         select name, instance_id from ${t.consumers}

@@ -31,6 +31,9 @@ function openPool(url: string, env: NodeJS.ProcessEnv): Sql {
   return postgres(url, {
     max: 2,
     onnotice: () => undefined,
+    // postgres.js 3.4.9 does not await this fetch: a connection cut during it (the command ending
+    // the pool, a terminated backend) would stop the process. Sluice never needs array types.
+    fetch_types: false,
     ...(timeoutGiven ? {} : { connect_timeout: CONNECT_TIMEOUT_S }),
   });
 }

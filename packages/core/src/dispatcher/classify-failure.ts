@@ -1,5 +1,6 @@
 import { sqlStateOf } from '../errors.js';
 import { PoolExhaustedError } from '../queries/turn-starts.js';
+import { TransactionAbandonedError } from '../connections/transaction-abandoned-error.js';
 
 /** Failure categories recorded on the consumer row (failure_category) and in metrics. */
 export type FailureCategory =
@@ -20,6 +21,8 @@ const CONNECTION_CODES = new Set([
 /** Classifies an infrastructure failure of a turn by SQLSTATE or driver code. */
 export function classifyFailure(error: unknown): FailureCategory {
   if (error instanceof PoolExhaustedError) return 'resources';
+  // Its transaction's connection was lost (guarded-transaction.ts ended it).
+  if (error instanceof TransactionAbandonedError) return 'connection';
   const code = typeof error === 'object' && error !== null && 'code' in error ? String(error.code) : '';
   if (CONNECTION_CODES.has(code)) return 'connection';
   const sqlState = sqlStateOf(error);

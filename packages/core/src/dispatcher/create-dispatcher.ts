@@ -1,5 +1,6 @@
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
-import { InvalidOptionError, messageOf, SluiceError } from '../errors.js';
+import { messageOf, SluiceError } from '../errors.js';
+import { openOwnConnections } from '../connections/own-connections.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
 import type { Sql } from '../sql-types.js';
@@ -16,7 +17,10 @@ import { startListener, type Listener } from './wake-up.js';
 export interface Dispatcher {
   /** Registers every consumer's row, starts the poll timer and LISTEN. Idempotent. */
   start(): Promise<void>;
-  /** Stops both and waits for every in-flight pass and turn, so the pool can be closed. Idempotent. */
+  /**
+   * Stops both, waits for every in-flight pass and turn, and closes the dispatcher's own
+   * connections: the application's pool can be closed then. Idempotent.
+   */
   stop(): Promise<void>;
   /**
    * Runs one pass now: the idle pre-check, then one turn for each consumer that may have work. A
@@ -30,7 +34,10 @@ export interface Dispatcher {
   /** (Re-)creates missing consumer rows, e.g. after a test truncated them. Never moves a cursor. */
   ensureRegistered(): Promise<void>;
   readonly consumers: readonly Consumer[];
-  /** The pool the dispatcher uses (operators' tools and test helpers reuse it). */
+  /**
+   * The application's pool it was given (operators' tools and test helpers reuse it). The
+   * dispatcher itself runs on connections of its own, opened from that pool's options.
+   */
   readonly sql: Sql;
   /** The Sluice schema it dispatches from. */
   readonly schema: string;
@@ -54,20 +61,22 @@ export class DispatcherNotRegisteredError extends SluiceError {
  */
 export function createDispatcher(input: DispatcherOptions): Dispatcher {
   const options = resolveOptions(input);
-  const { sql, logger } = options;
-  const poolMax = sql.options.max;
-  if (options.countCrashedAttempts && poolMax === 1) {
-    throw new InvalidOptionError(
-      'sql',
-      "the pool's max is 1, but with countCrashedAttempts a delivering turn records its start on a second " +
-        'connection while it holds the first: raise max (to concurrency + 2) or set countCrashedAttempts: false',
-    );
-  }
-  const turnSlots = turnSlotsFitting(options.concurrency, poolMax, options.countCrashedAttempts);
+  const { logger } = options;
+  // The application's pool: its connection options, and the key of the in-process wake-ups of
+  // transaction(). Everything the dispatcher runs goes through connections of its own, opened from
+  // those options (connections/own-connections.ts): one per turn, one to record turn starts and one
+  // for pre-checks and read-aheads.
+  const appSql = options.sql;
+  const own = openOwnConnections(appSql, {
+    max: options.concurrency + 2,
+    applicationName: `sluice${options.instanceId === undefined ? '' : `:${options.instanceId}`}`,
+    retireAfterMs: options.handlerTimeoutMs + options.statementTimeoutMs,
+  });
+  const sql = own.sql;
   const t = tables(sql, options.schema);
   const metrics = createMetrics(options.meterProvider);
   const tracer = createTracer(options.tracerProvider);
-  const notifier = wakeUpNotifierFor(sql, options.schema, { logger });
+  const notifier = wakeUpNotifierFor(appSql, options.schema, { logger });
 
   let registered = false;
   let started = false;
@@ -89,7 +98,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   let passLocal = false;
 
   const passes = new PassRunner({
-    options: { ...options, concurrency: turnSlots },
+    options: { ...options, sql },
     tables: t,
     metrics,
     tracer,
@@ -175,15 +184,6 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   async function doStart(): Promise<void> {
     const verification = await verifySchema(sql, { schema: options.schema });
     for (const warning of verification.warnings) logger.warn({ schema: options.schema }, warning);
-    const needed = options.concurrency + (options.countCrashedAttempts ? 1 : 0) + 1;
-    if (typeof poolMax === 'number' && poolMax < needed) {
-      logger.warn(
-        { poolMax, concurrency: options.concurrency, turnSlots },
-        `the pool allows ${poolMax} connections but ${options.concurrency} concurrent turns need ${needed} ` +
-          '(one per turn, one to record turn starts, and room for handlers and requests); ' +
-          `running at most ${turnSlots} turn${turnSlots === 1 ? '' : 's'} at a time: raise max or lower concurrency`,
-      );
-    }
     await ensureRegistered();
     started = true;
     unsubscribe = notifier.subscribe(() => {
@@ -194,7 +194,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     }, options.pollIntervalMs);
     if (options.listen) {
       listener = await startListener({
-        sql,
+        sql: appSql,
         channel: wakeUpChannel(options.schema),
         ownNonce: notifier.nonce,
         applicationName:
@@ -235,6 +235,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     await listener?.stop();
     listener = undefined;
     await drain();
+    await own.end();
   }
 
   async function drain(): Promise<void> {
@@ -244,7 +245,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
 
   return {
     consumers: options.consumers.map((c) => c.definition),
-    sql,
+    sql: appSql,
     schema: options.schema,
     get listenConnected() {
       return listenConnected;
@@ -272,14 +273,4 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     drain,
     ensureRegistered,
   };
-}
-
-/**
- * Turns that may run at once without exhausting the pool: each holds a connection, a delivering
- * turn needs a second one for its start record, and one is left for handlers and requests. Taking
- * them all deadlocks the turns against each other until the idle-in-transaction timeout (R1).
- */
-function turnSlotsFitting(concurrency: number, poolMax: unknown, countCrashedAttempts: boolean): number {
-  if (typeof poolMax !== 'number') return concurrency;
-  return Math.max(1, Math.min(concurrency, poolMax - 1 - (countCrashedAttempts ? 1 : 0)));
 }

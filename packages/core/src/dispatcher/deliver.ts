@@ -9,7 +9,7 @@ import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startHandlerSpan } from '../telemetry/tracing.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { isConnectionLoss } from './classify-failure.js';
-import { assertTurnLive } from './turn-guard.js';
+import { assertLive } from '../connections/guarded-transaction.js';
 
 export interface DeliveryInput {
   readonly consumer: ResolvedConsumer;
@@ -67,7 +67,7 @@ class HandlerTimeoutError extends Error {
  * (falling back to one-by-one delivery when it throws), halting at the first failing event.
  * Transactional consumers get each call in a savepoint, so a failure undoes only its own writes.
  * @throws the turn's connection loss (an infrastructure failure, never a handler attempt)
- * @throws {TurnAbandonedError} when the turn's transaction ended under it: no handler is called after that
+ * @throws {TransactionAbandonedError} when the turn's transaction ended under it: no handler is called after that
  * @throws {TransactionalHandlerTimeout}
  */
 export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
@@ -80,7 +80,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   const batchHandler = consumer.definition.batchHandler;
   const toHandle = events.filter((e) => !input.resolvesUnhandled(e));
   if (batchHandler && toHandle.length > 1) {
-    assertTurnLive(input.tx);
+    assertLive(input.tx);
     const attempt = Math.max(...toHandle.map((e) => input.priorAttempts(e.id))) + 1;
     const outcome = await invoke(input, toHandle, attempt, batchHandler);
     if (outcome.ok) {
@@ -103,7 +103,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
       resolved.push(event);
       continue;
     }
-    assertTurnLive(input.tx);
+    assertLive(input.tx);
     const attempt = input.priorAttempts(event.id) + 1;
     // A handler that returns no promise is settled without a microtask hop.
     const called = invoke(input, [event], attempt, undefined);

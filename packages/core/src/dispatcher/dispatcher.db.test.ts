@@ -368,22 +368,24 @@ describe('lifecycle', () => {
     await sql.end({ timeout: 1 });
   });
 
-  test('warns at start() when the pool is too small for the concurrency slots', async () => {
+  test("turns run on the dispatcher's own connections: an application pool of one connection, held, holds nothing up", async () => {
     const schema = await freshSchema(db);
-    const warnings: string[] = [];
-    const logger = {
-      debug: () => undefined,
-      info: () => undefined,
-      error: () => undefined,
-      warn: (_: object, m: string) => warnings.push(m),
-    };
-    const small = db.connect({ max: 2 });
-    const dispatcher = testDispatcher(small, schema, [recordingConsumer('squeezed').consumer], {
-      concurrency: 4,
-      logger,
+    const single = db.connect({ max: 1 });
+    const held = await single.reserve(); // the application's only connection, busy elsewhere
+    onTestFinished(() => {
+      held.release();
+      return single.end({ timeout: 1 });
     });
-    await dispatcher.start();
-    expect(warnings.some((m) => m.includes('the pool allows 2 connections'))).toBe(true);
+    const c = recordingConsumer('independent');
+    const dispatcher = testDispatcher(single, schema, [c.consumer], { concurrency: 4 });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 3, undefined, schema);
+    await dispatcher.runOnce();
+    expect(c.ids()).toEqual([1n, 2n, 3n]);
+    const [own] = await db.sql<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and application_name = 'sluice'`;
+    expect(own?.n).toBeGreaterThan(0);
   });
 
   test('a pool of 2 with five consumers whose handlers append through it makes progress (R1a)', async () => {
@@ -420,33 +422,24 @@ describe('lifecycle', () => {
     await small.end({ timeout: 1 });
   });
 
-  test('a pool of 1 with countCrashedAttempts is refused: the turn start needs a second connection', () => {
-    const single = db.connect({ max: 1 });
-    onTestFinished(() => single.end({ timeout: 1 }));
-    expect(() => testDispatcher(single, 'sluice', [recordingConsumer('alone').consumer])).toThrow(
-      /Invalid option `sql`: the pool's max is 1.*countCrashedAttempts/,
-    );
-    expect(() =>
-      testDispatcher(single, 'sluice', [recordingConsumer('alone').consumer], {
-        countCrashedAttempts: false,
-      }),
-    ).not.toThrow();
-  });
-
-  test('no free connection to record a turn start within statementTimeoutMs: an infra failure, not a hang', async () => {
+  test('a turn start not recorded within statementTimeoutMs is an infra failure, not a hang', async () => {
     const schema = await freshSchema(db);
-    const small = db.connect({ max: 2 });
     const seen = recordingConsumer('starved');
-    const dispatcher = testDispatcher(small, schema, [seen.consumer], {
+    const dispatcher = testDispatcher(db.sql, schema, [seen.consumer], {
       statementTimeoutMs: 300,
       backoffInitialMs: 1,
       backoffMaxMs: 1,
     });
     await dispatcher.ensureRegistered();
     await appendEvents(db.sql, 2, undefined, schema);
-    const held = await small.reserve(); // the application holds one connection; the turn takes the other
+    // The database takes longer than statementTimeoutMs to record the start (a slow trigger).
+    await db.sql.unsafe(`
+      create function "${schema}".slow_start() returns trigger language plpgsql as $$
+      begin perform pg_sleep(1); return new; end $$;
+      create trigger slow_start before insert on "${schema}".turn_starts
+        for each row execute function "${schema}".slow_start();`);
     const starved = await dispatcher.runOnce();
-    held.release();
+    await db.sql.unsafe(`drop trigger slow_start on "${schema}".turn_starts`);
     expect(starved.byConsumer['starved']?.skipped).toBe('failed');
     expect(seen.ids()).toEqual([]);
     expect(await consumerRow(db.sql, schema, 'starved')).toMatchObject({
@@ -454,13 +447,18 @@ describe('lifecycle', () => {
       attempts: 0,
       failure_category: 'resources',
     });
-    expect((await consumerRow(db.sql, schema, 'starved')).last_error).toMatch(/no free pool connection/);
+    expect((await consumerRow(db.sql, schema, 'starved')).last_error).toMatch(/turn start was not recorded/);
+    // The late record still commits: the next turns count it as a crash (delivering one event at
+    // a time through the batch), and nothing is lost.
     await until(
-      async () => ((await dispatcher.runOnce()).byConsumer['starved']?.processed ?? 0) === 2,
+      async () => {
+        await dispatcher.runOnce();
+        return seen.ids().length === 2;
+      },
       5_000,
-      'delivery once the connection is back',
+      'delivery once the database answers again',
     );
-    await small.end({ timeout: 1 });
+    expect(seen.ids()).toEqual([1n, 2n]);
   });
 
   test('ensureRegistered() re-creates rows a test truncated, without moving existing cursors', async () => {

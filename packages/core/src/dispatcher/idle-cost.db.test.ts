@@ -80,34 +80,50 @@ interface Warm {
   holderPids: number[];
 }
 
-/** The commits one pass of a fresh dispatcher adds to the database, its result and the row locks. */
+/**
+ * The commits one pass of a fresh dispatcher adds to the database, its result and the row locks.
+ * The dispatcher runs on connections of its own, which stay connected from its registration to its
+ * stop() (their statistics are flushed when they exit): so the registration alone is measured
+ * first, by another dispatcher, and taken off.
+ */
 async function measureOnePass({ schema, holderPids }: Warm, consumerNames: readonly string[]) {
-  // A fresh one-connection pool, ended after the pass so that its statistics are flushed.
+  // The application's pool: a fresh one-connection pool, ended at the end so that its statistics
+  // are flushed.
   const sql = db.connect({ max: 1, fetch_types: false });
   onTestFinished(() => sql.end());
-  // Idle passes deliver nothing, so no turn start is recorded: one connection is enough here.
-  const dispatcher = testDispatcher(
-    sql,
-    schema,
-    consumerNames.map((name) => recordingConsumer(name).consumer),
-    { countCrashedAttempts: false },
-  );
-  await dispatcher.ensureRegistered();
   const pid = await backendPid(sql);
   const locksBefore = await rowLocks(sql, schema);
   await sql`select pg_stat_force_next_flush()`; // flushed as soon as the statement has committed
+  const dispatcherOf = () =>
+    testDispatcher(
+      sql,
+      schema,
+      consumerNames.map((name) => recordingConsumer(name).consumer),
+    );
   // Earlier sessions (the warm-up's, an earlier measurement's) may take a moment to exit.
   await onlyConnected([pid, ...holderPids], 'earlier sessions to exit');
-  const before = await settledXactCommit();
+  const start = await settledXactCommit();
+  const registering = dispatcherOf();
+  await registering.ensureRegistered();
+  await registering.stop();
+  await onlyConnected([pid, ...holderPids], 'the registering sessions to exit');
+  const registered = await settledXactCommit();
+  const dispatcher = dispatcherOf();
+  await dispatcher.ensureRegistered();
   const result = await dispatcher.runOnce();
   await dispatcher.stop();
   await sql.end();
-  await onlyConnected(holderPids, 'the measured session to exit');
+  await onlyConnected(holderPids, 'the measured sessions to exit');
   const after = await settledXactCommit();
   // Read through a pool of its own, ended at once: a later measurement waits for it to exit.
   const reader = db.connect({ max: 1 });
   try {
-    return { result, commits: after - before, locksBefore, locksAfter: await rowLocks(reader, schema) };
+    return {
+      result,
+      commits: after - registered - (registered - start),
+      locksBefore,
+      locksAfter: await rowLocks(reader, schema),
+    };
   } finally {
     await reader.end();
   }

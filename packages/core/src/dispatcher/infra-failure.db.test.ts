@@ -56,8 +56,9 @@ test('a terminated turn backend is an infra failure: recorded with its category,
 
 test('a turn whose connection dies under a handler calls no further handler and never overlaps the next turn (R1c)', async () => {
   const schema = await freshSchema(db);
-  const application = 'r1c-turns';
-  const pool = db.connect({ max: 4, connection: { application_name: application } });
+  // The dispatcher's turns run on connections of its own, named after its instance.
+  const application = 'sluice:r1c';
+  const pool = db.connect({ max: 4 });
   const calls: bigint[] = [];
   let inFlight = 0;
   let maxInFlight = 0;
@@ -82,6 +83,7 @@ test('a turn whose connection dies under a handler calls no further handler and 
     },
   });
   const dispatcher = testDispatcher(pool, schema, [consumer.consumer], {
+    instanceId: 'r1c',
     backoffInitialMs: 1,
     backoffMaxMs: 1,
   });
@@ -106,8 +108,8 @@ test('a turn whose connection dies under a handler calls no further handler and 
 
 test('a dead turn writes nothing after its connection is reopened for other work: no cursor regression (I4)', async () => {
   const schema = await freshSchema(db);
-  const application = 'zombie-a';
-  const poolA = db.connect({ max: 3, connection: { application_name: application } });
+  const application = 'sluice:zombie-a'; // the connections dispatcher A opens for itself
+  const poolA = db.connect({ max: 3 });
   const poolB = db.connect({ max: 3 });
   onTestFinished(async () => {
     await poolA.end({ timeout: 1 });
@@ -134,12 +136,13 @@ test('a dead turn writes nothing after its connection is reopened for other work
           await appendEvents(db.sql, 10, undefined, schema);
           while ((await cursorNow()) < 20n) await b.runOnce();
           cursorByB = await cursorNow();
-          // Ordinary traffic on A's pool reopens the closed connection the dead turn was using.
+          // Ordinary traffic reopens connections: the dead turn must not write through any of them.
           await Promise.all([1, 2, 3].map(() => poolA`select pg_sleep(0.1)`));
+          await b.runOnce();
         },
       },
     ],
-    options,
+    { ...options, instanceId: 'zombie-a' },
   );
   await a.ensureRegistered();
   await b.ensureRegistered();

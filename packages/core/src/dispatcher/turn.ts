@@ -30,7 +30,7 @@ import { isWaitingToRetry } from './backoff.js';
 import { isPlain } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
 import type { EventBatch, SharedReads } from './shared-reads.js';
-import { guardTurnTransaction } from './turn-guard.js';
+import { guardedBegin } from '../connections/guarded-transaction.js';
 
 export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later';
 
@@ -105,10 +105,11 @@ export async function runTurn(
   let endTurn: () => void = () => undefined;
   const lastWrites: LastWrites = {};
   try {
-    const outcome = await env.options.sql.begin((tx) => {
-      const guarded = guardTurnTransaction(tx);
-      endTurn = guarded.end;
-      body = turnInTransaction(env, consumer, guarded.tx, span, limit, expectedCursor, lastWrites, progress);
+    // A guarded transaction: once its connection is lost, nothing of the turn runs on it any more
+    // (see connections/guarded-transaction.ts).
+    const outcome = await guardedBegin(env.options.sql, (tx, live) => {
+      endTurn = live.end;
+      body = turnInTransaction(env, consumer, tx, span, limit, expectedCursor, lastWrites, progress);
       return body;
     });
     // A failed last write aborted the transaction, and the COMMIT behind it rolled it back.
@@ -138,11 +139,11 @@ export async function runTurn(
       };
     }
     endSpanWithError(span, error);
-    // begin() may have settled on a lost connection while the turn was still in a handler: stop it
-    // and wait until it has, so the next turn of this consumer never overlaps with it (I2, I3).
-    // A handler returns within handlerTimeoutMs and a statement within statementTimeoutMs; a
-    // statement the client stranded on the dead connection never settles (postgres.js 3.4.9,
-    // porsager/postgres#1186). Past that bound the guard alone keeps the body from going on.
+    // begin() may have settled on a lost connection while the turn was still in a handler: end the
+    // turn (its statements fail at once, even one the client stranded on the dead connection) and
+    // wait until its body has settled, so the next turn of this consumer never overlaps with it
+    // (I2, I3). A handler returns within handlerTimeoutMs; past that bound the guard alone keeps
+    // the body from going on.
     endTurn();
     if (body) {
       const settled = await settleWithin(
@@ -152,7 +153,7 @@ export async function runTurn(
       if (settled === TIMED_OUT) {
         env.logger.warn(
           { consumer: consumer.name, error: messageOf(error) },
-          "the failed turn's last statement never settled (stranded by the database client); the turn is abandoned",
+          "the failed turn's handler did not return within its time; the turn is abandoned",
         );
       }
     }

@@ -62,6 +62,8 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
     // `onnotify` is the hook postgres.js' own listen() uses; it is not in the published types.
     const listenOptions = {
       ...options.sql.options,
+      // A fresh state of the driver's own (retry counter, array type map), not the pool's.
+      shared: { retries: 0, typeArrayMap: {} },
       max: 1,
       idle_timeout: null,
       max_lifetime: null,
@@ -74,7 +76,14 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
       onclose: () => {
         if (instance !== listenSql) return; // an instance given up after a failed check
         setConnected(false);
-        if (!stopped) schedule();
+        if (stopped) return;
+        // LISTEN again on a fresh instance: postgres.js 3.4.9 may leave a connection that closed
+        // with a write pending unable to send anything again (see connections/own-connections.ts).
+        listenSql = open();
+        snapshotPending = false;
+        checkPending = false;
+        void instance.end({ timeout: 0 }).catch(() => undefined);
+        schedule();
       },
     };
     const instance = postgres(

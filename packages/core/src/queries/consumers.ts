@@ -1,6 +1,7 @@
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
 import { SHARED_INSTANCE_ID } from '../options.js';
+import { guardedBegin } from '../connections/guarded-transaction.js';
 import { retentionFloor, writeAudit } from './audit.js';
 import { pgArray } from './pg-array.js';
 
@@ -65,7 +66,7 @@ export const RETENTION_LOCK_CLASS = 0x534c5552; // 'SLUR'
  * delivered once they commit (DESIGN §4, startFrom).
  */
 export async function registerConsumers(sql: Sql, t: Tables, schema: string, rows: readonly RegisterRow[]) {
-  await sql.begin(async (tx) => {
+  await guardedBegin(sql, async (tx) => {
     await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
     await insertRegistrations(tx, t, rows);
   });
@@ -140,7 +141,7 @@ export async function reregisterConsumer(
   schema: string,
   consumer: RegisterRow,
 ): Promise<Reregistration | undefined> {
-  return sql.begin(async (tx) => {
+  return guardedBegin(sql, async (tx) => {
     // Shared retention lock: no prune deletes what the restored cursor needs meanwhile.
     await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
     const [last] = await tx<CollectAuditRow[]>`
@@ -489,7 +490,7 @@ export async function recordInfraFailure(
   instanceId: string,
   failure: { message: string; category: string; undoTurnStart: boolean },
 ) {
-  await sql.begin(async (tx) => {
+  await guardedBegin(sql, async (tx) => {
     await tx`select set_config('lock_timeout', '2000', true)`;
     await tx`
       update ${t.consumers} set last_error = ${failure.message}, last_error_at = now(),
@@ -522,7 +523,7 @@ export async function recordFailedAttempt(
   instanceId: string,
   failure: { eventId: bigint; attempts: number; message: string; dead: boolean },
 ) {
-  await sql.begin(async (tx) => {
+  await guardedBegin(sql, async (tx) => {
     await tx`select set_config('lock_timeout', '5000', true)`;
     await tx`
       update ${t.consumers} set attempts = ${failure.attempts}, stuck_event_id = ${failure.eventId.toString()}::bigint,

@@ -1,6 +1,6 @@
 import type { GapRange } from '../gaps/gaps.js';
 import type { Tables } from '../schema/tables.js';
-import type { TransactionSql } from '../sql-types.js';
+import type { Queryable, TransactionSql } from '../sql-types.js';
 import { pgArray } from './pg-array.js';
 
 export interface StoredRange extends GapRange {
@@ -20,7 +20,7 @@ interface GapRow {
  * previous turn left a range visible-but-undelivered or unexamined.
  */
 export async function selectRangesToRecheck(
-  tx: TransactionSql,
+  tx: Queryable,
   t: Tables,
   name: string,
   instanceId: string,
@@ -68,7 +68,7 @@ export async function replaceRanges(
 
 /** Every range of the consumer (operators, tests). */
 export async function listRanges(
-  tx: TransactionSql,
+  tx: Queryable,
   t: Tables,
   name: string,
   instanceId: string,

@@ -1,28 +1,28 @@
 import type { Tables } from '../schema/tables.js';
-import type { ReservedSql, Sql, TransactionSql } from '../sql-types.js';
+import type { Sql, TransactionSql } from '../sql-types.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 
 /**
- * No pool connection came free to record a turn start in time: the pool is exhausted (turns,
- * handlers and the application's requests hold every connection). The turn is abandoned as an
- * infrastructure failure instead of waiting, inside its transaction, for a connection that may only
- * come free when the turn itself ends.
+ * The turn start was not recorded in time: no connection of Sluice's pool came free, or the
+ * statement did not answer (the database is overloaded). The turn is abandoned as an
+ * infrastructure failure instead of waiting, inside its transaction, for what may only come free
+ * when the turn itself ends.
  */
 export class PoolExhaustedError extends Error {
-  constructor(poolMax: unknown, waitedMs: number) {
+  constructor(waitedMs: number) {
     super(
-      `no free pool connection to record the turn start within ${waitedMs} ms (statementTimeoutMs); ` +
-        `the pool's max is ${String(poolMax)}: raise it, lower concurrency, or keep handlers from holding connections`,
+      `the turn start was not recorded within ${waitedMs} ms (statementTimeoutMs): ` +
+        "no connection of Sluice's pool came free, or the database did not answer",
     );
     this.name = 'PoolExhaustedError';
   }
 }
 
 /**
- * Records, in its own committed transaction (on another pool connection, waited for at most
- * `waitMs`), that a turn is about to deliver ids [first, last]. Counts consecutive starts at the
- * same first id: a start that never reached its COMMIT was a crash (F6). `onSending` is called once
- * a connection is reserved, just before the statement goes out.
+ * Records, in its own committed statement (on another connection of Sluice's pool, waited for at
+ * most `waitMs`), that a turn is about to deliver ids [first, last]. Counts consecutive starts at the
+ * same first id: a start that never reached its COMMIT was a crash (F6). `onSending` is called just
+ * before the statement goes out.
  *
  * The commit does not wait for its WAL flush (synchronous_commit off for this statement's
  * transaction only): what it guards against is the Node process dying, and the row is visible to
@@ -39,11 +39,10 @@ export async function recordTurnStart(
   waitMs: number,
   onSending: () => void,
 ): Promise<void> {
-  const connection = await reserveWithin(sql, waitMs);
-  try {
-    // From here on the start may have been recorded, even if no answer comes back.
-    onSending();
-    await connection`
+  // A plain statement, not a reserved connection: postgres.js 3.4.9 puts a reserved connection that
+  // closed meanwhile back into the pool as open when it is released, and the next statement sent
+  // to it stops the process (see connections/own-connections.ts).
+  const recording = sql`
       with async_commit as (select set_config('synchronous_commit', 'off', true))
       insert into ${t.turnStarts} as m (consumer_name, instance_id, first_event_id, last_event_id, started_count, isolate_until)
       select ${name}, ${instanceId}, ${batch.first.toString()}::bigint, ${batch.last.toString()}::bigint, 1,
@@ -60,23 +59,12 @@ export async function recordTurnStart(
         last_event_id = excluded.last_event_id,
         isolate_until = excluded.isolate_until,
         updated_at = now()`;
-  } finally {
-    connection.release();
+  // From here on the start may be recorded, even if no answer comes back.
+  onSending();
+  if ((await settleWithin(recording, waitMs)) === TIMED_OUT) {
+    recording.catch(() => undefined);
+    throw new PoolExhaustedError(waitMs);
   }
-}
-
-async function reserveWithin(sql: Sql, waitMs: number): Promise<ReservedSql> {
-  const reservation = sql.reserve();
-  const first = await settleWithin(reservation, waitMs);
-  if (first !== TIMED_OUT) return first;
-  // The reservation stays queued in the pool: hand the connection back as soon as it comes.
-  reservation.then(
-    (late) => {
-      late.release();
-    },
-    () => undefined,
-  );
-  throw new PoolExhaustedError(sql.options.max, waitMs);
 }
 
 /**

@@ -1,3 +1,4 @@
+import { guardedBegin } from '../connections/guarded-transaction.js';
 import { InvalidOptionError, PruneBlockedError } from '../errors.js';
 import { writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
@@ -47,7 +48,7 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
     throw new InvalidOptionError('staleInstanceTtlMs', 'must be a non-negative integer');
   const t = tables(sql, schema);
   const before = options.before.toString();
-  return sql.begin(async (tx) => {
+  return guardedBegin(sql, async (tx) => {
     await tx`select pg_advisory_xact_lock(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
     const lagging = await tx<LaggingRow[]>`
       select c.name, c.instance_id, c.status, c.cursor::text as cursor from ${t.consumers} c

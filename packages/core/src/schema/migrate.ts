@@ -1,3 +1,4 @@
+import { guardedBegin } from '../connections/guarded-transaction.js';
 import { MigrationFailedError, MigrationModifiedError } from '../errors.js';
 import { consoleLogger, type Logger } from '../logger.js';
 import type { Sql } from '../sql-types.js';
@@ -34,7 +35,7 @@ export async function migrate(sql: Sql, options: MigrateOptions = {}): Promise<M
   const logger = options.logger ?? consoleLogger;
   const migrations = await loadMigrations();
 
-  const applied = await sql.begin(async (tx) => {
+  const applied = await guardedBegin(sql, async (tx) => {
     const t = tables(tx, schema);
     await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_CLASS}, hashtext(${schema}))`;
     await tx`create schema if not exists ${t.schema}`;

@@ -26,7 +26,7 @@ interface ServerRow {
   server_version_num: number;
   synchronous_commit: string;
   events_table: string | null;
-  missing_tables: string[];
+  missing_tables: string | null;
 }
 
 interface SequenceRow {
@@ -55,13 +55,14 @@ export async function verifySchema(
     select current_setting('server_version_num')::int as server_version_num,
            current_setting('synchronous_commit') as synchronous_commit,
            to_regclass(format('%I.events', ${schema}::text))::text as events_table,
-           array(select t from unnest(array['events', 'consumers', 'dead_letters', 'audit', 'migrations']) t
-                 where to_regclass(format('%I.%I', ${schema}::text, t)) is null) as missing_tables`;
+           -- Text, not text[]: nothing depends on how the pool parses arrays (fetch_types: false).
+           (select string_agg(t, ',') from unnest(array['events', 'consumers', 'dead_letters', 'audit', 'migrations']) t
+            where to_regclass(format('%I.%I', ${schema}::text, t)) is null) as missing_tables`;
   if (!server) throw new Error('verifySchema: the server returned no row');
   if (server.server_version_num < MINIMUM_SERVER_VERSION_NUM) {
     throw new PostgresUnsupportedError(server.server_version_num, MINIMUM_SERVER_VERSION_NUM);
   }
-  if (server.events_table === null || server.missing_tables.length > 0) {
+  if (server.events_table === null || server.missing_tables !== null) {
     throw new SchemaNotMigratedError(schema);
   }
   const table = server.events_table;
