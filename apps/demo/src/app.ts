@@ -6,6 +6,7 @@ import { liveFeed } from './consumers/live-feed.js';
 import { fakeMailTransport, mailer } from './consumers/mailer.js';
 import { orderStats } from './consumers/order-stats.js';
 import { searchIndex } from './consumers/search-index.js';
+import { demoLogger } from './log.js';
 import { feedRoutes } from './routes/feed.js';
 import { homeRoutes } from './routes/home.js';
 import { orderRoutes } from './routes/orders.js';
@@ -22,7 +23,13 @@ export interface DemoOptions {
   /** Password of the `ops` user for the dashboard and ops routes. */
   opsPassword: string;
   traces?: boolean;
+  /**
+   * Fastify's JSON log (requests, and everything Sluice logs). Off: Sluice's notable messages go
+   * to `logLine` instead, one plain line each (see demoLogger). @defaultValue false
+   */
   logger?: boolean;
+  /** Where Sluice's lines go while `logger` is off. @defaultValue console.log */
+  logLine?: (line: string) => void;
   pollIntervalMs?: number;
 }
 
@@ -55,6 +62,16 @@ export async function buildApp(options: DemoOptions): Promise<{
     instanceId: options.instanceId,
     consumers: [orderStats(), mailer(mails, customerOf), search.consumer, feed.consumer],
     meterProvider: metrics.meterProvider,
+    // Fastify's logger is off unless DEMO_LOG=1, and Sluice would then log nowhere: a consumer
+    // turning dead must still say so on the console.
+    logger: options.logger
+      ? app.log
+      : demoLogger(
+          options.logLine ??
+            ((line) => {
+              console.log(line);
+            }),
+        ),
     ...(tracing.tracerProvider ? { tracerProvider: tracing.tracerProvider } : {}),
     ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),
     ops: { prefix: OPS_PREFIX, auth: basicAuth({ username: 'ops', password: options.opsPassword }) },
