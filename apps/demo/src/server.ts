@@ -8,6 +8,8 @@ import postgres from 'postgres';
 import { buildApp, OPS_PREFIX } from './app.js';
 
 const DATA_DIR = new URL('../../../.data/postgres/', import.meta.url).pathname;
+/** Where `pnpm demo:load` sends its orders without --url or DEMO_URL. */
+const DEFAULT_BASE = 'http://127.0.0.1:3000';
 
 /** A failure the user can act on: said in one line, without a stack trace. */
 class StartError extends Error {}
@@ -90,7 +92,10 @@ Sluice demo shop is running (${Date.now() - started} ms)
 Try it:
   curl -s -X POST ${base}/orders -H 'content-type: application/json' \\
     -d '{"customer":"ada@example.com","items":[{"sku":"TEA-1","quantity":2,"priceCents":450}]}'
-  pnpm demo:load --rate 20 --duration 30     (some customers bounce: watch the mailer die, then skip)
+  pnpm demo:load --rate 20 --duration 60${base === DEFAULT_BASE ? '' : ` --url ${base}`}
+      some customers' addresses do not exist: those mails end in the mailer's dead letters
+  curl -s -X POST ${base}/demo/poison
+      a malformed event: order-stats turns dead (Diagnose, then Skip on the dashboard)
 
 Ctrl+C stops the server and PostgreSQL.`);
 }
