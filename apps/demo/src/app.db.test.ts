@@ -1,19 +1,21 @@
 import { useTestDatabase } from '@sluice/testing/vitest';
 import type { AddressInfo } from 'node:net';
 import { expect, onTestFinished, test } from 'vitest';
-import { buildApp, OPS_PREFIX } from './app.js';
+import { buildApp, OPS_PREFIX, type DemoOptions } from './app.js';
 
 const db = await useTestDatabase();
 const PASSWORD = 'demo-test-password';
 const ops = { authorization: `Basic ${Buffer.from(`ops:${PASSWORD}`).toString('base64')}` };
 
-async function demo() {
+async function demo(options: Partial<DemoOptions> = {}) {
   const built = await buildApp({
     sql: db.sql,
     instanceId: 'test-instance',
     bounce: /^bounce/,
+    greylistShare: 0,
     opsPassword: PASSWORD,
     pollIntervalMs: 20,
+    ...options,
   });
   onTestFinished(() => built.app.close());
   await built.app.ready();
@@ -72,29 +74,93 @@ test('invalid orders are rejected with 400 and write nothing', async () => {
   ).toBe(404);
 });
 
-test('a bouncing customer kills the mailer; skipping the event through the ops routes brings it back', async () => {
-  const { app, mails } = await demo();
-  const bad = (
-    await app.inject({ method: 'POST', url: '/orders', payload: order('bounce@example.com') })
-  ).json<{ eventId: string }>();
-  await app.inject({ method: 'POST', url: '/orders', payload: order('grace@example.com') });
+interface ConsumerView {
+  status: string;
+  cursor: string;
+  lagEvents: string;
+  attempts: number;
+  stuckEventId: string | null;
+}
+
+interface DeadLetterView {
+  eventId: string;
+  reason: string;
+  error: string | null;
+  attempts: number;
+}
+
+test("the mail provider's refusals: a greylisted address gets through on the retry, a bouncing one goes to the dead letters", async () => {
+  const lines: string[] = [];
+  const { app, mails } = await demo({ greylistShare: 1, logLine: (line) => lines.push(line) });
+  const placed: Record<string, string> = {};
+  for (const customer of ['grace@example.com', 'bounce@example.com', 'ada@example.com']) {
+    placed[customer] = (await app.inject({ method: 'POST', url: '/orders', payload: order(customer) })).json<{
+      eventId: string;
+    }>().eventId;
+  }
   const mailer = async () =>
-    (await app.inject({ method: 'GET', url: `${OPS_PREFIX}/consumers/mailer`, headers: ops })).json<{
-      status: string;
-      lagEvents: string;
-      stuckEventId: string | null;
-    }>();
-  await until(async () => (await mailer()).status === 'dead', 'the mailer to die');
-  expect((await mailer()).stuckEventId).toBe(bad.eventId);
+    (
+      await app.inject({ method: 'GET', url: `${OPS_PREFIX}/consumers/mailer`, headers: ops })
+    ).json<ConsumerView>();
+  await until(async () => (await mailer()).lagEvents === '0', 'the mailer to reach the head');
+
+  expect((await mailer()).status).toBe('idle');
+  expect(mails.sent.map((m) => m.to).sort()).toEqual(['ada@example.com', 'grace@example.com']);
+  // Greylisted once each (451), then sent; the hard bounce is refused on each of its 3 attempts.
+  expect(mails.refused.map((m) => `${m.to} ${m.reply.slice(0, 3)}`)).toEqual([
+    'grace@example.com 451',
+    'bounce@example.com 550',
+    'bounce@example.com 550',
+    'bounce@example.com 550',
+    'ada@example.com 451',
+  ]);
+  const letters = (
+    await app.inject({ method: 'GET', url: `${OPS_PREFIX}/consumers/mailer/dead-letters`, headers: ops })
+  ).json<DeadLetterView[]>();
+  expect(letters).toEqual([
+    expect.objectContaining({
+      eventId: placed['bounce@example.com'],
+      reason: 'apply-error',
+      attempts: 3,
+      error: '550 5.1.1 <bounce@example.com>: mailbox does not exist (hard bounce)',
+    }),
+  ]);
+  // Nobody had to act, and the console stayed quiet: no consumer died.
+  expect((await app.inject({ method: 'GET', url: `${OPS_PREFIX}/audit`, headers: ops })).json()).toEqual([]);
+  expect(lines).toEqual([]);
+});
+
+test('a malformed event kills order-stats only, with one log line; skipping it through the ops routes brings it back', async () => {
+  const lines: string[] = [];
+  const { app } = await demo({ logLine: (line) => lines.push(line) });
+  const poison = (await app.inject({ method: 'POST', url: '/demo/poison' })).json<{
+    eventId: string;
+    streamId: string;
+  }>();
+  await app.inject({ method: 'POST', url: '/orders', payload: order('grace@example.com') });
+  const consumer = async (name: string) =>
+    (
+      await app.inject({ method: 'GET', url: `${OPS_PREFIX}/consumers/${name}`, headers: ops })
+    ).json<ConsumerView>();
+  await until(async () => (await consumer('order-stats')).status === 'dead', 'order-stats to die');
+  expect(await consumer('order-stats')).toMatchObject({ stuckEventId: poison.eventId, attempts: 3 });
+  await until(async () => (await consumer('mailer')).lagEvents === '0', 'the mailer to go past the poison');
+  expect((await consumer('mailer')).status).toBe('idle');
+  expect(lines).toEqual([
+    `[sluice] consumer order-stats is DEAD: event ${poison.eventId} failed 3 attempts ` +
+      `(OrderPaid event ${poison.eventId} (${poison.streamId}): ` +
+      'amountCents is "4,50", not a whole number of cents); the other consumers go on. Diagnose it on the dashboard.',
+  ]);
+
   const skip = await app.inject({
     method: 'POST',
-    url: `${OPS_PREFIX}/consumers/mailer/skip`,
+    url: `${OPS_PREFIX}/consumers/order-stats/skip`,
     headers: ops,
-    payload: { eventId: bad.eventId },
+    payload: { eventId: poison.eventId },
   });
   expect(skip.statusCode).toBe(200);
-  await until(async () => (await mailer()).lagEvents === '0', 'the mailer to catch up');
-  expect(mails.sent.some((m) => m.to === 'grace@example.com')).toBe(true);
+  await until(async () => (await consumer('order-stats')).lagEvents === '0', 'order-stats to catch up');
+  expect((await consumer('order-stats')).status).toBe('idle');
 });
 
 test('/feed streams events over Server-Sent Events and /metrics shows Sluice metrics', async () => {

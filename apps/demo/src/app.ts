@@ -3,9 +3,11 @@ import sluice from '@sluice/fastify';
 import type { Sql } from '@sluice/core';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { liveFeed } from './consumers/live-feed.js';
-import { fakeMailTransport, mailer } from './consumers/mailer.js';
+import { fakeMailTransport, mailer, type MailTransport } from './consumers/mailer.js';
 import { orderStats } from './consumers/order-stats.js';
 import { searchIndex } from './consumers/search-index.js';
+import { demoLogger } from './log.js';
+import { faultRoutes } from './routes/faults.js';
 import { feedRoutes } from './routes/feed.js';
 import { homeRoutes } from './routes/home.js';
 import { orderRoutes } from './routes/orders.js';
@@ -17,12 +19,23 @@ export interface DemoOptions {
   sql: Sql;
   /** This process's id (per-instance consumers). */
   instanceId: string;
-  /** Customers whose mail bounces: their orders poison the `mailer`. */
+  /** Addresses that do not exist: the fake mail provider refuses them for good (a hard bounce). */
   bounce: RegExp;
+  /**
+   * Share of addresses whose first delivery the fake mail provider defers (greylisting).
+   * @defaultValue 0.1
+   */
+  greylistShare?: number;
   /** Password of the `ops` user for the dashboard and ops routes. */
   opsPassword: string;
   traces?: boolean;
+  /**
+   * Fastify's JSON log (requests, and everything Sluice logs). Off: Sluice's notable messages go
+   * to `logLine` instead, one plain line each (see demoLogger). @defaultValue false
+   */
   logger?: boolean;
+  /** Where Sluice's lines go while `logger` is off. @defaultValue console.log */
+  logLine?: (line: string) => void;
   pollIntervalMs?: number;
 }
 
@@ -31,7 +44,7 @@ export const OPS_PREFIX = '/sluice';
 /** The demo shop: its routes, its four consumers and the Sluice plugin with ops routes and metrics. */
 export async function buildApp(options: DemoOptions): Promise<{
   app: FastifyInstance;
-  mails: ReturnType<typeof fakeMailTransport>;
+  mails: MailTransport;
   search: ReturnType<typeof searchIndex>;
   feed: ReturnType<typeof liveFeed>;
 }> {
@@ -40,7 +53,10 @@ export async function buildApp(options: DemoOptions): Promise<{
   const metrics = createMetrics();
   const tracing = createTracing(options.traces ?? false);
   tracing.routes(app);
-  const mails = fakeMailTransport(options.bounce);
+  const mails = fakeMailTransport({
+    bounce: options.bounce,
+    ...(options.greylistShare === undefined ? {} : { greylistShare: options.greylistShare }),
+  });
   const search = searchIndex();
   const feed = liveFeed();
   const customerOf = async (orderId: string) => {
@@ -55,6 +71,16 @@ export async function buildApp(options: DemoOptions): Promise<{
     instanceId: options.instanceId,
     consumers: [orderStats(), mailer(mails, customerOf), search.consumer, feed.consumer],
     meterProvider: metrics.meterProvider,
+    // Fastify's logger is off unless DEMO_LOG=1, and Sluice would then log nowhere: a consumer
+    // turning dead must still say so on the console.
+    logger: options.logger
+      ? app.log
+      : demoLogger(
+          options.logLine ??
+            ((line) => {
+              console.log(line);
+            }),
+        ),
     ...(tracing.tracerProvider ? { tracerProvider: tracing.tracerProvider } : {}),
     ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),
     ops: { prefix: OPS_PREFIX, auth: basicAuth({ username: 'ops', password: options.opsPassword }) },
@@ -63,7 +89,8 @@ export async function buildApp(options: DemoOptions): Promise<{
 
   homeRoutes(app, OPS_PREFIX);
   orderRoutes(app);
-  readModelRoutes(app, { search, sentMails: mails.sent });
+  faultRoutes(app);
+  readModelRoutes(app, { search, mails });
   feedRoutes(app, feed);
   metrics.routes(app);
   return { app, mails, search, feed };

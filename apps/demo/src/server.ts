@@ -1,26 +1,50 @@
 // `pnpm start`: the demo shop on an embedded PostgreSQL (kept in .data/ at the repo root and reused
-// on the next start), or on DATABASE_URL when it is set.
-import { randomBytes } from 'node:crypto';
+// on the next start), or on DATABASE_URL when it is set. The ops password and the ports it chose
+// are kept in .data/demo.json, so a restart on the same .data serves the same URLs and password.
 import { hostname } from 'node:os';
+import { join, resolve } from 'node:path';
 import { checkConnection, ConnectTimeoutError, type Sql } from '@sluice/core';
 import { embeddedServer, EmbeddedServerError, type EmbeddedServer } from '@sluice/testing';
 import postgres from 'postgres';
 import { buildApp, OPS_PREFIX } from './app.js';
+import {
+  chooseHttpPort,
+  choosePostgresPort,
+  DemoSetupError,
+  loadDemoState,
+  saveDemoState,
+  stateFile,
+} from './demo-state.js';
 
-const DATA_DIR = new URL('../../../.data/postgres/', import.meta.url).pathname;
+const DEFAULT_DATA_DIR = new URL('../../../.data/', import.meta.url).pathname;
+/** Where `pnpm demo:load` sends its orders without --url or DEMO_URL. */
+const DEFAULT_BASE = 'http://127.0.0.1:3000';
 
 /** A failure the user can act on: said in one line, without a stack trace. */
 class StartError extends Error {}
 
 async function main(): Promise<void> {
   const started = Date.now();
-  const port = Number(process.env['PORT'] ?? 3000);
+  const dataDir = resolve(process.env['DEMO_DATA_DIR'] || DEFAULT_DATA_DIR);
+  const state = await loadDemoState(dataDir);
+  const opsPassword = process.env['DEMO_OPS_PASSWORD'] ?? state.opsPassword;
+  if (opsPassword.length < 12) throw new DemoSetupError('DEMO_OPS_PASSWORD must have at least 12 characters');
   const host = process.env['HOST'] ?? '127.0.0.1';
+  const http = await chooseHttpPort(process.env['PORT'], state, host);
+  if (http.notice) console.log(http.notice);
+  const port = http.port;
   let server: EmbeddedServer | undefined;
   let url = process.env['DATABASE_URL'];
   if (!url) {
-    console.log(`Starting embedded PostgreSQL (data in ${DATA_DIR}) …`);
-    server = await embeddedServer({ dataDir: DATA_DIR, settings: { fsync: 'on', full_page_writes: 'on' } });
+    const postgresDir = join(dataDir, 'postgres');
+    const kept = await choosePostgresPort(state);
+    if (kept.notice) console.log(kept.notice);
+    console.log(`Starting embedded PostgreSQL (data in ${postgresDir}/) …`);
+    server = await embeddedServer({
+      dataDir: postgresDir,
+      ...(kept.port === undefined ? {} : { port: kept.port }),
+      settings: { fsync: 'on', full_page_writes: 'on' },
+    });
     url = server.url;
   }
   // connect_timeout: a DATABASE_URL that points at the wrong port fails after 10 s, not 30.
@@ -32,7 +56,6 @@ async function main(): Promise<void> {
   };
   // A DATABASE_URL pointing at a port where something else answers would otherwise hang here.
   await checkConnection(sql).catch(giveUp);
-  const opsPassword = process.env['DEMO_OPS_PASSWORD'] ?? randomBytes(9).toString('base64url');
   const { app } = await buildApp({
     sql,
     instanceId: `${hostname()}:${port}`,
@@ -68,20 +91,32 @@ async function main(): Promise<void> {
     await app.listen({ port, host });
   } catch (error) {
     await app.close();
+    const keptSince =
+      http.keep && state.httpPort === port ? ` (kept in ${stateFile(dataDir)} since the first start)` : '';
     await giveUp(
       (error as NodeJS.ErrnoException).code === 'EADDRINUSE'
         ? new StartError(
-            `port ${port} on ${host} is in use: stop what listens there, or set PORT to another port`,
+            `port ${port} on ${host}${keptSince} is in use: stop what listens there, or set PORT to another port`,
           )
         : error,
     );
   }
+  // Kept for the next start on this data folder: the password, and the ports the demo chose itself.
+  await saveDemoState(dataDir, {
+    opsPassword: state.opsPassword,
+    ...(http.keep ? { httpPort: port } : state.httpPort === undefined ? {} : { httpPort: state.httpPort }),
+    ...(server
+      ? { postgresPort: Number(new URL(server.url).port) }
+      : state.postgresPort === undefined
+        ? {}
+        : { postgresPort: state.postgresPort }),
+  }).catch(giveUp);
   const base = `http://${host}:${port}`;
   console.log(`
 Sluice demo shop is running (${Date.now() - started} ms)
 
   Shop            ${base}/
-  Ops dashboard   ${base}${OPS_PREFIX}/   user: ops   password: ${opsPassword}
+  Ops dashboard   ${base}${OPS_PREFIX}/   user: ops   password: ${opsPassword}${opsPassword === state.opsPassword ? `  (kept in ${stateFile(dataDir)})` : ''}
   Stats           ${base}/stats
   Live feed (SSE) ${base}/feed
   Metrics         ${base}/metrics
@@ -90,7 +125,10 @@ Sluice demo shop is running (${Date.now() - started} ms)
 Try it:
   curl -s -X POST ${base}/orders -H 'content-type: application/json' \\
     -d '{"customer":"ada@example.com","items":[{"sku":"TEA-1","quantity":2,"priceCents":450}]}'
-  pnpm demo:load --rate 20 --duration 30     (some customers bounce: watch the mailer die, then skip)
+  pnpm demo:load --rate 20 --duration 60${base === DEFAULT_BASE ? '' : ` --url ${base}`}
+      some customers' addresses do not exist: those mails end in the mailer's dead letters
+  curl -s -X POST ${base}/demo/poison
+      a malformed event: order-stats turns dead (Diagnose, then Skip on the dashboard)
 
 Ctrl+C stops the server and PostgreSQL.`);
 }
@@ -100,7 +138,8 @@ main().catch((error: unknown) => {
   if (
     error instanceof EmbeddedServerError ||
     error instanceof ConnectTimeoutError ||
-    error instanceof StartError
+    error instanceof StartError ||
+    error instanceof DemoSetupError
   ) {
     console.error(`sluice demo: ${error.message}`);
   } else {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Consumer } from '@sluice/core';
 import { asShopEvent } from '../events.js';
 
@@ -8,29 +9,105 @@ export interface SentMail {
 }
 
 /**
- * A fake mail transport: it "sends" into a list, and refuses addresses matching `bounce`, the way a
- * provider refuses a dead mailbox. Such an order makes the `mailer` consumer retry, then die — an
- * operator skips the event (dashboard, CLI or ops route) and it recovers.
+ * The fake provider's refusal, worded as an SMTP reply. `permanent` (a 5xx reply) means retrying
+ * cannot help; a transient one (4xx) means "try again later".
  */
-export function fakeMailTransport(bounce: RegExp) {
+export class MailRefusedError extends Error {
+  readonly replyCode: number;
+  readonly permanent: boolean;
+
+  constructor(replyCode: number, text: string) {
+    super(`${replyCode} ${text}`);
+    this.name = 'MailRefusedError';
+    this.replyCode = replyCode;
+    this.permanent = replyCode >= 500;
+  }
+}
+
+export interface RefusedMail extends SentMail {
+  readonly reply: string;
+  readonly permanent: boolean;
+}
+
+export interface MailTransportOptions {
+  /**
+   * Addresses that do not exist. Every delivery to them is refused for good with
+   * `550 5.1.1 … mailbox does not exist` (a hard bounce): the same answer on every attempt.
+   */
+  readonly bounce: RegExp;
+  /**
+   * Share (0–1) of addresses the provider greylists: the first delivery to such an address is
+   * deferred with `451 4.7.1 … greylisted, try again later`, and the next one goes through. Which
+   * addresses are greylisted follows from a hash of the address, so it is the same on every run.
+   * @defaultValue 0.1
+   */
+  readonly greylistShare?: number;
+}
+
+/**
+ * A fake mail provider that refuses mail the way real ones do: permanently for addresses that do
+ * not exist (hard bounces, deterministic per address), transiently for a first delivery it
+ * greylists (the retry succeeds). It "sends" into a list.
+ */
+export function fakeMailTransport(options: MailTransportOptions) {
+  const greylistShare = options.greylistShare ?? 0.1;
   const sent: SentMail[] = [];
+  const refused: RefusedMail[] = [];
+  // Addresses that were deferred once: the provider lets their next delivery through, as a
+  // greylisting server does for a sender that came back.
+  const cameBack = new Set<string>();
+  const refuse = (mail: SentMail, error: MailRefusedError): never => {
+    refused.push({ ...mail, reply: error.message, permanent: error.permanent });
+    throw error;
+  };
   return {
     sent,
+    refused,
     send(mail: SentMail): void {
-      if (bounce.test(mail.to)) throw new Error(`550 mailbox unavailable: ${mail.to}`);
+      const address = mail.to.toLowerCase();
+      if (options.bounce.test(mail.to)) {
+        refuse(mail, new MailRefusedError(550, `5.1.1 <${mail.to}>: mailbox does not exist (hard bounce)`));
+      }
+      if (!cameBack.has(address) && hashShare(address) < greylistShare) {
+        cameBack.add(address);
+        refuse(mail, new MailRefusedError(451, `4.7.1 <${mail.to}>: greylisted, try again later`));
+      }
       sent.push(mail);
     },
   };
 }
 
-/** A reactor: an e-mail per order event. Retries 3 times, then dies on a permanent failure. */
+export type MailTransport = ReturnType<typeof fakeMailTransport>;
+
+/** A number in [0, 1) fixed by the address. */
+function hashShare(address: string): number {
+  return createHash('sha256').update(address).digest().readUInt32BE(0) / 2 ** 32;
+}
+
+/**
+ * Attempts on one mail before the mailer gives up on it. A transient refusal is retried after the
+ * dispatcher's retry delay (100 ms, then 200 ms) and normally goes through on the next attempt; a
+ * hard bounce fails all three the same way and goes to the dead letters.
+ */
+export const MAILER_MAX_ATTEMPTS = 3;
+
+/**
+ * A reactor: an e-mail per order event, through a provider that can refuse it. Its error policy is
+ * the one a mailer needs: a refused mail is retried (the consumer's normal retry, with its delay),
+ * and one that still fails after MAILER_MAX_ATTEMPTS is copied to the consumer's dead letters with
+ * the provider's answer, so that one bad address never holds back the customers after it. An
+ * operator reads the bounces there and can replay them once the addresses are fixed. Few attempts
+ * suffice and keep the cost of a hard bounce small (each retry holds up the mails behind it): this
+ * provider's transient refusals pass on the first retry. Against a real provider, an outage longer
+ * than the retries would also land mails in the dead letters, to be replayed once it is over.
+ */
 export function mailer(
-  transport: ReturnType<typeof fakeMailTransport>,
+  transport: MailTransport,
   orderCustomer: (orderId: string) => Promise<string | undefined>,
 ): Consumer {
   return {
     name: 'mailer',
-    errorPolicy: { maxAttempts: 3 },
+    errorPolicy: { maxAttempts: MAILER_MAX_ATTEMPTS, skipApplyErrors: true },
     handler: async (event) => {
       const shop = asShopEvent(event);
       if (!shop) return;

@@ -1,33 +1,55 @@
-import type { Consumer } from '@sluice/core';
+import type { Consumer, EventRecord } from '@sluice/core';
 import { asShopEvent } from '../events.js';
+
+/** Attempts on one event before `order-stats` turns dead. */
+export const ORDER_STATS_MAX_ATTEMPTS = 3;
 
 /**
  * A transactional projection: its counters are written through the turn's transaction, so they
  * commit exactly when the consumer's cursor does (exactly-once effects in the same database).
+ *
+ * It never skips an event on its own (no `skipApplyErrors`): /stats would silently be wrong. An
+ * event it cannot read fails the same way on every attempt (database failures are retried by the
+ * dispatcher without counting), so after a few attempts it turns dead and waits for an operator to
+ * decide, for example to skip that event. The amounts are checked before they are added: a
+ * malformed one stops the projection with a message that names the event and the field.
  */
 export function orderStats(): Consumer {
   return {
     name: 'order-stats',
     transactional: true,
+    errorPolicy: { maxAttempts: ORDER_STATS_MAX_ATTEMPTS },
     handler: async (event, ctx) => {
       const tx = ctx.tx;
       const shop = asShopEvent(event);
       if (!tx || !shop) return;
-      const bump = (name: string, by: number | string) =>
+      const bump = (name: string, by: number) =>
         tx`update shop.order_stats set value = value + ${String(by)}::bigint where name = ${name}`;
       switch (shop.type) {
         case 'OrderPlaced':
           await bump('placed', 1);
           break;
-        case 'OrderPaid':
+        case 'OrderPaid': {
+          const amount = cents(event, 'amountCents', shop.data.amountCents);
           await bump('paid', 1);
-          await bump('revenue_cents', shop.data.amountCents);
+          await bump('revenue_cents', amount);
           break;
-        case 'OrderCancelled':
+        }
+        case 'OrderCancelled': {
+          const refund = shop.data.wasPaid ? cents(event, 'totalCents', shop.data.totalCents) : 0;
           await bump('cancelled', 1);
-          if (shop.data.wasPaid) await bump('refunded_cents', shop.data.totalCents);
+          if (refund > 0) await bump('refunded_cents', refund);
           break;
+        }
       }
     },
   };
+}
+
+function cents(event: EventRecord, field: string, value: unknown): number {
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+  throw new Error(
+    `${event.type} event ${event.id} (${event.streamId}): ${field} is ${JSON.stringify(value)}, ` +
+      'not a whole number of cents',
+  );
 }

@@ -14,8 +14,9 @@ export function homeRoutes(app: FastifyInstance, opsPrefix: string): void {
   <li><a href="/stats">/stats</a> — the <code>order-stats</code> transactional projection</li>
   <li><a href="/feed">/feed</a> — Server-Sent Events from the per-instance <code>live-feed</code> consumer</li>
   <li><a href="/search?q=SKU">/search?q=…</a> — the <code>search-index</code> consumer (batch handler)</li>
-  <li><a href="/mails">/mails</a> — what the <code>mailer</code> reactor sent</li>
+  <li><a href="/mails">/mails</a> — what the <code>mailer</code> reactor sent, and what the mail provider refused</li>
   <li><a href="/metrics">/metrics</a> — Prometheus metrics</li>
+  <li><code>POST /demo/poison</code> — appends a malformed <code>OrderPaid</code> that <code>order-stats</code> cannot read</li>
 </ul>
 </body></html>`),
   );

@@ -1,11 +1,11 @@
 import type { FastifyInstance } from 'fastify';
-import type { SentMail } from '../consumers/mailer.js';
+import type { MailTransport } from '../consumers/mailer.js';
 import type { searchIndex } from '../consumers/search-index.js';
 
 /** The read side: each served by one consumer's read model. */
 export function readModelRoutes(
   app: FastifyInstance,
-  models: { search: ReturnType<typeof searchIndex>; sentMails: readonly SentMail[] },
+  models: { search: ReturnType<typeof searchIndex>; mails: MailTransport },
 ): void {
   // order-stats: a table written in the consumer's transaction.
   app.get('/stats', async () => {
@@ -30,6 +30,11 @@ export function readModelRoutes(
     }),
   });
 
-  // mailer: what the fake transport "sent".
-  app.get('/mails', () => ({ sent: models.sentMails.length, last: models.sentMails.slice(-20) }));
+  // mailer: what the fake provider "sent", and what it refused (each refusal is one attempt).
+  app.get('/mails', () => ({
+    sent: models.mails.sent.length,
+    refused: models.mails.refused.length,
+    last: models.mails.sent.slice(-20),
+    lastRefused: models.mails.refused.slice(-20),
+  }));
 }
