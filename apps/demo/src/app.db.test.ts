@@ -142,11 +142,12 @@ async function scrape(
 ): Promise<{ contentType: string | null; vary: string | null; body: string }> {
   const { app } = await demo();
   await app.inject({ method: 'POST', url: '/orders', payload: order('metrics@example.com') });
-  let response = await app.inject({ method: 'GET', url: '/metrics', headers: { accept } });
-  await until(async () => {
-    response = await app.inject({ method: 'GET', url: '/metrics', headers: { accept } });
-    return response.body.includes('sluice_handler_duration_seconds_bucket');
-  }, 'handler durations in /metrics');
+  const get = () => app.inject({ method: 'GET', url: '/metrics', headers: { accept } });
+  await until(
+    async () => (await get()).body.includes('sluice_handler_duration_seconds_bucket'),
+    'handler durations in /metrics',
+  );
+  const response = await get();
   expect(response.statusCode).toBe(200);
   return {
     contentType: response.headers['content-type'] as string | null,
