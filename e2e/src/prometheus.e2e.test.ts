@@ -1,4 +1,5 @@
-// A real Prometheus server (Debian's prometheus package) scrapes the demo's /metrics every second.
+// The demo's /metrics under Prometheus's own tools (Debian's prometheus package): `promtool check
+// metrics` lints what curl gets, and a real Prometheus server scrapes it every second.
 // It asks for OpenMetrics and reads it with its own parser, so an exposition it cannot parse marks
 // the target down; then a PromQL query for a consumer that lags answers what Sluice's ops routes
 // report, and the handler-duration histogram answers a quantile.
@@ -13,10 +14,14 @@ import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
 
 const PROMETHEUS = process.env['PROMETHEUS_PATH'] ?? 'prometheus';
+const PROMTOOL = process.env['PROMTOOL_PATH'] ?? 'promtool';
 const hasPrometheus = spawnSync(PROMETHEUS, ['--version']).status === 0;
-// CI installs the prometheus package and sets SLUICE_REQUIRE_PROMETHEUS: there a missing server fails the run.
-if (!hasPrometheus && process.env['SLUICE_REQUIRE_PROMETHEUS']) {
-  throw new Error(`no ${PROMETHEUS}: install Debian's prometheus package (or set PROMETHEUS_PATH)`);
+const hasPromtool = spawnSync(PROMTOOL, ['--version']).status === 0;
+// CI installs the prometheus package and sets SLUICE_REQUIRE_PROMETHEUS: there a missing tool fails the run.
+if ((!hasPrometheus || !hasPromtool) && process.env['SLUICE_REQUIRE_PROMETHEUS']) {
+  throw new Error(
+    `no ${hasPrometheus ? PROMTOOL : PROMETHEUS}: install Debian's prometheus package (or set PROMETHEUS_PATH and PROMTOOL_PATH)`,
+  );
 }
 
 const db = await useTestDatabase();
@@ -218,3 +223,34 @@ test.skipIf(!hasPrometheus)(
     expect(target?.lastError).toBe('');
   },
 );
+
+test.skipIf(!hasPromtool)("promtool check metrics accepts the demo's /metrics as curl gets it", async () => {
+  const { app } = await buildApp({
+    sql: db.sql,
+    instanceId: 'e2e-promtool',
+    bounce: /^bounce/,
+    opsPassword: PASSWORD,
+    pollIntervalMs: 50,
+  });
+  onTestFinished(() => app.close());
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const metrics = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/metrics`;
+  const placed = await app.inject({
+    method: 'POST',
+    url: '/orders',
+    payload: { customer: 'ada@example.com', items: [{ sku: 'TEA-1', quantity: 1, priceCents: 450 }] },
+  });
+  expect(placed.statusCode).toBe(201);
+  // Every family has samples once the handlers ran: the histogram, the counters, the gauges.
+  const response = await until(
+    async () => {
+      const got = await fetch(metrics, { headers: { accept: '*/*' } });
+      const body = await got.text();
+      return body.includes('sluice_handler_duration_seconds_bucket') ? { got, body } : undefined;
+    },
+    () => 'handler durations in /metrics',
+  );
+  expect(response.got.headers.get('content-type')).toBe('text/plain; version=0.0.4; charset=utf-8');
+  const lint = spawnSync(PROMTOOL, ['check', 'metrics'], { input: response.body, encoding: 'utf8' });
+  expect({ status: lint.status, output: lint.stdout + lint.stderr }).toEqual({ status: 0, output: '' });
+});
