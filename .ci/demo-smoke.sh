@@ -13,7 +13,7 @@ PORT=${DEMO_SMOKE_PORT:-3917}
 LOG=$(mktemp)
 cleanup() {
   [ -n "${PGID:-}" ] && kill -KILL -"$PGID" 2>/dev/null || true
-  rm -f "$LOG" "$LOG.feed" "$LOG.metrics"
+  rm -f "$LOG" "$LOG.feed" "$LOG.metrics" "$LOG.openmetrics"
 }
 trap cleanup EXIT
 
@@ -41,9 +41,25 @@ done
 curl -sf "$BASE/stats" | grep -q '"paid":[1-9]' || { echo "/stats did not change" >&2; exit 1; }
 grep -q "event: OrderPaid" "$LOG.feed" || { sleep 1; grep -q "event: OrderPaid" "$LOG.feed"; } || { echo "/feed streamed nothing" >&2; exit 1; }
 kill "$FEED" 2>/dev/null && wait "$FEED" 2>/dev/null || true
-# Into a file first: with pipefail, grep -q leaving early would fail curl's write (SIGPIPE).
-curl -sf "$BASE/metrics" >"$LOG.metrics"
+# Into a file first: with pipefail, grep -q leaving early would fail curl's write (SIGPIPE). curl
+# asks for */*, which gets the Prometheus text format; Prometheus's own Accept gets OpenMetrics.
+TEXT_TYPE=$(curl -sf -o "$LOG.metrics" -w '%{content_type}' "$BASE/metrics")
 grep -q '^sluice_events_processed_total' "$LOG.metrics" || { echo "/metrics has no Sluice metrics" >&2; exit 1; }
+grep -q '^sluice_handler_duration_seconds_bucket' "$LOG.metrics" || { echo "/metrics has no handler durations" >&2; exit 1; }
+grep -q '^target_info{.*service_name="sluice-demo"' "$LOG.metrics" || { echo "/metrics has no service_name" >&2; exit 1; }
+[ "$TEXT_TYPE" = 'text/plain; version=0.0.4; charset=utf-8' ] || { echo "/metrics Content-Type: $TEXT_TYPE" >&2; exit 1; }
+OM_TYPE=$(curl -sf -o "$LOG.openmetrics" -w '%{content_type}' -H 'accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5' "$BASE/metrics")
+[ "$OM_TYPE" = 'application/openmetrics-text; version=1.0.0; charset=utf-8' ] || { echo "OpenMetrics Content-Type: $OM_TYPE" >&2; exit 1; }
+[ "$(tail -n 1 "$LOG.openmetrics")" = '# EOF' ] || { echo "the OpenMetrics exposition does not end with # EOF" >&2; exit 1; }
+# Prometheus's own linter (Debian package prometheus; CI installs it and sets SLUICE_REQUIRE_PROMETHEUS).
+if command -v promtool >/dev/null; then
+  promtool check metrics <"$LOG.metrics" || { echo "promtool check metrics rejected /metrics" >&2; exit 1; }
+  echo "demo smoke: promtool check metrics accepts /metrics"
+elif [ -n "${SLUICE_REQUIRE_PROMETHEUS:-}" ]; then
+  echo "demo smoke: promtool is not installed (Debian package prometheus)" >&2; exit 1
+else
+  echo "demo smoke: promtool not installed, /metrics not linted (apt-get install prometheus)"
+fi
 echo "demo smoke: order $ID placed and paid; /stats, /feed and /metrics answered"
 
 # Ctrl+C: SIGINT to every process of the group, as a terminal sends it. The server log is appended

@@ -1,7 +1,17 @@
 import { useTestDatabase } from '@sluice/testing/vitest';
+import { spawnSync } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { expect, onTestFinished, test } from 'vitest';
 import { buildApp, OPS_PREFIX, type DemoOptions } from './app.js';
+import { checkOpenMetrics } from './openmetrics-check.js';
+
+// promtool from Debian's prometheus package, on PATH. CI cannot skip these tests unnoticed: it
+// installs the package, and .ci/demo-smoke.sh and the end-to-end tests fail without it.
+const PROMTOOL = 'promtool';
+const hasPromtool = spawnSync(PROMTOOL, ['--version']).status === 0;
+/** The Accept header of Prometheus 2's scrapes. */
+const PROMETHEUS_ACCEPT =
+  'application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1';
 
 const db = await useTestDatabase();
 const PASSWORD = 'demo-test-password';
@@ -185,7 +195,50 @@ test('/feed streams events over Server-Sent Events and /metrics shows Sluice met
   let metrics = '';
   await until(async () => {
     metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-    return /sluice_events_processed_total\{sluice_consumer_name="order-stats"/.test(metrics);
+    return /^sluice_events_processed_total\{[^}]*sluice_consumer_name="order-stats"/m.test(metrics);
   }, 'the order-stats metrics');
   expect(metrics).toContain('sluice_consumer_lag');
 });
+
+/** /metrics as a scraper sending `accept` gets it, once the handler histogram has values. */
+async function scrape(
+  accept: string,
+): Promise<{ contentType: string | null; vary: string | null; body: string }> {
+  const { app } = await demo();
+  await app.inject({ method: 'POST', url: '/orders', payload: order('metrics@example.com') });
+  const get = () => app.inject({ method: 'GET', url: '/metrics', headers: { accept } });
+  await until(
+    async () => (await get()).body.includes('sluice_handler_duration_seconds_bucket'),
+    'handler durations in /metrics',
+  );
+  const response = await get();
+  expect(response.statusCode).toBe(200);
+  return {
+    contentType: response.headers['content-type'] as string | null,
+    vary: response.headers['vary'] as string | null,
+    body: response.body,
+  };
+}
+
+test('/metrics answers Prometheus in valid OpenMetrics, with the demo service name and seconds-sized buckets', async () => {
+  const { contentType, vary, body } = await scrape(PROMETHEUS_ACCEPT);
+  expect(contentType).toBe('application/openmetrics-text; version=1.0.0; charset=utf-8');
+  expect(vary).toBe('accept');
+  expect(checkOpenMetrics(body)).toEqual([]);
+  expect(body).toMatch(/^target_info\{[^}]*service_name="sluice-demo"[^}]*\} 1$/m);
+  expect(body).toContain('# UNIT sluice_handler_duration_seconds seconds\n');
+  expect(body).toMatch(/^sluice_handler_duration_seconds_bucket\{[^}]*le="0.001"\} \d+$/m);
+  expect(body).toMatch(/^sluice_handler_duration_seconds_bucket\{[^}]*le="30.0"\} \d+$/m);
+  expect(body).not.toMatch(/le="10000"/);
+});
+
+test.skipIf(!hasPromtool)(
+  '/metrics answers curl in the Prometheus text format, which promtool check metrics accepts',
+  async () => {
+    const { contentType, body } = await scrape('*/*');
+    expect(contentType).toBe('text/plain; version=0.0.4; charset=utf-8');
+    expect(body).not.toContain('# EOF');
+    const lint = spawnSync(PROMTOOL, ['check', 'metrics'], { input: body, encoding: 'utf8' });
+    expect({ status: lint.status, output: lint.stdout + lint.stderr }).toEqual({ status: 0, output: '' });
+  },
+);

@@ -50,7 +50,7 @@ export async function buildApp(options: DemoOptions): Promise<{
 }> {
   const app = Fastify({ logger: options.logger ?? false, routerOptions: { maxParamLength: 256 } });
   await createShopSchema(options.sql);
-  const metrics = createMetrics();
+  const metrics = createMetrics(options.instanceId);
   const tracing = createTracing(options.traces ?? false);
   tracing.routes(app);
   const mails = fakeMailTransport({

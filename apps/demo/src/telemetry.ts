@@ -1,20 +1,48 @@
 import { context, trace, type TracerProvider } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
-import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources';
+import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, ConsoleSpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { FastifyInstance } from 'fastify';
+import { CONTENT_TYPES, negotiate, serialize } from './exposition.js';
 
-/** Prometheus metrics served by the app itself (no second HTTP server). */
-export function createMetrics() {
-  const exporter = new PrometheusExporter({ preventServerStart: true });
-  const meterProvider = new MeterProvider({ readers: [exporter] });
+/** The service name on the demo's metrics (`target_info{service_name="sluice-demo"}`). */
+export const SERVICE_NAME = 'sluice-demo';
+
+/** Collects when /metrics is scraped: the pull model, nothing exported in between. */
+class ScrapeReader extends MetricReader {
+  protected override onShutdown(): Promise<void> {
+    return Promise.resolve();
+  }
+  protected override onForceFlush(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+/**
+ * Prometheus metrics served by the app itself (no second HTTP server), as OpenMetrics or the
+ * Prometheus text format, whichever the scraper's Accept header prefers (see exposition.ts).
+ */
+export function createMetrics(instanceId: string) {
+  const reader = new ScrapeReader();
+  const meterProvider = new MeterProvider({
+    // The SDK's own attributes (telemetry.sdk.*), plus who this is.
+    resource: defaultResource().merge(
+      resourceFromAttributes({ 'service.name': SERVICE_NAME, 'service.instance.id': instanceId }),
+    ),
+    readers: [reader],
+  });
   return {
     meterProvider,
     routes(app: FastifyInstance) {
-      app.get('/metrics', (request, reply) => {
-        reply.hijack();
-        exporter.getMetricsRequestHandler(request.raw, reply.raw);
+      app.get('/metrics', async (request, reply) => {
+        const format = negotiate(request.headers.accept);
+        const { resourceMetrics, errors } = await reader.collect();
+        for (const error of errors) request.log.warn({ err: error }, 'a metric callback failed');
+        return reply
+          .header('content-type', CONTENT_TYPES[format])
+          .header('vary', 'accept')
+          .send(serialize(resourceMetrics, format));
       });
     },
     shutdown: () => meterProvider.shutdown(),

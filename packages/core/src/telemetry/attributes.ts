@@ -21,20 +21,29 @@ export const ATTR = {
   messagingBatchCount: 'messaging.batch.message_count',
 } as const;
 
-/** Every metric Sluice records, with its unit (CONVENTIONS C10; listed in docs/operating.md). */
+/**
+ * Every metric Sluice records (listed with its unit and Prometheus name in docs/operating.md).
+ *
+ * OpenTelemetry names, dotted. A seconds-valued metric carries its unit in its last word
+ * (`_seconds`, with the unit `s`): exporters that follow OpenTelemetry's Prometheus compatibility
+ * rules append a unit suffix only when the name lacks it, and `@opentelemetry/exporter-prometheus`
+ * appends none, so the Prometheus name is the same whichever exporter a user runs. Counts carry a
+ * `{…}` annotation as their unit, which adds no suffix; counters get `_total` from the exporter,
+ * so no name here ends in `total`.
+ */
 export const METRIC = {
   eventsProcessed: 'sluice.events.processed',
   eventsFailed: 'sluice.events.failed',
   eventsLate: 'sluice.events.late',
-  handlerDuration: 'sluice.handler.duration',
+  handlerDuration: 'sluice.handler.duration_seconds',
   consumerLag: 'sluice.consumer.lag',
-  consumerLagDuration: 'sluice.consumer.lag.duration',
-  consumerStagnation: 'sluice.consumer.stagnation',
+  consumerLagDuration: 'sluice.consumer.lag_seconds',
+  consumerStagnation: 'sluice.consumer.stagnation_seconds',
   consumerDead: 'sluice.consumer.dead',
   rearmExhausted: 'sluice.consumer.rearm_exhausted',
   consumerReregistered: 'sluice.consumer.reregistered',
   gapsPending: 'sluice.gaps.pending',
-  gapsOldestAge: 'sluice.gaps.oldest_age',
+  gapsOldestAge: 'sluice.gaps.oldest_age_seconds',
   gapsBurnt: 'sluice.gaps.burnt',
   passes: 'sluice.passes',
   listenConnected: 'sluice.listen.connected',

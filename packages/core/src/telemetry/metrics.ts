@@ -35,6 +35,18 @@ export interface DispatcherMetrics {
   setListenConnected(connected: boolean): void;
 }
 
+/**
+ * Bucket boundaries of the handler-duration histogram, in seconds: 1-2.5-5 steps from 1 ms (a
+ * handler that writes one row) to 10 s (a slow remote call), then 30 s, the default
+ * `handlerTimeoutMs`, so calls close to the limit stand apart and calls cut off by it (a little
+ * over 30 s) land above every boundary. The SDK's default boundaries (0 to 10 000) suit
+ * milliseconds: in seconds every call would fall in the first bucket. Given as the instrument's
+ * advice, they apply under any SDK that honours advice, without a View; a View still overrides them.
+ */
+export const HANDLER_DURATION_BOUNDARIES_SECONDS: readonly number[] = Object.freeze([
+  0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+]);
+
 /** Instruments from `meterProvider` (or the global one: a no-op without an SDK). */
 export function createMetrics(meterProvider: MeterProvider | undefined): DispatcherMetrics {
   const meter = (meterProvider ?? metrics.getMeterProvider()).getMeter('@sluice/core');
@@ -57,6 +69,7 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
   const handlerDuration = meter.createHistogram(METRIC.handlerDuration, {
     description: 'Handler call duration',
     unit: 's',
+    advice: { explicitBucketBoundaries: [...HANDLER_DURATION_BOUNDARIES_SECONDS] },
   });
   const passes = meter.createCounter(METRIC.passes, {
     description: 'Dispatcher passes by outcome',
@@ -101,9 +114,14 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
   gauge(METRIC.gapsOldestAge, 'Age of the oldest pending gap range', 's', (g) =>
     g.oldestGapSinceMs === null ? 0 : Math.max(0, (performance.now() - g.oldestGapSinceMs) / 1000),
   );
-  gauge(METRIC.consumerDead, '1 while the consumer is dead', '1', (g) => (g.dead ? 1 : 0));
+  // Counts (of dead consumers, of LISTEN connections), not the unit `1`: exporters that follow
+  // OpenTelemetry's Prometheus rules would name a gauge in `1` `…_ratio`, which these are not.
+  gauge(METRIC.consumerDead, '1 while the consumer is dead', '{consumer}', (g) => (g.dead ? 1 : 0));
   meter
-    .createObservableGauge(METRIC.listenConnected, { description: '1 while LISTEN is connected', unit: '1' })
+    .createObservableGauge(METRIC.listenConnected, {
+      description: '1 while LISTEN is connected',
+      unit: '{connection}',
+    })
     .addCallback((result) => {
       if (listenConnected !== undefined) result.observe(listenConnected);
     });

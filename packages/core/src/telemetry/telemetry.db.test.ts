@@ -17,11 +17,13 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { appendEvents, drainUntilIdle, failingOn, openTransaction, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from '../append.js';
 import type { Dispatcher } from '../dispatcher/create-dispatcher.js';
 import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
 import { ATTR, METRIC } from './attributes.js';
+import { HANDLER_DURATION_BOUNDARIES_SECONDS } from './metrics.js';
 
 const db = await useTestDatabase();
 
@@ -156,6 +158,47 @@ describe('telemetry', () => {
       expect(m.value(METRIC.consumerDead, attributes)).toBe(0);
     }
     expect(m.value(METRIC.eventsFailed)).toBeUndefined();
+  });
+
+  test('handler durations spread over the seconds-sized buckets of the histogram, not all in its first', async () => {
+    const schema = await freshSchema(db);
+    const t = telemetry();
+    // Real handler times from nothing to 400 ms, one per bucket of the advised boundaries.
+    const sleepsMs = [0, 3, 7, 18, 40, 75, 180, 400];
+    const timed = recordingConsumer('timed', {
+      handler: async (e) => {
+        await sleep((e.data as { ms: number }).ms);
+      },
+    });
+    const dispatcher = testDispatcher(db.sql, schema, [timed.consumer], { meterProvider: t.meterProvider });
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, sleepsMs.length, (n) => ({ ...event(n), data: { ms: sleepsMs[n] } }), schema);
+    await drainUntilIdle(dispatcher);
+
+    const histogram = (await t.metrics()).metric(METRIC.handlerDuration);
+    expect(histogram.descriptor.unit).toBe('s');
+    expect(histogram.dataPointType).toBe(DataPointType.HISTOGRAM);
+    if (histogram.dataPointType !== DataPointType.HISTOGRAM) return;
+    const [point] = matching(histogram.dataPoints, { ...of('timed'), [ATTR.handlerOutcome]: 'ok' });
+    // The instrument's advice reached the SDK: no View was registered.
+    expect(point!.value.buckets.boundaries).toEqual(HANDLER_DURATION_BOUNDARIES_SECONDS);
+    expect(point!.value.count).toBe(sleepsMs.length);
+    const { boundaries, counts } = point!.value.buckets;
+    const occupied = counts.filter((n) => n > 0).length;
+    expect(occupied, `bucket counts ${JSON.stringify(counts)}`).toBeGreaterThanOrEqual(5);
+    // A handler lasts at least its sleep (give timers 1 ms of rounding): at most the shorter
+    // sleeps fit under each boundary. Seconds recorded against millisecond buckets, or the reverse,
+    // would break this.
+    let cumulative = 0;
+    boundaries.forEach((boundary, i) => {
+      cumulative += counts[i]!;
+      expect(cumulative, `observations <= ${boundary} s`).toBeLessThanOrEqual(
+        sleepsMs.filter((ms) => ms - 1 <= boundary * 1000).length,
+      );
+    });
+    expect(point!.value.sum).toBeGreaterThanOrEqual(
+      (sleepsMs.reduce((a, b) => a + b, 0) - sleepsMs.length) / 1000,
+    );
   });
 
   test('handler failures count in sluice.events.failed and a consumer at maxAttempts shows as dead', async () => {
