@@ -40,13 +40,13 @@ export async function withLockedConsumer<T>(
   action: (locked: LockedConsumer) => Promise<T>,
 ): Promise<T> {
   try {
-    return (await guardedBegin(ctx.sql, async (tx) => {
+    return await guardedBegin(ctx.sql, async (tx) => {
       await tx`select set_config('lock_timeout', ${String(ctx.lockTimeoutMs)}, true)`;
       const instance = await resolveInstance(tx, ctx, name, instanceId);
       const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
       if (!row) throw new ConsumerNotFoundError(name, instanceId);
       return action({ tx, row, instanceId: instance });
-    }));
+    });
   } catch (error) {
     if (sqlStateOf(error) === '55P03') throw new ConsumerBusyError(name, ctx.lockTimeoutMs);
     throw error;

@@ -244,7 +244,7 @@ export async function transaction<T>(sql: Sql, fn: (tx: TransactionSql) => Promi
     { guardStatements: false },
   );
   for (const schema of schemas) wakeUpNotifierFor(sql, schema).poke();
-  return result as T;
+  return result;
 }
 
 /**

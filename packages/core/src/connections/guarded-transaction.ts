@@ -74,7 +74,8 @@ export async function guardedBegin<T>(
       try {
         result = fn(guardStatements ? guardTransaction(tx, live) : tx, live);
       } catch (error) {
-        result = Promise.reject(error as Error);
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
+        result = Promise.reject(error);
       }
       result.then(
         (value) => {
@@ -83,7 +84,8 @@ export async function guardedBegin<T>(
         (error: unknown) => {
           failedWith = { error };
           if (!live.isEnded && !isConnectionLoss(error)) {
-            reject(error as Error);
+            // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
+            reject(error);
             return;
           }
           live.end();
@@ -91,7 +93,8 @@ export async function guardedBegin<T>(
           // sent to a connection without a socket. Only if begin() has not failed after a while was
           // the connection alive after all: then let the driver roll back.
           const timer = setTimeout(() => {
-            if (!beginFailed) reject(error as Error);
+            // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
+            if (!beginFailed) reject(error);
           }, SETTLE_AFTER_LOSS_MS);
           timer.unref();
         },
@@ -157,7 +160,11 @@ export function guardTransaction(tx: TransactionSql, live: Liveness): Transactio
       if (property === 'unsafe' || property === 'file') {
         return (...args: unknown[]) => {
           check();
-          const made = Reflect.apply(value as (...a: unknown[]) => unknown, target, args) as unknown;
+          const made = Reflect.apply<unknown, unknown[], unknown>(
+            value as (...a: unknown[]) => unknown,
+            target,
+            args,
+          );
           return made instanceof Promise ? guardStatement(made, live) : made;
         };
       }
@@ -177,7 +184,8 @@ function settleWhileLive<T>(promise: Promise<T>, live: Liveness): Promise<T> {
       },
       (error: unknown) => {
         if (isConnectionLoss(error)) live.end();
-        if (!live.isEnded) reject(error as Error);
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
+        if (!live.isEnded) reject(error);
       },
     );
   });
@@ -192,7 +200,8 @@ function untilEnded<T>(promise: Promise<T>, live: Liveness): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     promise.then(resolve, (error: unknown) => {
       if (isConnectionLoss(error)) live.end();
-      reject(error as Error);
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
+      reject(error);
     });
     void live.ended.then(() => {
       reject(new TransactionAbandonedError());

@@ -70,7 +70,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       },
     };
     const pool: Pool = {
-      sql: postgres(options as unknown as Options) as unknown as Sql,
+      sql: postgres(options as unknown as Options),
       inFlight: 0,
       whenIdle: [],
     };
@@ -161,11 +161,11 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   const handle = new Proxy(function sluiceSql() {} as unknown as Sql, {
     apply(_target, thisArg, args: unknown[]) {
       const pool = current;
-      const made = Reflect.apply(
+      const made = Reflect.apply<unknown, unknown[], unknown>(
         pool.sql as unknown as (...a: unknown[]) => unknown,
         thisArg,
         args,
-      ) as unknown;
+      );
       return made instanceof Promise ? trackStatement(pool, made) : made;
     },
     get(_target, property) {
@@ -173,7 +173,8 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       const pool = current;
       if (property === 'begin') {
         return (...args: unknown[]) => {
-          const begun = Reflect.apply(pool.sql.begin, pool.sql, args) as Promise<unknown>;
+          const begin = Reflect.get(pool.sql, 'begin') as (...a: unknown[]) => Promise<unknown>;
+          const begun = Reflect.apply(begin, pool.sql, args);
           track(pool, begun);
           return begun;
         };

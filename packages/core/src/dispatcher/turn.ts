@@ -108,7 +108,9 @@ export async function runTurn(
     // A guarded transaction: once its connection is lost, nothing of the turn runs on it any more
     // (see connections/guarded-transaction.ts).
     const outcome = await guardedBegin(env.options.sql, (tx, live) => {
-      endTurn = live.end;
+      endTurn = () => {
+        live.end();
+      };
       body = turnInTransaction(env, consumer, tx, span, limit, expectedCursor, lastWrites, progress);
       return body;
     });
