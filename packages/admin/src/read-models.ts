@@ -1,6 +1,6 @@
-import { listRanges, type StoredRange } from '@sluice/core';
+import { DeadLetterNotFoundError, EventNotFoundError, listRanges, type StoredRange } from '@sluice/core';
 import { resolveInstance, type AdminContext } from './context.js';
-import { checkLimit, checkName, checkText } from './validate.js';
+import { checkEventId, checkLimit, checkName, checkText } from './validate.js';
 
 export type ConsumerStatus = 'idle' | 'processing' | 'dead' | 'disabled';
 
@@ -21,6 +21,13 @@ export interface ConsumerSummary {
   readonly stuckEventId: bigint | null;
   readonly lastError: string | null;
   readonly lastErrorAt: Date | null;
+  /**
+   * When the last error stopped being current, by the database's clock: the cursor advanced after
+   * it (`lastProgressAt` later than `lastErrorAt`) and the consumer is neither retrying nor dead
+   * nor disabled. Null while the error is current, or when there is none. The error text is kept
+   * after recovery (only a restart clears it), so this tells a past error from a present one.
+   */
+  readonly lastErrorResolvedAt: Date | null;
   readonly failureCategory: string | null;
   readonly rearmCount: number;
   readonly disabledUntil: Date | null;
@@ -50,6 +57,7 @@ interface SummaryRow {
   stuck_event_id: string | null;
   last_error: string | null;
   last_error_at: Date | null;
+  last_error_resolved_at: Date | null;
   failure_category: string | null;
   rearm_count: number;
   disabled_until: Date | null;
@@ -72,6 +80,9 @@ async function summaries(ctx: AdminContext, name?: string): Promise<ConsumerSumm
            c.gap_count, extract(epoch from now() - c.oldest_gap_at)::float8 as oldest_gap_age,
            c.attempts, c.stuck_event_id::text, c.last_error, c.last_error_at, c.failure_category, c.rearm_count,
            c.disabled_until, c.disabled_reason, c.last_seen_at, c.last_progress_at, c.updated_at,
+           case when c.last_error is not null and c.attempts = 0 and c.status in ('idle', 'processing')
+                     and c.last_progress_at > c.last_error_at then c.last_progress_at
+           end as last_error_resolved_at,
            case when c.cursor < h.head then
              extract(epoch from now() - coalesce(c.last_progress_at, c.updated_at))::float8
            end as stagnation_seconds,
@@ -102,6 +113,7 @@ function toSummary(r: SummaryRow): ConsumerSummary {
     stuckEventId: r.stuck_event_id === null ? null : BigInt(r.stuck_event_id),
     lastError: r.last_error,
     lastErrorAt: r.last_error_at,
+    lastErrorResolvedAt: r.last_error_resolved_at,
     failureCategory: r.failure_category,
     rearmCount: r.rearm_count,
     disabledUntil: r.disabled_until,
@@ -174,22 +186,12 @@ interface DeadLetterRow {
   replayed_at: Date | null;
 }
 
-/** A consumer's dead letters, newest first. @throws {ConsumerNotFoundError} */
-export async function listDeadLetters(
-  ctx: AdminContext,
-  nameInput: string,
-  options: { instanceId?: string; limit?: number } = {},
-): Promise<DeadLetter[]> {
-  const name = checkName(nameInput, 'name');
-  const limit = checkLimit(options.limit);
-  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
-  const rows = await ctx.sql<DeadLetterRow[]>`
-    select d.id::text, d.consumer_name, d.instance_id, d.event_id::text, d.stream_id, d.type, d.data, d.metadata,
-           d.event_created_at, d.reason, d.error, d.attempts, d.created_at, d.replay_requested_at, d.replayed_at
-    from ${ctx.tables.deadLetters} d
-    where d.consumer_name = ${name} and d.instance_id = ${instanceId}
-    order by d.id desc limit ${limit}`;
-  return rows.map((r) => ({
+const DEAD_LETTER_COLUMNS = (ctx: AdminContext) => ctx.sql`
+  d.id::text, d.consumer_name, d.instance_id, d.event_id::text, d.stream_id, d.type, d.data, d.metadata,
+  d.event_created_at, d.reason, d.error, d.attempts, d.created_at, d.replay_requested_at, d.replayed_at`;
+
+function toDeadLetter(r: DeadLetterRow): DeadLetter {
+  return {
     id: BigInt(r.id),
     consumer: r.consumer_name,
     instanceId: r.instance_id,
@@ -205,7 +207,104 @@ export async function listDeadLetters(
     createdAt: r.created_at,
     replayRequestedAt: r.replay_requested_at,
     replayedAt: r.replayed_at,
-  }));
+  };
+}
+
+/** A consumer's dead letters, newest first. @throws {ConsumerNotFoundError} */
+export async function listDeadLetters(
+  ctx: AdminContext,
+  nameInput: string,
+  options: { instanceId?: string; limit?: number } = {},
+): Promise<DeadLetter[]> {
+  const name = checkName(nameInput, 'name');
+  const limit = checkLimit(options.limit);
+  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const rows = await ctx.sql<DeadLetterRow[]>`
+    select ${DEAD_LETTER_COLUMNS(ctx)}
+    from ${ctx.tables.deadLetters} d
+    where d.consumer_name = ${name} and d.instance_id = ${instanceId}
+    order by d.id desc limit ${limit}`;
+  return rows.map(toDeadLetter);
+}
+
+/**
+ * One dead letter of a consumer, by its id (the `id` of {@link listDeadLetters}, not the event id).
+ * @throws {ConsumerNotFoundError} @throws {DeadLetterNotFoundError} @throws {InvalidOptionError}
+ */
+export async function showDeadLetter(
+  ctx: AdminContext,
+  nameInput: string,
+  options: { id: bigint; instanceId?: string },
+): Promise<DeadLetter> {
+  const name = checkName(nameInput, 'name');
+  const id = checkEventId(options.id, 'id');
+  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const [row] = await ctx.sql<DeadLetterRow[]>`
+    select ${DEAD_LETTER_COLUMNS(ctx)}
+    from ${ctx.tables.deadLetters} d
+    where d.id = ${id.toString()}::bigint and d.consumer_name = ${name} and d.instance_id = ${instanceId}`;
+  if (!row) throw new DeadLetterNotFoundError(name, id);
+  return toDeadLetter(row);
+}
+
+/** One event of the log as an operator opens it from a consumer (its stuck event, a gap id). */
+export interface ConsumerEvent {
+  readonly consumer: string;
+  readonly instanceId: string;
+  readonly id: bigint;
+  readonly streamId: string;
+  readonly type: string;
+  readonly data: Record<string, unknown>;
+  readonly metadata: Record<string, unknown>;
+  readonly createdAt: Date;
+  /**
+   * The consumer is stuck on this event (retrying it, or dead on it): the one event `skip`
+   * accepts, and what it would copy to the dead letters.
+   */
+  readonly stuck: boolean;
+}
+
+/**
+ * One event of the log, read in the context of a consumer row (which must exist): its payload and
+ * whether the consumer is stuck on it.
+ * @throws {ConsumerNotFoundError} @throws {EventNotFoundError} @throws {InvalidOptionError}
+ */
+export async function showEvent(
+  ctx: AdminContext,
+  nameInput: string,
+  options: { eventId: bigint; instanceId?: string },
+): Promise<ConsumerEvent> {
+  const name = checkName(nameInput, 'name');
+  const eventId = checkEventId(options.eventId);
+  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const [row] = await ctx.sql<
+    {
+      id: string;
+      stream_id: string;
+      type: string;
+      data: Record<string, unknown>;
+      metadata: Record<string, unknown>;
+      created_at: Date;
+      stuck: boolean;
+    }[]
+  >`
+    select e.id::text, e.stream_id, e.type, e.data, e.metadata, e.created_at,
+           coalesce(c.stuck_event_id = e.id and (c.attempts > 0 or c.status = 'dead'), false) as stuck
+    from ${ctx.tables.events} e
+    left join ${ctx.tables.consumers} c on c.name = ${name} and c.instance_id = ${instanceId}
+    where e.id = ${eventId.toString()}::bigint`;
+  if (!row) throw new EventNotFoundError(eventId);
+  return {
+    consumer: name,
+    instanceId,
+    id: BigInt(row.id),
+    streamId: row.stream_id,
+    type: row.type,
+    data: row.data,
+    metadata: row.metadata,
+    createdAt: row.created_at,
+    stuck: row.stuck,
+  };
 }
 
 export interface AuditRecord {

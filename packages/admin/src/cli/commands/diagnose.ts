@@ -22,7 +22,9 @@ function facts(d: Diagnosis): [string, string][] {
     ['attempts', `${c.attempts}${c.stuckEventId === null ? '' : ` (on event ${c.stuckEventId})`}`],
   ];
   if (c.lastError !== null) {
-    lines.push(['last error', `${oneLine(c.lastError)} (at ${formatTime(c.lastErrorAt)})`]);
+    const resolved =
+      c.lastErrorResolvedAt === null ? '' : `; resolved at ${formatTime(c.lastErrorResolvedAt)}`;
+    lines.push(['last error', `${oneLine(c.lastError)} (at ${formatTime(c.lastErrorAt)}${resolved})`]);
   }
   if (c.status === 'disabled') {
     lines.push(['disabled until', c.disabledUntil === null ? 'enabled again' : formatTime(c.disabledUntil)]);
