@@ -112,8 +112,10 @@ describe('read models', () => {
     await drainUntilIdle(dispatcher);
     const recovered = (await admin.listConsumers())[0]!;
     expect(recovered).toMatchObject({ status: 'idle', attempts: 0, cursor: 3n, lastError: 'poison event 2' });
+    // It recovered by itself: the database keeps only its latest advance.
     expect(recovered.lastErrorResolvedAt).toEqual(recovered.lastProgressAt);
     expect(recovered.lastErrorResolvedAt!.getTime()).toBeGreaterThan(recovered.lastErrorAt!.getTime());
+    expect(recovered.lastErrorResolvedBy).toBeNull();
 
     // A dead consumer's error is current, even when its cursor moved before it died.
     const dead = failingOn('dead', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } });
@@ -123,6 +125,20 @@ describe('read models', () => {
     const [deadRow] = await other.admin.listConsumers();
     expect(deadRow).toMatchObject({ status: 'dead', cursor: 1n, lastError: 'poison event 2' });
     expect(deadRow?.lastErrorResolvedAt).toBeNull();
+
+    // An operator's skip resolves it: the skip's time, not the consumer's latest advance.
+    await other.admin.skip('dead', { eventId: 2n, actor: 'alice' });
+    const [skipped] = await other.admin.listConsumers();
+    expect(skipped).toMatchObject({ status: 'idle', lastErrorResolvedAt: null }); // not advanced yet
+    await drainUntilIdle(other.dispatcher);
+    await appendEvents(db.sql, 1, undefined, other.schema);
+    await drainUntilIdle(other.dispatcher);
+    const [skipAudit] = await db.sql<{ at: Date }[]>`
+      select at from ${db.sql(`${other.schema}.audit`)} where action = 'skip'`;
+    const [afterSkip] = await other.admin.listConsumers();
+    expect(afterSkip).toMatchObject({ cursor: 3n, lastError: 'poison event 2', lastErrorResolvedBy: 'skip by alice' });
+    expect(afterSkip?.lastErrorResolvedAt).toEqual(skipAudit?.at);
+    expect(afterSkip!.lastProgressAt!.getTime()).toBeGreaterThan(skipAudit!.at.getTime());
   });
 
   test('showEvent reads one event of the log for a consumer, saying whether it is stuck on it', async () => {

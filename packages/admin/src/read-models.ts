@@ -22,12 +22,17 @@ export interface ConsumerSummary {
   readonly lastError: string | null;
   readonly lastErrorAt: Date | null;
   /**
-   * When the last error stopped being current, by the database's clock: the cursor advanced after
-   * it (`lastProgressAt` later than `lastErrorAt`) and the consumer is neither retrying nor dead
-   * nor disabled. Null while the error is current, or when there is none. The error text is kept
-   * after recovery (only a restart clears it), so this tells a past error from a present one.
+   * Set when the last error is past: the cursor advanced after it (`lastProgressAt` later than
+   * `lastErrorAt`) and the consumer is neither retrying, dead nor disabled. Null while the error is
+   * current, or when there is none (the error text is kept after a recovery; only a restart clears
+   * it). By the database's clock: the time of the first operator `skip` or `enable` of this row
+   * after the error when one resolved it (see `lastErrorResolvedBy`), else `lastProgressAt`. A
+   * consumer that recovered by itself (a retry succeeded, an automatic re-arm) leaves no record of
+   * that moment, only of its latest advance: the error was resolved at or before this time.
    */
   readonly lastErrorResolvedAt: Date | null;
+  /** The operator action that resolved the last error (`skip by alice`); null when none did. */
+  readonly lastErrorResolvedBy: string | null;
   readonly failureCategory: string | null;
   readonly rearmCount: number;
   readonly disabledUntil: Date | null;
@@ -58,6 +63,7 @@ interface SummaryRow {
   last_error: string | null;
   last_error_at: Date | null;
   last_error_resolved_at: Date | null;
+  last_error_resolved_by: string | null;
   failure_category: string | null;
   rearm_count: number;
   disabled_until: Date | null;
@@ -80,9 +86,8 @@ async function summaries(ctx: AdminContext, name?: string): Promise<ConsumerSumm
            c.gap_count, extract(epoch from now() - c.oldest_gap_at)::float8 as oldest_gap_age,
            c.attempts, c.stuck_event_id::text, c.last_error, c.last_error_at, c.failure_category, c.rearm_count,
            c.disabled_until, c.disabled_reason, c.last_seen_at, c.last_progress_at, c.updated_at,
-           case when c.last_error is not null and c.attempts = 0 and c.status in ('idle', 'processing')
-                     and c.last_progress_at > c.last_error_at then c.last_progress_at
-           end as last_error_resolved_at,
+           case when r.resolved then coalesce(o.at, c.last_progress_at) end as last_error_resolved_at,
+           case when r.resolved then o.action || ' by ' || o.actor end as last_error_resolved_by,
            case when c.cursor < h.head then
              extract(epoch from now() - coalesce(c.last_progress_at, c.updated_at))::float8
            end as stagnation_seconds,
@@ -91,6 +96,16 @@ async function summaries(ctx: AdminContext, name?: string): Promise<ConsumerSumm
               and d.replayed_at is null and d.replay_requested_at is null) as dead_letters
     from ${t.consumers} c
     cross join (select coalesce(max(id), 0) as head from ${t.events}) h
+    cross join lateral (
+      select c.last_error is not null and c.attempts = 0 and c.status in ('idle', 'processing')
+             and c.last_progress_at > c.last_error_at as resolved
+    ) r
+    left join lateral (
+      select a.at, a.action, a.actor from ${t.audit} a
+      where r.resolved and a.consumer_name = c.name and a.instance_id = c.instance_id
+        and a.action in ('skip', 'enable') and a.at >= c.last_error_at
+      order by a.at, a.id limit 1
+    ) o on true
     where ${name === undefined} or c.name = ${name ?? ''}
     order by c.name, c.instance_id`;
   return rows.map(toSummary);
@@ -114,6 +129,7 @@ function toSummary(r: SummaryRow): ConsumerSummary {
     lastError: r.last_error,
     lastErrorAt: r.last_error_at,
     lastErrorResolvedAt: r.last_error_resolved_at,
+    lastErrorResolvedBy: r.last_error_resolved_by,
     failureCategory: r.failure_category,
     rearmCount: r.rearm_count,
     disabledUntil: r.disabled_until,

@@ -23,7 +23,11 @@ function facts(d: Diagnosis): [string, string][] {
   ];
   if (c.lastError !== null) {
     const resolved =
-      c.lastErrorResolvedAt === null ? '' : `; resolved at ${formatTime(c.lastErrorResolvedAt)}`;
+      c.lastErrorResolvedAt === null
+        ? ''
+        : c.lastErrorResolvedBy === null
+          ? `; resolved, advancing again (last at ${formatTime(c.lastErrorResolvedAt)})`
+          : `; resolved at ${formatTime(c.lastErrorResolvedAt)} (${c.lastErrorResolvedBy})`;
     lines.push(['last error', `${oneLine(c.lastError)} (at ${formatTime(c.lastErrorAt)}${resolved})`]);
   }
   if (c.status === 'disabled') {
