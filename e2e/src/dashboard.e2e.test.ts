@@ -91,9 +91,9 @@ function focusedAction(page: Page): Promise<string | null> {
 
 /** The visible write actions of a consumer row, in order. */
 async function offered(row: Locator): Promise<string[]> {
-  return row.locator('.actions button.write:visible').evaluateAll((buttons) =>
-    buttons.map((b) => b.getAttribute('data-action') ?? ''),
-  );
+  return row
+    .locator('.actions button.write:visible')
+    .evaluateAll((buttons) => buttons.map((b) => b.getAttribute('data-action') ?? ''));
 }
 
 const status = (row: Locator) => row.locator('[data-status]').getAttribute('data-status');
@@ -178,7 +178,9 @@ test.skipIf(!hasChromium)(
     await expect.poll(() => dialog.count()).toBe(1);
     expect(await dialog.locator('input').first().inputValue()).toBe(poison.eventId);
     await dialog.locator('[data-confirm]').click();
-    await expect.poll(() => page.locator('#result').textContent(), { timeout: 10_000 }).toMatch(/Skipped event/);
+    await expect
+      .poll(() => page.locator('#result').textContent(), { timeout: 10_000 })
+      .toMatch(/Skipped event/);
     await expect.poll(() => status(mailer), { timeout: 30_000 }).toBe('idle');
     await expect
       .poll(() => mailer.locator('[data-lag-events]').getAttribute('data-lag-events'), { timeout: 30_000 })
@@ -226,7 +228,9 @@ test.skipIf(!hasChromium)(
     };
     await traffic(5, 'early');
     await expect
-      .poll(async () => Number(await searchIndex.locator('[data-lag-events]').getAttribute('data-lag-events')))
+      .poll(async () =>
+        Number(await searchIndex.locator('[data-lag-events]').getAttribute('data-lag-events')),
+      )
       .toBeGreaterThanOrEqual(10);
     await searchIndex.locator('[data-action="enable"]').click();
     await dialog.locator('[data-confirm]').click();
@@ -234,7 +238,9 @@ test.skipIf(!hasChromium)(
     expect(await offered(searchIndex)).toEqual(['disable', 'restart']);
     await traffic(4, 'late');
     await expect
-      .poll(() => searchIndex.locator('[data-lag-events]').getAttribute('data-lag-events'), { timeout: 30_000 })
+      .poll(() => searchIndex.locator('[data-lag-events]').getAttribute('data-lag-events'), {
+        timeout: 30_000,
+      })
       .toBe('0');
     expect(Number(await trend.getAttribute('data-rate-points'))).toBeGreaterThanOrEqual(8);
 
@@ -250,9 +256,13 @@ test.skipIf(!hasChromium)(
     expect(await lagChart.locator('svg').getAttribute('aria-label')).toMatch(
       /^Lag over the last \d+ minutes? \(\d+ samples\): now 0 events, highest (\d+) events$/,
     );
-    const highest = /highest (\d+) events/.exec((await lagChart.locator('svg').getAttribute('aria-label')) ?? '');
+    const highest = /highest (\d+) events/.exec(
+      (await lagChart.locator('svg').getAttribute('aria-label')) ?? '',
+    );
     expect(Number(highest?.[1])).toBeGreaterThanOrEqual(10);
-    await expect.poll(() => rateChart.locator('rect.chart-bar:not(.chart-bar-zero)').count()).toBeGreaterThan(0);
+    await expect
+      .poll(() => rateChart.locator('rect.chart-bar:not(.chart-bar-zero)').count())
+      .toBeGreaterThan(0);
 
     // 1280 px: nothing scrolls sideways, not even the table inside its box.
     await settle(page);

@@ -142,7 +142,7 @@ describe('lag and throughput samples', () => {
     // The first 30 s of the 3 minutes are before the first sample.
     expect(lag.slice(0, 15).every((v) => v === null)).toBe(true);
     expect(Math.max(...lag.map((v) => v ?? 0))).toBe(6);
-    expect(rate.filter((v) => v !== null).every((v) => Math.abs((v ?? 0) - 1) < 1e-9)).toBe(true);
+    expect(rate.filter((v) => v !== null).every((v) => Math.abs(v - 1) < 1e-9)).toBe(true);
     expect(summarize(samples)).toMatchObject({ count: 76, lagPeak: 6, rateNow: 1, ratePeak: 1 });
   });
 });
