@@ -91,9 +91,8 @@ function focusedAction(page: Page): Promise<string | null> {
 
 /** The visible write actions of a consumer row, in order. */
 async function offered(row: Locator): Promise<string[]> {
-  return row
-    .locator('.actions button.write:visible')
-    .evaluateAll((buttons) => buttons.map((b) => b.getAttribute('data-action') ?? ''));
+  const buttons = await row.locator('.actions button.write:visible').all();
+  return Promise.all(buttons.map(async (button) => (await button.getAttribute('data-action')) ?? ''));
 }
 
 const status = (row: Locator) => row.locator('[data-status]').getAttribute('data-status');
