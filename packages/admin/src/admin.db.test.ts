@@ -136,7 +136,11 @@ describe('read models', () => {
     const [skipAudit] = await db.sql<{ at: Date }[]>`
       select at from ${db.sql(`${other.schema}.audit`)} where action = 'skip'`;
     const [afterSkip] = await other.admin.listConsumers();
-    expect(afterSkip).toMatchObject({ cursor: 3n, lastError: 'poison event 2', lastErrorResolvedBy: 'skip by alice' });
+    expect(afterSkip).toMatchObject({
+      cursor: 3n,
+      lastError: 'poison event 2',
+      lastErrorResolvedBy: 'skip by alice',
+    });
     expect(afterSkip?.lastErrorResolvedAt).toEqual(skipAudit?.at);
     expect(afterSkip!.lastProgressAt!.getTime()).toBeGreaterThan(skipAudit!.at.getTime());
   });

@@ -4,6 +4,7 @@ import { INSTANCE_OPTION, JSON_OPTION } from '../common-options.js';
 import { consumerLabel } from '../format-action.js';
 import { formatFacts } from '../format-table.js';
 import { formatAge, formatTime, oneLine } from '../format-text.js';
+import { optionalName, parseName } from '../parse-values.js';
 import { toJson } from '../to-json.js';
 import { withoutUndefined } from '../without-undefined.js';
 
@@ -48,14 +49,19 @@ export const diagnoseCommand = defineCommand({
   summary: 'why a consumer is not moving: findings and key facts',
   positionals: [{ name: 'name', description: 'the consumer' }],
   options: { instance: INSTANCE_OPTION, json: JSON_OPTION },
-  async run({ admin, args: [name = ''], options }) {
-    const diagnosis = await admin.diagnose(name, withoutUndefined({ instanceId: options.text('instance') }));
-    if (options.flag('json')) return toJson(diagnosis);
-    return [
-      formatFacts(facts(diagnosis)),
-      '',
-      'findings:',
-      ...diagnosis.findings.map((finding) => `- ${finding}`),
-    ].join('\n');
+  prepare({ args: [nameText = ''], options }) {
+    const name = parseName(nameText, '<name>');
+    const instance = withoutUndefined({ instanceId: optionalName(options.text('instance'), '--instance') });
+    const json = options.flag('json');
+    return async (admin) => {
+      const diagnosis = await admin.diagnose(name, instance);
+      if (json) return toJson(diagnosis);
+      return [
+        formatFacts(facts(diagnosis)),
+        '',
+        'findings:',
+        ...diagnosis.findings.map((finding) => `- ${finding}`),
+      ].join('\n');
+    };
   },
 });
