@@ -56,10 +56,9 @@ function assetPaths(): string[] {
   try {
     entries = readdirSync(STATIC_DIR, { recursive: true, encoding: 'utf8' });
   } catch (error) {
-    throw new Error(
-      `@sluice/fastify: cannot list the ops dashboard files in ${fileURLToPath(STATIC_DIR)}`,
-      { cause: error },
-    );
+    throw new Error(`@sluice/fastify: cannot list the ops dashboard files in ${fileURLToPath(STATIC_DIR)}`, {
+      cause: error,
+    });
   }
   return entries
     .map((entry) => entry.split('\\').join('/'))

@@ -152,7 +152,10 @@ function start() {
     const button = actionButton(event);
     const tr = button?.closest('tr[data-consumer]');
     if (!button || !tr) return;
-    const key = keyOf({ name: tr.getAttribute('data-consumer') ?? '', instanceId: tr.getAttribute('data-instance') ?? '' });
+    const key = keyOf({
+      name: tr.getAttribute('data-consumer') ?? '',
+      instanceId: tr.getAttribute('data-instance') ?? '',
+    });
     const c = state.consumers.get(key);
     if (c) runAction(button, c);
   });

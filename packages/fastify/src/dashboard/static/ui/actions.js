@@ -32,7 +32,12 @@ async function post(path, body) {
 export function restartAction(c, opener) {
   const label = labelOf(c);
   const idField = field(
-    { id: 'restart-id', inputmode: 'numeric', pattern: '[0-9]{1,19}', 'aria-label': 'Event id to continue after' },
+    {
+      id: 'restart-id',
+      inputmode: 'numeric',
+      pattern: '[0-9]{1,19}',
+      'aria-label': 'Event id to continue after',
+    },
     null,
   );
   const group = radioGroup('Restart from', 'restart-from', [
@@ -74,7 +79,15 @@ export function restartAction(c, opener) {
 export function disableAction(c, opener) {
   const label = labelOf(c);
   const minutes = field(
-    { id: 'disable-minutes', type: 'number', min: 1, max: 525600, step: 1, inputmode: 'numeric', 'aria-label': 'Minutes' },
+    {
+      id: 'disable-minutes',
+      type: 'number',
+      min: 1,
+      max: 525600,
+      step: 1,
+      inputmode: 'numeric',
+      'aria-label': 'Minutes',
+    },
     null,
   );
   const group = radioGroup('Disable for', 'disable-for', [
@@ -86,7 +99,8 @@ export function disableAction(c, opener) {
   linkChoice(group, 'custom', minutes.input);
   openDialog({
     title: `Disable ${label}`,
-    description: 'Stops its turns: the cursor waits and nothing is lost. A time-boxed disable ends by itself.',
+    description:
+      'Stops its turns: the cursor waits and nothing is lost. A time-boxed disable ends by itself.',
     fields: [group.node],
     confirmLabel: 'Disable',
     danger: true,
@@ -176,7 +190,11 @@ export function replayAction(c, opener, ids) {
     confirmLabel: 'Replay',
     opener,
     prepare: (ready) => {
-      api('POST', consumerPath(c, '/dead-letters/replay'), { ...selection, dryRun: true, ...instanceBody(c) }).then(
+      api('POST', consumerPath(c, '/dead-letters/replay'), {
+        ...selection,
+        dryRun: true,
+        ...instanceBody(c),
+      }).then(
         (result) => {
           const r = /** @type {import('./types.js').ReplayResult} */ (result);
           counted = r.deadLetterIds;
@@ -185,7 +203,9 @@ export function replayAction(c, opener, ids) {
             return;
           }
           const capped =
-            !ids && r.count >= DEAD_LETTER_LIMIT ? ` (the oldest ${DEAD_LETTER_LIMIT}; replay again for more)` : '';
+            !ids && r.count >= DEAD_LETTER_LIMIT
+              ? ` (the oldest ${DEAD_LETTER_LIMIT}; replay again for more)`
+              : '';
           ready(
             `${plural(r.count, 'dead letter')}${capped} will be delivered again through the handler on the ` +
               `consumer's next turn: ids ${truncate(counted.join(', '), 300)}.`,
@@ -200,7 +220,11 @@ export function replayAction(c, opener, ids) {
     },
     onConfirm: async (extra) => {
       const r = /** @type {import('./types.js').ReplayResult} */ (
-        await api('POST', consumerPath(c, '/dead-letters/replay'), { ids: counted, ...instanceBody(c), ...extra })
+        await api('POST', consumerPath(c, '/dead-letters/replay'), {
+          ids: counted,
+          ...instanceBody(c),
+          ...extra,
+        })
       );
       return (
         `Replay requested for ${plural(r.count, 'dead letter')} of ${label} ` +
@@ -223,7 +247,11 @@ function rangeText(g) {
 export function fenceAction(c, opener) {
   const label = labelOf(c);
   const rangeId = 'fence-range';
-  const select = el('select', { id: rangeId, disabled: true }, el('option', { text: 'Loading the pending gaps…' }));
+  const select = el(
+    'select',
+    { id: rangeId, disabled: true },
+    el('option', { text: 'Loading the pending gaps…' }),
+  );
   const gapId = field(
     { id: 'fence-event-id', inputmode: 'numeric', pattern: ID_PATTERN, required: true, disabled: true },
     'Gap id to fence',
@@ -238,7 +266,9 @@ export function fenceAction(c, opener) {
     gapId.input.value = range.from;
     if (gapId.hint)
       gapId.hint.textContent =
-        range.from === range.to ? `The range holds one id, ${range.from}.` : `Any id from ${range.from} to ${range.to}.`;
+        range.from === range.to
+          ? `The range holds one id, ${range.from}.`
+          : `Any id from ${range.from} to ${range.to}.`;
   };
   select.addEventListener('change', sync);
   openDialog({
@@ -246,7 +276,10 @@ export function fenceAction(c, opener) {
     description:
       'Gives up one pending gap id for good: a tombstone takes the id, so a late writer fails on the key ' +
       'instead of its event being skipped silently. Refused while a transaction still owns the id.',
-    fields: [el('div', { class: 'field' }, el('label', { for: rangeId, text: 'Pending gap' }), select), gapId.node],
+    fields: [
+      el('div', { class: 'field' }, el('label', { for: rangeId, text: 'Pending gap' }), select),
+      gapId.node,
+    ],
     confirmLabel: 'Fence gap id',
     danger: true,
     opener,

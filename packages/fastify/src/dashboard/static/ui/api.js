@@ -86,7 +86,8 @@ export async function api(method, path, body) {
     data = null;
   }
   if (!response.ok) {
-    const fields = typeof data === 'object' && data !== null ? /** @type {Record<string, unknown>} */ (data) : {};
+    const fields =
+      typeof data === 'object' && data !== null ? /** @type {Record<string, unknown>} */ (data) : {};
     const message =
       typeof fields['message'] === 'string' ? fields['message'] : response.statusText || 'request failed';
     throw new ApiError(response.status, typeof fields['code'] === 'string' ? fields['code'] : '', message);

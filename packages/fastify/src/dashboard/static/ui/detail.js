@@ -5,7 +5,16 @@ import { api, consumerPath, describeError, queryOf } from './api.js';
 import { trendFigure } from './charts.js';
 import { restoreFocus } from './dialog.js';
 import { byId, el } from './dom.js';
-import { clockTime, formatDuration, keyOf, labelOf, plural, secondsSince, timeAgo, truncate } from './format.js';
+import {
+  clockTime,
+  formatDuration,
+  keyOf,
+  labelOf,
+  plural,
+  secondsSince,
+  timeAgo,
+  truncate,
+} from './format.js';
 import { DEAD_LETTER_LIMIT, readOnly, state } from './state.js';
 
 /** @typedef {import('./types.js').ConsumerSummary} ConsumerSummary */
@@ -64,7 +73,10 @@ export function refreshDetail() {
         )
       : api('GET', consumerPath(c, `/dead-letters${queryOf(c, { limit: String(DEAD_LETTER_LIMIT) })}`)).then(
           (letters) =>
-            renderDeadLetters(c, Array.isArray(letters) ? /** @type {import('./types.js').DeadLetter[]} */ (letters) : []),
+            renderDeadLetters(
+              c,
+              Array.isArray(letters) ? /** @type {import('./types.js').DeadLetter[]} */ (letters) : [],
+            ),
         );
   load.then(
     (nodes) => {
@@ -101,7 +113,8 @@ function renderTrends(c) {
 /** @param {import('./types.js').Backend | null | undefined} b a backend */
 function describeBackend(b) {
   if (!b) return '—';
-  if (b.preparedGid) return `prepared transaction "${b.preparedGid}" (xid ${b.xid ?? '?'}, database ${b.database ?? '?'})`;
+  if (b.preparedGid)
+    return `prepared transaction "${b.preparedGid}" (xid ${b.xid ?? '?'}, database ${b.database ?? '?'})`;
   const parts = [`pid ${b.pid ?? '?'}`];
   if (b.applicationName) parts.push(`application "${b.applicationName}"`);
   if (b.database) parts.push(`database ${b.database}`);
@@ -131,7 +144,11 @@ function simpleTable(caption, headings, rows) {
         'tbody',
         {},
         ...rows.map((cells) =>
-          el('tr', {}, ...cells.map((cell, i) => el(i === 0 ? 'th' : 'td', i === 0 ? { scope: 'row' } : {}, cell))),
+          el(
+            'tr',
+            {},
+            ...cells.map((cell, i) => el(i === 0 ? 'th' : 'td', i === 0 ? { scope: 'row' } : {}, cell)),
+          ),
         ),
       ),
     ),
@@ -270,9 +287,16 @@ function renderDeadLetters(c, letters) {
         'span',
         {},
         letter.type,
-        el('span', { class: 'cell-note', text: letter.reason === 'operator-skip' ? 'skipped by an operator' : 'skipApplyErrors' }),
+        el('span', {
+          class: 'cell-note',
+          text: letter.reason === 'operator-skip' ? 'skipped by an operator' : 'skipApplyErrors',
+        }),
       ),
-      el('span', { class: error ? '' : 'muted', title: error || null, text: error ? truncate(error, ERROR_PREVIEW_CHARS) : 'none' }),
+      el('span', {
+        class: error ? '' : 'muted',
+        title: error || null,
+        text: error ? truncate(error, ERROR_PREVIEW_CHARS) : 'none',
+      }),
       String(letter.attempts ?? '—'),
       timeAgo(letter.createdAt),
       replay,

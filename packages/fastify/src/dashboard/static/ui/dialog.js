@@ -50,7 +50,12 @@ export function setDialogError(message) {
  * @param {HTMLElement | null | undefined} opener
  */
 export function restoreFocus(opener) {
-  if (opener && opener.isConnected && !opener.hidden && !(opener instanceof HTMLButtonElement && opener.disabled)) {
+  if (
+    opener &&
+    opener.isConnected &&
+    !opener.hidden &&
+    !(opener instanceof HTMLButtonElement && opener.disabled)
+  ) {
     opener.focus();
     return;
   }
@@ -76,7 +81,16 @@ export function modalClosed() {
 
 /** Opens the confirmation dialog. @param {DialogOptions} options */
 export function openDialog(options) {
-  const { title, description, fields = [], confirmLabel, danger = false, opener, onConfirm, prepare } = options;
+  const {
+    title,
+    description,
+    fields = [],
+    confirmLabel,
+    danger = false,
+    opener,
+    onConfirm,
+    prepare,
+  } = options;
   byId('dialog-title', HTMLElement).textContent = title;
   byId('dialog-description', HTMLElement).textContent = description;
   byId('dialog-fields', HTMLElement).replaceChildren(...fields);
@@ -164,7 +178,13 @@ export function setUpDialog() {
 export function field(attributes, labelText, hint) {
   const id = typeof attributes['id'] === 'string' ? attributes['id'] : nextId('field');
   const hintId = hint ? nextId('hint') : null;
-  const input = el('input', { type: 'text', autocomplete: 'off', ...attributes, id, 'aria-describedby': hintId });
+  const input = el('input', {
+    type: 'text',
+    autocomplete: 'off',
+    ...attributes,
+    id,
+    'aria-describedby': hintId,
+  });
   const hintNode = hint && hintId ? el('p', { id: hintId, class: 'hint', text: hint }) : null;
   return {
     input,
@@ -200,7 +220,13 @@ export function radioGroup(legend, name, choices) {
     });
     inputs.push(input);
     fieldset.append(
-      el('div', { class: 'choice' }, input, el('label', { for: id, text: choice.label }), choice.extra ?? null),
+      el(
+        'div',
+        { class: 'choice' },
+        input,
+        el('label', { for: id, text: choice.label }),
+        choice.extra ?? null,
+      ),
     );
   }
   const selected = () => inputs.find((input) => input.checked)?.value ?? null;

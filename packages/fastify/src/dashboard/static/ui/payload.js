@@ -26,7 +26,12 @@ function json(title, value, name) {
     'section',
     { class: 'payload-part' },
     el('h3', { text: title }),
-    el('pre', { class: 'payload', 'data-payload': name, tabindex: 0, text: JSON.stringify(value ?? null, null, 2) }),
+    el('pre', {
+      class: 'payload',
+      'data-payload': name,
+      tabindex: 0,
+      text: JSON.stringify(value ?? null, null, 2),
+    }),
   );
 }
 

@@ -45,7 +45,10 @@ export function setPlaceholder(text) {
   }
   const cell = existing?.firstElementChild;
   if (cell) cell.textContent = text;
-  else body.append(el('tr', { class: 'placeholder', role: 'row' }, el('td', { colspan: COLUMNS, role: 'cell', text })));
+  else
+    body.append(
+      el('tr', { class: 'placeholder', role: 'row' }, el('td', { colspan: COLUMNS, role: 'cell', text })),
+    );
 }
 
 /** Whether the table shows any consumer row. */
@@ -164,7 +167,9 @@ function updateRow(row, c, key, now) {
     c.instanceId === '*'
       ? null
       : el('span', { class: 'cell-note' }, `instance ${c.instanceId} · seen `, timeAgo(c.lastSeenAt));
-  cells['name']?.replaceChildren(...present([el('span', { class: 'consumer-name', text: c.name }), instance]));
+  cells['name']?.replaceChildren(
+    ...present([el('span', { class: 'consumer-name', text: c.name }), instance]),
+  );
 
   const { status } = row;
   status.badge.className = `badge badge-${c.status}`;
@@ -172,7 +177,8 @@ function updateRow(row, c, key, now) {
   status.badge.textContent = c.status;
   /** @type {Node[]} */
   const notes = [];
-  const note = (/** @type {string} */ text) => notes.push(el('span', { class: 'cell-note', text: truncate(text, 120) }));
+  const note = (/** @type {string} */ text) =>
+    notes.push(el('span', { class: 'cell-note', text: truncate(text, 120) }));
   if (c.status === 'disabled') {
     note(c.disabledUntil ? `until ${clockTime(c.disabledUntil)}` : 'until enabled');
     if (c.disabledReason) note(c.disabledReason);
@@ -202,7 +208,10 @@ function updateRow(row, c, key, now) {
       el('span', { class: 'lag-events', text: plural(c.lagEvents, 'event') }),
       el('span', {
         class: 'cell-note',
-        text: c.lagSeconds === null || c.lagSeconds === undefined ? 'at the head' : `oldest ${formatDuration(c.lagSeconds)}`,
+        text:
+          c.lagSeconds === null || c.lagSeconds === undefined
+            ? 'at the head'
+            : `oldest ${formatDuration(c.lagSeconds)}`,
       }),
     );
   }
@@ -326,7 +335,12 @@ function renderSummary(consumers) {
   const tiles = [
     { key: 'consumers', value: consumers.length, label: 'consumers', tone: '' },
     { key: 'dead', value: count((c) => c.status === 'dead'), label: 'dead', tone: 'bad' },
-    { key: 'retrying', value: count((c) => c.status !== 'dead' && c.attempts > 0), label: 'retrying', tone: 'warn' },
+    {
+      key: 'retrying',
+      value: count((c) => c.status !== 'dead' && c.attempts > 0),
+      label: 'retrying',
+      tone: 'warn',
+    },
     { key: 'disabled', value: count((c) => c.status === 'disabled'), label: 'disabled', tone: 'warn' },
     { key: 'behind', value: count((c) => c.lagEvents !== '0'), label: 'behind', tone: '' },
     {
