@@ -35,7 +35,7 @@ const instanceOf = (query: InstanceQuery, body?: ActionBody) => {
 };
 const reasonOf = (body?: ActionBody) => (body?.reason === undefined ? {} : { reason: body.reason });
 
-/** Consumers: list, show, diagnose, one event's payload, and the write actions (DESIGN §6, §8). */
+/** Consumers: list, show, diagnose, one event's payload, and the write actions (docs/operating.md). */
 export function consumerRoutes(app: FastifyInstance, { admin, ops }: OpsContext): void {
   app.get('/consumers', {
     schema: { response: { 200: { type: 'array', items: consumerSummary }, ...errorResponses } },
