@@ -32,6 +32,7 @@ export function askForToken(problem) {
   byId('sign-in', HTMLElement).hidden = false;
   byId('main', HTMLElement).hidden = true;
   byId('sign-out', HTMLButtonElement).hidden = true;
+  setRefreshButtons(false);
   const status = byId('token-status', HTMLElement);
   status.textContent =
     problem ?? 'It stays in this tab (sessionStorage) until you sign out or close the tab.';
@@ -46,6 +47,13 @@ export function signedIn() {
   byId('sign-in', HTMLElement).hidden = true;
   byId('main', HTMLElement).hidden = false;
   byId('sign-out', HTMLButtonElement).hidden = !(authMode === 'token' && readToken());
+  setRefreshButtons(true);
+}
+
+/** The refresh buttons have nothing to refresh until the API accepts a token. @param {boolean} shown */
+function setRefreshButtons(shown) {
+  byId('refresh-toggle', HTMLButtonElement).hidden = !shown;
+  byId('refresh-now', HTMLButtonElement).hidden = !shown;
 }
 
 /** Wires the form and the Sign out button; once, at start. */
