@@ -47,12 +47,14 @@ export default tseslint.config(
     ...tseslint.configs.disableTypeChecked,
   },
   {
-    // The ops dashboard's browser script: a classic script with browser globals.
-    files: ['packages/fastify/src/dashboard/static/*.js'],
+    // The ops dashboard's browser modules: ES modules with browser globals, type-checked by
+    // packages/fastify/tsconfig.dashboard.json (JSDoc, checkJs).
+    files: ['packages/fastify/src/dashboard/static/**/*.js'],
     languageOptions: {
-      sourceType: 'script',
+      sourceType: 'module',
       globals: {
         document: 'readonly',
+        window: 'readonly',
         fetch: 'readonly',
         location: 'readonly',
         sessionStorage: 'readonly',
@@ -60,6 +62,13 @@ export default tseslint.config(
         clearTimeout: 'readonly',
         URLSearchParams: 'readonly',
         Element: 'readonly',
+        Node: 'readonly',
+        HTMLElement: 'readonly',
+        HTMLButtonElement: 'readonly',
+        HTMLDialogElement: 'readonly',
+        HTMLFormElement: 'readonly',
+        HTMLInputElement: 'readonly',
+        Event: 'readonly',
       },
     },
   },

@@ -1,4 +1,4 @@
-import { basicAuth } from '@sluice/fastify';
+import { basicAuth, type RedactInput } from '@sluice/fastify';
 import sluice from '@sluice/fastify';
 import type { Sql } from '@sluice/core';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -40,6 +40,18 @@ export interface DemoOptions {
 }
 
 export const OPS_PREFIX = '/sluice';
+
+/**
+ * What operators see of an order's payload in the dashboard and the ops routes (stuck events, dead
+ * letters): the customer's address with its local part cut to one letter, `b…@example.com`.
+ */
+export function hideCustomerAddresses(event: RedactInput): { data: unknown; metadata: unknown } {
+  const customer = event.data['customer'];
+  if (typeof customer !== 'string') return { data: event.data, metadata: event.metadata };
+  const at = customer.lastIndexOf('@');
+  const hidden = at > 0 ? `${customer.slice(0, 1)}…${customer.slice(at)}` : '…';
+  return { data: { ...event.data, customer: hidden }, metadata: event.metadata };
+}
 
 /** The demo shop: its routes, its four consumers and the Sluice plugin with ops routes and metrics. */
 export async function buildApp(options: DemoOptions): Promise<{
@@ -83,7 +95,11 @@ export async function buildApp(options: DemoOptions): Promise<{
         ),
     ...(tracing.tracerProvider ? { tracerProvider: tracing.tracerProvider } : {}),
     ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),
-    ops: { prefix: OPS_PREFIX, auth: basicAuth({ username: 'ops', password: options.opsPassword }) },
+    ops: {
+      prefix: OPS_PREFIX,
+      auth: basicAuth({ username: 'ops', password: options.opsPassword }),
+      redact: hideCustomerAddresses,
+    },
   });
   app.addHook('onClose', () => metrics.shutdown());
 

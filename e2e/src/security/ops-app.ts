@@ -40,6 +40,8 @@ export interface RegisteredRoute {
   readonly write: boolean;
   /** The properties of the route's body schema. */
   readonly bodyFields: readonly string[];
+  /** The route is part of the dashboard's page shell (`config.shell`: no data). */
+  readonly shell: boolean;
 }
 
 export interface OpsApp {
@@ -92,6 +94,13 @@ export interface OpsAppOptions {
   readonly handlerTimeoutMs?: number;
   /** @defaultValue 'bare' */
   readonly host?: HostKind;
+  /**
+   * `bearer-or-basic`: the suite's token or the operator's Basic credentials (with a Basic
+   * challenge, so the dashboard's page is guarded too); `bearer`: the token only, so the page
+   * shell loads without credentials and asks for it.
+   * @defaultValue 'bearer-or-basic'
+   */
+  readonly auth?: 'bearer-or-basic' | 'bearer';
 }
 
 export const TABLES = ['events', 'consumers', 'gaps', 'turn_starts', 'dead_letters', 'audit'] as const;
@@ -120,10 +129,13 @@ export async function buildOpsApp(db: TestDatabase, options: OpsAppOptions): Pro
   const app = Fastify({ logger: false, maxParamLength: options.maxParamLength ?? 1000 });
   const routes: RegisteredRoute[] = [];
   app.addHook('onRoute', (route) => {
-    const write = (route.config as { write?: unknown } | undefined)?.write === true;
+    const config = route.config as { write?: unknown; shell?: unknown } | undefined;
+    const write = config?.write === true;
+    const shell = config?.shell === true;
     const body = route.schema?.body as { properties?: object } | undefined;
     const bodyFields = Object.keys(body?.properties ?? {});
-    for (const method of [route.method].flat()) routes.push({ method, url: route.url, write, bodyFields });
+    for (const method of [route.method].flat())
+      routes.push({ method, url: route.url, write, bodyFields, shell });
   });
   // Registered before the plugin, as an app's own setup usually is: the parsers are the app's.
   if (options.host === 'formbody') await app.register(formbody);
@@ -132,9 +144,10 @@ export async function buildOpsApp(db: TestDatabase, options: OpsAppOptions): Pro
   // The suite's clients send a bearer token; a browser sends the operator's Basic credentials.
   const bearer = bearerAuth(TOKEN, 'security-suite');
   const basic = basicAuth(OPERATOR);
-  const auth: OpsAuth = (request) =>
+  const either: OpsAuth = (request) =>
     request.headers.authorization?.startsWith('Basic ') === true ? basic(request) : bearer(request);
-  if (basic.challenge !== undefined) auth.challenge = basic.challenge;
+  if (basic.challenge !== undefined) either.challenge = basic.challenge;
+  const auth = options.auth === 'bearer' ? bearer : either;
   await app.register(sluice, {
     sql,
     schema,

@@ -130,6 +130,26 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
       expect(registered.size).toBeGreaterThanOrEqual(25);
       expect(writes).toBe(6);
       expect(urls.filter((u) => u.includes('dashboard')).length).toBe(3);
+      // The payload views: one event in a consumer's context, one dead letter.
+      for (const route of [
+        `GET ${PREFIX}/consumers/:name/events/:eventId`,
+        `GET ${PREFIX}/consumers/:name/dead-letters/:id`,
+      ]) {
+        expect(registered.has(route), route).toBe(true);
+      }
+      // The dashboard's page shell: the page, its stylesheet and script modules, and nothing else.
+      const shell = opsRoutes.filter((r) => r.shell && r.method === 'GET').map((r) => r.url);
+      const modules = shell.filter((u) => /^\/sluice\/ui\/[a-z-]+\.js$/.test(u));
+      expect(modules.length).toBeGreaterThanOrEqual(8);
+      expect(shell.sort()).toEqual(
+        [
+          PREFIX, // the page at `<prefix>/` (Fastify lists the prefix's root route without the slash)
+          `${PREFIX}/dashboard`,
+          `${PREFIX}/dashboard.css`,
+          `${PREFIX}/dashboard.js`,
+          ...modules,
+        ].sort(),
+      );
 
       // Sanity: with the token the same app answers (so the 401s below are the auth hook's doing).
       expect((await ops.request(get('/consumers'))).response.statusCode).toBe(200);
@@ -208,6 +228,50 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
       figures['SQL statements'] = statements;
       figures['state changes'] = changed.length;
       if (changed.length > 0) violations.add(`tables changed: ${changed.join(', ')}`);
+
+      // With a bearer token only, a browser cannot prompt for credentials: the page shell (no
+      // data) loads without them and asks for the token. Every other route still answers 401.
+      const probe = 'bearer-only-probe';
+      const bearerOnly = await buildOpsApp(db, { host, auth: 'bearer', consumers: [healthy(probe)] });
+      try {
+        const bearerRoutes = bearerOnly.routes.filter((r) => r.url.startsWith(`${PREFIX}/`));
+        let shellRequests = 0;
+        let apiRequests = 0;
+        for (const route of bearerRoutes) {
+          const withBody = route.method === 'POST';
+          const url = route.url.replace(':name', probe).replace(/:(eventId|id)\b/, '1');
+          const answers = new Set<string>();
+          for (const [label, headers] of credentials) {
+            const { response, statements: sent } = await bearerOnly.request({
+              method: route.method,
+              url,
+              headers: { ...headers, ...(withBody ? { 'content-type': 'application/json' } : {}) },
+              ...(withBody ? { payload: body } : {}),
+            });
+            if (sent.length > 0) violations.add(`bearer-only ${route.method} ${url} (${label}): SQL sent`);
+            if (route.shell) {
+              shellRequests++;
+              if (response.statusCode !== 200)
+                violations.add(`bearer-only shell ${route.method} ${url} (${label}): ${response.statusCode}`);
+              answers.add(response.body);
+              if (response.body.includes(probe))
+                violations.add(`bearer-only shell ${url}: names the consumer`);
+            } else {
+              apiRequests++;
+              if (response.statusCode !== 401)
+                violations.add(
+                  `bearer-only ${route.method} ${url} (${label}): ${response.statusCode}, expected 401`,
+                );
+            }
+          }
+          // The shell is the same for everyone, whatever credentials come with the request.
+          if (answers.size > 1) violations.add(`bearer-only shell ${url}: answers differ by credentials`);
+        }
+        figures['bearer-only: shell requests (200, no data)'] = shellRequests;
+        figures['bearer-only: API requests (401)'] = apiRequests;
+      } finally {
+        await bearerOnly.close();
+      }
       violations.assertNone('X1');
     });
   });
@@ -219,6 +283,8 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
         { method: 'GET', path: '' },
         { method: 'GET', path: '/diagnose' },
         { method: 'GET', path: '/dead-letters' },
+        { method: 'GET', path: `/events/${STUCK}` },
+        { method: 'GET', path: '/dead-letters/1' },
         { method: 'POST', path: '/restart', body: { from: '0' } },
         { method: 'POST', path: '/disable', body: {} },
         { method: 'POST', path: '/enable', body: {} },

@@ -98,6 +98,105 @@ describe('read models', () => {
     expect(diagnosis.nextRearmAt).toBeInstanceOf(Date);
   });
 
+  test('a recovered consumer keeps its last error, resolved at its next progress by the database clock', async () => {
+    const state = { failing: true };
+    const c = failingOn('mailer', (e) => state.failing && e.id === 2n, { errorPolicy: { maxAttempts: 5 } });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    await stuck(dispatcher);
+    const retrying = (await admin.listConsumers())[0]!;
+    expect(retrying).toMatchObject({ attempts: 1, lastError: 'poison event 2' });
+    expect(retrying.lastErrorResolvedAt).toBeNull();
+
+    state.failing = false;
+    await drainUntilIdle(dispatcher);
+    const recovered = (await admin.listConsumers())[0]!;
+    expect(recovered).toMatchObject({ status: 'idle', attempts: 0, cursor: 3n, lastError: 'poison event 2' });
+    // It recovered by itself: the database keeps only its latest advance.
+    expect(recovered.lastErrorResolvedAt).toEqual(recovered.lastProgressAt);
+    expect(recovered.lastErrorResolvedAt!.getTime()).toBeGreaterThan(recovered.lastErrorAt!.getTime());
+    expect(recovered.lastErrorResolvedBy).toBeNull();
+
+    // A dead consumer's error is current, even when its cursor moved before it died.
+    const dead = failingOn('dead', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } });
+    const other = await setup([dead.consumer]);
+    await appendEvents(db.sql, 2, undefined, other.schema);
+    await stuck(other.dispatcher);
+    const [deadRow] = await other.admin.listConsumers();
+    expect(deadRow).toMatchObject({ status: 'dead', cursor: 1n, lastError: 'poison event 2' });
+    expect(deadRow?.lastErrorResolvedAt).toBeNull();
+
+    // An operator's skip resolves it: the skip's time, not the consumer's latest advance.
+    await other.admin.skip('dead', { eventId: 2n, actor: 'alice' });
+    const [skipped] = await other.admin.listConsumers();
+    expect(skipped).toMatchObject({ status: 'idle', lastErrorResolvedAt: null }); // not advanced yet
+    await drainUntilIdle(other.dispatcher);
+    await appendEvents(db.sql, 1, undefined, other.schema);
+    await drainUntilIdle(other.dispatcher);
+    const [skipAudit] = await db.sql<{ at: Date }[]>`
+      select at from ${db.sql(`${other.schema}.audit`)} where action = 'skip'`;
+    const [afterSkip] = await other.admin.listConsumers();
+    expect(afterSkip).toMatchObject({
+      cursor: 3n,
+      lastError: 'poison event 2',
+      lastErrorResolvedBy: 'skip by alice',
+    });
+    expect(afterSkip?.lastErrorResolvedAt).toEqual(skipAudit?.at);
+    expect(afterSkip!.lastProgressAt!.getTime()).toBeGreaterThan(skipAudit!.at.getTime());
+  });
+
+  test('showEvent reads one event of the log for a consumer, saying whether it is stuck on it', async () => {
+    const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(
+      db.sql,
+      3,
+      (n) => ({ streamId: `order-${n}`, type: 'OrderPlaced', data: { n }, metadata: { source: 'test' } }),
+      schema,
+    );
+    await stuck(dispatcher);
+    const event = await admin.showEvent('mailer', { eventId: 2n });
+    expect(event).toMatchObject({
+      consumer: 'mailer',
+      instanceId: '*',
+      id: 2n,
+      streamId: 'order-1',
+      type: 'OrderPlaced',
+      data: { n: 1 },
+      metadata: { source: 'test' },
+      stuck: true,
+    });
+    expect(event.createdAt).toBeInstanceOf(Date);
+    expect((await admin.showEvent('mailer', { eventId: 1n })).stuck).toBe(false);
+    await expect(admin.showEvent('mailer', { eventId: 99n })).rejects.toMatchObject({
+      code: 'SLUICE_EVENT_NOT_FOUND',
+    });
+    await expect(admin.showEvent('nobody', { eventId: 1n })).rejects.toMatchObject({
+      code: 'SLUICE_CONSUMER_NOT_FOUND',
+    });
+    await expect(admin.showEvent('mailer', { eventId: 0n })).rejects.toMatchObject({
+      code: 'SLUICE_INVALID_OPTION',
+    });
+  });
+
+  test('showDeadLetter reads one dead letter of its own consumer only', async () => {
+    const c = failingOn('indexer', (e) => e.id === 2n, {
+      errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+    });
+    const { dispatcher, admin, schema } = await setup([c.consumer, recordingConsumer('other').consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    const [listed] = await admin.listDeadLetters('indexer');
+    expect(listed).toBeDefined();
+    expect(await admin.showDeadLetter('indexer', { id: listed!.id })).toEqual(listed);
+    await expect(admin.showDeadLetter('other', { id: listed!.id })).rejects.toMatchObject({
+      code: 'SLUICE_DEAD_LETTER_NOT_FOUND',
+    });
+    await expect(admin.showDeadLetter('indexer', { id: listed!.id + 1n })).rejects.toMatchObject({
+      code: 'SLUICE_DEAD_LETTER_NOT_FOUND',
+    });
+  });
+
   test('an unknown consumer is a typed not-found error', async () => {
     const { admin } = await setup([recordingConsumer('known').consumer]);
     await expect(admin.diagnose('unknown')).rejects.toMatchObject({ code: 'SLUICE_CONSUMER_NOT_FOUND' });

@@ -14,7 +14,14 @@ import { disable, enable } from './actions/set-enabled.js';
 import { skip } from './actions/skip-poison.js';
 import type { AdminContext } from './context.js';
 import { diagnose } from './diagnose.js';
-import { listAudit, listConsumers, listDeadLetters, showConsumer } from './read-models.js';
+import {
+  listAudit,
+  listConsumers,
+  listDeadLetters,
+  showConsumer,
+  showDeadLetter,
+  showEvent,
+} from './read-models.js';
 import { checkText } from './validate.js';
 
 export interface AdminOptions {
@@ -80,8 +87,12 @@ export function createAdmin(options: AdminOptions) {
     disable: explained((name: string, o?: Parameters<typeof disable>[2]) => disable(ctx, name, o)),
     enable: explained((name: string, o?: Parameters<typeof enable>[2]) => enable(ctx, name, o)),
     skip: explained((name: string, o: Parameters<typeof skip>[2]) => skip(ctx, name, o)),
+    showEvent: explained((name: string, o: Parameters<typeof showEvent>[2]) => showEvent(ctx, name, o)),
     listDeadLetters: explained((name: string, o?: Parameters<typeof listDeadLetters>[2]) =>
       listDeadLetters(ctx, name, o),
+    ),
+    showDeadLetter: explained((name: string, o: Parameters<typeof showDeadLetter>[2]) =>
+      showDeadLetter(ctx, name, o),
     ),
     replayDeadLetters: explained((name: string, o?: Parameters<typeof replayDeadLetters>[2]) =>
       replayDeadLetters(ctx, name, o),

@@ -13,6 +13,7 @@ export type { Backend, Diagnosis } from './diagnose.js';
 export type {
   AuditRecord,
   ConsumerDetail,
+  ConsumerEvent,
   ConsumerStatus,
   ConsumerSummary,
   DeadLetter,

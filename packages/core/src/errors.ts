@@ -14,6 +14,8 @@ export const ERROR_CODES = [
   'SLUICE_NOT_REGISTERED',
   'SLUICE_PRUNE_BLOCKED',
   'SLUICE_CONSUMER_NOT_FOUND',
+  'SLUICE_EVENT_NOT_FOUND',
+  'SLUICE_DEAD_LETTER_NOT_FOUND',
   'SLUICE_CONSUMER_BUSY',
   'SLUICE_SKIP_MISMATCH',
   'SLUICE_BELOW_RETENTION_FLOOR',
@@ -183,6 +185,29 @@ export class ConsumerNotFoundError extends SluiceError {
     );
     this.consumer = consumer;
     this.instanceId = instanceId;
+  }
+}
+
+/** No event with this id is in the log: never appended, rolled back, or pruned. */
+export class EventNotFoundError extends SluiceError {
+  readonly eventId: bigint;
+
+  constructor(eventId: bigint) {
+    super(
+      'SLUICE_EVENT_NOT_FOUND',
+      `No event ${eventId} is in the log (never appended, rolled back, or pruned)`,
+    );
+    this.eventId = eventId;
+  }
+}
+
+/** No dead letter with this id belongs to the consumer (and instance) named. */
+export class DeadLetterNotFoundError extends SluiceError {
+  readonly deadLetterId: bigint;
+
+  constructor(consumer: string, deadLetterId: bigint) {
+    super('SLUICE_DEAD_LETTER_NOT_FOUND', `Consumer "${consumer}" has no dead letter ${deadLetterId}`);
+    this.deadLetterId = deadLetterId;
   }
 }
 

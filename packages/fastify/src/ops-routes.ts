@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { dashboardRoutes } from './dashboard/dashboard.js';
+import { dashboardRoutes, shellIsPublic } from './dashboard/dashboard.js';
 import { sendOpsCode, sendOpsError } from './http-errors.js';
 import { findBodyProblem } from './json.js';
 import { auditRoutes } from './routes/audit.js';
@@ -38,11 +38,15 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
     sendOpsCode(reply, 'SLUICE_ROUTE_NOT_FOUND', `No ops route ${request.method} ${request.url}`),
   );
 
+  const publicShell = shellIsPublic(context);
   app.addHook('onRequest', async (request, reply) => {
     if (ops.insecure) {
       request.sluiceActor = 'insecure-local';
       return;
     }
+    // The dashboard's page shell holds no data; where a browser cannot prompt for credentials it
+    // must load without them to ask for the token (dashboard.ts).
+    if (publicShell && request.routeOptions.config.shell === true) return;
     let actor: string | false | undefined;
     try {
       actor = await ops.auth?.(request);

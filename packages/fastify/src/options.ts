@@ -2,7 +2,7 @@ import { InvalidOptionError, type DispatcherOptions, type Logger } from '@sluice
 import type { FastifyRequest } from 'fastify';
 import { exactOriginProblem } from './write-guard.js';
 
-/** What operators see of an event payload (dead letters), after redaction. */
+/** What `ops.redact` is given: an event payload an operator is about to see (a dead letter, one event). */
 export interface RedactInput {
   readonly type: string;
   readonly streamId: string;
@@ -22,7 +22,11 @@ export interface OpsOptions {
   insecure?: boolean;
   /** Write routes answer 405; reads still work. @defaultValue false */
   readOnly?: boolean;
-  /** Applied to every event payload before an operator sees it. @defaultValue shown unchanged */
+  /**
+   * Applied to every event payload before an operator sees it: the dead-letter list, one dead
+   * letter, one event (the dashboard's payload views). Only the `data` and `metadata` it returns
+   * are used. @defaultValue shown unchanged
+   */
   redact?: (event: RedactInput) => { data: unknown; metadata: unknown };
   /** How long an action waits for a consumer row a turn holds. @defaultValue 2_000 */
   lockTimeoutMs?: number;

@@ -14,6 +14,22 @@ export const nameParams = {
   additionalProperties: false,
 } as const;
 
+const positiveId = { type: 'string', pattern: '^[1-9][0-9]{0,18}$' } as const;
+
+export const eventParams = {
+  type: 'object',
+  properties: { name, eventId: positiveId },
+  required: ['name', 'eventId'],
+  additionalProperties: false,
+} as const;
+
+export const deadLetterParams = {
+  type: 'object',
+  properties: { name, id: positiveId },
+  required: ['name', 'id'],
+  additionalProperties: false,
+} as const;
+
 export const instanceQuery = {
   type: 'object',
   properties: { instance: name },
@@ -103,6 +119,8 @@ export const consumerSummary = {
     stuckEventId: nullable(idString),
     lastError: nullable({ type: 'string' }),
     lastErrorAt: nullable(dateTime),
+    lastErrorResolvedAt: nullable(dateTime),
+    lastErrorResolvedBy: nullable({ type: 'string' }),
     failureCategory: nullable({ type: 'string' }),
     rearmCount: { type: 'integer' },
     disabledUntil: nullable(dateTime),
@@ -208,6 +226,22 @@ export const deadLetter = {
     replayedAt: nullable(dateTime),
   },
   required: ['id', 'eventId', 'type', 'reason'],
+} as const;
+
+export const consumerEvent = {
+  type: 'object',
+  properties: {
+    consumer: { type: 'string' },
+    instanceId: { type: 'string' },
+    id: idString,
+    streamId: { type: 'string' },
+    type: { type: 'string' },
+    data: {},
+    metadata: {},
+    createdAt: dateTime,
+    stuck: { type: 'boolean' },
+  },
+  required: ['consumer', 'instanceId', 'id', 'streamId', 'type', 'createdAt', 'stuck'],
 } as const;
 
 export const auditRecord = {

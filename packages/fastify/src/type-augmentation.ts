@@ -31,5 +31,10 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Ops route that changes state: answers 405 in read-only mode. */
     write?: boolean;
+    /**
+     * The dashboard's page shell (page, stylesheet, scripts; no data): served without credentials
+     * when the browser could not supply them (a bearer-token `ops.auth`).
+     */
+    shell?: boolean;
   }
 }

@@ -16,7 +16,8 @@ import {
   type Consumer,
   type Dispatcher,
 } from '@sluice/core';
-import { appendEvents, drainUntilIdle, failingOn, recordingConsumer } from '@sluice/testing';
+import { readFileSync } from 'node:fs';
+import { appendEvents, drainUntilIdle, failingOn, openTransaction, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 
@@ -174,6 +175,7 @@ const VERBS = {
   disable: ['<name>', '--for', '--until', '--reason', '--instance'],
   enable: ['<name>', '--instance', '--reason'],
   skip: ['<name>', '--event', '--instance', '--reason'],
+  fence: ['<name>', '<event-id>', '--instance', '--reason', '--json'],
   'dead-letters': ['<name>', '--instance', '--limit', '--json'],
   replay: ['<name>', '--ids', '--limit', '--dry-run', '--instance', '--reason'],
   audit: ['--consumer', '--limit', '--json'],
@@ -183,8 +185,9 @@ describe('help', () => {
   test('sluice --help lists every command, the common options and the exit codes, and needs no database', async () => {
     const help = await ok(run(['--help']));
     for (const verb of Object.keys(VERBS)) expect(help).toMatch(new RegExp(`^  ${verb} `, 'm'));
-    for (const option of ['--database-url', '--schema', '--actor', 'DATABASE_URL'])
+    for (const option of ['--database-url', '--schema', '--actor', '--version', 'DATABASE_URL'])
       expect(help).toContain(option);
+    expect(help).toContain('With --json a failure is one line of JSON on stderr');
     expect(help).toContain('Exit codes:');
     for (const code of ['0', '1', '2', '3', '4', '5'])
       expect(help).toMatch(new RegExp(`^  ${code}  \\S`, 'm'));
@@ -206,6 +209,16 @@ describe('help', () => {
     const short = await ok(run(['skip', '-h']));
     expect(short).toBe(helps.find((h) => h.verb === 'skip')?.help);
     expect(await ok(run(['help', 'skip']))).toBe(short);
+  });
+
+  test('--version prints the version of @sluice/admin, anywhere on the line, and needs no database', async () => {
+    const { version } = JSON.parse(readFileSync(join(PACKAGE_DIR, 'package.json'), 'utf8')) as {
+      version: string;
+    };
+    expect(version).toMatch(/^\d+\.\d+\.\d+/);
+    expect(await ok(run(['--version']))).toBe(`${version}\n`);
+    expect(await ok(run(['status', '--version']))).toBe(`${version}\n`);
+    expect(await json<{ version: string }>(run(['--version', '--json']))).toEqual({ version });
   });
 
   test('no command at all prints the help on stderr and exits 2', async () => {
@@ -432,6 +445,55 @@ describe('disable and enable', () => {
   });
 });
 
+describe('fence', () => {
+  /** `reader` has a pending gap at event 1, whose insert a transaction still holds open. */
+  async function heldGap() {
+    const schema = await freshSchema();
+    const reader = recordingConsumer('reader');
+    const dispatcher = dispatcherFor(schema, [reader.consumer]);
+    await dispatcher.ensureRegistered();
+    const holder = await openTransaction(db.sql);
+    onTestFinished(() => holder.rollback());
+    await holder.append([{ streamId: 's', type: 'Held', data: {} }], { schema }); // id 1
+    await appendEvents(db.sql, 1, undefined, schema); // id 2
+    await dispatcher.runOnce(); // delivers 2, records the gap {1}
+    await dispatcher.runOnce(); // fences it
+    const [gap] = await db.sql<{ from_id: string }[]>`
+      select from_id::text from ${tables(db.sql, schema).gaps} where consumer_name = 'reader'`;
+    expect(gap?.from_id).toBe('1');
+    return { schema, dispatcher, reader, holder };
+  }
+
+  test('refused while a transaction owns the id, or when the id is no pending gap (exit 4); then a tombstone takes it', async () => {
+    const { schema, dispatcher, reader, holder } = await heldGap();
+    const held = await sluice(schema, 'fence', 'reader', '1', '--json');
+    expect(held.code).toBe(4);
+    expect(held.stdout).toBe('');
+    expect(JSON.parse(held.stderr)).toMatchObject({ code: 'SLUICE_GAP_HELD', exitCode: 4 });
+    const notAGap = await sluice(schema, 'fence', 'reader', '2');
+    expect(notAGap.code).toBe(4);
+    expect(notAGap.stderr).toMatch(/^sluice: Event id 2 is not a pending gap of consumer "reader"/);
+    expect(await countOf(schema, 'audit')).toBe(0);
+
+    // The writer gave up without its transaction ending the gap's proof yet: an operator fences it.
+    await holder.rollback();
+    expect(await ok(sluice(schema, 'fence', 'reader', '1', '--reason', 'abandoned import'))).toBe(
+      'fenced gap id 1 of reader: a tombstone holds it; every consumer waiting on it resolves it without a handler\n',
+    );
+    const [record] = await json<Row[]>(sluice(schema, 'audit', '--json'));
+    expect(record).toMatchObject({
+      action: 'fence',
+      consumer: 'reader',
+      details: { eventId: '1', reason: 'abandoned import' },
+    });
+    await drainUntilIdle(dispatcher);
+    expect(reader.ids()).toEqual([2n]);
+    const [row] = await db.sql<{ gap_count: number }[]>`
+      select gap_count from ${tables(db.sql, schema).consumers} where name = 'reader'`;
+    expect(row?.gap_count).toBe(0);
+  });
+});
+
 describe('dead letters and replay', () => {
   test('dead-letters --json lists an event skipped with skipApplyErrors', async () => {
     const { schema } = await withDeadLetter();
@@ -524,14 +586,98 @@ describe('failures and exit codes', () => {
     });
   });
 
-  test('a limit out of the API range and a bad schema name are usage errors (SLUICE_INVALID_OPTION)', async () => {
+  test('a limit out of the API range and a bad schema name are usage errors', async () => {
     const schema = await freshSchema();
     const limit = await sluice(schema, 'audit', '--limit', '5000');
     expect(limit.code).toBe(2);
-    expect(limit.stderr).toContain('Invalid option `limit`');
+    expect(limit.stderr).toBe('sluice: --limit must be between 1 and 1000, got 5000\n');
     const badSchema = await run(['status', '--database-url', db.url, '--schema', 'Bad-Name']);
     expect(badSchema.code).toBe(2);
     expect(badSchema.stderr).toContain('Invalid option `schema`');
+  });
+
+  test('every argument error is reported before a missing database: the whole line is checked first', async () => {
+    const cases: [string[], string][] = [
+      [['skip', 'mailer', '--event', 'abc'], 'Invalid option `--event`'],
+      [['fence', 'mailer'], 'missing <event-id>'],
+      [['fence', 'mailer', '1.5'], 'Invalid option `<event-id>`'],
+      [['audit', '--limit', '5000'], '--limit must be between 1 and 1000'],
+      [['dead-letters', 'mailer', '--limit', '0'], '--limit must be between 1 and 1000'],
+      [['status', '--schema', 'Bad-Name'], 'Invalid option `schema`'],
+      [['restart', 'mailer', '--from', 'yesterday'], "--from must be 'beginning', 'now' or an event id"],
+      [['disable', 'mailer', '--for', '10x'], '--for must be a duration'],
+      [['diagnose', 'n'.repeat(201)], 'Invalid option `<name>`'],
+      [['enable', 'mailer', '--instance', 'i'.repeat(201)], 'Invalid option `--instance`'],
+      [['enable', 'mailer', '--reason', 'r'.repeat(1001)], 'Invalid option `--reason`'],
+      [['status', '--actor', 'a'.repeat(201)], 'Invalid option `--actor`'],
+      [['audit', '--consumer', 'c'.repeat(201)], 'Invalid option `--consumer`'],
+      [
+        ['replay', 'mailer', '--ids', Array.from({ length: 1001 }, (_, i) => i + 1).join(',')],
+        '--ids takes at most 1000',
+      ],
+    ];
+    const results = await Promise.all(cases.map(([args]) => run(args)));
+    results.forEach((result, i) => {
+      const [args, message] = cases[i]!;
+      const where = args.join(' ').slice(0, 60);
+      expect(result.code, where).toBe(2);
+      expect(result.stdout, where).toBe('');
+      expect(result.stderr, where).toMatch(/^sluice: /);
+      expect(result.stderr, where).toContain(message);
+      expect(result.stderr, where).not.toContain('no database given');
+    });
+  });
+
+  test('--json reports a failure as one line of JSON on stderr: code, message and exit code', async () => {
+    const schema = await freshSchema();
+    const cases: [string[], Record<string, unknown>][] = [
+      [['diagnose', 'nobody', '--json'], { code: 'SLUICE_CONSUMER_NOT_FOUND', exitCode: 3 }],
+      [
+        ['skip', 'mailer', '--json'],
+        { code: 'SLUICE_USAGE', message: 'missing --event <id> (see sluice skip --help)', exitCode: 2 },
+      ],
+      [['status', '--json', '--bogus'], { code: 'SLUICE_USAGE', exitCode: 2 }],
+      [['frobnicate', '--json'], { code: 'SLUICE_USAGE', exitCode: 2 }],
+      [['audit', '--json', '--limit', 'all'], { code: 'SLUICE_USAGE', exitCode: 2 }],
+      [['skip', 'mailer', '--event', '0', '--json'], { code: 'SLUICE_INVALID_OPTION', exitCode: 2 }],
+    ];
+    for (const [args, expected] of cases) {
+      const result = await sluice(schema, ...args);
+      expect(result.code, args.join(' ')).toBe(expected['exitCode']);
+      expect(result.stdout, args.join(' ')).toBe('');
+      expect(result.stderr.endsWith('\n') && result.stderr.split('\n').length === 2, args.join(' ')).toBe(
+        true,
+      );
+      const error = JSON.parse(result.stderr) as Record<string, unknown>;
+      expect(Object.keys(error), args.join(' ')).toEqual(['code', 'message', 'exitCode']);
+      expect(error, args.join(' ')).toMatchObject(expected);
+    }
+    const missing = await run(['status', '--json']);
+    expect(JSON.parse(missing.stderr)).toEqual({
+      code: 'SLUICE_USAGE',
+      message: 'no database given: pass --database-url <url> or set the DATABASE_URL environment variable',
+      exitCode: 2,
+    });
+    const unreachable = await run([
+      'status',
+      '--json',
+      '--database-url',
+      'postgres://nobody@127.0.0.1:1/nothing',
+    ]);
+    expect(unreachable.code).toBe(5);
+    expect(JSON.parse(unreachable.stderr)).toMatchObject({
+      code: 'SLUICE_DATABASE_UNREACHABLE',
+      exitCode: 5,
+    });
+    const notMigrated = await run(['status', '--json', '--database-url', db.url, '--schema', 'not_migrated']);
+    expect(JSON.parse(notMigrated.stderr)).toMatchObject({
+      code: 'SLUICE_SCHEMA_NOT_MIGRATED',
+      exitCode: 5,
+    });
+    // Without --json the same failures stay one line of text.
+    expect((await sluice(schema, 'diagnose', 'nobody')).stderr).toBe(
+      'sluice: No consumer "nobody" is registered\n',
+    );
   });
 
   test('without --database-url or DATABASE_URL it exits 2 and says how to give one', async () => {

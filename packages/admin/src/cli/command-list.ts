@@ -4,6 +4,7 @@ import { deadLettersCommand } from './commands/dead-letters.js';
 import { diagnoseCommand } from './commands/diagnose.js';
 import { disableCommand } from './commands/disable.js';
 import { enableCommand } from './commands/enable.js';
+import { fenceCommand } from './commands/fence.js';
 import { replayCommand } from './commands/replay.js';
 import { restartCommand } from './commands/restart.js';
 import { skipCommand } from './commands/skip.js';
@@ -17,6 +18,7 @@ export const COMMAND_LIST: readonly Command[] = [
   disableCommand,
   enableCommand,
   skipCommand,
+  fenceCommand,
   deadLettersCommand,
   replayCommand,
   auditCommand,

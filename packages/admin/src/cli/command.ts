@@ -21,13 +21,15 @@ export interface OptionValues<O extends string> {
 }
 
 export interface CommandInput<O extends string> {
-  readonly admin: Admin;
-  /** The positional arguments, as many as the command declares (checked before `run`). */
+  /** The positional arguments, as many as the command declares (checked before `prepare`). */
   readonly args: readonly string[];
   readonly options: OptionValues<O>;
   /** Who acts, for the audit: `--actor`, else `cli:<OS user>`. */
   readonly actor: string;
 }
+
+/** What a command does once its command line is checked: it needs only the database now. */
+export type CommandWork = (admin: Admin) => Promise<string>;
 
 /** One verb of the `sluice` CLI: its help, its options, and a thin wrapper over the admin API. */
 export interface Command<O extends string = string> {
@@ -39,11 +41,16 @@ export interface Command<O extends string = string> {
   readonly options: Readonly<Record<O, OptionSpec>>;
   /** Extra lines for `sluice <verb> --help`. */
   readonly notes?: readonly string[];
-  /** Does the work; the text it returns goes to stdout. */
-  run(input: CommandInput<O>): Promise<string>;
+  /**
+   * Checks and converts the arguments and options, and returns the work to do. Every usage error
+   * comes from here, before a database is even looked for: a typo is reported as one, not as
+   * "no database given" or a connection failure.
+   * @throws {UsageError} @throws {InvalidOptionError}
+   */
+  prepare(input: CommandInput<O>): CommandWork;
 }
 
-/** Declares a command with its option names checked against its `run`. */
+/** Declares a command with its option names checked against its `prepare`. */
 export function defineCommand<const O extends string>(command: Command<O>): Command {
   return command;
 }

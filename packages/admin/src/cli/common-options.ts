@@ -18,6 +18,7 @@ export const COMMON_OPTIONS = {
     description: 'who acts, recorded in the audit (default: cli:<OS user name>)',
   },
   help: { type: 'boolean', description: 'print this help and exit' },
+  version: { type: 'boolean', description: 'print the version of the sluice CLI and exit' },
 } as const satisfies Record<string, OptionSpec>;
 
 /** `--database-url`, else DATABASE_URL; neither is a usage error. */
@@ -45,7 +46,9 @@ export function defaultActor(env: NodeJS.ProcessEnv): string {
 /** `--json`, for the commands that can print their result as JSON. */
 export const JSON_OPTION = {
   type: 'boolean',
-  description: 'print JSON instead of text (ids and cursors as strings, times in ISO 8601)',
+  description:
+    'print JSON instead of text: the result on stdout (ids and cursors as strings, times in ISO 8601); ' +
+    'a failure on stderr as one line {"code", "message", "exitCode"}',
 } as const satisfies OptionSpec;
 
 /** `--instance`, for the commands that act on one cursor row. */

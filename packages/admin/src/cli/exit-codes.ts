@@ -3,7 +3,8 @@
  *   0 success
  *   1 anything else (an unexpected failure)
  *   2 usage error: unknown command or option, missing argument, malformed value (SLUICE_INVALID_OPTION)
- *   3 not found: no such consumer or instance (SLUICE_CONSUMER_NOT_FOUND)
+ *   3 not found: no such consumer or instance (SLUICE_CONSUMER_NOT_FOUND), event (SLUICE_EVENT_NOT_FOUND)
+ *     or dead letter (SLUICE_DEAD_LETTER_NOT_FOUND)
  *   4 refused because of the consumer's state; nothing was changed (SLUICE_SKIP_MISMATCH,
  *     SLUICE_CONSUMER_BUSY, SLUICE_BELOW_RETENTION_FLOOR, SLUICE_BEYOND_HEAD, SLUICE_NOT_A_GAP,
  *     SLUICE_GAP_HELD)
@@ -36,3 +37,16 @@ export const EXIT_CODES_HELP = [
     'cannot reach the database, or it is not PostgreSQL (within the connect timeout, 10 s), or the Sluice schema is not migrated there',
   ],
 ] as const;
+
+/**
+ * The codes `--json` reports for failures that are not a Sluice error of their own (those keep
+ * theirs: SLUICE_CONSUMER_NOT_FOUND, SLUICE_NOT_A_GAP, …), with their exit code. Each has a heading
+ * under "Errors of the sluice CLI" in docs/errors.md (cli-errors.test.ts).
+ */
+export const CLI_ERROR_CODES = {
+  SLUICE_USAGE: EXIT_CODES.usage,
+  SLUICE_DATABASE_UNREACHABLE: EXIT_CODES.unreachable,
+  SLUICE_UNEXPECTED: EXIT_CODES.failure,
+} as const satisfies Record<string, ExitCode>;
+
+export type CliErrorCode = keyof typeof CLI_ERROR_CODES;

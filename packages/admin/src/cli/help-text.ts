@@ -47,6 +47,8 @@ export function globalHelp(commands: readonly Command[]): string {
     'Exit codes:',
     indent(formatFacts(EXIT_CODES_HELP)),
     '',
+    'With --json a failure is one line of JSON on stderr: {"code": "SLUICE_…", "message": "…", "exitCode": n}.',
+    '',
     'Run `sluice <command> --help` for the arguments and options of a command.',
   ].join('\n');
 }

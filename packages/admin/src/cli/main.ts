@@ -5,22 +5,26 @@
 //   0  success
 //   1  anything else (an unexpected failure)
 //   2  usage error: unknown command or option, missing argument, malformed value, SLUICE_INVALID_OPTION
-//   3  not found: SLUICE_CONSUMER_NOT_FOUND
+//   3  not found: SLUICE_CONSUMER_NOT_FOUND (also SLUICE_EVENT_NOT_FOUND, SLUICE_DEAD_LETTER_NOT_FOUND)
 //   4  refused because of the consumer's state, nothing changed: SLUICE_SKIP_MISMATCH, SLUICE_CONSUMER_BUSY,
 //      SLUICE_BELOW_RETENTION_FLOOR, SLUICE_BEYOND_HEAD, SLUICE_NOT_A_GAP, SLUICE_GAP_HELD
 //   5  cannot reach the database (or what answers is not PostgreSQL: SLUICE_CONNECT_TIMEOUT), or the
 //      schema is not migrated there: SLUICE_SCHEMA_NOT_MIGRATED
-// Results go to stdout; errors go to stderr as `sluice: <message>`.
+// Results go to stdout; errors go to stderr as `sluice: <message>`, or with --json as one line of
+// JSON: {"code", "message", "exitCode"} (and "sqlState" for a database error). The whole command
+// line is checked before a database is looked for, so a usage error never hides behind "no
+// database given" or a connection failure.
+import { readFileSync } from 'node:fs';
 import postgres from 'postgres';
-import { checkConnection, ConnectTimeoutError, type Sql } from '@sluice/core';
+import { checkConnection, ConnectTimeoutError, resolveSchemaName, type Sql } from '@sluice/core';
 import { createAdmin } from '../create-admin.js';
+import { checkText } from '../validate.js';
 import { COMMAND_LIST } from './command-list.js';
 import { defaultActor, resolveDatabaseUrl } from './common-options.js';
-import { describeFailure } from './describe-failure.js';
+import { describeFailure, type Failure } from './describe-failure.js';
 import { EXIT_CODES, type ExitCode } from './exit-codes.js';
 import { commandHelp, globalHelp } from './help-text.js';
 import { parseCommandLine } from './parse-command-line.js';
-import { withoutUndefined } from './without-undefined.js';
 
 /** The connect timeout (seconds) unless the URL's `connect_timeout` or PGCONNECT_TIMEOUT gives one. */
 const CONNECT_TIMEOUT_S = 10;
@@ -58,7 +62,33 @@ function handshake(sql: Sql): Promise<void> {
  */
 const leftovers = { abandonedAttempt: false };
 
+/** The flags given before a `--` (after it every word is an argument). */
+function flagsOf(argv: readonly string[]): Set<string> {
+  const end = argv.indexOf('--');
+  return new Set((end === -1 ? argv : argv.slice(0, end)).filter((word) => word.startsWith('--')));
+}
+
+/** The version of @sluice/admin, which ships the CLI: its package.json is two folders up. */
+function version(): string {
+  const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+    version?: unknown;
+  };
+  return typeof manifest.version === 'string' ? manifest.version : 'unknown';
+}
+
+/** A failure as `--json` reports it on stderr: one line a script can parse. */
+function failureJson(failure: Failure): string {
+  return JSON.stringify({
+    code: failure.code,
+    message: failure.message,
+    exitCode: failure.exitCode,
+    ...(failure.sqlState === undefined ? {} : { sqlState: failure.sqlState }),
+  });
+}
+
 async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<ExitCode> {
+  const flags = flagsOf(argv);
+  const json = flags.has('--json');
   if (argv.length === 0) {
     process.stderr.write(`${globalHelp(COMMAND_LIST)}\n`);
     return EXIT_CODES.usage;
@@ -68,6 +98,10 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
   // Set by the handshake's callback (a plain `let` would stay narrowed to false here).
   const pool = { connected: false };
   try {
+    if (flags.has('--version')) {
+      process.stdout.write(json ? `${JSON.stringify({ version: version() })}\n` : `${version()}\n`);
+      return EXIT_CODES.success;
+    }
     const parsed = parseCommandLine(argv, COMMAND_LIST);
     if (parsed.kind === 'help') {
       const help = parsed.command ? commandHelp(parsed.command) : globalHelp(COMMAND_LIST);
@@ -79,18 +113,20 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
       const value = values[name];
       return typeof value === 'string' ? value : undefined;
     };
+    // Everything on the command line is checked first; only then is a database looked for.
+    schema = resolveSchemaName(text('schema'));
+    const actor = checkText(text('actor'), '--actor', 200) ?? defaultActor(env);
+    const work = command.prepare({
+      args,
+      options: { text, flag: (name) => values[name] === true },
+      actor,
+    });
     const url = resolveDatabaseUrl(text('database-url'), env);
-    schema = text('schema') ?? schema;
     const opened = openPool(url, env);
     sql = opened;
-    const admin = createAdmin({ sql, ...withoutUndefined({ schema: text('schema') }) });
+    const admin = createAdmin({ sql, schema });
     const output = await Promise.race([
-      command.run({
-        admin,
-        args,
-        options: { text, flag: (name) => values[name] === true },
-        actor: text('actor') ?? defaultActor(env),
-      }),
+      work(admin),
       handshake(opened).then(() => {
         pool.connected = true;
         return new Promise<never>(() => undefined); // the command's own outcome decides
@@ -100,7 +136,7 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
     return EXIT_CODES.success;
   } catch (error) {
     const failure = describeFailure(error, schema);
-    process.stderr.write(`sluice: ${failure.message}\n`);
+    process.stderr.write(json ? `${failureJson(failure)}\n` : `sluice: ${failure.message}\n`);
     return failure.exitCode;
   } finally {
     // Always close the pool, or its idle connections keep the process alive. A pool that never

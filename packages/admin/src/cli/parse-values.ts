@@ -1,14 +1,38 @@
-import { parseEventId } from '../validate.js';
+import { checkName, checkText, parseEventId } from '../validate.js';
 import { UsageError } from './usage-error.js';
 
 // Values typed on a command line are parsed strictly: `Number('1e3')`, `Number(' 7 ')` or
 // `new Date('1')` would each accept a typo and act on something the operator did not mean.
 
-/** A positive count (`--limit`): digits only. The admin API checks the range. */
+/** The largest `--limit` the admin API takes. */
+const MAX_LIMIT = 1000;
+
+/** A count (`--limit`): digits only, 1 to 1000 as the admin API takes it. */
 export function parseLimit(text: string, option = '--limit'): number {
   if (!/^[0-9]{1,9}$/.test(text))
     throw new UsageError(`${option} must be a positive integer (digits only), got "${text}"`);
-  return Number(text);
+  const limit = Number(text);
+  if (limit < 1 || limit > MAX_LIMIT)
+    throw new UsageError(`${option} must be between 1 and ${MAX_LIMIT}, got ${limit}`);
+  return limit;
+}
+
+/**
+ * A consumer name or instance id as the admin API takes it (1–200 bytes, no NUL). Checked with
+ * the command line, so a bad one is a usage error before any database is looked for.
+ */
+export function parseName(text: string, what: string): string {
+  return checkName(text, what);
+}
+
+/** `parseName` for an option that may be absent. */
+export function optionalName(text: string | undefined, option: string): string | undefined {
+  return text === undefined ? undefined : checkName(text, option);
+}
+
+/** `--reason`: at most 1000 bytes, no NUL. */
+export function parseReason(text: string | undefined): string | undefined {
+  return checkText(text, '--reason');
 }
 
 /** A comma-separated list of ids (`--ids 1,2,3`). */

@@ -3,17 +3,20 @@ import { toJson } from '../json.js';
 import {
   actionResult,
   consumerDetail,
+  consumerEvent,
   consumerSummary,
   diagnosis,
   disableBody,
   enableBody,
   errorResponses,
   eventBody,
+  eventParams,
   instanceQuery,
   nameParams,
   restartBody,
 } from '../schemas.js';
 import type { OpsContext } from './context.js';
+import { redacted } from './redact.js';
 
 interface NameParams {
   name: string;
@@ -32,8 +35,8 @@ const instanceOf = (query: InstanceQuery, body?: ActionBody) => {
 };
 const reasonOf = (body?: ActionBody) => (body?.reason === undefined ? {} : { reason: body.reason });
 
-/** Consumers: list, show, diagnose, and the write actions (DESIGN §6, §8). */
-export function consumerRoutes(app: FastifyInstance, { admin }: OpsContext): void {
+/** Consumers: list, show, diagnose, one event's payload, and the write actions (docs/operating.md). */
+export function consumerRoutes(app: FastifyInstance, { admin, ops }: OpsContext): void {
   app.get('/consumers', {
     schema: { response: { 200: { type: 'array', items: consumerSummary }, ...errorResponses } },
     handler: async () => toJson(await admin.listConsumers()),
@@ -57,6 +60,26 @@ export function consumerRoutes(app: FastifyInstance, { admin }: OpsContext): voi
     },
     handler: async (request) => toJson(await admin.diagnose(request.params.name, instanceOf(request.query))),
   });
+
+  // One event of the log as the consumer sees it (the one it is stuck on, a gap id), its payload
+  // redacted as the dead letters are. Digits only (the schema); beyond int8 the admin API says 400.
+  app.get<{ Params: NameParams & { eventId: string }; Querystring: InstanceQuery }>(
+    '/consumers/:name/events/:eventId',
+    {
+      schema: {
+        params: eventParams,
+        querystring: instanceQuery,
+        response: { 200: consumerEvent, ...errorResponses },
+      },
+      handler: async (request) => {
+        const event = await admin.showEvent(request.params.name, {
+          eventId: BigInt(request.params.eventId),
+          ...instanceOf(request.query),
+        });
+        return toJson(redacted(ops, event));
+      },
+    },
+  );
 
   app.post<{ Params: NameParams; Querystring: InstanceQuery; Body: ActionBody & { from: string } }>(
     '/consumers/:name/restart',

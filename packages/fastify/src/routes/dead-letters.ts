@@ -1,13 +1,23 @@
 import type { FastifyInstance } from 'fastify';
 import { toJson } from '../json.js';
-import { deadLetter, errorResponses, listQuery, nameParams, replayBody, replayResult } from '../schemas.js';
+import {
+  deadLetter,
+  deadLetterParams,
+  errorResponses,
+  instanceQuery,
+  listQuery,
+  nameParams,
+  replayBody,
+  replayResult,
+} from '../schemas.js';
 import type { OpsContext } from './context.js';
+import { redacted } from './redact.js';
 
 interface NameParams {
   name: string;
 }
 
-/** Dead letters: list (payloads redacted) and replay. */
+/** Dead letters: list and one by id (payloads redacted), and replay. */
 export function deadLetterRoutes(app: FastifyInstance, { admin, ops }: OpsContext): void {
   app.get<{ Params: NameParams; Querystring: { instance?: string; limit?: number } }>(
     '/consumers/:name/dead-letters',
@@ -23,17 +33,27 @@ export function deadLetterRoutes(app: FastifyInstance, { admin, ops }: OpsContex
           ...(instance === undefined ? {} : { instanceId: instance }),
           ...(limit === undefined ? {} : { limit }),
         });
-        return toJson(
-          letters.map((letter) => ({
-            ...letter,
-            ...ops.redact({
-              type: letter.type,
-              streamId: letter.streamId,
-              data: letter.data,
-              metadata: letter.metadata,
-            }),
-          })),
-        );
+        return toJson(letters.map((letter) => redacted(ops, letter)));
+      },
+    },
+  );
+
+  // Ids are digits only (the schema); one beyond int8 is refused by the admin API (400).
+  app.get<{ Params: NameParams & { id: string }; Querystring: { instance?: string } }>(
+    '/consumers/:name/dead-letters/:id',
+    {
+      schema: {
+        params: deadLetterParams,
+        querystring: instanceQuery,
+        response: { 200: deadLetter, ...errorResponses },
+      },
+      handler: async (request) => {
+        const { instance } = request.query;
+        const letter = await admin.showDeadLetter(request.params.name, {
+          id: BigInt(request.params.id),
+          ...(instance === undefined ? {} : { instanceId: instance }),
+        });
+        return toJson(redacted(ops, letter));
       },
     },
   );

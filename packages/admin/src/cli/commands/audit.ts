@@ -3,7 +3,7 @@ import { defineCommand } from '../command.js';
 import { JSON_OPTION } from '../common-options.js';
 import { formatTable } from '../format-table.js';
 import { formatTime, truncate } from '../format-text.js';
-import { parseLimit } from '../parse-values.js';
+import { optionalName, parseLimit } from '../parse-values.js';
 import { toJson } from '../to-json.js';
 import { withoutUndefined } from '../without-undefined.js';
 
@@ -48,16 +48,18 @@ export const auditCommand = defineCommand({
     limit: { type: 'string', value: 'n', description: 'at most this many (1–1000, default 100)' },
     json: JSON_OPTION,
   },
-  async run({ admin, options }) {
+  prepare({ options }) {
     const limitText = options.text('limit');
-    const records = await admin.listAudit(
-      withoutUndefined({
-        consumer: options.text('consumer'),
-        limit: limitText === undefined ? undefined : parseLimit(limitText),
-      }),
-    );
-    if (options.flag('json')) return toJson(records);
-    if (records.length === 0) return 'no audited actions';
-    return formatTable(COLUMNS, records.map(row));
+    const query = withoutUndefined({
+      consumer: optionalName(options.text('consumer'), '--consumer'),
+      limit: limitText === undefined ? undefined : parseLimit(limitText),
+    });
+    const json = options.flag('json');
+    return async (admin) => {
+      const records = await admin.listAudit(query);
+      if (json) return toJson(records);
+      if (records.length === 0) return 'no audited actions';
+      return formatTable(COLUMNS, records.map(row));
+    };
   },
 });

@@ -3,7 +3,7 @@ import { defineCommand } from '../command.js';
 import { INSTANCE_OPTION, JSON_OPTION } from '../common-options.js';
 import { formatTable } from '../format-table.js';
 import { formatTime, oneLine, truncate } from '../format-text.js';
-import { parseLimit } from '../parse-values.js';
+import { optionalName, parseLimit, parseName } from '../parse-values.js';
 import { toJson } from '../to-json.js';
 import { withoutUndefined } from '../without-undefined.js';
 
@@ -49,17 +49,19 @@ export const deadLettersCommand = defineCommand({
     json: JSON_OPTION,
   },
   notes: ["ID is the dead letter's id, which sluice replay --ids takes; EVENT is the event's id."],
-  async run({ admin, args: [name = ''], options }) {
+  prepare({ args: [nameText = ''], options }) {
+    const name = parseName(nameText, '<name>');
     const limitText = options.text('limit');
-    const letters = await admin.listDeadLetters(
-      name,
-      withoutUndefined({
-        instanceId: options.text('instance'),
-        limit: limitText === undefined ? undefined : parseLimit(limitText),
-      }),
-    );
-    if (options.flag('json')) return toJson(letters);
-    if (letters.length === 0) return `no dead letters for ${name}`;
-    return formatTable(COLUMNS, letters.map(row));
+    const query = withoutUndefined({
+      instanceId: optionalName(options.text('instance'), '--instance'),
+      limit: limitText === undefined ? undefined : parseLimit(limitText),
+    });
+    const json = options.flag('json');
+    return async (admin) => {
+      const letters = await admin.listDeadLetters(name, query);
+      if (json) return toJson(letters);
+      if (letters.length === 0) return `no dead letters for ${name}`;
+      return formatTable(COLUMNS, letters.map(row));
+    };
   },
 });

@@ -4,6 +4,7 @@ import { INSTANCE_OPTION, JSON_OPTION } from '../common-options.js';
 import { consumerLabel } from '../format-action.js';
 import { formatFacts } from '../format-table.js';
 import { formatAge, formatTime, oneLine } from '../format-text.js';
+import { optionalName, parseName } from '../parse-values.js';
 import { toJson } from '../to-json.js';
 import { withoutUndefined } from '../without-undefined.js';
 
@@ -22,7 +23,13 @@ function facts(d: Diagnosis): [string, string][] {
     ['attempts', `${c.attempts}${c.stuckEventId === null ? '' : ` (on event ${c.stuckEventId})`}`],
   ];
   if (c.lastError !== null) {
-    lines.push(['last error', `${oneLine(c.lastError)} (at ${formatTime(c.lastErrorAt)})`]);
+    const resolved =
+      c.lastErrorResolvedAt === null
+        ? ''
+        : c.lastErrorResolvedBy === null
+          ? `; resolved, advancing again (last at ${formatTime(c.lastErrorResolvedAt)})`
+          : `; resolved at ${formatTime(c.lastErrorResolvedAt)} (${c.lastErrorResolvedBy})`;
+    lines.push(['last error', `${oneLine(c.lastError)} (at ${formatTime(c.lastErrorAt)}${resolved})`]);
   }
   if (c.status === 'disabled') {
     lines.push(['disabled until', c.disabledUntil === null ? 'enabled again' : formatTime(c.disabledUntil)]);
@@ -42,14 +49,19 @@ export const diagnoseCommand = defineCommand({
   summary: 'why a consumer is not moving: findings and key facts',
   positionals: [{ name: 'name', description: 'the consumer' }],
   options: { instance: INSTANCE_OPTION, json: JSON_OPTION },
-  async run({ admin, args: [name = ''], options }) {
-    const diagnosis = await admin.diagnose(name, withoutUndefined({ instanceId: options.text('instance') }));
-    if (options.flag('json')) return toJson(diagnosis);
-    return [
-      formatFacts(facts(diagnosis)),
-      '',
-      'findings:',
-      ...diagnosis.findings.map((finding) => `- ${finding}`),
-    ].join('\n');
+  prepare({ args: [nameText = ''], options }) {
+    const name = parseName(nameText, '<name>');
+    const instance = withoutUndefined({ instanceId: optionalName(options.text('instance'), '--instance') });
+    const json = options.flag('json');
+    return async (admin) => {
+      const diagnosis = await admin.diagnose(name, instance);
+      if (json) return toJson(diagnosis);
+      return [
+        formatFacts(facts(diagnosis)),
+        '',
+        'findings:',
+        ...diagnosis.findings.map((finding) => `- ${finding}`),
+      ].join('\n');
+    };
   },
 });

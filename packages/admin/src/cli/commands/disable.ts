@@ -2,7 +2,7 @@ import { defineCommand } from '../command.js';
 import { INSTANCE_OPTION, JSON_OPTION, REASON_OPTION } from '../common-options.js';
 import { consumerLabel } from '../format-action.js';
 import { formatTime } from '../format-text.js';
-import { parseDurationMs, parseTime } from '../parse-values.js';
+import { optionalName, parseDurationMs, parseName, parseReason, parseTime } from '../parse-values.js';
 import { toJson } from '../to-json.js';
 import { UsageError } from '../usage-error.js';
 import { withoutUndefined } from '../without-undefined.js';
@@ -28,7 +28,8 @@ export const disableCommand = defineCommand({
     json: JSON_OPTION,
   },
   notes: ['--for and --until are mutually exclusive; without either it stays disabled until sluice enable.'],
-  async run({ admin, args: [name = ''], options, actor }) {
+  prepare({ args: [nameText = ''], options, actor }) {
+    const name = parseName(nameText, '<name>');
     const forText = options.text('for');
     const untilText = options.text('until');
     if (forText !== undefined && untilText !== undefined) {
@@ -37,18 +38,22 @@ export const disableCommand = defineCommand({
     // --for counts from the database's clock (the one dispatchers end the disable by), not this machine's.
     const forMs = forText !== undefined ? parseDurationMs(forText, '--for') : undefined;
     const until = untilText !== undefined ? parseTime(untilText, '--until') : undefined;
-    const result = await admin.disable(name, {
+    const request = {
       actor,
       ...withoutUndefined({
         until,
         forMs,
-        instanceId: options.text('instance'),
-        reason: options.text('reason'),
+        instanceId: optionalName(options.text('instance'), '--instance'),
+        reason: parseReason(options.text('reason')),
       }),
-    });
-    if (options.flag('json')) return toJson(result);
-    const label = consumerLabel(result.consumer, result.instanceId);
-    const when = result.until === null ? 'until enabled again' : `until ${formatTime(result.until)}`;
-    return `disabled ${label} ${when} (was ${result.statusBefore})`;
+    };
+    const json = options.flag('json');
+    return async (admin) => {
+      const result = await admin.disable(name, request);
+      if (json) return toJson(result);
+      const label = consumerLabel(result.consumer, result.instanceId);
+      const when = result.until === null ? 'until enabled again' : `until ${formatTime(result.until)}`;
+      return `disabled ${label} ${when} (was ${result.statusBefore})`;
+    };
   },
 });

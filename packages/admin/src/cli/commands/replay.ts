@@ -1,7 +1,8 @@
 import { defineCommand } from '../command.js';
 import { INSTANCE_OPTION, JSON_OPTION, REASON_OPTION } from '../common-options.js';
 import { consumerLabel } from '../format-action.js';
-import { parseIdList, parseLimit } from '../parse-values.js';
+import { optionalName, parseIdList, parseLimit, parseName, parseReason } from '../parse-values.js';
+import { UsageError } from '../usage-error.js';
 import { toJson } from '../to-json.js';
 import { withoutUndefined } from '../without-undefined.js';
 
@@ -27,32 +28,38 @@ export const replayCommand = defineCommand({
     reason: REASON_OPTION,
     json: JSON_OPTION,
   },
-  async run({ admin, args: [name = ''], options, actor }) {
+  prepare({ args: [nameText = ''], options, actor }) {
+    const name = parseName(nameText, '<name>');
     const idsText = options.text('ids');
     const limitText = options.text('limit');
     const ids = idsText === undefined ? undefined : parseIdList(idsText, '--ids');
+    if (ids !== undefined && ids.length > 1000) throw new UsageError('--ids takes at most 1000 ids');
     // The API's default limit (100) would silently drop ids from a longer --ids list.
     const limit = limitText === undefined ? ids?.length : parseLimit(limitText);
-    const result = await admin.replayDeadLetters(name, {
+    const request = {
       actor,
       dryRun: options.flag('dry-run'),
       ...withoutUndefined({
         ids,
         limit,
-        instanceId: options.text('instance'),
-        reason: options.text('reason'),
+        instanceId: optionalName(options.text('instance'), '--instance'),
+        reason: parseReason(options.text('reason')),
       }),
-    });
-    if (options.flag('json')) return toJson(result);
-    const label = consumerLabel(result.consumer, result.instanceId);
-    const listed = result.deadLetterIds.length > 0 ? ` (ids ${result.deadLetterIds.join(', ')})` : '';
-    const unmatched =
-      ids !== undefined && result.count < ids.length
-        ? `; ${ids.length - result.count} of the given ids are not dead letters of ${label}`
-        : '';
-    if (result.dryRun)
-      return `dry run: would replay ${result.count} dead letter(s) of ${label}${listed}${unmatched}`;
-    if (result.count === 0) return `nothing to replay for ${label}${unmatched}`;
-    return `replay requested for ${result.count} dead letter(s) of ${label}${listed}${unmatched}; its next turn delivers them`;
+    };
+    const json = options.flag('json');
+    return async (admin) => {
+      const result = await admin.replayDeadLetters(name, request);
+      if (json) return toJson(result);
+      const label = consumerLabel(result.consumer, result.instanceId);
+      const listed = result.deadLetterIds.length > 0 ? ` (ids ${result.deadLetterIds.join(', ')})` : '';
+      const unmatched =
+        ids !== undefined && result.count < ids.length
+          ? `; ${ids.length - result.count} of the given ids are not dead letters of ${label}`
+          : '';
+      if (result.dryRun)
+        return `dry run: would replay ${result.count} dead letter(s) of ${label}${listed}${unmatched}`;
+      if (result.count === 0) return `nothing to replay for ${label}${unmatched}`;
+      return `replay requested for ${result.count} dead letter(s) of ${label}${listed}${unmatched}; its next turn delivers them`;
+    };
   },
 });

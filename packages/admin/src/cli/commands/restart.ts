@@ -1,7 +1,7 @@
 import { defineCommand } from '../command.js';
 import { INSTANCE_OPTION, JSON_OPTION, REASON_OPTION } from '../common-options.js';
 import { consumerLabel, statusChange } from '../format-action.js';
-import { parseRestartFrom } from '../parse-values.js';
+import { optionalName, parseName, parseReason, parseRestartFrom } from '../parse-values.js';
 import { toJson } from '../to-json.js';
 import { withoutUndefined } from '../without-undefined.js';
 
@@ -25,19 +25,26 @@ export const restartCommand = defineCommand({
   notes: [
     'Clears attempts, pending gaps and the re-arm budget; a dead consumer becomes idle, a disabled one stays disabled.',
   ],
-  async run({ admin, args: [name = ''], options, actor }) {
-    const from = parseRestartFrom(options.text('from') ?? '');
-    const result = await admin.restart(name, {
-      from,
+  prepare({ args: [nameText = ''], options, actor }) {
+    const name = parseName(nameText, '<name>');
+    const request = {
+      from: parseRestartFrom(options.text('from') ?? ''),
       actor,
-      ...withoutUndefined({ instanceId: options.text('instance'), reason: options.text('reason') }),
-    });
-    if (options.flag('json')) return toJson(result);
-    const stillDisabled =
-      result.statusAfter === 'disabled' ? ' (still disabled: sluice enable to run it)' : '';
-    return (
-      `restarted ${consumerLabel(result.consumer, result.instanceId)}: ` +
-      `cursor ${result.cursorBefore} → ${result.cursorAfter}${statusChange(result.statusBefore, result.statusAfter)}${stillDisabled}`
-    );
+      ...withoutUndefined({
+        instanceId: optionalName(options.text('instance'), '--instance'),
+        reason: parseReason(options.text('reason')),
+      }),
+    };
+    const json = options.flag('json');
+    return async (admin) => {
+      const result = await admin.restart(name, request);
+      if (json) return toJson(result);
+      const stillDisabled =
+        result.statusAfter === 'disabled' ? ' (still disabled: sluice enable to run it)' : '';
+      return (
+        `restarted ${consumerLabel(result.consumer, result.instanceId)}: ` +
+        `cursor ${result.cursorBefore} → ${result.cursorAfter}${statusChange(result.statusBefore, result.statusAfter)}${stillDisabled}`
+      );
+    };
   },
 });

@@ -2,6 +2,7 @@ import { parseEventId } from '../../validate.js';
 import { defineCommand } from '../command.js';
 import { INSTANCE_OPTION, JSON_OPTION, REASON_OPTION } from '../common-options.js';
 import { consumerLabel, statusChange } from '../format-action.js';
+import { optionalName, parseName, parseReason } from '../parse-values.js';
 import { toJson } from '../to-json.js';
 import { withoutUndefined } from '../without-undefined.js';
 
@@ -21,17 +22,24 @@ export const skipCommand = defineCommand({
     reason: REASON_OPTION,
     json: JSON_OPTION,
   },
-  async run({ admin, args: [name = ''], options, actor }) {
-    const eventId = parseEventId(options.text('event'), '--event');
-    const result = await admin.skip(name, {
-      eventId,
+  prepare({ args: [nameText = ''], options, actor }) {
+    const name = parseName(nameText, '<name>');
+    const request = {
+      eventId: parseEventId(options.text('event'), '--event'),
       actor,
-      ...withoutUndefined({ instanceId: options.text('instance'), reason: options.text('reason') }),
-    });
-    if (options.flag('json')) return toJson(result);
-    return (
-      `skipped event ${result.eventId} of ${consumerLabel(result.consumer, result.instanceId)}` +
-      `${statusChange(result.statusBefore, result.statusAfter)}; copied to its dead letters, its next turn passes it`
-    );
+      ...withoutUndefined({
+        instanceId: optionalName(options.text('instance'), '--instance'),
+        reason: parseReason(options.text('reason')),
+      }),
+    };
+    const json = options.flag('json');
+    return async (admin) => {
+      const result = await admin.skip(name, request);
+      if (json) return toJson(result);
+      return (
+        `skipped event ${result.eventId} of ${consumerLabel(result.consumer, result.instanceId)}` +
+        `${statusChange(result.statusBefore, result.statusAfter)}; copied to its dead letters, its next turn passes it`
+      );
+    };
   },
 });

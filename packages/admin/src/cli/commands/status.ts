@@ -39,10 +39,13 @@ export const statusCommand = defineCommand({
   positionals: [],
   options: { json: JSON_OPTION },
   notes: ['LAG is in events, with the age of the oldest event not reached yet.'],
-  async run({ admin, options }) {
-    const consumers = await admin.listConsumers();
-    if (options.flag('json')) return toJson(consumers);
-    if (consumers.length === 0) return 'no consumers are registered';
-    return formatTable(COLUMNS, consumers.map(row));
+  prepare({ options }) {
+    const json = options.flag('json');
+    return async (admin) => {
+      const consumers = await admin.listConsumers();
+      if (json) return toJson(consumers);
+      if (consumers.length === 0) return 'no consumers are registered';
+      return formatTable(COLUMNS, consumers.map(row));
+    };
   },
 });

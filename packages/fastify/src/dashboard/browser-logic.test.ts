@@ -1,0 +1,148 @@
+// The dashboard's DOM-free modules, run in Node: which actions a consumer row offers, when its last
+// error counts as past, and the lag and throughput samples behind the charts.
+import { describe, expect, test } from 'vitest';
+import { History, HISTORY_MS, slices, spanOf, summarize } from './static/ui/history.js';
+import { applicableActions, errorState, isStuck } from './static/ui/policy.js';
+import type { ConsumerSummary } from './static/ui/types.js';
+
+function row(fields: Partial<ConsumerSummary> = {}): ConsumerSummary {
+  return {
+    name: 'mailer',
+    instanceId: '*',
+    status: 'idle',
+    cursor: '10',
+    head: '10',
+    lagEvents: '0',
+    pendingGaps: 0,
+    attempts: 0,
+    deadLetters: 0,
+    ...fields,
+  };
+}
+
+describe('actions offered', () => {
+  test('a healthy consumer: Disable and Restart only', () => {
+    expect(applicableActions(row())).toEqual(['disable', 'restart']);
+    expect(applicableActions(row({ status: 'processing', lagEvents: '5' }))).toEqual(['disable', 'restart']);
+  });
+
+  test('Enable only when disabled or dead; Disable only when not disabled', () => {
+    expect(applicableActions(row({ status: 'disabled' }))).toEqual(['enable', 'restart']);
+    expect(applicableActions(row({ status: 'dead', attempts: 3, stuckEventId: '11' }))).toEqual([
+      'skip',
+      'enable',
+      'disable',
+      'restart',
+    ]);
+  });
+
+  test('Skip only while stuck: retrying or dead on an event', () => {
+    const retrying = row({ attempts: 1, stuckEventId: '11' });
+    expect(isStuck(retrying)).toBe(true);
+    expect(applicableActions(retrying)).toEqual(['skip', 'disable', 'restart']);
+    // A stuck id left with no attempt and not dead: the server would refuse a skip.
+    expect(isStuck(row({ stuckEventId: '11' }))).toBe(false);
+    expect(applicableActions(row({ stuckEventId: '11' }))).not.toContain('skip');
+    // Disabled while stuck: it can still be skipped and enabled.
+    expect(applicableActions(row({ status: 'disabled', attempts: 2, stuckEventId: '11' }))).toEqual([
+      'skip',
+      'enable',
+      'restart',
+    ]);
+  });
+
+  test('Replay only with dead letters waiting, Fence only with pending gaps', () => {
+    expect(applicableActions(row({ deadLetters: 2 }))).toEqual(['disable', 'replay', 'restart']);
+    expect(applicableActions(row({ pendingGaps: 1 }))).toEqual(['disable', 'fence', 'restart']);
+  });
+});
+
+describe('last error', () => {
+  test('none, current, or resolved as the server says', () => {
+    expect(errorState(row())).toBe('none');
+    expect(errorState(row({ lastError: 'boom', lastErrorAt: '2025-01-01T00:00:00Z' }))).toBe('current');
+    expect(
+      errorState(
+        row({
+          lastError: 'boom',
+          lastErrorAt: '2025-01-01T00:00:00Z',
+          lastErrorResolvedAt: '2025-01-01T00:01:00Z',
+        }),
+      ),
+    ).toBe('resolved');
+  });
+});
+
+describe('lag and throughput samples', () => {
+  test('throughput is the ids the cursor passed per second between two polls; a restart starts afresh', () => {
+    const history = new History();
+    history.record('k', 1_000, '100', '5');
+    history.record('k', 3_000, '110', '3');
+    history.record('k', 5_000, '110', '0');
+    history.record('k', 7_000, '20', '90'); // restarted from 20
+    history.record('k', 9_000, '30', '80');
+    expect(history.samples('k').map((s) => [s.lag, s.rate])).toEqual([
+      [5, null],
+      [3, 5],
+      [0, 0],
+      [90, null],
+      [80, 5],
+    ]);
+    // Cursors beyond 2^53 are subtracted exactly.
+    history.record('big', 0, '9007199254740993', '0');
+    history.record('big', 1_000, '9007199254740995', '0');
+    expect(history.samples('big')[1]?.rate).toBe(2);
+    // A poll answered out of order (an earlier time) is ignored.
+    history.record('k', 8_000, '25', '85');
+    expect(history.samples('k')).toHaveLength(5);
+  });
+
+  test('keeps the last 15 minutes, forgets gone consumers, and survives a save and restore', () => {
+    const history = new History();
+    history.record('a', 0, '1', '0');
+    history.record('a', HISTORY_MS, '2', '0');
+    history.record('a', HISTORY_MS + 1, '3', '0');
+    expect(history.samples('a').map((s) => s.t)).toEqual([HISTORY_MS, HISTORY_MS + 1]);
+    history.record('b', HISTORY_MS, '1', '0');
+    history.keepOnly(new Set(['a']));
+    expect(history.samples('b')).toEqual([]);
+
+    const restored = new History();
+    restored.restore(JSON.parse(JSON.stringify(history.save())), HISTORY_MS + 10);
+    expect(restored.samples('a')).toEqual(history.samples('a'));
+    // Too old, in the future or malformed: dropped.
+    const junk = new History();
+    junk.restore(
+      {
+        a: [{ t: 0, lag: 1, cursor: '1', rate: null }],
+        b: [{ t: HISTORY_MS * 3, lag: 1, cursor: '1', rate: null }],
+        c: [{ t: HISTORY_MS, lag: 'x', cursor: '1', rate: null }],
+        d: [{ t: HISTORY_MS, lag: 1, cursor: '1; drop', rate: null }],
+        e: 'nonsense',
+      },
+      HISTORY_MS * 2,
+    );
+    expect([...junk.byKey.keys()]).toEqual([]);
+  });
+
+  test('charts span since the oldest sample, in nice steps up to 15 minutes, sliced for drawing', () => {
+    const at = (minutes: number) => minutes * 60_000;
+    expect(spanOf([], at(10))).toEqual({ spanMs: at(1), ticks: ['1 min ago', '30 s', 'now'] });
+    const history = new History();
+    for (let s = 0; s <= 150; s += 2) history.record('k', s * 1000, String(s), String(s % 7));
+    const samples = history.samples('k');
+    expect(spanOf(samples, at(2.5))).toEqual({
+      spanMs: at(3),
+      ticks: ['3 min ago', '2 min', '1 min', 'now'],
+    });
+    expect(spanOf(samples, at(40)).ticks).toEqual(['15 min ago', '10 min', '5 min', 'now']);
+
+    const { lag, rate } = slices(samples, at(2.5), at(3), 90);
+    expect(lag).toHaveLength(90);
+    // The first 30 s of the 3 minutes are before the first sample.
+    expect(lag.slice(0, 15).every((v) => v === null)).toBe(true);
+    expect(Math.max(...lag.map((v) => v ?? 0))).toBe(6);
+    expect(rate.filter((v) => v !== null).every((v) => Math.abs(v - 1) < 1e-9)).toBe(true);
+    expect(summarize(samples)).toMatchObject({ count: 76, lagPeak: 6, rateNow: 1, ratePeak: 1 });
+  });
+});
