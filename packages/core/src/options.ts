@@ -44,6 +44,13 @@ export interface DispatcherOptions {
   /** LISTEN for wake-ups (polling stays on). @defaultValue true */
   listen?: boolean;
   /**
+   * Where to LISTEN, when `sql` cannot: a pool connected to PostgreSQL directly, for a dispatcher
+   * whose `sql` goes through a transaction pooler such as PgBouncer (LISTEN needs a session of its
+   * own). Only its connection options are used, for the one LISTEN connection.
+   * @defaultValue `sql`
+   */
+  listenSql?: Sql;
+  /**
    * The LISTEN connection is checked this often with a `select 1` on it; a check still unanswered at
    * the next one means the socket is dead without having closed (a silent network drop), and
    * LISTEN reconnects. @defaultValue 30_000
@@ -119,8 +126,9 @@ export interface ResolvedConsumer {
 
 export interface ResolvedOptions extends Omit<
   Required<DispatcherOptions>,
-  'consumers' | 'instanceId' | 'meterProvider' | 'tracerProvider' | 'maxBatchSize'
+  'consumers' | 'instanceId' | 'meterProvider' | 'tracerProvider' | 'maxBatchSize' | 'listenSql'
 > {
+  readonly listenSql: Sql | undefined;
   /** undefined: 10 × each consumer's batchSize. */
   readonly maxBatchSize: number | undefined;
   readonly consumers: readonly ResolvedConsumer[];
@@ -139,6 +147,8 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
   }
   if (typeof (input.sql as unknown) !== 'function')
     throw new InvalidOptionError('sql', 'must be a postgres.js pool');
+  if (input.listenSql !== undefined && typeof (input.listenSql as unknown) !== 'function')
+    throw new InvalidOptionError('listenSql', 'must be a postgres.js pool');
   const schema = resolveSchemaName(input.schema);
   const instanceId = input.instanceId;
   if (instanceId !== undefined) {
@@ -177,6 +187,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     maxRearmCount: positive('maxRearmCount', 0),
     concurrency: positive('concurrency'),
     listen: boolean('listen', input.listen, DEFAULTS.listen),
+    listenSql: input.listenSql,
     listenCheckMs: positive('listenCheckMs'),
     handlerTimeoutMs: positive('handlerTimeoutMs'),
     statementTimeoutMs: positive('statementTimeoutMs'),

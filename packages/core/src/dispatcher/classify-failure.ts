@@ -40,3 +40,17 @@ export function classifyFailure(error: unknown): FailureCategory {
 export function isConnectionLoss(error: unknown): boolean {
   return classifyFailure(error) === 'connection';
 }
+
+/**
+ * What to do about a failure that says the connection is shared by a transaction pooler: a
+ * prepared statement made in one transaction is missing (or already there) in the next, because
+ * PgBouncer's pool_mode=transaction hands each transaction another server connection.
+ */
+export function poolerHint(error: unknown): string | undefined {
+  const sqlState = sqlStateOf(error);
+  if (sqlState !== '26000' && sqlState !== '42P05') return undefined;
+  return (
+    'prepared statements do not survive from one transaction to the next here: behind a transaction ' +
+    "pooler such as PgBouncer, create the pool with prepare: false (docs/operating.md, 'Behind a pooler')"
+  );
+}

@@ -194,7 +194,8 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     }, options.pollIntervalMs);
     if (options.listen) {
       listener = await startListener({
-        sql: appSql,
+        sql: options.listenSql ?? appSql,
+        probe: (payload) => sql`select pg_notify(${wakeUpChannel(options.schema)}, ${payload})`,
         channel: wakeUpChannel(options.schema),
         ownNonce: notifier.nonce,
         applicationName:

@@ -19,7 +19,7 @@ import type { Tables } from '../schema/tables.js';
 import type { ConsumerGauges, DispatcherMetrics } from '../telemetry/metrics.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { isBackingOff, isWaitingToRetry, nextBackoff, type BackoffState } from './backoff.js';
-import { classifyFailure } from './classify-failure.js';
+import { classifyFailure, poolerHint } from './classify-failure.js';
 import { canStand, isPlain, isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
 import { SharedReads } from './shared-reads.js';
@@ -276,8 +276,9 @@ export class PassRunner {
       this.#plainAtMs = undefined;
       // Nothing is proven idle: every consumer takes a turn. Logged once per outage (DESIGN §4.1).
       if (!this.#precheckFailing) {
+        const hint = poolerHint(error);
         logger.warn(
-          { error: messageOf(error) },
+          { error: messageOf(error), ...(hint === undefined ? {} : { hint }) },
           'idle pre-check failed; running every consumer until it works again',
         );
       }

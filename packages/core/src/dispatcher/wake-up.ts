@@ -1,9 +1,11 @@
+import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
 import { withinConnectTimeout } from '../connect-timeout.js';
 import { ConnectTimeoutError, messageOf } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { currentSnapshot } from '../queries/consumers.js';
 import type { Sql } from '../sql-types.js';
+import { settleWithin, TIMED_OUT } from '../time-limit.js';
 
 export interface Listener {
   /**
@@ -28,7 +30,18 @@ export interface ListenerOptions {
   readonly onConnectedChange: (connected: boolean) => void;
   /** A `select 1` is sent on the LISTEN connection this often; unanswered by the next one: reconnect. */
   readonly checkMs: number;
+  /**
+   * Sends a notification with `payload` on the channel the way wake-ups travel (through the
+   * pool): after each LISTEN, the listener checks that such a notification reaches it.
+   */
+  readonly probe?: (payload: string) => Promise<unknown>;
 }
+
+/** Payloads of the listeners' own probes: never a wake-up, whoever sent them. */
+const PROBE_PREFIX = 'sluice-probe:';
+/** A probe not heard within this long is tried again, at most PROBE_TRIES times in all. */
+const PROBE_WAIT_MS = 2_000;
+const PROBE_TRIES = 3;
 
 const RECONNECT_INITIAL_MS = 100;
 const RECONNECT_MAX_MS = 5_000;
@@ -51,6 +64,9 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
   let failing = false;
   let checkPending = false;
   let snapshotPending = false;
+  /** LISTEN cannot receive notifications here (a transaction pooler): given up, polling only. */
+  let deaf = false;
+  let probeWaiter: { payload: string; heard: () => void } | undefined;
 
   const setConnected = (value: boolean) => {
     if (connected === value) return;
@@ -71,12 +87,17 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
       onnotice: () => undefined,
       connection: { ...options.sql.options.connection, application_name: options.applicationName },
       onnotify: (channel: string, payload: string) => {
-        if (channel === options.channel && payload !== options.ownNonce) options.onWake();
+        if (channel !== options.channel) return;
+        if (payload.startsWith(PROBE_PREFIX)) {
+          if (probeWaiter?.payload === payload) probeWaiter.heard();
+          return;
+        }
+        if (payload !== options.ownNonce) options.onWake();
       },
       onclose: () => {
         if (instance !== listenSql) return; // an instance given up after a failed check
         setConnected(false);
-        if (stopped) return;
+        if (stopped || deaf) return;
         // LISTEN again on a fresh instance: postgres.js 3.4.9 may leave a connection that closed
         // with a write pending unable to send anything again (see connections/own-connections.ts).
         listenSql = open();
@@ -100,12 +121,14 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
       // this instance reconnecting, and start() waiting, for ever.
       await withinConnectTimeout(attempt, attempt`listen ${attempt(options.channel)}`);
       if (stopped) return;
+
       retryMs = RECONNECT_INITIAL_MS;
       checkPending = false;
       if (failing) options.logger.info({ channel: options.channel }, 'LISTEN reconnected');
       failing = false;
       setConnected(true);
       options.onWake();
+      if (options.probe) void verifyHearing(attempt, options.probe);
     } catch (error) {
       if (stopped) return;
       if (error instanceof ConnectTimeoutError && attempt === listenSql) {
@@ -124,8 +147,52 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
     }
   }
 
+  /**
+   * After a LISTEN: checks that notifications reach this connection. Behind a transaction pooler
+   * (PgBouncer's pool_mode=transaction) LISTEN succeeds, but the server connection it ran on goes
+   * back to the pool, and notifications never arrive: then the listener gives up, once, and says so.
+   */
+  async function verifyHearing(attempt: Sql, probe: (payload: string) => Promise<unknown>): Promise<void> {
+    if (await heardProbe(probe)) return;
+    if (stopped || attempt !== listenSql) return;
+    deaf = true;
+    setConnected(false);
+    options.logger.warn(
+      { channel: options.channel },
+      'LISTEN does not receive notifications on its connection (behind a transaction pooler such ' +
+        'as PgBouncer?): wake-ups fall back to polling every pollIntervalMs; give the dispatcher ' +
+        'listenSql, a pool connected to PostgreSQL directly (docs/operating.md, Behind a pooler)',
+    );
+    await attempt.end({ timeout: 0 }).catch(() => undefined);
+  }
+
+  /** Whether a probe notification sent through the pool reaches this connection. */
+  async function heardProbe(probe: (payload: string) => Promise<unknown>): Promise<boolean> {
+    for (let attempt = 0; attempt < PROBE_TRIES && !stopped; attempt++) {
+      const payload = `${PROBE_PREFIX}${randomBytes(9).toString('base64url')}`;
+      let heard: () => void = () => undefined;
+      const arrived = new Promise<void>((resolve) => {
+        heard = resolve;
+      });
+      probeWaiter = { payload, heard };
+      try {
+        await probe(payload);
+        if ((await settleWithin(arrived, PROBE_WAIT_MS)) !== TIMED_OUT) return true;
+      } catch (error) {
+        options.logger.warn(
+          { channel: options.channel, error: messageOf(error) },
+          'could not send the LISTEN probe; LISTEN is taken as working',
+        );
+        return true;
+      } finally {
+        probeWaiter = undefined;
+      }
+    }
+    return stopped;
+  }
+
   function schedule(): void {
-    if (retryTimer || stopped) return;
+    if (retryTimer || stopped || deaf) return;
     retryTimer = setTimeout(() => {
       retryTimer = undefined;
       void connect();
@@ -151,7 +218,7 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
   }
 
   function check(): void {
-    if (stopped || !connected) return;
+    if (stopped || deaf || !connected) return;
     if (checkPending) {
       giveUp();
       return;
