@@ -145,7 +145,7 @@ async function runCommands(
   try {
     await fc.asyncModelRun(() => ({ model: run, real: run }), commands);
     await run.quiesce();
-    return { violations: [...run.model.violations], log: run.log };
+    return { violations: [...run.model.violations], log: run.log, parkedStops: run.parkedStops };
   } finally {
     await run.close();
   }
@@ -163,12 +163,15 @@ const started = Date.now();
 test(`the dispatcher survives ${RUNS} runs of ${COMMANDS} commands with no violation`, async () => {
   let runs = 0;
   let steps = 0;
+  let parkedStops = 0;
   let lastFailure = '';
   const result = await fc.check(
     fc.asyncProperty(commandsArbitrary, async (commands) => {
       runs += 1;
-      const { violations, log } = await runCommands(null, commands);
+      const run = await runCommands(null, commands);
+      const { violations, log } = run;
       steps += log.length;
+      parkedStops += run.parkedStops;
       if (violations.length > 0) {
         lastFailure = describeFailure(violations, log);
         throw new Error(lastFailure);
@@ -183,6 +186,7 @@ test(`the dispatcher survives ${RUNS} runs of ${COMMANDS} commands with no viola
     figures: {
       runs,
       steps,
+      'passes parked in their lock statement': parkedStops,
       violations: result.failed ? 1 : 0,
       seed: SEED,
       ...(result.failed ? { path: result.counterexamplePath ?? '' } : {}),
@@ -190,6 +194,9 @@ test(`the dispatcher survives ${RUNS} runs of ${COMMANDS} commands with no viola
     ok: !result.failed,
     ...(result.failed ? { failure: lastFailure.split('\n')[0] ?? '' } : {}),
   });
+  // The takeover schedules need passes that really stop before their row is locked: a rig whose
+  // parking no longer applies (a renamed connection, a superuser role) would pass vacuously.
+  expect(parkedStops, 'no PassParked step ever stopped a pass in its lock statement').toBeGreaterThan(0);
   if (result.failed) {
     throw new Error(
       `gap torture found a violation (seed ${SEED}, path ${result.counterexamplePath ?? '?'}):\n${lastFailure}`,

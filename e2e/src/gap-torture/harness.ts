@@ -31,7 +31,10 @@ export interface WriterState {
 export interface Pools {
   readonly admin: Sql;
   readonly writers: Sql;
-  /** Connected as `dispatcherRole`, with application_name `gt-disp-<instance>`. */
+  /**
+   * Connected as `dispatcherRole`. The dispatcher opens its own connections from these options,
+   * named `sluice:torture-<instance>` after its instance id: the parking policy keys on that name.
+   */
   readonly dispatchers: readonly [Sql, Sql];
   readonly foreign: Sql;
   /** A role without superuser rights: row-level security applies to it (see parking below). */
@@ -64,6 +67,8 @@ export class TortureRun {
   foreignHolding = false;
   cacheSize = 1;
   parked: ParkedPass | null = null;
+  /** PassParked steps whose pass really stopped in its lock statement (not ended without a turn). */
+  parkedStops = 0;
   private sessions: postgres.ReservedSql[] = [];
   private foreignSession: postgres.ReservedSql | undefined;
   dispatchers: Dispatcher[] = [];
@@ -133,9 +138,9 @@ export class TortureRun {
       grant usage, select on all sequences in schema ${schema} to ${role};
       create function ${schema}.park_lock_statement() returns boolean volatile language plpgsql as $$
       begin
-        if current_query() ilike '%skip locked%' and current_setting('application_name') like 'gt-disp-%' then
+        if current_query() ilike '%skip locked%' and current_setting('application_name') like 'sluice:torture-%' then
           perform pg_advisory_xact_lock_shared(
-            ${PARK_LOCK_BASE} + substr(current_setting('application_name'), 9)::int);
+            ${PARK_LOCK_BASE} + substr(current_setting('application_name'), 16)::int);
         end if;
         return true;
       end $$;
@@ -251,8 +256,11 @@ export class TortureRun {
       if (state.settled) break;
       const [row] = await this.pools.admin<{ n: number }[]>`
         select count(*)::int as n from pg_stat_activity
-        where application_name = ${`gt-disp-${instance}`} and wait_event_type = 'Lock' and wait_event = 'advisory'`;
-      if ((row?.n ?? 0) > 0) break;
+        where application_name = ${`sluice:torture-${instance}`} and wait_event_type = 'Lock' and wait_event = 'advisory'`;
+      if ((row?.n ?? 0) > 0) {
+        this.parkedStops += 1;
+        break;
+      }
       await new Promise((resolve) => setImmediate(resolve));
     }
   }

@@ -82,7 +82,7 @@ function lifeline(logger: ReturnType<typeof capturingLogger>) {
   };
 }
 
-test('R1a: pool max 2, five consumers whose handlers append through the same pool: progress or a surfaced hang', async () => {
+test('R1a: pool max 2, five consumers whose handlers append through the same pool: the turns hold connections of their own, so it moves', async () => {
   await recorder.run('R1a', 'Pool exhaustion: max 2, 5 appending consumers', ['I9'], async (figures) => {
     const handlerTimeoutMs = 2_000;
     const statementTimeoutMs = 2_000;
@@ -98,7 +98,8 @@ test('R1a: pool max 2, five consumers whose handlers append through the same poo
       handler: async (event: EventRecord) => {
         life.delivered();
         seen.get(name)!.push(event.id);
-        // Derived events through the dispatcher's own pool (a second connection while the turn holds one).
+        // Derived events through the pool the app gave as `sql`; the turn holds a connection of
+        // Sluice's own pool (docs/operating.md, "Database client"), not one of these two.
         if (event.type === 'Root') {
           await transaction(pool, (tx) =>
             append(
@@ -165,7 +166,7 @@ test('R1a: pool max 2, five consumers whose handlers append through the same poo
 
     figures['pool max / concurrency'] = '2 / 4 (default)';
     figures['handlerTimeoutMs / statementTimeoutMs'] = `${handlerTimeoutMs} / ${statementTimeoutMs}`;
-    figures['pool-size warning at start'] = poolWarning ? poolWarning.message : 'none';
+    figures['pool-size warning at start (none expected)'] = poolWarning ? poolWarning.message : 'none';
     figures['outcome'] = completed
       ? `progress: all delivered in ${round((end - started) / 1000, 1)} s`
       : `NOT completed in 20 s: stalled at cursors ${states.map((s) => s.cursor).join('/')} of head ${await head(db.sql, schema)}`;
@@ -186,7 +187,8 @@ test('R1a: pool max 2, five consumers whose handlers append through the same poo
     figures['last delivery / last failure before the end (s ago)'] =
       `${life.deliveries.length > 0 ? round((end - life.deliveries[life.deliveries.length - 1]!) / 1000, 1) : '-'} / ${failures.length > 0 ? round((end - failures[failures.length - 1]!.at) / 1000, 1) : '-'}`;
 
-    expect(poolWarning).toBeDefined();
+    // The app's pool is not Sluice's: its size says nothing about the turns, so no warning.
+    expect(poolWarning).toBeUndefined();
     // No silent deadlock: never longer than handlerTimeoutMs (plus one poll and a turn's own
     // statements) without a delivery or a recorded failure.
     check(
@@ -198,10 +200,10 @@ test('R1a: pool max 2, five consumers whose handlers append through the same poo
   });
 });
 
-test('R1b: pool max 1 and a handler that calls sql.reserve(): a warning at start and a surfaced failure, not a silent hang', async () => {
+test('R1b: pool max 1 and a handler that calls sql.reserve(): accepted with default options, and every event delivered', async () => {
   await recorder.run(
     'R1b',
-    'Pool exhaustion: max 1 + sql.reserve() in the handler (countCrashedAttempts: false)',
+    "Pool of one + sql.reserve() in the handler: the app's pool is the handler's alone",
     ['I9'],
     async (figures) => {
       const handlerTimeoutMs = 2_000;
@@ -225,34 +227,34 @@ test('R1b: pool max 1 and a handler that calls sql.reserve(): a warning at start
           }
         },
       };
-      const settings = {
-        sql: pool,
-        schema,
-        consumers: [consumer],
-        logger,
-        listen: false,
-        pollIntervalMs: 50,
-        handlerTimeoutMs,
-        statementTimeoutMs,
-        retryDelayMs: 0,
-        backoffInitialMs: 200,
-        backoffMaxMs: 1_000,
-        rearmCooldownMs: 3_600_000,
-      };
-      // With crash counting (the default) a delivering turn needs a second connection: refused up front.
+      // Default options (crash counting on): the turns and their crash records run on Sluice's own
+      // connections, so a pool of one given as `sql` is accepted and left to the handler.
       let refusal = '';
+      let dispatcher: ReturnType<typeof createDispatcher> | undefined;
       try {
-        createDispatcher(settings);
+        dispatcher = createDispatcher({
+          sql: pool,
+          schema,
+          consumers: [consumer],
+          logger,
+          listen: false,
+          pollIntervalMs: 50,
+          handlerTimeoutMs,
+          statementTimeoutMs,
+          retryDelayMs: 0,
+          backoffInitialMs: 200,
+          backoffMaxMs: 1_000,
+          rearmCooldownMs: 3_600_000,
+        });
       } catch (error) {
         refusal = error instanceof Error ? error.message : String(error);
       }
       figures['default options with max 1'] = refusal === '' ? 'accepted' : `refused: ${refusal}`;
-      expect(refusal).toMatch(/Invalid option `sql`.*max is 1.*countCrashedAttempts/);
-      const dispatcher = createDispatcher({ ...settings, countCrashedAttempts: false });
+      expect(refusal).toBe('');
+      if (!dispatcher) return;
       await appendEvents(db.sql, 3, undefined, schema);
       const started = performance.now();
       const startResult = await within(dispatcher.start(), 20_000);
-      const poolWarning = logger.lines.find((l) => l.level === 'warn' && l.message.includes('pool allows'));
       const observeMs = 20_000;
       let completed = true;
       try {
@@ -274,40 +276,21 @@ test('R1b: pool max 1 and a handler that calls sql.reserve(): a warning at start
 
       figures['pool max / concurrency'] = '1 / 4 (default)';
       figures['start()'] = startResult === 'timeout' ? 'hung > 20 s' : 'returned';
-      figures['pool-size warning at start'] = poolWarning ? poolWarning.message : 'none';
       figures['outcome'] = completed
         ? `completed in ${round((end - started) / 1000, 1)} s`
         : `NOT completed in ${observeMs / 1000} s`;
-      figures['first handler call after start (ms)'] =
-        life.deliveries[0] === undefined ? 'none' : round(life.deliveries[0] - started);
       figures['handler calls / reserve() obtained'] = `${life.deliveries.length} / ${reserved}`;
       figures['failures logged'] = failures.length;
-      figures['first failure logged after start (ms)'] = failures[0]
-        ? round(failures[0].at - started)
-        : 'none';
       figures['failure kinds'] = [...new Set(failures.map((f) => f.message))].slice(0, 4).join(' | ');
-      figures['longest silence until done (ms)'] = round(life.longestSilence(end));
-      figures['consumer: status / attempts / cursor / category'] =
-        `${state.status} / ${state.attempts} / ${state.cursor} / ${state.failureCategory ?? '-'}`;
-      figures['last error'] = state.lastError ?? '';
+      figures['consumer: status / attempts / cursor'] = `${state.status} / ${state.attempts} / ${state.cursor}`;
       figures['stop() / pool.end()'] =
         `${stopped === 'timeout' ? 'hung > 20 s' : 'returned'} / ${ended === 'timeout' ? 'hung' : 'returned'}`;
 
       expect(startResult).not.toBe('timeout');
-      expect(poolWarning).toBeDefined();
-      check(
-        failures.length > 0 || state.lastError !== null,
-        'silent hang: no failure was logged or recorded',
-      );
-      // Until the consumer is done or visibly dead (status 'dead', logged): after that, quiet is the
-      // surfaced outcome, not a hang.
-      const settled = failures.find((f) => /consumer is dead/.test(f.message))?.at ?? end;
-      figures['longest silence until done or dead (ms)'] = round(life.longestSilence(settled));
-      check(
-        life.longestSilence(settled) <= handlerTimeoutMs + 1_000,
-        `silent for ${round(life.longestSilence(settled))} ms (> handlerTimeoutMs ${handlerTimeoutMs} + 1000)`,
-      );
-      check(completed || state.status === 'dead', `neither done nor dead: ${state.status}`);
+      check(completed, `the consumer did not reach the head in ${observeMs / 1000} s (${state.status})`);
+      expect(failures).toEqual([]);
+      expect(reserved).toBe(3);
+      expect(state.status).toBe('idle');
       expect(stopped).not.toBe('timeout');
     },
   );
@@ -320,8 +303,8 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
     ['I2', 'I3'],
     async (figures) => {
       const schema = await freshSchema(db.sql, 'r1c');
-      const application = 'r1c-pool';
-      const pool = db.connect({ max: 6, connection: { application_name: application } });
+      const instanceId = 'r1c';
+      const pool = db.connect({ max: 6, connection: { application_name: 'r1c-pool' } });
       const logger = capturingLogger();
       const calls: bigint[] = [];
       let inFlight = 0;
@@ -337,8 +320,9 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
           try {
             if (terminatedPid === 0) {
               // The turn's own backend (it holds an xid: FOR UPDATE) dies under the first handler call.
+              // Sluice's own connections are named after the instance (docs/operating.md).
               const [turn] = await db.sql<{ pid: number }[]>`
-                select pid from pg_stat_activity where application_name = ${application} and backend_xid is not null`;
+                select pid from pg_stat_activity where application_name = ${`sluice:${instanceId}`} and backend_xid is not null`;
               terminatedPid = turn?.pid ?? -1;
               await db.sql`select pg_terminate_backend(${terminatedPid})`;
             }
@@ -352,6 +336,7 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
         sql: pool,
         schema,
         consumers: [consumer],
+        instanceId,
         logger,
         listen: false,
         pollIntervalMs: 50,
