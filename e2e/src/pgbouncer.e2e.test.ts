@@ -25,7 +25,9 @@ import { hasPgBouncer, startPgBouncer, type PgBouncer } from './rig/pgbouncer.js
 
 const available = hasPgBouncer();
 if (!available && process.env['SLUICE_REQUIRE_PGBOUNCER']) {
-  throw new Error('SLUICE_REQUIRE_PGBOUNCER is set but pgbouncer does not run here (apt-get install pgbouncer)');
+  throw new Error(
+    'SLUICE_REQUIRE_PGBOUNCER is set but pgbouncer does not run here (apt-get install pgbouncer)',
+  );
 }
 
 const db = await useTestDatabase();
@@ -48,7 +50,10 @@ function capturingLogger() {
   const keep = (level: string) => (_fields: object, message: string) => {
     lines.push({ level, message });
   };
-  return { lines, logger: { debug: keep('debug'), info: keep('info'), warn: keep('warn'), error: keep('error') } };
+  return {
+    lines,
+    logger: { debug: keep('debug'), info: keep('info'), warn: keep('warn'), error: keep('error') },
+  };
 }
 
 async function until(condition: () => boolean | Promise<boolean>, timeoutMs: number, what: string) {
@@ -59,214 +64,272 @@ async function until(condition: () => boolean | Promise<boolean>, timeoutMs: num
   }
 }
 
-describe.skipIf(!available).each(['transaction', 'session'] as const)('behind PgBouncer, pool_mode=%s', (mode) => {
-  let bouncer: PgBouncer;
-  beforeAll(async () => {
-    bouncer = await startPgBouncer(db.url, mode);
-  });
-  afterAll(async () => {
-    await bouncer.stop();
-  });
-
-  test('writers with rollbacks and a held gap, two dispatchers: every committed event once to each consumer, wake-ups by NOTIFY', async () => {
-    const app = poolThrough(bouncer);
-    const writerPool = poolThrough(bouncer); // another process's pool: its commits wake the others by NOTIFY
-    const direct = db.connect({ max: 1, fetch_types: false });
-    const schema = `pgb_${randomBytes(4).toString('hex')}`;
-    await migrate(app, { schema, logger: silentLogger });
-    await app`create table ${app(`${schema}.projection`)} (event_id bigint primary key)`;
-
-    const seen = new Map<string, bigint[]>();
-    const record = (name: string, event: EventRecord) => {
-      const ids = seen.get(name) ?? [];
-      ids.push(event.id);
-      seen.set(name, ids);
-    };
-    const consumers: Consumer[] = [
-      { name: 'plain', handler: (event) => record('plain', event) },
-      { name: 'strict', ordering: 'strict', handler: (event) => record('strict', event) },
-      {
-        name: 'projection',
-        transactional: true,
-        handler: async (event, ctx) => {
-          await (ctx.tx as TransactionSql)`
-            insert into ${app(`${schema}.projection`)} values (${event.id.toString()}::bigint)`;
-          record('projection', event);
-        },
-      },
-    ];
-    const dispatchers: Dispatcher[] = ['a', 'b'].map((instanceId) =>
-      createDispatcher({
-        sql: app,
-        schema,
-        instanceId,
-        consumers,
-        // Long on purpose: deliveries within it are wake-ups, not polls.
-        pollIntervalMs: 3_000,
-        logger: silentLogger,
-        // Behind a transaction pooler LISTEN needs a session of its own.
-        ...(mode === 'transaction' ? { listenSql: direct } : {}),
-      }),
-    );
-    for (const d of dispatchers) {
-      onTestFinished(() => d.stop());
-      await d.start();
-    }
-    await until(() => dispatchers.every((d) => d.listenConnected), 10_000, 'LISTEN on both dispatchers');
-
-    // A transaction holding an id open (a gap for everyone) while writers commit and roll back above it.
-    const held = await holdGap(writerPool, undefined, { schema });
-    let writing = true;
-    let rolledBack = 0;
-    const writers = Array.from({ length: 4 }, async (_, w) => {
-      for (let n = 0; writing; n++) {
-        try {
-          await transaction(writerPool, async (tx) => {
-            await append(tx, Array.from({ length: 1 + (n % 3) }, () => ({ streamId: `w${w}`, type: 'Pooled', data: { n } })), {
-              schema,
-            });
-            if ((n + w) % 5 === 0) throw new Error('rolled back on purpose');
-          });
-        } catch {
-          rolledBack += 1;
-        }
-      }
+describe.skipIf(!available).each(['transaction', 'session'] as const)(
+  'behind PgBouncer, pool_mode=%s',
+  (mode) => {
+    let bouncer: PgBouncer;
+    beforeAll(async () => {
+      bouncer = await startPgBouncer(db.url, mode);
     });
-    await new Promise((resolve) => setTimeout(resolve, 2_500));
-    writing = false;
-    await Promise.all(writers);
-    await held.release({ commit: true });
+    afterAll(async () => {
+      await bouncer.stop();
+    });
 
-    const committed = (
-      await app<{ id: string }[]>`select id::text from ${app(`${schema}.events`)} order by id`
-    ).map((r) => BigInt(r.id));
-    expect(committed.length).toBeGreaterThan(50);
-    expect(rolledBack).toBeGreaterThan(0);
-    await until(
-      () => ['plain', 'strict', 'projection'].every((name) => (seen.get(name)?.length ?? 0) >= committed.length),
-      20_000,
-      'every consumer to receive every committed event',
-    );
-    for (const name of ['plain', 'strict', 'projection']) {
-      const ids = seen.get(name) ?? [];
-      expect(new Set(ids).size, `${name}: nothing twice`).toBe(ids.length);
-      expect([...ids].sort((x, y) => (x < y ? -1 : 1)), `${name}: every committed event`).toEqual(committed);
-    }
-    expect(seen.get('strict'), 'strict: in id order').toEqual(committed);
-    const rows = await app<{ id: string }[]>`select event_id::text as id from ${app(`${schema}.projection`)} order by 1`;
-    expect(rows.map((r) => BigInt(r.id))).toEqual(committed);
+    test('writers with rollbacks and a held gap, two dispatchers: every committed event once to each consumer, wake-ups by NOTIFY', async () => {
+      const app = poolThrough(bouncer);
+      const writerPool = poolThrough(bouncer); // another process's pool: its commits wake the others by NOTIFY
+      const direct = db.connect({ max: 1, fetch_types: false });
+      const schema = `pgb_${randomBytes(4).toString('hex')}`;
+      await migrate(app, { schema, logger: silentLogger });
+      await app`create table ${app(`${schema}.projection`)} (event_id bigint primary key)`;
 
-    // Wake-ups: a commit of the other pool reaches a dispatcher by NOTIFY, long before its next poll.
-    const latencies: number[] = [];
-    for (let i = 0; i < 5; i++) {
-      const before = seen.get('plain')?.length ?? 0;
-      const started = performance.now();
-      await transaction(writerPool, (tx) => append(tx, [{ streamId: 'late', type: 'Woken', data: { i } }], { schema }));
-      await until(() => (seen.get('plain')?.length ?? 0) > before, 5_000, 'the woken delivery');
-      latencies.push(performance.now() - started);
-    }
-    expect(Math.max(...latencies), `wake-up latencies ${latencies.map(Math.round).join(', ')} ms`).toBeLessThan(1_500);
-  });
-
-  test('operator actions and prune go through the pooler: skip, disable, enable, restart, replay, fence, prune', async () => {
-    const app = poolThrough(bouncer);
-    const schema = `pgb_${randomBytes(4).toString('hex')}`;
-    await migrate(app, { schema, logger: silentLogger });
-    const seen: bigint[] = [];
-    const poison = new Set<bigint>();
-    const dispatcher = createDispatcher({
-      sql: app,
-      schema,
-      consumers: [
+      const seen = new Map<string, bigint[]>();
+      const record = (name: string, event: EventRecord) => {
+        const ids = seen.get(name) ?? [];
+        ids.push(event.id);
+        seen.set(name, ids);
+      };
+      const consumers: Consumer[] = [
         {
-          name: 'mailer',
-          errorPolicy: { maxAttempts: 2 },
+          name: 'plain',
           handler: (event) => {
-            if (poison.has(event.id)) throw new Error(`poison ${event.id}`);
-            seen.push(event.id);
+            record('plain', event);
           },
         },
-      ],
-      listen: false,
-      retryDelayMs: 0,
-      rearmCooldownMs: 3_600_000,
-      logger: silentLogger,
+        {
+          name: 'strict',
+          ordering: 'strict',
+          handler: (event) => {
+            record('strict', event);
+          },
+        },
+        {
+          name: 'projection',
+          transactional: true,
+          handler: async (event, ctx) => {
+            await (ctx.tx as TransactionSql)`
+            insert into ${app(`${schema}.projection`)} values (${event.id.toString()}::bigint)`;
+            record('projection', event);
+          },
+        },
+      ];
+      const dispatchers: Dispatcher[] = ['a', 'b'].map((instanceId) =>
+        createDispatcher({
+          sql: app,
+          schema,
+          instanceId,
+          consumers,
+          // Long on purpose: deliveries within it are wake-ups, not polls.
+          pollIntervalMs: 3_000,
+          logger: silentLogger,
+          // Behind a transaction pooler LISTEN needs a session of its own.
+          ...(mode === 'transaction' ? { listenSql: direct } : {}),
+        }),
+      );
+      for (const d of dispatchers) {
+        onTestFinished(() => d.stop());
+        await d.start();
+      }
+      await until(() => dispatchers.every((d) => d.listenConnected), 10_000, 'LISTEN on both dispatchers');
+
+      // A transaction holding an id open (a gap for everyone) while writers commit and roll back above it.
+      const held = await holdGap(writerPool, undefined, { schema });
+      let writing = true;
+      let rolledBack = 0;
+      const writers = Array.from({ length: 4 }, async (_, w) => {
+        for (let n = 0; writing; n++) {
+          try {
+            await transaction(writerPool, async (tx) => {
+              await append(
+                tx,
+                Array.from({ length: 1 + (n % 3) }, () => ({
+                  streamId: `w${w}`,
+                  type: 'Pooled',
+                  data: { n },
+                })),
+                {
+                  schema,
+                },
+              );
+              if ((n + w) % 5 === 0) throw new Error('rolled back on purpose');
+            });
+          } catch {
+            rolledBack += 1;
+          }
+        }
+      });
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+      writing = false;
+      await Promise.all(writers);
+      await held.release({ commit: true });
+
+      const committed = (
+        await app<{ id: string }[]>`select id::text as id from ${app(`${schema}.events`)} e order by e.id`
+      ).map((r) => BigInt(r.id));
+      expect(committed.length).toBeGreaterThan(50);
+      expect(rolledBack).toBeGreaterThan(0);
+      await until(
+        () =>
+          ['plain', 'strict', 'projection'].every(
+            (name) => (seen.get(name)?.length ?? 0) >= committed.length,
+          ),
+        20_000,
+        'every consumer to receive every committed event',
+      );
+      for (const name of ['plain', 'strict', 'projection']) {
+        const ids = seen.get(name) ?? [];
+        expect(new Set(ids).size, `${name}: nothing twice`).toBe(ids.length);
+        expect(
+          [...ids].sort((x, y) => (x < y ? -1 : 1)),
+          `${name}: every committed event`,
+        ).toEqual(committed);
+      }
+      expect(seen.get('strict'), 'strict: in id order').toEqual(committed);
+      // The handler records an event before its turn commits: the rows follow once the turns have.
+      const projected = async () =>
+        (
+          await app<
+            { id: string }[]
+          >`select event_id::text as id from ${app(`${schema}.projection`)} p order by p.event_id`
+        ).map((r) => BigInt(r.id));
+      await until(
+        async () => (await projected()).length >= committed.length,
+        10_000,
+        'the projection turns to commit',
+      );
+      expect(await projected()).toEqual(committed);
+
+      // Wake-ups: a commit of the other pool reaches a dispatcher by NOTIFY, long before its next poll.
+      const latencies: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        const before = seen.get('plain')?.length ?? 0;
+        const started = performance.now();
+        await transaction(writerPool, (tx) =>
+          append(tx, [{ streamId: 'late', type: 'Woken', data: { i } }], { schema }),
+        );
+        await until(() => (seen.get('plain')?.length ?? 0) > before, 5_000, 'the woken delivery');
+        latencies.push(performance.now() - started);
+      }
+      expect(
+        Math.max(...latencies),
+        `wake-up latencies ${latencies.map(Math.round).join(', ')} ms`,
+      ).toBeLessThan(1_500);
     });
-    onTestFinished(() => dispatcher.stop());
-    await dispatcher.ensureRegistered();
-    const admin = createAdmin({ sql: app, schema, lockTimeoutMs: 5_000, defaultActor: 'pooled-operator' });
 
-    const [first, bad] = await transaction(app, (tx) =>
-      append(tx, [{ streamId: 's', type: 'Ok', data: {} }, { streamId: 's', type: 'Bad', data: {} }], { schema }),
-    );
-    poison.add(bad!.id);
-    for (let i = 0; i < 3; i++) await dispatcher.runOnce();
-    expect((await admin.showConsumer('mailer')).status).toBe('dead');
-    await admin.skip('mailer', { eventId: bad!.id });
-    await dispatcher.runOnce();
-    expect(seen).toEqual([first!.id]);
-    expect((await admin.showConsumer('mailer')).cursor).toBe(bad!.id);
-
-    await admin.disable('mailer', { forMs: 60_000, reason: 'maintenance' });
-    expect((await admin.showConsumer('mailer')).status).toBe('disabled');
-    await admin.enable('mailer');
-    expect((await admin.showConsumer('mailer')).status).toBe('idle');
-
-    // The skipped event is a dead letter; replayed, it fails again (still poison), then passes.
-    poison.delete(bad!.id);
-    const replay = await admin.replayDeadLetters('mailer');
-    expect(replay.count).toBe(1);
-    await dispatcher.runOnce();
-    expect(seen).toEqual([first!.id, bad!.id]);
-
-    // A gap whose writer is gone for good is fenced by an operator.
-    const held = await holdGap(app, undefined, { schema });
-    await transaction(app, (tx) => append(tx, [{ streamId: 's', type: 'After', data: {} }], { schema }));
-    await dispatcher.runOnce();
-    await held.release({ commit: false });
-    await admin.fenceGap('mailer', { eventId: held.id });
-    await dispatcher.runOnce();
-    await dispatcher.runOnce();
-    expect((await admin.showConsumer('mailer')).pendingGaps).toBe(0);
-
-    await admin.restart('mailer', { from: first!.id });
-    await dispatcher.runOnce();
-    const result = await prune(app, { before: first!.id + 1n, schema });
-    expect(result.deleted).toBe(1);
-
-    const audit = await admin.listAudit({});
-    expect(audit.map((a) => a.action).sort()).toEqual(
-      ['disable', 'enable', 'fence', 'prune', 'replay', 'restart', 'skip'].sort(),
-    );
-    expect(audit.filter((a) => a.action !== 'prune').every((a) => a.actor === 'pooled-operator')).toBe(true);
-  });
-
-  test.skipIf(mode !== 'transaction')(
-    'without listenSql, LISTEN through the transaction pooler: one warning, and polling delivers',
-    async () => {
+    test('operator actions and prune go through the pooler: skip, disable, enable, restart, replay, fence, prune', async () => {
       const app = poolThrough(bouncer);
       const schema = `pgb_${randomBytes(4).toString('hex')}`;
       await migrate(app, { schema, logger: silentLogger });
-      const { lines, logger } = capturingLogger();
       const seen: bigint[] = [];
+      const poison = new Set<bigint>();
       const dispatcher = createDispatcher({
         sql: app,
         schema,
-        consumers: [{ name: 'feed', handler: (event) => void seen.push(event.id) }],
-        pollIntervalMs: 200,
-        logger,
+        consumers: [
+          {
+            name: 'mailer',
+            errorPolicy: { maxAttempts: 2 },
+            handler: (event) => {
+              if (poison.has(event.id)) throw new Error(`poison ${event.id}`);
+              seen.push(event.id);
+            },
+          },
+        ],
+        listen: false,
+        retryDelayMs: 0,
+        rearmCooldownMs: 3_600_000,
+        logger: silentLogger,
       });
       onTestFinished(() => dispatcher.stop());
-      await dispatcher.start();
-      await until(
-        () => lines.some((l) => l.level === 'warn' && l.message.startsWith('LISTEN does not receive notifications')),
-        15_000,
-        'the warning that LISTEN hears nothing',
+      await dispatcher.ensureRegistered();
+      const admin = createAdmin({ sql: app, schema, lockTimeoutMs: 5_000, defaultActor: 'pooled-operator' });
+
+      const [first, bad] = await transaction(app, (tx) =>
+        append(
+          tx,
+          [
+            { streamId: 's', type: 'Ok', data: {} },
+            { streamId: 's', type: 'Bad', data: {} },
+          ],
+          { schema },
+        ),
       );
-      expect(dispatcher.listenConnected).toBe(false);
-      expect(lines.filter((l) => l.message.startsWith('LISTEN does not receive')).length).toBe(1);
-      const [event] = await transaction(app, (tx) => append(tx, [{ streamId: 's', type: 'Polled', data: {} }], { schema }));
-      await until(() => seen.includes(event!.id), 5_000, 'delivery by polling');
-    },
-  );
-});
+      poison.add(bad!.id);
+      for (let i = 0; i < 3; i++) await dispatcher.runOnce();
+      expect((await admin.showConsumer('mailer')).status).toBe('dead');
+      await admin.skip('mailer', { eventId: bad!.id });
+      await dispatcher.runOnce();
+      expect(seen).toEqual([first!.id]);
+      expect((await admin.showConsumer('mailer')).cursor).toBe(bad!.id);
+
+      await admin.disable('mailer', { forMs: 60_000, reason: 'maintenance' });
+      expect((await admin.showConsumer('mailer')).status).toBe('disabled');
+      await admin.enable('mailer');
+      expect((await admin.showConsumer('mailer')).status).toBe('idle');
+
+      // The skipped event is a dead letter; replayed, it fails again (still poison), then passes.
+      poison.delete(bad!.id);
+      const replay = await admin.replayDeadLetters('mailer');
+      expect(replay.count).toBe(1);
+      await dispatcher.runOnce();
+      expect(seen).toEqual([first!.id, bad!.id]);
+
+      // A gap whose writer is gone for good is fenced by an operator.
+      const held = await holdGap(app, undefined, { schema });
+      await transaction(app, (tx) => append(tx, [{ streamId: 's', type: 'After', data: {} }], { schema }));
+      await dispatcher.runOnce();
+      await held.release({ commit: false });
+      await admin.fenceGap('mailer', { eventId: held.id });
+      await dispatcher.runOnce();
+      await dispatcher.runOnce();
+      expect((await admin.showConsumer('mailer')).pendingGaps).toBe(0);
+
+      await admin.restart('mailer', { from: first!.id });
+      await dispatcher.runOnce();
+      const result = await prune(app, { before: first!.id + 1n, schema });
+      expect(result.deleted).toBe(1);
+
+      const audit = await admin.listAudit({});
+      expect(audit.map((a) => a.action).sort()).toEqual(
+        ['disable', 'enable', 'fence', 'prune', 'replay', 'restart', 'skip'].sort(),
+      );
+      expect(audit.filter((a) => a.action !== 'prune').every((a) => a.actor === 'pooled-operator')).toBe(
+        true,
+      );
+    });
+
+    test.skipIf(mode !== 'transaction')(
+      'without listenSql, LISTEN through the transaction pooler: one warning, and polling delivers',
+      async () => {
+        const app = poolThrough(bouncer);
+        const schema = `pgb_${randomBytes(4).toString('hex')}`;
+        await migrate(app, { schema, logger: silentLogger });
+        const { lines, logger } = capturingLogger();
+        const seen: bigint[] = [];
+        const dispatcher = createDispatcher({
+          sql: app,
+          schema,
+          consumers: [{ name: 'feed', handler: (event) => void seen.push(event.id) }],
+          pollIntervalMs: 200,
+          logger,
+        });
+        onTestFinished(() => dispatcher.stop());
+        await dispatcher.start();
+        await until(
+          () =>
+            lines.some(
+              (l) => l.level === 'warn' && l.message.startsWith('LISTEN does not receive notifications'),
+            ),
+          15_000,
+          'the warning that LISTEN hears nothing',
+        );
+        expect(dispatcher.listenConnected).toBe(false);
+        expect(lines.filter((l) => l.message.startsWith('LISTEN does not receive')).length).toBe(1);
+        const [event] = await transaction(app, (tx) =>
+          append(tx, [{ streamId: 's', type: 'Polled', data: {} }], { schema }),
+        );
+        await until(() => seen.includes(event!.id), 5_000, 'delivery by polling');
+      },
+    );
+  },
+);

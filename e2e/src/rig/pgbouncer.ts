@@ -50,12 +50,13 @@ export async function startPgBouncer(serverUrl: string, mode: 'transaction' | 's
       'max_client_conn = 500',
       'default_pool_size = 40',
       'ignore_startup_parameters = extra_float_digits',
-      `logfile = ${join(dir, 'pgbouncer.log')}`,
       'admin_users =',
       '',
     ].join('\n'),
     { mode: 0o644 },
   );
+  // No logfile: it logs to stderr, which is kept for the error below (as root it runs as `postgres`,
+  // which could not write into this root-owned folder).
   const asRoot = process.getuid?.() === 0;
   const child: ChildProcess = spawn(
     PGBOUNCER,
@@ -66,26 +67,38 @@ export async function startPgBouncer(serverUrl: string, mode: 'transaction' | 's
   child.stderr?.on('data', (chunk: Buffer) => {
     stderr += chunk.toString('utf8');
   });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const state = { running: true };
+  const running = () => state.running;
+  const exited = new Promise<void>((resolve) => {
+    child.once('exit', () => {
+      state.running = false;
+      resolve();
+    });
+  });
   const url = new URL(serverUrl);
   url.port = String(port);
   const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
+    if (running()) {
       child.kill('SIGTERM');
       await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 5_000))]);
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      if (running()) child.kill('SIGKILL');
     }
     await rm(dir, { recursive: true, force: true });
   };
   // Ready once a session through it answers.
   const deadline = Date.now() + 15_000;
   for (;;) {
-    const probe = postgres(url.toString(), { max: 1, connect_timeout: 2, prepare: false, onnotice: () => undefined });
+    const probe = postgres(url.toString(), {
+      max: 1,
+      connect_timeout: 2,
+      prepare: false,
+      onnotice: () => undefined,
+    });
     try {
       await probe`select 1`;
       break;
     } catch (error) {
-      if (child.exitCode !== null || Date.now() > deadline) {
+      if (!running() || Date.now() > deadline) {
         await stop();
         throw new Error(`PgBouncer did not start: ${(error as Error).message}\n${stderr}`);
       }

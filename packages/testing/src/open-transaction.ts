@@ -19,6 +19,9 @@ export interface OpenTransaction {
  * rollback(), so a test can interleave it with other sessions statement by statement.
  */
 export async function openTransaction(sql: Sql): Promise<OpenTransaction> {
+  // postgres.js 3.4.9: on a pool that has not opened a connection yet, reserve() never settles when
+  // fetch_types is false (porsager/postgres#751). A statement first opens one for it to take.
+  await sql`select 1`;
   const reserved = await sql.reserve();
   await reserved`begin`;
   const [row] = await reserved<{ pid: number }[]>`select pg_backend_pid() as pid`;

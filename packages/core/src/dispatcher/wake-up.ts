@@ -39,9 +39,16 @@ export interface ListenerOptions {
 
 /** Payloads of the listeners' own probes: never a wake-up, whoever sent them. */
 const PROBE_PREFIX = 'sluice-probe:';
-/** A probe not heard within this long is tried again, at most PROBE_TRIES times in all. */
+/**
+ * LISTEN is taken as working once PROBES_NEEDED probes sent through the pool have each been heard
+ * within PROBE_WAIT_MS, and as deaf at the PROBE_MISSES_ALLOWED + 1st miss. Behind a transaction
+ * pooler a probe is still heard now and then (when it reaches the server connection the LISTEN ran
+ * on while that connection is serving the listener), so one heard probe proves nothing; on a
+ * connection of its own every probe arrives, and one slow one is forgiven.
+ */
 const PROBE_WAIT_MS = 2_000;
-const PROBE_TRIES = 3;
+const PROBES_NEEDED = 5;
+const PROBE_MISSES_ALLOWED = 1;
 
 const RECONNECT_INITIAL_MS = 100;
 const RECONNECT_MAX_MS = 5_000;
@@ -166,9 +173,11 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
     await attempt.end({ timeout: 0 }).catch(() => undefined);
   }
 
-  /** Whether a probe notification sent through the pool reaches this connection. */
+  /** Whether probe notifications sent through the pool reach this connection (see PROBES_NEEDED). */
   async function heardProbe(probe: (payload: string) => Promise<unknown>): Promise<boolean> {
-    for (let attempt = 0; attempt < PROBE_TRIES && !stopped; attempt++) {
+    let heardCount = 0;
+    let missed = 0;
+    while (heardCount < PROBES_NEEDED && !stopped) {
       const payload = `${PROBE_PREFIX}${randomBytes(9).toString('base64url')}`;
       let heard: () => void = () => undefined;
       const arrived = new Promise<void>((resolve) => {
@@ -177,7 +186,8 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
       probeWaiter = { payload, heard };
       try {
         await probe(payload);
-        if ((await settleWithin(arrived, PROBE_WAIT_MS)) !== TIMED_OUT) return true;
+        if ((await settleWithin(arrived, PROBE_WAIT_MS)) !== TIMED_OUT) heardCount += 1;
+        else if (++missed > PROBE_MISSES_ALLOWED) return false;
       } catch (error) {
         options.logger.warn(
           { channel: options.channel, error: messageOf(error) },
@@ -188,7 +198,7 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
         probeWaiter = undefined;
       }
     }
-    return stopped;
+    return true;
   }
 
   function schedule(): void {
