@@ -35,16 +35,29 @@ export function retryDelayMs(
   return Math.min(rules.retryMaxDelayMs, rules.retryDelayMs * 2 ** Math.min(attempts - 1, 30));
 }
 
+/** What the retry delay is judged from: the failures on the stuck event and when the last was. */
+export interface RetryState {
+  readonly attempts: number;
+  /** The consumer is stuck on an event (it failed on it and has not delivered it yet). */
+  readonly stuck: boolean;
+  readonly lastErrorAt: Date | null;
+}
+
 /** Whether a consumer that failed on an event must still wait before retrying it. */
 export function isWaitingToRetry(
-  row: {
-    readonly attempts: number;
-    readonly stuck_event_id: string | null;
-    readonly last_error_at: Date | null;
-  },
+  failure: RetryState,
   now: Date,
   rules: { retryDelayMs: number; retryMaxDelayMs: number },
 ): boolean {
-  if (row.attempts <= 0 || row.stuck_event_id === null || row.last_error_at === null) return false;
-  return now.getTime() - row.last_error_at.getTime() < retryDelayMs(row.attempts, rules);
+  if (failure.attempts <= 0 || !failure.stuck || failure.lastErrorAt === null) return false;
+  return now.getTime() - failure.lastErrorAt.getTime() < retryDelayMs(failure.attempts, rules);
+}
+
+/** The retry state of a consumer row as the queries return it. */
+export function retryStateOf(row: {
+  readonly attempts: number;
+  readonly stuck_event_id: string | null;
+  readonly last_error_at: Date | null;
+}): RetryState {
+  return { attempts: row.attempts, stuck: row.stuck_event_id !== null, lastErrorAt: row.last_error_at };
 }

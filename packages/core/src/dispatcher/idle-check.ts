@@ -1,7 +1,7 @@
 import { lowestEnded, parseSnapshot, parseXidList, type Snapshot } from '../gaps/snapshot.js';
 import type { ResolvedConsumer } from '../options.js';
 import type { ConsumerStateRow, Precheck } from '../queries/consumers.js';
-import { isWaitingToRetry } from './backoff.js';
+import { isWaitingToRetry, retryStateOf } from './backoff.js';
 import { rearmDecision } from './rearm.js';
 
 /**
@@ -29,7 +29,8 @@ export function isProvablyIdle(
   }
   if (row.start_fence !== null && snapshot.xmin > BigInt(row.start_fence)) return false;
   // Waiting before retrying a failed event: nothing to do until then (the turn checks it too).
-  if (isWaitingToRetry(row, now, rules) && row.skip_event_id === null && !row.replays_pending) return true;
+  if (isWaitingToRetry(retryStateOf(row), now, rules) && row.skip_event_id === null && !row.replays_pending)
+    return true;
   // An operator skipped an event or asked for replays: the next turn acts on it.
   if (row.skip_event_id !== null || row.replays_pending) return false;
   // Gaps fenced on another cluster (a restore): the next turn resolves them.

@@ -18,7 +18,7 @@ import {
 import type { Tables } from '../schema/tables.js';
 import type { ConsumerGauges, DispatcherMetrics } from '../telemetry/metrics.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
-import { isBackingOff, isWaitingToRetry, nextBackoff, type BackoffState } from './backoff.js';
+import { isBackingOff, isWaitingToRetry, nextBackoff, retryStateOf, type BackoffState } from './backoff.js';
 import { classifyFailure, poolerHint } from './classify-failure.js';
 import { canStand, isPlain, isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
@@ -223,7 +223,7 @@ export class PassRunner {
             ? 'dead'
             : row.status === 'disabled'
               ? 'disabled'
-              : isWaitingToRetry(row, row.now, options)
+              : isWaitingToRetry(retryStateOf(row), row.now, options)
                 ? 'retry-later'
                 : 'idle',
         );

@@ -1,0 +1,123 @@
+// What a consumer's row says, as the turn and the operators decide on it: the row read once it is
+// held (docs/design.md, "The turn"), parsed into exact values (ids and xids as bigints). Pure.
+import { parseSnapshot, parseXidList, type Snapshot } from '../gaps/snapshot.js';
+import type { LockedRow, OperatorRow } from '../queries/consumers.js';
+
+export type ConsumerStatus = 'idle' | 'processing' | 'dead' | 'disabled';
+
+/**
+ * A turn start that has not committed (turn_starts, crash accounting): every start counted here
+ * that is still there at the next turn was a process that died inside a handler.
+ */
+export interface CrashMarker {
+  /** First and last id of the batch that was being delivered. */
+  readonly first: bigint;
+  readonly last: bigint;
+  /** Starts at `first` that never committed. */
+  readonly started: number;
+  /** Deliver one event per turn up to here (pinning the event that kills the process). */
+  readonly isolateUntil: bigint | null;
+}
+
+/** startFrom 'now': the events in flight at registration still to deliver (see queries/events.ts). */
+export interface StartInFlight {
+  readonly snapshot: string;
+  readonly fence: bigint;
+  readonly upto: bigint;
+  /** Delivered up to here (0: none yet). */
+  readonly after: bigint;
+}
+
+export interface ConsumerState {
+  readonly status: ConsumerStatus;
+  readonly cursor: bigint;
+  /** Consecutive failures on stuckEventId. */
+  readonly attempts: number;
+  readonly stuckEventId: bigint | null;
+  /** An operator skipped this event: the next turn resolves it without the handler. */
+  readonly skipEventId: bigint | null;
+  readonly rearmCount: number;
+  readonly lastError: string | null;
+  readonly lastErrorAt: Date | null;
+  readonly updatedAt: Date;
+  readonly disabledUntil: Date | null;
+  readonly gapCount: number;
+  readonly gapsUnfenced: number;
+  readonly gapsRecheck: boolean;
+  /** Transactions running below the highest fence at the last check (see gaps/snapshot.ts). */
+  readonly gapWatch: readonly bigint[];
+  readonly start: StartInFlight | null;
+  /** The cluster the row's fences were taken on. */
+  readonly systemIdentifier: string | null;
+  /** Dead letters of this consumer whose replay an operator asked for. */
+  readonly replaysPending: boolean;
+}
+
+/** The row a turn holds, with what it read once it held it. */
+export interface HeldState {
+  readonly state: ConsumerState;
+  /** The turn's xid (the row lock assigned it): the fence for holes earlier turns observed. */
+  readonly xid: bigint;
+  /** Taken once the row was held. */
+  readonly snapshot: Snapshot;
+  /** The database's clock once the row was held. */
+  readonly now: Date;
+  /** The highest fence of the consumer's pending ranges. */
+  readonly maxFence: bigint | null;
+  readonly marker: CrashMarker | null;
+}
+
+const big = (text: string | null): bigint | null => (text === null ? null : BigInt(text));
+
+/** Parses a consumer row (ids and xids come as text: exact). */
+export function consumerStateOf(row: LockedRow | OperatorRow): ConsumerState {
+  const start =
+    row.start_snapshot !== null && row.start_fence !== null && row.start_upto !== null
+      ? {
+          snapshot: row.start_snapshot,
+          fence: BigInt(row.start_fence),
+          upto: BigInt(row.start_upto),
+          after: big(row.start_after) ?? 0n,
+        }
+      : null;
+  return {
+    status: row.status,
+    cursor: BigInt(row.cursor),
+    attempts: row.attempts,
+    stuckEventId: big(row.stuck_event_id),
+    skipEventId: big(row.skip_event_id),
+    rearmCount: row.rearm_count,
+    lastError: row.last_error,
+    lastErrorAt: row.last_error_at,
+    updatedAt: row.updated_at,
+    disabledUntil: row.disabled_until,
+    gapCount: row.gap_count,
+    gapsUnfenced: row.gaps_unfenced,
+    gapsRecheck: row.gaps_recheck,
+    gapWatch: parseXidList(row.gap_watch),
+    start,
+    systemIdentifier: row.system_identifier,
+    replaysPending: row.replays_pending,
+  };
+}
+
+/** The row a turn holds (lockConsumer's read), parsed. */
+export function heldStateOf(row: LockedRow): HeldState {
+  const markerFirst = big(row.marker_first);
+  return {
+    state: consumerStateOf(row),
+    xid: BigInt(row.xid),
+    snapshot: parseSnapshot(row.snapshot),
+    now: row.now,
+    maxFence: big(row.max_fence),
+    marker:
+      markerFirst === null
+        ? null
+        : {
+            first: markerFirst,
+            last: big(row.marker_last) ?? markerFirst,
+            started: row.marker_started ?? 0,
+            isolateUntil: big(row.marker_isolate_until),
+          },
+  };
+}

@@ -1,0 +1,311 @@
+// The consumer's state machine, as one turn goes through it (docs/design.md, "The turn"). Pure:
+// given the row as read once it is held and what the turn observed, it decides whether the turn
+// runs, which ranges it re-fetches, what it delivers, and what the row becomes. dispatcher/turn.ts
+// only reads, calls these, and writes what they return.
+import { isWaitingToRetry } from '../dispatcher/backoff.js';
+import { rearmDecision } from '../dispatcher/rearm.js';
+import type { FetchResult, GapRange, Ordering, Settlement, TurnInput } from '../gaps/gaps.js';
+import { settleStragglers } from '../gaps/gaps.js';
+import { lowestEnded, runningBelow, type Snapshot } from '../gaps/snapshot.js';
+import type { ConsumerState, CrashMarker, HeldState, StartInFlight } from './consumer-state.js';
+
+/** What a turn needs to know of its consumer's options. */
+export interface TurnRules {
+  readonly maxAttempts: number;
+  readonly skipApplyErrors: boolean;
+  readonly ordering: Ordering;
+  readonly retryDelayMs: number;
+  readonly retryMaxDelayMs: number;
+  readonly rearmCooldownMs: number;
+  readonly maxRearmCount: number;
+  /** A shared consumer (one row for every instance); a per-instance row writes its heartbeat. */
+  readonly shared: boolean;
+}
+
+/** Which pending ranges a turn re-fetches (see queries/gaps.ts, selectRangesToRecheck). */
+export interface RecheckFilter {
+  readonly all: boolean;
+  readonly xmin: bigint;
+  readonly lowestEnded: bigint | null;
+}
+
+export type Opening =
+  | {
+      readonly kind: 'skip';
+      readonly reason: 'disabled' | 'dead' | 'retry-later';
+      /** Dead, and its automatic re-arms are used up (reported once per process). */
+      readonly rearmExhausted: boolean;
+    }
+  | {
+      readonly kind: 'open';
+      /** Written before anything else: a time-boxed disable ended, or a dead consumer re-armed. */
+      readonly change: 'reenabled' | 'rearmed' | null;
+      /** The state the turn goes on from (after `change`). */
+      readonly state: ConsumerState;
+      /** Which pending ranges to re-fetch; null: none. */
+      readonly recheck: RecheckFilter | null;
+      /** 'now' consumers: the events in flight at registration, due now. */
+      readonly stragglers: StartInFlight | undefined;
+      /** The row's fences were taken on another cluster (a restore): resolve every range afresh. */
+      readonly clusterChanged: boolean;
+    };
+
+/**
+ * Whether the turn runs, and from what (docs/design.md, "Dead consumers, re-arm"): a disabled
+ * consumer waits until its time-boxed disable ends; a dead one until its cooldown re-arms it
+ * (within its budget); a failed event waits out its retry delay unless an operator skipped it.
+ * Times are the database's (`held.now`, and the stored times).
+ */
+export function openTurn(held: HeldState, systemIdentifier: string | null, rules: TurnRules): Opening {
+  const { now, snapshot } = held;
+  let state = held.state;
+  let change: 'reenabled' | 'rearmed' | null = null;
+  if (state.status === 'disabled') {
+    if (state.disabledUntil === null || state.disabledUntil > now) {
+      return { kind: 'skip', reason: 'disabled', rearmExhausted: false };
+    }
+    change = 'reenabled';
+    state = { ...state, status: 'idle', disabledUntil: null };
+  } else if (state.status === 'dead') {
+    const decision = rearmDecision(
+      { rearmCount: state.rearmCount, lastWriteAt: state.updatedAt },
+      now,
+      rules,
+    );
+    if (decision !== 'rearm')
+      return { kind: 'skip', reason: 'dead', rearmExhausted: decision === 'exhausted' };
+    change = 'rearmed';
+    state = { ...state, status: 'idle', attempts: 0, rearmCount: state.rearmCount + 1 };
+  }
+  const failed = {
+    attempts: state.attempts,
+    stuck: state.stuckEventId !== null,
+    lastErrorAt: state.lastErrorAt,
+  };
+  if (state.skipEventId === null && isWaitingToRetry(failed, now, rules)) {
+    return { kind: 'skip', reason: 'retry-later', rearmExhausted: false };
+  }
+  const clusterChanged =
+    systemIdentifier !== null &&
+    state.systemIdentifier !== null &&
+    state.systemIdentifier !== systemIdentifier;
+  const recheck =
+    state.gapCount > 0 || clusterChanged
+      ? {
+          all: state.gapsRecheck || clusterChanged || rules.ordering === 'strict',
+          xmin: snapshot.xmin,
+          lowestEnded: lowestEnded(state.gapWatch, snapshot),
+        }
+      : null;
+  return { kind: 'open', change, state, recheck, stragglers: stragglersDue(state, snapshot), clusterChanged };
+}
+
+/**
+ * A 'now' consumer's in-flight events, when they are due: every transaction that was in flight at
+ * its registration has ended (the snapshot taken once the row is held has passed the
+ * registration's fence), so every one of them that committed is visible to this turn's fetch.
+ */
+function stragglersDue(state: ConsumerState, snapshot: Snapshot): StartInFlight | undefined {
+  return state.start !== null && snapshot.xmin > state.start.fence ? state.start : undefined;
+}
+
+/**
+ * Holes observed by earlier turns get this turn's xid as their fence: the row lock assigned it,
+ * after the commit of the turn that observed them, so after their observing snapshot (never the
+ * snapshot's xmax: a running writer can hold an xid above it).
+ */
+export function fenced(ranges: readonly GapRange[], xid: bigint): GapRange[] {
+  return ranges.map((r) => (r.fence === null ? { ...r, fence: xid } : r));
+}
+
+/**
+ * Whether a turn that found nothing to deliver has nothing to write either: a shared consumer
+ * already idle, with no failed attempt, pending gap, skip, replay, start, crash record or re-arm,
+ * and a row written in this cluster. (A per-instance row still writes: its last_seen_at says the
+ * instance lives.) Its COMMIT then has no xid to flush.
+ */
+export function hasNothingToRecord(
+  held: HeldState,
+  opening: Extract<Opening, { kind: 'open' }>,
+  systemIdentifier: string | null,
+  rules: TurnRules,
+  recheckedCount: number,
+): boolean {
+  const { state } = opening;
+  return (
+    rules.shared &&
+    opening.change === null &&
+    held.state.status === 'idle' &&
+    state.attempts === 0 &&
+    state.gapCount === 0 &&
+    state.skipEventId === null &&
+    !state.replaysPending &&
+    state.start === null &&
+    state.stuckEventId === null &&
+    state.gapsUnfenced === 0 &&
+    !state.gapsRecheck &&
+    recheckedCount === 0 &&
+    held.marker === null &&
+    (systemIdentifier === null || state.systemIdentifier === systemIdentifier)
+  );
+}
+
+/** What a turn delivers, and how earlier failures and crashes count against it. */
+export interface DeliveryPlan {
+  /** In order: the deliverable ids, or only the first while isolating a crashed batch. */
+  readonly ids: readonly bigint[];
+  readonly isolating: boolean;
+  readonly isolateUntil: bigint | null;
+  /** Crashed starts counted against this turn's first event. */
+  readonly crashes: number;
+  /** Failures already counted for an event (committed attempts plus crashed starts). */
+  readonly priorAttempts: (id: bigint) => number;
+  /**
+   * The process died maxAttempts times on the first event: it is not handed to the handler again
+   * (it goes to the dead letters with skipApplyErrors, else the consumer is dead).
+   */
+  readonly crashedOut: boolean;
+  /** The next turn start counts afresh (a re-arm resets attempts, crashed ones included). */
+  readonly resetStartCount: boolean;
+}
+
+/**
+ * Plans the delivery of `deliverable` (crash accounting, docs/design.md "Crash accounting"): a
+ * start at this batch that never committed was a crash. After a crash the batch is delivered one
+ * event per turn up to its last id, so the crashes land on the event that causes them; they count
+ * against the event that starts the turn.
+ * @param resolvesUnhandled events an operator skipped, and tombstones: resolved without the handler
+ */
+export function planDelivery(
+  held: HeldState,
+  state: ConsumerState,
+  rearmed: boolean,
+  deliverable: readonly bigint[],
+  resolvesUnhandled: (id: bigint) => boolean,
+  rules: TurnRules,
+): DeliveryPlan {
+  const marker: CrashMarker | null = held.marker;
+  const crashed = rearmed ? 0 : (marker?.started ?? 0);
+  const isolateUntil =
+    marker !== null && (crashed > 0 || marker.isolateUntil !== null)
+      ? max(marker.last, marker.isolateUntil ?? 0n)
+      : null;
+  const firstId = deliverable[0];
+  const isolating = isolateUntil !== null && firstId !== undefined && firstId <= isolateUntil;
+  const ids = isolating ? deliverable.slice(0, 1) : deliverable;
+  // Crashes count against the event that starts the turn: the one they happened on, or, while
+  // isolating, the next event of a crashed batch (they were not the earlier events' doing).
+  const chargedCrashes =
+    marker !== null &&
+    firstId !== undefined &&
+    (marker.first === firstId || (isolating && marker.first < firstId))
+      ? crashed
+      : 0;
+  const priorAttempts = (id: bigint) =>
+    (state.stuckEventId === id ? state.attempts : 0) + (id === firstId ? chargedCrashes : 0);
+  const crashedOut =
+    firstId !== undefined && !resolvesUnhandled(firstId) && priorAttempts(firstId) >= rules.maxAttempts;
+  return {
+    ids,
+    isolating,
+    isolateUntil,
+    crashes: crashed,
+    priorAttempts,
+    crashedOut,
+    resetStartCount: rearmed,
+  };
+}
+
+/** What the handlers did with a turn's delivery. */
+export interface Delivered {
+  /** Resolved ids, in order: a prefix of the plan's ids. */
+  readonly resolvedIds: readonly bigint[];
+  readonly failure:
+    { readonly eventId: bigint; readonly attempts: number; readonly message: string } | undefined;
+  /** The failure used up maxAttempts (and skipApplyErrors is off). */
+  readonly dead: boolean;
+}
+
+/** The consumer row after a turn (what queries/consumers.ts saveTurn writes), and what follows. */
+export interface TurnClose {
+  readonly cursor: bigint;
+  readonly status: 'idle' | 'processing' | 'dead';
+  readonly attempts: number;
+  readonly stuckEventId: bigint | null;
+  readonly skipEventId: bigint | null;
+  readonly lastError: string | null;
+  readonly rearmCount: number;
+  readonly progressed: boolean;
+  readonly gapsUnfenced: number;
+  readonly gapWatch: readonly bigint[];
+  readonly gapsRecheck: boolean;
+  readonly start: bigint | 'done' | 'unchanged';
+  /** More is waiting right now (the fetch was cut by LIMIT or the turn ran out of time). */
+  readonly hasMore: boolean;
+  /** The fetch was cut by LIMIT and everything it returned was resolved: a larger batch would help. */
+  readonly filledBatch: boolean;
+  /** The crash record stays, still isolating up to here; null: it goes with the commit. */
+  readonly keepIsolating: bigint | null;
+}
+
+/**
+ * The row after a turn (docs/design.md, "The turn" and "Halt on poison"): the cursor and ranges
+ * of the settlement; on a failure the attempts on the failing event, its id and error; the re-arm
+ * budget restored when the cursor advanced; the gap watch of the ranges still pending.
+ */
+export function closeTurn(
+  held: HeldState,
+  opening: Extract<Opening, { kind: 'open' }>,
+  turn: {
+    readonly input: TurnInput;
+    readonly deliverable: readonly bigint[];
+    readonly plan: DeliveryPlan;
+    readonly settlement: Settlement;
+    readonly delivered: Delivered;
+    readonly head: bigint;
+    /** Pending ranges once the settlement's changes are written. */
+    readonly pendingRanges: number;
+  },
+): TurnClose {
+  const { state } = opening;
+  const { input, settlement, delivered, plan } = turn;
+  const fetch: FetchResult = input.fetch;
+  const cursor = input.cursor;
+  const resolved = new Set(delivered.resolvedIds);
+  const failure = delivered.failure;
+  const attempts = failure
+    ? failure.attempts
+    : state.stuckEventId !== null && !resolved.has(state.stuckEventId)
+      ? state.attempts
+      : 0;
+  const maxFence = [held.maxFence ?? 0n, ...settlement.ranges.map((r) => r.fence ?? 0n)].reduce(max, 0n);
+  const hasMore =
+    !fetch.complete || delivered.resolvedIds.length < plan.ids.length || settlement.cursor < turn.head;
+  return {
+    cursor: settlement.cursor,
+    status: delivered.dead ? 'dead' : hasMore ? 'processing' : 'idle',
+    attempts,
+    stuckEventId: failure ? failure.eventId : attempts > 0 ? state.stuckEventId : null,
+    skipEventId: state.skipEventId !== null && !resolved.has(state.skipEventId) ? state.skipEventId : null,
+    lastError: failure ? failure.message : null,
+    rearmCount: settlement.cursor > cursor ? 0 : state.rearmCount,
+    progressed: settlement.cursor > cursor || delivered.resolvedIds.length > 0,
+    gapsUnfenced: settlement.ranges.filter((r) => r.fence === null).length,
+    gapWatch: turn.pendingRanges > 0 && maxFence > 0n ? runningBelow(held.snapshot, maxFence) : [],
+    gapsRecheck: settlement.needsRecheck,
+    start: opening.stragglers
+      ? settleStragglers(opening.stragglers, fetch, turn.deliverable, delivered.resolvedIds.length)
+      : 'unchanged',
+    hasMore: hasMore && !delivered.dead && !failure,
+    filledBatch:
+      !fetch.complete && !failure && delivered.resolvedIds.length === plan.ids.length && !plan.isolating,
+    keepIsolating:
+      plan.isolating && plan.isolateUntil !== null && settlement.cursor < plan.isolateUntil
+        ? plan.isolateUntil
+        : null,
+  };
+}
+
+function max(a: bigint, b: bigint): bigint {
+  return a > b ? a : b;
+}
