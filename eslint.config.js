@@ -26,7 +26,7 @@ export default tseslint.config(
         'error',
         {
           selector: 'ExportAllDeclaration',
-          message: 'Name every export (CONVENTIONS C7): `export *` hides the public API.',
+          message: 'Name every export (CONVENTIONS.md#public-api): `export *` hides the public API.',
         },
       ],
     },

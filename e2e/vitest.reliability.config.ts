@@ -2,7 +2,7 @@ import { defineConfig } from 'vitest/config';
 import { dbProject } from '../vitest.shared.js';
 
 // `pnpm test:reliability` (CI profile) and `pnpm test:soak`: the fault-injection and gap-torture
-// suites of RELIABILITY.md. One file at a time: they measure, and the machine has two cores.
+// suites of docs/reliability.md. One file at a time: they measure, and the machine has two cores.
 const suites = dbProject('reliability', ['src/**/*.reliability.test.ts']);
 export default defineConfig({
   test: {

@@ -1,5 +1,5 @@
-// DESIGN §5: "measure a turn with 100k pending ranges and pick the storage (a jsonb list on the
-// state row, or rows in a table of their own) that holds up."
+// The measurement behind the gaps table (docs/design.md §2.1, §5.5): how much a turn costs with
+// 100k pending ranges, stored as rows of a table of their own or as a jsonb list on the state row.
 //
 // The state: a consumer whose horizon is held (a long transaction), with 100,000 single-id ranges
 // pending — what a rollback-heavy load leaves behind while the horizon cannot move.

@@ -1,4 +1,4 @@
-// The chaos run (RELIABILITY.md §5 G1, G2, C1, C3, C4, and an S3-like clean-stop phase): writers
+// The chaos run (docs/reliability.md §5: G1, G2, C1, C3, C4, and the S3 clean-stop phase): writers
 // and dispatchers in child processes against a throwaway durable cluster, while the supervisor (this
 // test) kills dispatchers with SIGKILL, crashes PostgreSQL with an immediate shutdown and terminates
 // backends in a storm. After quiescence the offline checker (rig/checker.ts) compares every

@@ -29,7 +29,7 @@ export async function sluiceTemplate(ctx: TemplateContext, events: number): Prom
   try {
     await migrate(sql, { logger: silentLogger });
     await sql`create schema bench`;
-    // The minimal loop's cursor rows (DESIGN-free: one row per consumer, nothing else).
+    // The minimal loop's cursor rows (no gaps, no crash accounting: one row per consumer, nothing else).
     await sql`create table bench.cursors (name text primary key, cursor bigint not null default 0)`;
     for (let from = 0; from < events; from += LOAD_CHUNK) {
       const to = Math.min(events, from + LOAD_CHUNK) - 1;

@@ -147,12 +147,12 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       `- The in-process wake-up skips the NOTIFY round trip and the pre-check: the difference between the two Sluice rows (p50 ${n(pairMedian('latency', '', L.otherPool, L.inProcess, 'p50', (a, b) => a - b))} ms) ` +
         'is the after-commit notification (the NOTIFY statement, then its delivery to the LISTEN connection) and the pre-check a NOTIFY always leads to (anyone who can connect may send one); ' +
         'a pass woken in-process skips the pre-check while the last one, at most a poll interval old, found every consumer plain. The rest is the turn before the handler runs: ' +
-        'BEGIN, the lock with the fetch behind it, and the committed turn-start record (crash accounting, DESIGN F6), each a round trip, against BEGIN, the lock and the fetch for the minimal loop, ' +
+        'BEGIN, the lock with the fetch behind it, and the committed turn-start record (crash accounting, docs/design.md §4.7), each a round trip, against BEGIN, the lock and the fetch for the minimal loop, ' +
         "which also hears of the commit from PostgreSQL itself (its NOTIFY is part of the producer's transaction).",
       "- The table under the latency scenario times each step of Sluice's path from another pool, from the append call to the handler (on a diagnostic row: timing the statements slows it). " +
         'After the commit, every step is a statement the design asks for, ' +
-        "each waiting for the one before it: the NOTIFY sent once the producer's transaction has committed (DESIGN §3), the pre-check every NOTIFY leads to (§4; RELIABILITY X6), " +
-        'BEGIN, the lock with the fetch behind it, and the turn-start record committed before delivery (§4).',
+        "each waiting for the one before it: the NOTIFY sent once the producer's transaction has committed (docs/design.md §3.3), the pre-check every NOTIFY leads to (docs/design.md §4.1, docs/reliability.md#x6), " +
+        'BEGIN, the lock with the fetch behind it, and the turn-start record committed before delivery (docs/design.md §4.7).',
       `- append→handler includes the append's own commit: p50 append→handler minus commit→handler is ${n(sluiceAppend)} ms for Sluice's transaction() ` +
         `and ${n(f(L.graphile, 'p50') - f(L.graphile, 'commit→handler p50'))} ms for graphile-worker's addJob. The p50 goal, 0.6 × graphile-worker's ${n(f(L.graphile, 'p50'))} ms = ${n(p50Goal)} ms, ` +
         (p50Goal > sluiceAppend

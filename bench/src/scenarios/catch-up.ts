@@ -160,7 +160,7 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
         '(rows pre-registered) and ends at the last delivery: events/s include start() itself ("start() took"), ' +
         'which weighs on the small backlogs of --quick (see "first delivery after start").',
       `Minimal loop and raw scan use min(consumers, ${concurrencyCap}) connections and LIMIT ${batchSize}, on the same events table.`,
-      'Sluice, countCrashedAttempts: false is a diagnostic row: the same dispatcher without the committed turn-start record (DESIGN §4.3), to show what that step costs. ' +
+      'Sluice, countCrashedAttempts: false is a diagnostic row: the same dispatcher without the committed turn-start record (docs/design.md §4.7), to show what that step costs. ' +
         'Sluice, concurrency 1 is another: one turn slot and a pool of 3, so no read-ahead (every turn fetches for itself).',
       `Emmett: postgreSQLEventStoreConsumer + one reactor, batchSize ${EMMETT_SETTINGS.batchSize}, pullingFrequencyInMs ${EMMETT_SETTINGS.pullingFrequencyInMs} (default 50), ` +
         `${config.catchUp.emmettBacklog.toLocaleString('en')} events appended through appendToStream (500 per stream). Its reactor stores a checkpoint per message.`,

@@ -1,4 +1,4 @@
-// The command alphabet of RELIABILITY.md §6.2, as fast-check commands over a TortureRun. Every
+// The command alphabet of docs/reliability.md §6.2, as fast-check commands over a TortureRun. Every
 // command is one awaited SQL step (or a pass), so no step can block another; templates emit the
 // E1/E2/cache/mid-turn-commit shapes that kill the mutants in a few dozen runs.
 import fc from 'fast-check';

@@ -1,5 +1,5 @@
-// RELIABILITY.md §6: model-based gap torture against real PostgreSQL sessions. fast-check generates
-// interleavings of writers (begin, xid, nextval, insert, commit, rollback), a foreign transaction
+// docs/reliability.md §6: model-based gap torture against real PostgreSQL sessions. fast-check
+// generates interleavings of writers (begin, xid, nextval, insert, commit, rollback), a foreign transaction
 // in another database, xid burning and dispatcher passes — some splitting a turn right after its
 // fetch — and a facts-only model checks I2, I3, I4, I7 and I8 after every step and I1 at
 // quiescence. Two dispatcher instances take turns, and a pass can stop inside its lock statements

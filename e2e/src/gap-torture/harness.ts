@@ -1,4 +1,4 @@
-// Real sessions for the gap torture (RELIABILITY.md §6.1): four writer sessions, a foreign session
+// Real sessions for the gap torture (docs/reliability.md §6.1): four writer sessions, a foreign session
 // in another database, two dispatcher instances, all driven one SQL step at a time by fast-check
 // commands, so the interleaving is exactly the generated one and replays from seed and path.
 import { randomBytes } from 'node:crypto';
@@ -300,7 +300,10 @@ export class TortureRun {
     }
   }
 
-  /** §6.4: end every transaction, free the horizon, pass until nothing changes; then I1 and no gaps left. */
+  /**
+   * Quiescence (docs/reliability.md §6.4): end every transaction, free the horizon, pass until nothing
+   * changes; then I1 and no gaps left.
+   */
   async quiesce(): Promise<void> {
     await this.resume();
     for (let w = 0; w < WRITERS; w++) if (this.writers[w]?.inTx) await this.end(w, true);

@@ -1,4 +1,4 @@
-// The facts-only model of RELIABILITY.md §6.3: not a second dispatcher, just what has happened to
+// The facts-only model of docs/reliability.md §6.3: not a second dispatcher, just what has happened to
 // each id and what each consumer has received, and the invariants those facts imply.
 
 export type IdFate = 'open' | 'committed' | 'dead';

@@ -1,4 +1,4 @@
-// Test-only seams for the gap-torture suite (RELIABILITY.md §6.5). The shipped dispatcher is never
+// Test-only seams for the gap-torture suite (docs/reliability.md §6.5). The shipped dispatcher is never
 // changed: the suite replaces three of its modules with vi.mock wrappers that consult this
 // switchboard, which picks the deliberately broken variant ("mutant") of the current run and lets
 // a command run at a precise point inside a turn (right after its fetch statement).

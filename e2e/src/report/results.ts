@@ -2,7 +2,7 @@
 // write-results.ts turns them all into e2e/RESULTS.md and a summary table (Jepsen-style columns).
 import { mkdir, writeFile } from 'node:fs/promises';
 
-/** One checked consumer's history (RELIABILITY.md §4). */
+/** One checked consumer's history (docs/reliability.md §4). */
 export interface ConsumerCheck {
   readonly consumer: string;
   /** Committed events the consumer should have received and did not (I1). */
@@ -20,7 +20,7 @@ export interface ConsumerCheck {
 }
 
 export interface ScenarioResult {
-  /** RELIABILITY.md §5 id, e.g. 'G1', 'C1', 'X3'. */
+  /** Scenario id of docs/reliability.md §5, e.g. 'G1', 'C1', 'X3'. */
   readonly id: string;
   readonly title: string;
   /** Invariants checked, e.g. ['I1', 'I3']. */

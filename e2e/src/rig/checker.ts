@@ -1,4 +1,4 @@
-// The chaos run's offline checker (RELIABILITY.md §4): pure functions over the recorded histories.
+// The chaos run's offline checker (docs/reliability.md §4): pure functions over the recorded histories.
 //
 // Ground truth of committed events is the final `select id from sluice.events`. Deliveries come
 // from the dispatcher processes' JSONL files, commit acknowledgements from the writers' files, and
@@ -15,7 +15,7 @@
 //     fetches `ORDER BY id`, so it would have returned g before h). Strict consumers promise exact
 //     id order: for them every such delivery is an inversion.
 //   * LATE otherwise: g committed after (or too close to prove otherwise) that higher id's fetch —
-//     the late-gap delivery DESIGN §5 allows and counts.
+//     the late-gap delivery docs/design.md §5.2 allows and counts.
 // The rule never reports a false inversion; its blind spot is g committing within the few
 // milliseconds between a turn's lock statement and its fetch, which it counts as late.
 // Redeliveries (duplicates) are not order events: only first deliveries are classified, but every

@@ -1,4 +1,4 @@
-// RELIABILITY.md §5 S1: a pre-loaded backlog (CI: 200k events, soak: 1M, inserted by one
+// docs/reliability.md#s1: a pre-loaded backlog (1M events, S1_EVENTS; inserted by one
 // `insert … select generate_series` statement) drained by one no-op consumer with batchSize 1000.
 // Figures: drain time, events/s, max RSS of this process during the drain. Timing targets are
 // asserted in the soak profile (and in CI only on an idle machine); I1 and order always are.

@@ -1,4 +1,4 @@
-// RELIABILITY.md §5 C7 and C8: dispatcher processes that die inside a handler. C7: the handler's
+// docs/reliability.md §5, C7 and C8: dispatcher processes that die inside a handler. C7: the handler's
 // side effect happened, then SIGKILL before the turn's COMMIT: after a restart the event is
 // delivered again (dups = exactly the handled part of the in-flight batch, lost = 0). C8: a handler
 // that calls process.exit(1) on event X: a supervisor restarts the process each time, and the

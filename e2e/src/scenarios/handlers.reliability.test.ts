@@ -1,4 +1,4 @@
-// RELIABILITY.md §5 R1, H2, H4: what handlers do to the dispatcher. R1: handlers that need pool
+// docs/reliability.md §5, R1, H2, H4: what handlers do to the dispatcher. R1: handlers that need pool
 // connections the turns already hold (pool exhaustion; max 1 + sql.reserve()). H2: a poison event
 // in the middle of a batch. H4: handlers that append derived events, in the turn's transaction and
 // on a connection of their own, in chains of depth 3.

@@ -1,4 +1,4 @@
-// RELIABILITY.md §5 G5 and R3: the cluster-wide horizon (pg_snapshot_xmin). G5: a writer idle in
+// docs/reliability.md §5, G5 and R3: the cluster-wide horizon (pg_snapshot_xmin). G5: a writer idle in
 // transaction in ANOTHER database and an orphan PREPARE TRANSACTION hold it; a pending gap must not
 // burn (I8), the stall must be reported naming the pid and the gid (diagnose and the
 // sluice.gaps.oldest_age metric), and once released the gap burns within one or two passes.

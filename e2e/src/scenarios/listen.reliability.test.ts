@@ -1,4 +1,4 @@
-// RELIABILITY.md §5 C6: losing LISTEN. (a) Only the dispatcher's LISTEN backend is terminated
+// docs/reliability.md#c6: losing LISTEN. (a) Only the dispatcher's LISTEN backend is terminated
 // (repeatedly): deliveries go on by polling within poll interval + turn time, LISTEN reconnects,
 // a reconnect resyncs (a catch-up pass), and exactly one LISTEN backend exists afterwards.
 // (b) The LISTEN connection is blackholed (half-open: a proxy stops forwarding its bytes in both

@@ -1,4 +1,4 @@
-// RELIABILITY.md §5 G6–G8: what the events id sequence can do to a dispatcher. G6: CACHE > 1 is
+// docs/reliability.md §5, G6–G8: what the events id sequence can do to a dispatcher. G6: CACHE > 1 is
 // refused at start (and by migrate). G7: setval() jumps the sequence by 1e6 mid-stream; the hole is
 // one pending range that burns. G8: ids around 9/10 digits and 2^53 stay exact and in order.
 import { appendEvents, recordingConsumer, type RecordingConsumer } from '@sluice/testing';

@@ -1,4 +1,4 @@
-// Shared by the scenario suites (RELIABILITY.md §5): result recording, fresh schemas, waiting on
+// Shared by the scenario suites (docs/reliability.md §5): result recording, fresh schemas, waiting on
 // conditions, an on-demand OpenTelemetry metric reader, a capturing logger, and child processes.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';

@@ -1,4 +1,4 @@
-// The SQL-injection corpus of X3 (RELIABILITY.md §5): classic and PostgreSQL-specific payloads,
+// The SQL-injection corpus of X3 (docs/reliability.md#x3): classic and PostgreSQL-specific payloads,
 // each also glued to a real consumer name, so a filter that only looks at the start of a value is
 // tested too. Every payload is a JavaScript string; the suite places it in paths, query strings
 // and JSON bodies.

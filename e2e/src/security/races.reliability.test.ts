@@ -1,4 +1,4 @@
-// Races against retention and wake-ups (RELIABILITY.md §5: P1, P2, X6; invariants I6, I7, I4):
+// Races against retention and wake-ups (docs/reliability.md §5: P1, P2, X6; invariants I6, I7, I4):
 // prune racing live dispatchers and writers, prune against a committed-but-unfetched gap id, and a
 // forged NOTIFY flood from an unprivileged role.
 import { randomBytes } from 'node:crypto';
@@ -534,7 +534,7 @@ describe('races', () => {
         const floodStatements = statementsIn(startMs, Number.POSITIVE_INFINITY);
         const floodReal = real.length - 1;
         /**
-         * The contract (DESIGN "Wake-ups": a forged payload costs at most one bounded pass; the
+         * The contract (docs/design.md §3.3: a forged payload costs at most one bounded pass; the
          * dispatcher runs one pass and queues at most one more): a forged commit, whose BATCH
          * notifications arrive together, causes at most 2 passes (one started, one queued), a real
          * event at most 2 (its local wake-up and its NOTIFY), LISTEN and the timer 1 each.

@@ -43,7 +43,7 @@ interface BackendRow {
 }
 
 /**
- * Why a consumer is not moving (DESIGN §6): cursor vs head, its oldest pending gap and the
+ * Why a consumer is not moving (docs/design.md §6.2): cursor vs head, its oldest pending gap and the
  * backends whose transactions keep it open, whether a turn holds its row, its last error and
  * attempts, and when it can be re-armed. Reads only; takes no lock.
  * @throws {ConsumerNotFoundError}

@@ -1,7 +1,8 @@
--- The log. `id` is the global position; see DESIGN §2–3 and §5 for why every detail here matters.
+-- The log. `id` is the global position; docs/design.md §2.1, §3.2 and §5.3 say why every detail here
+-- matters.
 create table :SLUICE_SCHEMA.events (
   -- CACHE 1: a cached sequence hands ids to sessions in blocks, so ids stop following allocation
-  -- order across sessions and the gap proof (DESIGN §5) no longer holds. verifySchema() checks it.
+  -- order across sessions and the gap proof (docs/design.md §5.3) no longer holds. verifySchema() checks it.
   id bigint generated always as identity (cache 1) primary key,
   stream_id text not null check (stream_id <> ''),
   type text not null check (type <> ''),
@@ -14,7 +15,7 @@ create table :SLUICE_SCHEMA.events (
 
 create index events_stream_id_idx on :SLUICE_SCHEMA.events (stream_id, id);
 
--- The appender's transaction id must exist before its event ids are drawn (DESIGN §3). nextval()
+-- The appender's transaction id must exist before its event ids are drawn (docs/design.md §3.2). nextval()
 -- does not assign an xid, and column defaults run before any row trigger, so a transaction whose
 -- first write is this insert would otherwise draw its id while it has no xid yet; a dispatcher
 -- could then record a gap fence below the writer's future xid and burn an id that later commits.

@@ -1,5 +1,5 @@
 -- One row per cursor. Shared consumers use the reserved instance id '*'; per-instance consumers use
--- the id of the process that owns the row (DESIGN §4 "Delivery modes"). The row is the consumer's
+-- the id of the process that owns the row (docs/design.md §4.10). The row is the consumer's
 -- lock: a turn holds it FOR UPDATE SKIP LOCKED, operators take the same lock.
 create table :SLUICE_SCHEMA.consumers (
   name text not null check (name <> '' and octet_length(name) <= 200),
@@ -16,11 +16,11 @@ create table :SLUICE_SCHEMA.consumers (
   last_error text,
   last_error_at timestamptz,
   failure_category text,
-  -- Automatic re-arms of a dead consumer since its cursor last advanced (DESIGN §6).
+  -- Automatic re-arms of a dead consumer since its cursor last advanced (docs/design.md §6.1).
   rearm_count integer not null default 0 check (rearm_count >= 0),
   disabled_until timestamptz,
   disabled_reason text,
-  -- Summary of the consumer's rows in gaps, so the idle pre-check never reads them (DESIGN §4.1).
+  -- Summary of the consumer's rows in gaps, so the idle pre-check never reads them (docs/design.md §4.1).
   gap_count integer not null default 0 check (gap_count >= 0),
   gaps_unfenced integer not null default 0 check (gaps_unfenced >= 0),
   gap_min_fence xid8,

@@ -1,4 +1,5 @@
--- Pending gap ranges (DESIGN §5): ids a consumer passed without seeing, not yet delivered or burnt.
+-- Pending gap ranges (docs/design.md §5.2): ids a consumer passed without seeing, not yet delivered or
+-- burnt.
 -- Rows of their own rather than a jsonb list on the consumer row: with the horizon held under a
 -- rollback-heavy load a consumer can hold 100k ranges, and a turn must then touch only the ranges
 -- it re-fetches instead of rewriting megabytes of jsonb (measured in bench/, see docs/guarantees.md).

@@ -21,7 +21,7 @@ export interface AppendOptions {
    * directly, other processes by one coalesced NOTIFY); elsewhere they find the events at their
    * next poll. `'in-transaction'`: NOTIFY inside the caller's transaction, for writers that cannot
    * use {@link transaction} — it wakes at commit but serialises the commits of all notifying
-   * transactions (DESIGN §3). `'none'`: polling only.
+   * transactions (docs/design.md §3.3). `'none'`: polling only.
    * @defaultValue 'auto'
    */
   wakeUp?: WakeUpMode;
@@ -159,12 +159,12 @@ const EMPTY_OBJECT_JSON = '{}';
 /**
  * One INSERT of every event, returning each new id and created_at. The JSON text is cast to jsonb
  * in SQL, so it is encoded exactly once: binding an already serialised string to a jsonb parameter
- * would store a JSON string scalar (DESIGN §3). Ids are drawn in the caller's order: a VALUES list
- * is produced row by row in list order, and a larger batch is sorted by ordinality below the id
- * default. Why VALUES: with RETURNING, INSERT … SELECT FROM unnest() took the server about 50 µs
- * more CPU per statement of one event and 120–150 µs more per ten events than the same insert
- * without RETURNING; a VALUES list with RETURNING took no more than that insert. A batch whose
- * events all have empty metadata leaves that column to its default ('{}'): a quarter fewer
+ * would store a JSON string scalar (docs/design.md §3.1). Ids are drawn in the caller's order: a
+ * VALUES list is produced row by row in list order, and a larger batch is sorted by ordinality
+ * below the id default. Why VALUES: with RETURNING, INSERT … SELECT FROM unnest() took the server
+ * about 50 µs more CPU per statement of one event and 120–150 µs more per ten events than the same
+ * insert without RETURNING; a VALUES list with RETURNING took no more than that insert. A batch
+ * whose events all have empty metadata leaves that column to its default ('{}'): a quarter fewer
  * parameters for the client to bind and the server to parse.
  */
 function insertEvents(
@@ -228,7 +228,7 @@ function valuesTemplate(count: number, withMetadata: boolean): TemplateStringsAr
 
 /**
  * Runs `fn` in a transaction and, once it has committed, wakes the dispatchers of every schema
- * `fn` appended to: at once in this process, by one coalesced NOTIFY elsewhere (DESIGN §3).
+ * `fn` appended to: at once in this process, by one coalesced NOTIFY elsewhere (docs/design.md §3.3).
  * A rollback (fn throws) wakes nobody. Returns what `fn` returns.
  */
 export async function transaction<T>(sql: Sql, fn: (tx: TransactionSql) => Promise<T>): Promise<T> {
@@ -282,7 +282,10 @@ function checkName(index: number, field: string, value: unknown): string {
   return value;
 }
 
-/** Records the active span's W3C traceparent, so handler spans can link to the request (DESIGN §7). */
+/**
+ * Records the active span's W3C traceparent, so handler spans can link to the request
+ * (docs/design.md §7).
+ */
 function withTraceparent(metadata: unknown, traceparent: string | undefined): unknown {
   if (traceparent === undefined || !isRecord(metadata) || 'traceparent' in metadata) return metadata;
   return { ...metadata, traceparent };

@@ -46,7 +46,7 @@ export function eventFromRow(row: EventRow): EventRecord {
 export const RESERVED_TYPE_PREFIX = '$sluice';
 
 /**
- * The type of a tombstone an operator inserts to give up on a gap id (DESIGN §6, fence): a late
+ * The type of a tombstone an operator inserts to give up on a gap id (docs/design.md §5.7): a late
  * writer of that id fails on the primary key instead of its event being skipped silently.
  * Dispatchers resolve tombstones without calling handlers.
  */

@@ -1,4 +1,4 @@
-// DESIGN §9 invariant 3: a shared consumer never has two instances in a turn at once and, absent
+// Invariant I3 (docs/design.md §9): a shared consumer never has two instances in a turn at once and, absent
 // crashes, delivers each event once; per-instance consumers see every event in every process.
 import { append } from './append.js';
 import { useTestDatabase } from '@sluice/testing/vitest';

@@ -1,6 +1,9 @@
 import type postgres from 'postgres';
 
-/** A postgres.js pool: functions taking `sql: Sql` open their own transactions (CONVENTIONS C4). */
+/**
+ * A postgres.js pool: functions taking `sql: Sql` open their own transactions
+ * (CONVENTIONS.md#transactions).
+ */
 export type Sql = postgres.Sql;
 /** A postgres.js transaction: functions taking `tx: TransactionSql` run inside the caller's and never commit. */
 export type TransactionSql = postgres.TransactionSql;

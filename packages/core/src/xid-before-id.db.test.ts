@@ -1,7 +1,7 @@
-// Regression test for DESIGN §3: the appender's transaction id must exist before its event ids are
-// drawn, for append() and for raw INSERTs alike. The test widens the window on purpose: it parks
-// the inserting backend on an advisory lock right after the id default has been evaluated, and
-// meanwhile another session reads pg_stat_activity.backend_xid.
+// Regression test for docs/design.md §3.2: the appender's transaction id must exist before its
+// event ids are drawn, for append() and for raw INSERTs alike. The test widens the window on
+// purpose: it parks the inserting backend on an advisory lock right after the id default has been
+// evaluated, and meanwhile another session reads pg_stat_activity.backend_xid.
 //
 // Where it parks matters. Column defaults are evaluated in column order (id, …, created_at, tx)
 // before any row trigger fires, and the `tx` column's own default takes an xid; parking in a
@@ -84,7 +84,7 @@ async function waitUntilParked(sql: Sql, pid: () => number) {
   }
 }
 
-describe('xid before id (DESIGN §3)', () => {
+describe('xid before id (docs/design.md §3.2)', () => {
   beforeAll(async () => {
     await installParking('sluice');
     // The control: the same schema without the guarantee, to show the check can fail.

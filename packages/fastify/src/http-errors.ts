@@ -1,7 +1,7 @@
 import { SluiceError, type SluiceErrorCode } from '@sluice/core';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 
-/** The one place where core error codes meet HTTP statuses (CONVENTIONS C6). */
+/** The one place where core error codes meet HTTP statuses (CONVENTIONS.md#errors). */
 export const STATUS_BY_CODE = {
   SLUICE_INVALID_OPTION: 400,
   SLUICE_INVALID_EVENT: 400,

@@ -59,7 +59,7 @@ export interface ResolvedOps {
 }
 
 /**
- * Validates the ops options. Ops routes are never open by default (DESIGN §8): without `auth`
+ * Validates the ops options. Ops routes are never open by default (docs/design.md §8): without `auth`
  * they need an explicit `insecure: true`.
  * @throws {InvalidOptionError}
  */

@@ -13,8 +13,8 @@ import { resolveOps, type SluicePluginOptions } from './options.js';
 import type { SluiceDecorator } from './type-augmentation.js';
 
 /**
- * Wires a Sluice dispatcher into a Fastify app (DESIGN §8): decorates `app.sluice`, migrates and
- * starts the dispatcher in onReady, stops it (waiting for running handlers) in onClose, and
+ * Wires a Sluice dispatcher into a Fastify app (docs/design.md §8): decorates `app.sluice`, migrates
+ * and starts the dispatcher in onReady, stops it (waiting for running handlers) in onClose, and
  * registers the ops routes when `ops` is given.
  * @throws {InvalidOptionError} at registration, for bad options or ops routes without auth
  */

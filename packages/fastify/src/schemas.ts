@@ -1,4 +1,4 @@
-// JSON schemas of the ops routes, `as const`: params, query, bodies and responses (DESIGN §8).
+// JSON schemas of the ops routes, `as const`: params, query, bodies and responses (docs/design.md §8).
 // Ids travel as decimal strings: JSON numbers lose precision above 2^53.
 
 const idString = { type: 'string', pattern: '^[0-9]{1,19}$' } as const;

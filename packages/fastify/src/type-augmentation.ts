@@ -15,7 +15,7 @@ export interface SluiceDecorator {
   ): Promise<EventRecord[]>;
   /**
    * Runs `fn` in a transaction on the plugin's pool and wakes dispatchers after the commit:
-   * this process's at once, others by one coalesced NOTIFY (DESIGN §3).
+   * this process's at once, others by one coalesced NOTIFY (docs/design.md §3.3).
    */
   transaction<T>(fn: (tx: TransactionSql) => Promise<T>): Promise<T>;
 }

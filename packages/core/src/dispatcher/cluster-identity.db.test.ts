@@ -1,6 +1,6 @@
-// DESIGN §3, cluster identity: fences are xids of the cluster that took them. After a restore onto
-// another cluster, no transaction of the old one can still commit, so one fresh fetch resolves
-// every pending range, and the event is audited.
+// Cluster identity (docs/design.md §5.8): fences are xids of the cluster that took them. After a
+// restore onto another cluster, no transaction of the old one can still commit, so one fresh fetch
+// resolves every pending range, and the event is audited.
 import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';

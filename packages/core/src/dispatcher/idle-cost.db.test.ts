@@ -1,4 +1,4 @@
-// DESIGN §4.1: consumers with nothing to do cost one lock-free pre-check per pass — no transaction
+// docs/design.md §4.1: consumers with nothing to do cost one lock-free pre-check per pass — no transaction
 // per consumer, no row lock, no WAL — even while a long transaction holds their gaps open.
 //
 // Counting commits with pg_stat_database needs care: a backend reports its statistics at most once

@@ -1,4 +1,4 @@
-// Lock takeover (docs/guarantees.md, "Why a late commit is never lost"): two dispatcher instances
+// Lock takeover (docs/design.md §5.4, docs/reliability.md#t1): two dispatcher instances
 // contend for one consumer row. Instance B's lock statement takes its snapshot, then stalls before
 // the row lock; meanwhile instance A locks the row, delivers, records a hole whose writer is younger
 // than B's statement, and commits. B's FOR UPDATE then finds the row updated by a committed

@@ -1,4 +1,4 @@
-// DESIGN §4.3: a turn holds the cluster's horizon while its handlers run, so it is bounded in time
+// docs/design.md §4.3: a turn holds the cluster's horizon while its handlers run, so it is bounded in time
 // (maxTurnMs) as well as in events, and every handler call is bounded (handlerTimeoutMs).
 import { appendEvents, drainUntilIdle, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';

@@ -1,5 +1,5 @@
-// DESIGN §5 against real PostgreSQL: late commits, burns, fences, the E1/E2 schedules of
-// RELIABILITY.md, LIMIT-cut fetches, huge ranges, carving, strict ordering.
+// docs/design.md §5 against real PostgreSQL: late commits, burns, fences, the E1/E2 schedules of
+// docs/reliability.md §3, LIMIT-cut fetches, huge ranges, carving, strict ordering.
 import { appendEvents, openTransaction, recordingConsumer, type OpenTransaction } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';

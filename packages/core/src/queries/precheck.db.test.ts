@@ -1,4 +1,4 @@
-// DESIGN §4.1: the idle pre-check decides the trivially caught-up consumers in SQL and sends only
+// docs/design.md §4.1: the idle pre-check decides the trivially caught-up consumers in SQL and sends only
 // their names. Anything that may give a consumer work (or non-zero gauges) must come back as a whole
 // row for the pass to judge, typed as the turn reads it.
 import { appendEvents } from '@sluice/testing';

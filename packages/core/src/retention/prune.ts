@@ -34,7 +34,7 @@ interface LaggingRow {
 /**
  * Deletes events below `before`, unless a registered consumer (of any status, apart from stale
  * per-instance rows) still needs one: a cursor below before - 1, a pending gap below before, or
- * a 'now' registration still waiting for in-flight events (DESIGN §6, Retention; invariant 6).
+ * a 'now' registration still waiting for in-flight events (docs/design.md §6.3; invariant I6).
  * Holds the retention lock exclusively, so no consumer registers or restarts meanwhile.
  * @throws {PruneBlockedError} naming the lagging consumers; nothing is deleted then
  */

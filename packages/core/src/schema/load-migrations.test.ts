@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'vitest';
-import { loadMigrations, renderMigration } from './load-migrations.js';
+import { loadMigrations, renderMigration, statementsOf } from './load-migrations.js';
 
 describe('migrations', () => {
   test('are numbered 0001, 0002, … without holes', async () => {
@@ -17,5 +17,20 @@ describe('migrations', () => {
     for (const migration of await loadMigrations()) {
       expect(migration.text, migration.name).not.toMatch(/\bsluice\./);
     }
+  });
+
+  test('whose comments were reworded still accept the checksum they had, as their statements are unchanged', async () => {
+    const former = Object.fromEntries((await loadMigrations()).map((m) => [m.version, m.formerChecksums]));
+    expect(former).toMatchObject({
+      1: ['f7d5fbad8112255f23076398fa5a373467976e49c7f034ce721c5a8a0a586588'],
+      2: ['3220c00e6a961ea8b5177dc1aeb672caee9b58323bdb37edef3647c2f7f8727f'],
+      5: ['da3d30c1f13053cba6dc35337efd8aad3c53338b860c5b51e30aecd4c5364eba'],
+    });
+  });
+
+  test('statementsOf drops whole-line comments only', () => {
+    expect(statementsOf("-- why\ncreate table t (\n  -- a column\n  a int -- kept\n);\nselect '--';")).toBe(
+      "create table t (\n  a int -- kept\n);\nselect '--';",
+    );
   });
 });

@@ -55,13 +55,14 @@ export async function migrate(sql: Sql, options: MigrateOptions = {}): Promise<M
     for (const migration of migrations) {
       const checksum = done.get(migration.version);
       if (checksum !== undefined) {
-        if (checksum !== migration.checksum)
+        if (checksum !== migration.checksum && !migration.formerChecksums.includes(checksum))
           throw new MigrationModifiedError(migration.version, migration.name);
         continue;
       }
       try {
-        // The one sql.unsafe call in Sluice (CONVENTIONS C3): migration files are multi-statement
-        // SQL shipped with the package; the only substitution is the validated schema identifier.
+        // The one sql.unsafe call in Sluice (CONVENTIONS.md#sql-and-migrations): migration files are
+        // multi-statement SQL shipped with the package; the only substitution is the validated
+        // schema identifier.
         await tx.unsafe(renderMigration(migration.text, schema));
       } catch (error) {
         throw new MigrationFailedError(migration.version, migration.name, error);

@@ -1,8 +1,8 @@
 import type { Queryable } from '../sql-types.js';
 
 /**
- * Escaped identifiers for every Sluice table in `schema` (CONVENTIONS C3): queries interpolate
- * these, never strings. postgres.js quotes `schema.table` part by part.
+ * Escaped identifiers for every Sluice table in `schema` (CONVENTIONS.md#sql-and-migrations):
+ * queries interpolate these, never strings. postgres.js quotes `schema.table` part by part.
  */
 export function tables(sql: Queryable, schema: string) {
   return {

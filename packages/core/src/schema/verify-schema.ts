@@ -40,9 +40,9 @@ interface TriggerRow {
 }
 
 /**
- * Checks what the gap proof relies on (DESIGN §3): the server version, the events id sequence has
- * CACHE 1, and a statement-level BEFORE INSERT trigger on events assigns the transaction id before
- * any id is drawn. Warns when synchronous_commit is off.
+ * Checks what the gap proof relies on (docs/design.md §3.2): the server version, the events id
+ * sequence has CACHE 1, and a statement-level BEFORE INSERT trigger on events assigns the
+ * transaction id before any id is drawn. Warns when synchronous_commit is off.
  * @throws {SchemaNotMigratedError} @throws {SequenceCachedError} @throws {XidGuardMissingError}
  * @throws {PostgresUnsupportedError}
  */

@@ -1,4 +1,7 @@
-/** Every span and metric attribute Sluice emits, named once (CONVENTIONS C10). */
+/**
+ * Every span and metric attribute Sluice emits, named once
+ * (CONVENTIONS.md#comments-logs-and-telemetry-names).
+ */
 export const ATTR = {
   consumer: 'sluice.consumer.name',
   instance: 'sluice.consumer.instance_id',

@@ -1,4 +1,4 @@
-// DESIGN §7 against real PostgreSQL: the metrics and spans of a dispatcher, read back through
+// docs/design.md §7 against real PostgreSQL: the metrics and spans of a dispatcher, read back through
 // in-memory OpenTelemetry readers and exporters, with the names and attributes of attributes.ts.
 import { context, SpanKind, SpanStatusCode, trace, type Attributes } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';

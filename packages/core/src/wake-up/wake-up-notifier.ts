@@ -15,7 +15,7 @@ import { wakeUpChannel } from './channel.js';
  *
  * Why not NOTIFY inside the producer's transaction: PostgreSQL serialises the commits of every
  * notifying transaction behind a cluster-wide lock, so concurrent appenders would commit one
- * after another (DESIGN §3).
+ * after another (docs/design.md §3.3).
  */
 export interface WakeUpNotifier {
   readonly channel: string;
@@ -118,7 +118,8 @@ function createWakeUpNotifier(sql: Sql, schema: string, options: WakeUpNotifierO
         failing = false;
       },
       (error: unknown) => {
-        // Polling still delivers; log once per outage, not once per append (CONVENTIONS C10).
+        // Polling still delivers; log once per outage, not once per append
+        // (CONVENTIONS.md#comments-logs-and-telemetry-names).
         if (!failing && !isPoolEnded(error)) {
           logger.warn(
             { channel, error: messageOf(error) },
