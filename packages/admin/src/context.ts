@@ -29,7 +29,7 @@ export interface LockedConsumer {
 
 /**
  * Runs `action` in a transaction holding the consumer's row with the dispatcher's own lock
- * (DESIGN §6): a running turn finishes first, bounded by lock_timeout, so an operator's change is
+ * (docs/design.md §6.2): a running turn finishes first, bounded by lock_timeout, so an operator's change is
  * never undone by a turn's commit. A row held longer gives ConsumerBusyError and changes nothing.
  * @throws {ConsumerNotFoundError} @throws {ConsumerBusyError} @throws {InvalidOptionError}
  */

@@ -40,7 +40,7 @@ export interface AdminOptions {
 }
 
 /**
- * Operator actions on consumer state (DESIGN §6), bound to one database and schema. Every action
+ * Operator actions on consumer state (docs/design.md §6.2), bound to one database and schema. Every action
  * validates its input, takes the dispatcher's own row lock, and is audited; a refused action
  * changes nothing.
  * @throws {InvalidOptionError}

@@ -24,23 +24,6 @@ import { describe, expect, test } from 'vitest';
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const SELF = 'packages/core/src/docs-references.test.ts';
 
-/**
- * Files another change is rewriting right now: their citations of the outside documents (and
- * their bare `§`) are reported as warnings, not failures, until that change lands and removes its
- * entry here. Every other reference in them is checked as anywhere else. `*` stands for any file
- * name; test files are never covered.
- */
-const IN_PROGRESS: readonly string[] = [
-  'packages/core/src/dispatcher/*.ts',
-  'packages/core/src/queries/*.ts',
-  'packages/core/src/gaps/*.ts',
-  'packages/core/src/options.ts',
-  'packages/core/src/errors.ts',
-  'packages/admin/src/actions/*.ts',
-  'packages/admin/src/context.ts',
-  'packages/admin/src/create-admin.ts',
-];
-
 // ---------------------------------------------------------------------------------------------
 // Markdown: what a document offers to be referenced.
 
@@ -114,7 +97,7 @@ export function docTargets(markdown: string): DocTargets {
 export interface Problem {
   readonly file: string;
   readonly line: number;
-  /** `outside`: a document users do not have, or a `§` without a document; tolerated IN_PROGRESS. */
+  /** `outside`: a document users do not have, or a `§` without a document */
   readonly kind: 'outside' | 'dead';
   readonly message: string;
 }
@@ -332,12 +315,6 @@ function readRepository(): Repository {
   return { files };
 }
 
-function inProgress(file: string, pattern: string): boolean {
-  if (/\.test(?:-d)?\.ts$/.test(file)) return false;
-  const regex = new RegExp(`^${pattern.replace(/[.+?^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '[^/]*')}$`);
-  return regex.test(file);
-}
-
 const describeProblem = (p: Problem) => `${p.file}:${p.line}: ${p.message}`;
 
 // ---------------------------------------------------------------------------------------------
@@ -426,23 +403,8 @@ describe('the reference check', () => {
 
 describe('the repository', () => {
   const problems = findProblems(readRepository());
-  const waiting = (p: Problem) =>
-    p.kind === 'outside' && IN_PROGRESS.some((pattern) => inProgress(p.file, pattern));
 
   test('has no reference that points outside it', () => {
-    const tolerated = problems.filter(waiting);
-    if (tolerated.length > 0) {
-      const byFile = new Map<string, number>();
-      for (const p of tolerated) byFile.set(p.file, (byFile.get(p.file) ?? 0) + 1);
-      console.warn(
-        `References outside the repository left in files another change is rewriting (IN_PROGRESS in ${SELF}):\n` +
-          [...byFile].map(([file, count]) => `  ${file}: ${count}`).join('\n'),
-      );
-    }
-    const unused = IN_PROGRESS.filter((pattern) => !tolerated.some((p) => inProgress(p.file, pattern)));
-    if (unused.length > 0) {
-      console.warn(`IN_PROGRESS entries with nothing left to rewrite (remove them): ${unused.join(', ')}`);
-    }
-    expect(problems.filter((p) => !waiting(p)).map(describeProblem)).toEqual([]);
+    expect(problems.map(describeProblem)).toEqual([]);
   });
 });

@@ -72,7 +72,7 @@ export class SchemaNotMigratedError extends SluiceError {
   }
 }
 
-/** The events id sequence caches values, which breaks id ordering across sessions (DESIGN §3). */
+/** The events id sequence caches values, which breaks id ordering across sessions (docs/design.md §3.2). */
 export class SequenceCachedError extends SluiceError {
   readonly sequence: string;
   readonly cacheSize: bigint;
@@ -95,7 +95,7 @@ export class XidGuardMissingError extends SluiceError {
   constructor(table: string, detail: string) {
     super(
       'SLUICE_XID_GUARD_MISSING',
-      `${table}: ${detail}. Without it a late-committing event can be skipped for good (DESIGN §3). ` +
+      `${table}: ${detail}. Without it a late-committing event can be skipped for good (docs/design.md §3.2). ` +
         `Re-create it by re-running the Sluice migrations on a fresh schema, or ALTER TABLE ${table} ` +
         `ENABLE ALWAYS TRIGGER events_assign_xid if it was only disabled.`,
     );

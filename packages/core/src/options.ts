@@ -14,7 +14,7 @@ const SECOND_MS = 1000;
 const MINUTE_MS = 60 * SECOND_MS;
 
 export interface DispatcherOptions {
-  /** A postgres.js pool on the primary. Never a replica: its visibility order can differ (DESIGN §3). */
+  /** A postgres.js pool on the primary. Never a replica: its visibility order can differ (docs/design.md §3.2). */
   sql: Sql;
   consumers: readonly Consumer[];
   /** @defaultValue 'sluice' */

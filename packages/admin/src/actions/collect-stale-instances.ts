@@ -23,7 +23,7 @@ interface CollectedRow {
 
 /**
  * Deletes per-instance cursor rows (and their gaps) of instances not seen for `olderThanMs`
- * (DESIGN §4, per-instance). Rows locked by a running turn are left alone: that instance is alive.
+ * (docs/design.md §4.9, per-instance). Rows locked by a running turn are left alone: that instance is alive.
  * An instance that was only cut off from the database re-registers its row where it was, from what
  * the audit records here (pending gaps are delivered again from their lowest id).
  * @throws {InvalidOptionError}

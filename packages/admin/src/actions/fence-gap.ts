@@ -10,7 +10,7 @@ export interface FenceOptions extends ActionOptions {
 }
 
 /**
- * Gives up on one gap id for good (DESIGN §6): inserts a tombstone event with that id, so a late
+ * Gives up on one gap id for good (docs/design.md §5.7): inserts a tombstone event with that id, so a late
  * writer of it fails loudly on the primary key instead of its event being skipped silently, and
  * every consumer resolves the id without calling a handler. Refused while a transaction still owns
  * the id (its uncommitted insert), or when the id is not a pending gap of this consumer.

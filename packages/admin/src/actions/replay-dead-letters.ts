@@ -24,7 +24,7 @@ export interface ReplayResult {
 
 /**
  * Asks for dead letters to be delivered again through the consumer's handler; the dispatcher
- * does it on the consumer's next turn (DESIGN §6). A dry run only counts.
+ * does it on the consumer's next turn (docs/design.md §6.2). A dry run only counts.
  * @throws {InvalidOptionError} @throws {ConsumerNotFoundError} @throws {ConsumerBusyError}
  */
 export async function replayDeadLetters(

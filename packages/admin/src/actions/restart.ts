@@ -17,7 +17,7 @@ export interface RestartOptions extends ActionOptions {
 }
 
 /**
- * Moves the cursor (DESIGN §6): to the beginning, to now, or to a given id, and clears attempts,
+ * Moves the cursor (docs/design.md §6.2): to the beginning, to now, or to a given id, and clears attempts,
  * pending gaps, crash records and the re-arm budget. A dead consumer becomes idle; a disabled one
  * stays disabled. Refuses to start below the retention floor (pruned events would be skipped).
  * @throws {InvalidOptionError} @throws {ConsumerNotFoundError} @throws {ConsumerBusyError}

@@ -10,7 +10,7 @@ export interface SkipOptions extends ActionOptions {
 }
 
 /**
- * Skips the event a consumer is stuck on (DESIGN §6): copies it into dead_letters and lets the
+ * Skips the event a consumer is stuck on (docs/design.md §6.2): copies it into dead_letters and lets the
  * consumer's next turn pass it without calling the handler (the turn's gap logic then applies as
  * for any delivered event). A dead consumer becomes idle. Refuses any other event.
  * @throws {SkipMismatchError} @throws {ConsumerNotFoundError} @throws {ConsumerBusyError}

@@ -1,5 +1,5 @@
 // What a consumer's row says, as the turn and the operators decide on it: the row read once it is
-// held (docs/design.md, "The turn"), parsed into exact values (ids and xids as bigints). Pure.
+// held (docs/design.md §4.3), parsed into exact values (ids and xids as bigints). Pure.
 import { parseSnapshot, parseXidList, type Snapshot } from '../gaps/snapshot.js';
 import type { LockedRow, OperatorRow } from '../queries/consumers.js';
 

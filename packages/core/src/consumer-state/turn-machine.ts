@@ -1,4 +1,4 @@
-// The consumer's state machine, as one turn goes through it (docs/design.md, "The turn"). Pure:
+// The consumer's state machine, as one turn goes through it (docs/design.md §4.3). Pure:
 // given the row as read once it is held and what the turn observed, it decides whether the turn
 // runs, which ranges it re-fetches, what it delivers, and what the row becomes. dispatcher/turn.ts
 // only reads, calls these, and writes what they return.
@@ -51,7 +51,7 @@ export type Opening =
     };
 
 /**
- * Whether the turn runs, and from what (docs/design.md, "Dead consumers, re-arm"): a disabled
+ * Whether the turn runs, and from what (docs/design.md §6.1): a disabled
  * consumer waits until its time-boxed disable ends; a dead one until its cooldown re-arms it
  * (within its budget); a failed event waits out its retry delay unless an operator skipped it.
  * Times are the database's (`held.now`, and the stored times).
@@ -249,7 +249,7 @@ export interface TurnClose {
 }
 
 /**
- * The row after a turn (docs/design.md, "The turn" and "Halt on poison"): the cursor and ranges
+ * The row after a turn (docs/design.md §4.3 and §4.4): the cursor and ranges
  * of the settlement; on a failure the attempts on the failing event, its id and error; the re-arm
  * budget restored when the cursor advanced; the gap watch of the ranges still pending.
  */

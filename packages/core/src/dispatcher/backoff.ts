@@ -1,5 +1,5 @@
 /**
- * Per-consumer backoff after infrastructure failures (DESIGN §4.5): 1 s, doubling, capped at 60 s
+ * Per-consumer backoff after infrastructure failures (docs/design.md §4.5): 1 s, doubling, capped at 60 s
  * by default; a successful turn clears it. Plain state and pure functions; the clock is passed in
  * (the caller's monotonic clock, performance.now(): a wall-clock step must not change a backoff).
  */

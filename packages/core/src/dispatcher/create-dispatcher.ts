@@ -56,7 +56,7 @@ export class DispatcherNotRegisteredError extends SluiceError {
 }
 
 /**
- * Creates a dispatcher for `consumers` (DESIGN §4). Options are validated here, once.
+ * Creates a dispatcher for `consumers` (docs/design.md §4). Options are validated here, once.
  * @throws {InvalidOptionError} naming the offending option
  */
 export function createDispatcher(input: DispatcherOptions): Dispatcher {

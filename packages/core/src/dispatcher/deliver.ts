@@ -37,7 +37,7 @@ export interface DeliveryResult {
   /** Events handled, or skipped into dead letters, in id order: the turn resolves these. */
   readonly resolved: readonly EventRecord[];
   readonly deadLetters: readonly DeadLetterInput[];
-  /** The event the turn halted on (DESIGN §4.4), if any. */
+  /** The event the turn halted on (docs/design.md §4.4), if any. */
   readonly failure: HandlerFailure | undefined;
   /** The failure used up maxAttempts and skipApplyErrors is off. */
   readonly dead: boolean;
@@ -63,7 +63,7 @@ class HandlerTimeoutError extends Error {
 }
 
 /**
- * Delivers events in id order (DESIGN §4.3–4.4): through batchHandler first when there is one
+ * Delivers events in id order (docs/design.md §4.3 and §4.4): through batchHandler first when there is one
  * (falling back to one-by-one delivery when it throws), halting at the first failing event.
  * Transactional consumers get each call in a savepoint, so a failure undoes only its own writes.
  * @throws the turn's connection loss (an infrastructure failure, never a handler attempt)
@@ -94,7 +94,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
       };
     }
     // The whole batch was undone (savepoint) or must be assumed partly done: deliver one by one,
-    // which pins the failing event (handlers are idempotent, DESIGN §4).
+    // which pins the failing event (handlers are idempotent, docs/design.md §4.4).
   }
 
   for (const event of events) {

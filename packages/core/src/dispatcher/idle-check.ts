@@ -5,7 +5,7 @@ import { isWaitingToRetry, retryStateOf } from './backoff.js';
 import { rearmDecision } from './rearm.js';
 
 /**
- * Whether a consumer provably has nothing to do (DESIGN §4.1), judged from its row, the log head
+ * Whether a consumer provably has nothing to do (docs/design.md §4.1), judged from its row, the log head
  * and one snapshot, without a lock or a transaction of its own:
  * - disabled (and not due to re-enable), or dead and not re-armable yet;
  * - its cursor is at the head (strict ordering: or waits at a hole that cannot resolve yet);

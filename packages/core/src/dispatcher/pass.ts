@@ -64,7 +64,7 @@ export interface PassEnvironment {
 }
 
 /**
- * One pass (DESIGN §4): the idle pre-check for every consumer of this process in one lock-free
+ * One pass (docs/design.md §4.1): the idle pre-check for every consumer of this process in one lock-free
  * statement, then a turn for each consumer that may have work, within the concurrency slots.
  */
 export class PassRunner {
@@ -103,7 +103,7 @@ export class PassRunner {
    * this process, within a poll interval of it, launches those turns at once instead of asking
    * again (one round trip less between a commit and its handlers). Not a pass woken by NOTIFY:
    * anyone who can connect may send one, and a forged flood must cost no more than lock-free
-   * pre-checks (RELIABILITY X6). Undefined when a consumer was not plain, or since a turn failed or
+   * pre-checks (docs/reliability.md#x6). Undefined when a consumer was not plain, or since a turn failed or
    * found its consumer otherwise; older than a poll interval, the pass asks again, so the gauges
    * and the clock-based decisions never lag behind by more than polling would. A tick that finds
    * the cluster's snapshot unchanged renews it, as it renews the standing pre-check it was read with.
@@ -274,7 +274,7 @@ export class PassRunner {
     } catch (error) {
       this.#standing = undefined;
       this.#plainAtMs = undefined;
-      // Nothing is proven idle: every consumer takes a turn. Logged once per outage (DESIGN §4.1).
+      // Nothing is proven idle: every consumer takes a turn. Logged once per outage (docs/design.md §4.1).
       if (!this.#precheckFailing) {
         const hint = poolerHint(error);
         logger.warn(
@@ -462,7 +462,7 @@ export class PassRunner {
     return true;
   }
 
-  /** Once per consumer and process, however many passes see it (DESIGN §6). */
+  /** Once per consumer and process, however many passes see it (docs/design.md §6.1). */
   #reportRearmExhausted(consumer: ResolvedConsumer, lastError: string | null): void {
     const env = this.#env;
     if (this.#rearmExhaustedReported.has(consumer.name)) return;

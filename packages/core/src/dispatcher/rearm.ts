@@ -1,5 +1,5 @@
 /**
- * The dead → idle rule (DESIGN §6): a dead consumer whose last write is older than the cooldown is
+ * The dead → idle rule (docs/design.md §6.1): a dead consumer whose last write is older than the cooldown is
  * re-armed, at most maxRearmCount times since the last turn that advanced its cursor.
  */
 export type RearmDecision = 'rearm' | 'cooling-down' | 'exhausted';

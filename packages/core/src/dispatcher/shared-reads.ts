@@ -30,7 +30,7 @@ interface Entry {
  *     taker's own fetch would return now (ids are unique, and nothing above a cursor is pruned), so
  *     taking it changes nothing the turn delivers or decides. A batch with a hole is not: an id in
  *     the hole may have committed since it was read, and the taker would then deliver it late, after
- *     higher ids, although it was visible before the turn began (DESIGN §3 fetches after the lock).
+ *     higher ids, although it was visible before the turn began (docs/design.md §5.4: fetches after the lock).
  *
  * Events handed out here are the same objects for every consumer that takes them.
  */

@@ -1,5 +1,5 @@
 /**
- * Concurrency slots for turns (DESIGN §4.2): at most `size` turns run at once, each holding one
+ * Concurrency slots for turns (docs/design.md §4.2): at most `size` turns run at once, each holding one
  * pool connection. A consumer whose turn is running or queued is not started twice: a second
  * caller gets the same promise.
  */

@@ -50,7 +50,7 @@ export async function applyOpening(
 }
 
 /**
- * After a restore onto another cluster (docs/design.md, "Cluster identity"): the ranges this
+ * After a restore onto another cluster (docs/design.md §5.8): the ranges this
  * fetch did not examine keep old-cluster fences, which mean nothing here; they are fenced afresh.
  * Audited and logged.
  */

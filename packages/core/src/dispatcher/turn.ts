@@ -79,7 +79,7 @@ export interface TurnProgress {
 }
 
 /**
- * One consumer turn in one transaction (DESIGN §4.3): lock the cursor row (SKIP LOCKED), re-fetch
+ * One consumer turn in one transaction (docs/design.md §4.3): lock the cursor row (SKIP LOCKED), re-fetch
  * the gap ranges that may have changed and the events above the cursor in one statement, deliver in
  * id order, and persist cursor, gaps, attempts and status before COMMIT.
  * Infrastructure failures propagate; handler failures are part of the outcome.

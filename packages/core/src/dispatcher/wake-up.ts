@@ -57,7 +57,7 @@ const RECONNECT_MAX_MS = 5_000;
  * LISTENs on the Sluice channel on one dedicated connection (a single-connection postgres.js
  * instance built from the pool's options). Owning that connection lets us see it close: the
  * LISTEN-connected gauge drops at once, the listener reconnects with backoff, and every
- * (re)connect triggers a catch-up pass, since notifications sent meanwhile are lost (DESIGN §4).
+ * (re)connect triggers a catch-up pass, since notifications sent meanwhile are lost (docs/design.md §4.8).
  * A socket can also die without closing (a silent network drop, a crashed NAT entry): a
  * `select 1` every `checkMs` that is still unanswered at the next check counts as a closed
  * connection. Polling keeps delivering throughout. A payload is only ever a hint (F5): any of them

@@ -1,4 +1,4 @@
-// Pure gap arithmetic (DESIGN §5). No I/O: turn.ts gathers the inputs and writes the result.
+// Pure gap arithmetic (docs/design.md §5). No I/O: turn.ts gathers the inputs and writes the result.
 //
 // A pending range {from, to, fence} holds ids a consumer has passed without seeing. Its fence is
 // an xid allocated *after* the snapshot that observed the hole (the next turn's own xid), and the

@@ -1,4 +1,4 @@
-// pg_snapshot arithmetic for the gap watch (DESIGN §5). Pure functions over parsed snapshots.
+// pg_snapshot arithmetic for the gap watch (docs/design.md §5.5). Pure functions over parsed snapshots.
 //
 // Why a watch list: with the horizon held (a transaction left open anywhere in the cluster),
 // ranges cannot burn and pile up under rollback-heavy load. Re-fetching all of them every turn

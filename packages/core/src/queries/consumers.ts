@@ -63,7 +63,7 @@ export const RETENTION_LOCK_CLASS = 0x534c5552; // 'SLUR'
 /**
  * Creates the missing cursor rows; never touches an existing one. A 'now' consumer starts at the
  * highest visible id and remembers the snapshot, so events still in flight at that moment are
- * delivered once they commit (DESIGN §4, startFrom).
+ * delivered once they commit (docs/design.md §4.10).
  */
 export async function registerConsumers(sql: Sql, t: Tables, schema: string, rows: readonly RegisterRow[]) {
   await guardedBegin(sql, async (tx) => {
@@ -251,7 +251,7 @@ export function precheckKeys(consumers: readonly { name: string; instanceId: str
 }
 
 /**
- * The idle pre-check (DESIGN §4.1): one lock-free statement reading every consumer row of this
+ * The idle pre-check (docs/design.md §4.1): one lock-free statement reading every consumer row of this
  * process with the log head and a snapshot, from which the pass decides who has provably nothing to do.
  * It comes back as one row: the names of the trivially caught-up consumers, decided in the
  * statement, and the other rows as JSON. An idle process with many consumers then costs the server
@@ -343,7 +343,7 @@ export interface ConsumerLock {
 }
 
 /**
- * Locks the consumer's row for this turn (FOR UPDATE SKIP LOCKED, DESIGN §4.3) and reads everything
+ * Locks the consumer's row for this turn (FOR UPDATE SKIP LOCKED, docs/design.md §4.3) and reads everything
  * the turn decides on, in two statements sent together (one round trip).
  *
  * The order matters, and is the rule of docs/guarantees.md ("the fence is drawn after the row is
@@ -482,7 +482,7 @@ export async function setStatus(
     where name = ${name} and instance_id = ${instanceId}`;
 }
 
-/** Records an infrastructure failure outside the failed turn (best effort, DESIGN §4.5). */
+/** Records an infrastructure failure outside the failed turn (best effort, docs/design.md §4.5). */
 export async function recordInfraFailure(
   sql: Sql,
   t: Tables,
@@ -546,7 +546,7 @@ export interface OperatorRow extends ConsumerStateRow {
 
 /**
  * The dispatcher's own row lock (FOR UPDATE), taken by operator actions: it waits for a running
- * turn to commit, up to the transaction's lock_timeout, instead of skipping (DESIGN §6). As in
+ * turn to commit, up to the transaction's lock_timeout, instead of skipping (docs/design.md §6.2). As in
  * lockConsumer, the row and everything an action decides on are read by a second statement, once
  * the row is held: a lock that waited for a turn's commit locks the new row version, but its own
  * select list would still show the world from before that commit.

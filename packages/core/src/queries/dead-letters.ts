@@ -10,7 +10,7 @@ export interface DeadLetterInput {
 }
 
 // JSON text goes in as ::text::jsonb: a parameter the server describes as jsonb makes postgres.js
-// JSON-encode the string a second time and store a JSON string scalar (DESIGN §3).
+// JSON-encode the string a second time and store a JSON string scalar (docs/design.md §3.1).
 
 /** Copies skipped events into dead_letters (in the skipping transaction). Re-skipping an event updates its row. */
 export async function recordDeadLetters(

@@ -25,7 +25,7 @@ export interface FetchedBatch {
 }
 
 /**
- * The turn's fetch (DESIGN §4.3, §5): events above the cursor plus the visible ids inside the
+ * The turn's fetch (docs/design.md §4.3, §5.3): events above the cursor plus the visible ids inside the
  * re-fetched gap ranges, in id order, LIMIT `limit`, and the snapshot of this very statement.
  * One statement, one snapshot: the xmin that may justify a burn and the rows that prove a range
  * empty must come from the same snapshot (Marten lost events where they did not, F2).

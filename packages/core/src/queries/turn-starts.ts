@@ -72,7 +72,7 @@ export async function recordTurnStart(
  * crashed batch one event at a time, the row stays, and so do the crashes this start was charged
  * with (minus the start itself): the event just delivered did not cause them, so they travel on to
  * the next event of the batch, and a crash-poison event further on is dead after exactly
- * maxAttempts crashes, the batch's crash included (RELIABILITY C8).
+ * maxAttempts crashes, the batch's crash included (docs/reliability.md#c8).
  */
 export async function finishTurnStart(
   tx: TransactionSql,
