@@ -193,7 +193,8 @@ async function turnInTransaction(
     batch.head <= state.cursor &&
     hasNothingToRecord(held, opening, env.systemIdentifier, rules, stored.length)
   ) {
-    // Nothing to deliver and nothing to record: no write, and a COMMIT that waits for no WAL flush.
+    // Nothing to deliver and nothing to record: the row is not rewritten. (Its lock took an xid,
+    // so the COMMIT still writes and flushes a commit record.)
     return outcome({ cursor: state.cursor, head: batch.head });
   }
 
