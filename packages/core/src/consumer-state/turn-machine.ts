@@ -170,7 +170,7 @@ export interface DeliveryPlan {
 }
 
 /**
- * Plans the delivery of `deliverable` (crash accounting, docs/design.md "Crash accounting"): a
+ * Plans the delivery of `deliverable` (crash accounting, docs/design.md §4.7): a
  * start at this batch that never committed was a crash. After a crash the batch is delivered one
  * event per turn up to its last id, so the crashes land on the event that causes them; they count
  * against the event that starts the turn.
