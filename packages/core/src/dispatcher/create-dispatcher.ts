@@ -12,6 +12,7 @@ import { createTracer } from '../telemetry/tracing.js';
 import { wakeUpChannel } from '../wake-up/channel.js';
 import { wakeUpNotifierFor } from '../wake-up/wake-up-notifier.js';
 import { PassRunner, type PassResult } from './pass.js';
+import { PassScheduler } from './pass-scheduler.js';
 import { startListener, type Listener } from './wake-up.js';
 
 export interface Dispatcher {
@@ -81,92 +82,36 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   let registered = false;
   let started = false;
   let stopping = false;
-  let systemIdentifier: string | null = null;
-  let systemIdentifierRead = false;
+  /** The cluster's identifier, read once at registration; null when it cannot be read. */
+  let systemIdentifier: string | null | undefined;
   let pollTimer: NodeJS.Timeout | undefined;
   let listener: Listener | undefined;
   let listenConnected = false;
   let unsubscribe: (() => void) | undefined;
   let starting: Promise<void> | undefined;
   let stoppingPromise: Promise<void> | undefined;
-  const inFlightPasses = new Set<Promise<unknown>>();
-  let passRunning = false;
-  let passRequested = false;
-  /** A pending request came from an announced commit (see requestPass). */
-  let passWoken = false;
-  /** A pending request came from a commit in this process (see requestPass). */
-  let passLocal = false;
-
   const passes = new PassRunner({
     options: { ...options, sql },
     tables: t,
     metrics,
     tracer,
     logger,
-    systemIdentifier: () => systemIdentifier,
+    systemIdentifier: () => systemIdentifier ?? null,
     isStopping: () => stopping,
     listenerSnapshot: () => listener?.snapshot(),
   });
 
-  function track<T>(promise: Promise<T>): Promise<T> {
-    inFlightPasses.add(promise);
-    const settled = () => {
-      inFlightPasses.delete(promise);
-    };
-    void promise.then(settled, settled);
-    return promise;
-  }
-
-  /**
-   * Wake-ups (timer, NOTIFY, local appends) coalesce: at most one pass runs, one more is queued.
-   * `woken`: a commit was announced (NOTIFY or a local append), so the pass need not first ask
-   * whether anything changed since the last pre-check. `local`: by transaction() in this process,
-   * on this pool (a NOTIFY may come from anyone who can connect, and may be late).
-   */
-  function requestPass(woken: boolean, local = false): void {
-    if (!started || stopping) return;
-    passWoken ||= woken;
-    passLocal ||= local;
-    if (passRunning) {
-      passRequested = true;
-      return;
-    }
-    passRunning = true;
-    // A request's commit pokes this synchronously, inside the request's async context: started
-    // there, the pass (its turn spans, and whatever handlers read from the active context) would
-    // belong to that request. Passes serve every appender; the appenders' traces are links on the
-    // handler spans (traceparent in the event metadata).
-    void track(context.with(ROOT_CONTEXT, runPasses));
-  }
-
-  const passAgain = () => passRequested && !stopping;
-
-  /**
-   * Runs passes for as long as requestPass asks for another, one at a time. Declared once, not as an
-   * async closure per request (a poll tick of an idle process made one).
-   */
-  async function runPasses(): Promise<void> {
-    try {
-      do {
-        passRequested = false;
-        const wokenPass = passWoken;
-        const localPass = passLocal;
-        passWoken = false;
-        passLocal = false;
-        await passes.run('launch', wokenPass ? (localPass ? 'local' : 'notify') : undefined);
-      } while (passAgain());
-    } catch (error) {
-      logger.error({ error: messageOf(error) }, 'dispatcher pass failed');
-    } finally {
-      passRunning = false;
-    }
-  }
+  const scheduler = new PassScheduler(
+    (wake) => passes.run('launch', wake),
+    () => started && !stopping,
+    logger,
+  );
+  const requestPass = (woken: boolean, local = false) => {
+    scheduler.request(woken, local);
+  };
 
   async function ensureRegistered(): Promise<void> {
-    if (!systemIdentifierRead) {
-      systemIdentifier = await readSystemIdentifier();
-      systemIdentifierRead = true;
-    }
+    systemIdentifier ??= await readSystemIdentifier();
     await registerConsumers(
       sql,
       t,
@@ -240,7 +185,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   }
 
   async function drain(): Promise<void> {
-    while (inFlightPasses.size > 0) await Promise.allSettled([...inFlightPasses]);
+    await scheduler.drain();
     await passes.idle();
   }
 
@@ -269,7 +214,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     },
     async runOnce() {
       if (!registered) throw new DispatcherNotRegisteredError();
-      return track(context.with(ROOT_CONTEXT, () => passes.run('await')));
+      return scheduler.track(context.with(ROOT_CONTEXT, () => passes.run('await')));
     },
     drain,
     ensureRegistered,

@@ -20,7 +20,8 @@ import type { ConsumerGauges, DispatcherMetrics } from '../telemetry/metrics.js'
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { isBackingOff, isWaitingToRetry, nextBackoff, retryStateOf, type BackoffState } from './backoff.js';
 import { classifyFailure, poolerHint } from './classify-failure.js';
-import { canStand, isPlain, isProvablyIdle } from './idle-check.js';
+import { isProvablyIdle } from './idle-check.js';
+import { IdleKnowledge } from './idle-knowledge.js';
 import { rearmDecision } from './rearm.js';
 import { SharedReads } from './shared-reads.js';
 import { TurnSlots } from './slots.js';
@@ -84,33 +85,8 @@ export class PassRunner {
   /** One read per batch for consumers turning from the same cursor, and the read-ahead. */
   readonly #reads: SharedReads;
   #precheckFailing = false;
-  /**
-   * The last pre-check the server answered in full, when it can stand for the next ones while the
-   * cluster's snapshot does not change: every row it holds is judged the same way later (no clock
-   * in it). Undefined otherwise.
-   */
-  #standing: Precheck | undefined;
-  /**
-   * The last pass that found every consumer idle and started no turn, with the pre-check it judged:
-   * while that pre-check stands, the next passes would find the same, and return its result without
-   * judging each consumer again (an idle process then allocates next to nothing per tick).
-   */
-  #allIdle: { precheck: Precheck; result: PassResult } | undefined;
-  /**
-   * When the last full pre-check was read (performance.now()), if it found every consumer plain:
-   * caught up, or behind with nothing but events to deliver (see {@link isPlain}). A commit only
-   * puts plain consumers behind, where every one of them needs a turn: a pass woken by a commit in
-   * this process, within a poll interval of it, launches those turns at once instead of asking
-   * again (one round trip less between a commit and its handlers). Not a pass woken by NOTIFY:
-   * anyone who can connect may send one, and a forged flood must cost no more than lock-free
-   * pre-checks (docs/reliability.md#x6). Undefined when a consumer was not plain, or since a turn failed or
-   * found its consumer otherwise; older than a poll interval, the pass asks again, so the gauges
-   * and the clock-based decisions never lag behind by more than polling would. A tick that finds
-   * the cluster's snapshot unchanged renews it, as it renews the standing pre-check it was read with.
-   */
-  #plainAtMs: number | undefined;
-  /** Each consumer's cursor as last read or settled, while it has no pending gap: the turn's early fetch. */
-  readonly #cursors = new Map<string, bigint>();
+  /** What is known of the consumers between passes (standing pre-check, plainness, cursors). */
+  readonly #known = new IdleKnowledge();
   /** Whether some consumer runs only while its feature is enabled (decided per pass, by the app). */
   readonly #featureGated: boolean;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
@@ -138,15 +114,14 @@ export class PassRunner {
    * more work keep turning until caught up, and the pass returns once they are started, so a slow
    * consumer never holds up the next pass for the others. `wake`: the pass answers an announced
    * commit, and reads the pre-check in full without first asking whether anything changed; after
-   * a commit in this process ('local'), it may skip the pre-check (see #plainAtMs).
+   * a commit in this process ('local'), it may skip the pre-check (see IdleKnowledge.canSkipPrecheck).
    */
   async run(mode: 'await' | 'launch', wake?: 'notify' | 'local'): Promise<PassResult> {
     const { options } = this.#env;
     const woken = wake !== undefined;
     this.#reads.prune();
-    const plainAtMs = this.#plainAtMs;
     const skipPrecheck =
-      wake === 'local' && plainAtMs !== undefined && performance.now() - plainAtMs < options.pollIntervalMs;
+      wake === 'local' && this.#known.canSkipPrecheck(performance.now(), options.pollIntervalMs);
     const checked = skipPrecheck ? undefined : await this.#precheck(woken);
     const precheck = checked?.precheck;
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
@@ -155,18 +130,12 @@ export class PassRunner {
     // (retry delays, re-arm cooldowns, time-boxed disables) are judged by the database's clock.
     const nowMs = performance.now();
     if (this.#heartbeatDue(nowMs)) await this.#heartbeat(nowMs);
-    const allIdle = this.#allIdle;
-    if (
-      checked?.standing &&
-      allIdle &&
-      allIdle.precheck === precheck &&
-      this.#backoff.size === 0 &&
-      !this.#featureGated
-    ) {
+    const allIdle = checked?.standing ? this.#known.allIdleOn(precheck) : undefined;
+    if (allIdle && this.#backoff.size === 0 && !this.#featureGated) {
       this.#env.metrics.pass('idle');
-      return allIdle.result;
+      return allIdle;
     }
-    this.#allIdle = undefined;
+    this.#known.passJudged(undefined, undefined);
     const byConsumer: Record<string, ConsumerPassResult> = {};
     const turns: Promise<void>[] = [];
     for (const consumer of options.consumers) {
@@ -236,7 +205,7 @@ export class PassRunner {
         ? row.gap_count === 0
           ? BigInt(row.cursor)
           : undefined
-        : this.#cursors.get(consumer.name);
+        : this.#known.cursorOf(consumer.name);
       const turn = this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch', expected));
       turns.push(
         turn.then((result) => {
@@ -253,8 +222,8 @@ export class PassRunner {
       precheck === undefined && !skipPrecheck ? 'precheck-failed' : turns.length === 0 ? 'idle' : 'ok',
     );
     const result = { processed, failed, byConsumer };
-    if (precheck && turns.length === 0 && results.every((r) => r.skipped === 'idle')) {
-      this.#allIdle = { precheck, result };
+    if (turns.length === 0 && results.every((r) => r.skipped === 'idle')) {
+      this.#known.passJudged(precheck, result);
     }
     return result;
   }
@@ -272,8 +241,7 @@ export class PassRunner {
       this.#precheckFailing = false;
       return checked;
     } catch (error) {
-      this.#standing = undefined;
-      this.#plainAtMs = undefined;
+      this.#known.precheckFailed();
       // Nothing is proven idle: every consumer takes a turn. Logged once per outage (docs/design.md §4.1).
       if (!this.#precheckFailing) {
         const hint = poolerHint(error);
@@ -306,33 +274,21 @@ export class PassRunner {
 
   async #readPrecheck(woken: boolean): Promise<{ precheck: Precheck; standing: boolean }> {
     const { options, tables, metrics } = this.#env;
-    const standing = this.#standing;
+    const standing = this.#known.standing;
     if (standing && !woken && (await this.#snapshotNow()) === standing.snapshot) {
-      // Nothing changed but the clock: the gauges stand too (gap ages grow as they are read), and
-      // so does a plain finding nothing has withdrawn since: it is as fresh as this tick, so local
-      // wake-ups after a quiet spell still skip the pre-check.
-      if (this.#plainAtMs !== undefined) this.#plainAtMs = performance.now();
+      // Nothing changed but the clock: the gauges stand too (gap ages grow as they are read).
+      this.#known.precheckStands(performance.now());
       return { precheck: standing, standing: true };
     }
     const precheck = await precheckConsumers(options.sql, tables, this.#precheckKeys);
-    this.#standing = canStand(precheck) ? precheck : undefined;
-    let plain = true;
     for (const consumer of options.consumers) {
       const row = precheck.rows.get(consumer.name);
-      if (row) {
-        metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
-        if (row.gap_count === 0) this.#cursors.set(consumer.name, BigInt(row.cursor));
-        else this.#cursors.delete(consumer.name);
-        if (!isPlain(row)) plain = false;
-      } else if (precheck.quiet.has(consumer.name)) {
+      if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
+      else if (precheck.quiet.has(consumer.name)) {
         metrics.setConsumer(consumer.name, consumer.instanceId, CAUGHT_UP);
-        this.#cursors.set(consumer.name, BigInt(precheck.head));
-      } else {
-        this.#cursors.delete(consumer.name);
-        plain = false;
       }
     }
-    this.#plainAtMs = plain ? performance.now() : undefined;
+    this.#known.precheckRead(precheck, options.consumers, performance.now());
     return { precheck, standing: false };
   }
 
@@ -357,8 +313,7 @@ export class PassRunner {
         outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit, expectedCursor, progress);
       } catch (error) {
         this.#limits.delete(consumer.name);
-        this.#cursors.delete(consumer.name);
-        this.#plainAtMs = undefined;
+        this.#known.forget(consumer.name);
         await this.#infraFailure(consumer, error, progress.startSent);
         return { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true };
       }
@@ -368,11 +323,11 @@ export class PassRunner {
       processed += outcome.handled;
       failed += outcome.failed;
       expectedCursor = outcome.pendingGaps === 0 ? outcome.cursor : undefined;
-      if (expectedCursor === undefined) this.#cursors.delete(consumer.name);
-      else this.#cursors.set(consumer.name, expectedCursor);
-      if (outcome.failed > 0 || outcome.dead || outcome.pendingGaps > 0 || !isPlainSkip(outcome.skipped)) {
-        this.#plainAtMs = undefined;
-      }
+      this.#known.turnEnded(
+        consumer.name,
+        expectedCursor,
+        outcome.failed === 0 && !outcome.dead && outcome.pendingGaps === 0 && isPlainSkip(outcome.skipped),
+      );
       if (outcome.timedOut) await this.#recordTimeout(consumer, outcome);
     } while (
       ((continueWhileMore && outcome.hasMore) ||
@@ -421,8 +376,7 @@ export class PassRunner {
   async #reregister(consumer: ResolvedConsumer): Promise<boolean> {
     const { options, tables, logger, metrics } = this.#env;
     const where = { consumer: consumer.name, instanceId: consumer.instanceId };
-    this.#cursors.delete(consumer.name);
-    this.#plainAtMs = undefined;
+    this.#known.forget(consumer.name);
     let done;
     try {
       done = await reregisterConsumer(options.sql, tables, options.schema, {
