@@ -1,7 +1,7 @@
 // The turn machine at the unit tier: each decision against its rule, with properties over
 // generated rows, then whole consumers walked turn after turn through openTurn → planDelivery →
-// closeTurn with the real gap settlement, checking what a consumer promises (docs/design.md §4.3,
-// §4.4, §4.7, §6.1).
+// closeTurn with the real gap settlement, checking what a consumer promises: docs/design.md §4.3
+// to docs/design.md §4.7, and docs/design.md §6.1 for re-arm.
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
 import { deliverableIds, settleTurn, type GapRange, type TurnInput } from '../gaps/gaps.js';
