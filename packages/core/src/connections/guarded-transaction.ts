@@ -32,18 +32,43 @@ export interface Liveness {
   end(): void;
 }
 
-function liveness(): Liveness {
+interface GuardedLiveness extends Liveness {
+  /** Rejects with {@link ABANDONED} once ended; raced by every statement that is awaited. */
+  readonly abandoned: Promise<never>;
+  /** A statement failed: a connection loss ends the transaction. Passes the error on. */
+  readonly failed: (error: unknown) => never;
+}
+
+/**
+ * What an await on a statement of an ended transaction rejects with. One instance for every
+ * transaction: most turns end with nothing awaiting (their own end ends them), and an error made
+ * for each would cost a stack trace per turn.
+ */
+const ABANDONED = new TransactionAbandonedError();
+
+function liveness(): GuardedLiveness {
   let resolve: () => void = () => undefined;
+  let reject: (error: unknown) => void = () => undefined;
   const ended = new Promise<void>((r) => {
     resolve = r;
   });
-  const live = {
+  const abandoned = new Promise<never>((_, r) => {
+    reject = r;
+  });
+  abandoned.catch(() => undefined); // raced by the statements that are awaited; none may be
+  const live: GuardedLiveness = {
     isEnded: false,
     ended,
+    abandoned,
     end() {
       if (live.isEnded) return;
-      live.isEnded = true;
+      (live as { isEnded: boolean }).isEnded = true;
       resolve();
+      reject(ABANDONED);
+    },
+    failed: (error: unknown) => {
+      if (isConnectionLoss(error)) live.end();
+      throw error;
     },
   };
   return live;
@@ -120,63 +145,57 @@ export function assertLive(tx: TransactionSql): void {
   if (guarded.get(tx)?.isEnded) throw new TransactionAbandonedError();
 }
 
+type AnyFunction = (...args: unknown[]) => unknown;
+type Handler = AnyFunction | null | undefined;
+
 /**
  * Wraps a transaction (or savepoint) so that every statement made through it, or through a
  * savepoint of it, throws {@link TransactionAbandonedError} once `live` has ended, and every await
- * on one of its statements rejects when `live` ends first.
+ * on one of its statements rejects when `live` ends first. The wrapper is a function with the
+ * transaction's own properties (postgres.js sets them on its transaction function), so a
+ * statement costs one call more, not a proxy trap on every property read.
  */
-export function guardTransaction(tx: TransactionSql, live: Liveness): TransactionSql {
-  const check = () => {
+function guardTransaction(tx: TransactionSql, live: GuardedLiveness): TransactionSql {
+  const wrapper = function guardedTransaction(this: unknown, ...args: unknown[]) {
     if (live.isEnded) throw new TransactionAbandonedError();
+    const made = Reflect.apply(tx, this, args) as unknown;
+    if (made instanceof Promise) guardAwaits(made, live);
+    return made;
   };
-  const proxy = new Proxy(tx, {
-    apply(target, thisArg, args: unknown[]) {
-      check();
-      const made = Reflect.apply(target, thisArg, args) as unknown;
-      return made instanceof Promise ? guardStatement(made, live) : made;
-    },
-    get(target, property, receiver) {
-      const value = Reflect.get(target, property, receiver) as unknown;
-      if (property === 'savepoint') {
-        return (...args: unknown[]) => {
-          check();
-          const last = args.length - 1;
-          const body = args[last];
-          if (typeof body === 'function') {
-            // A savepoint's callback settles only while the transaction is live: the driver's
-            // ROLLBACK TO after a failed callback must not go to a dead connection either.
-            args[last] = (savepoint: TransactionSql) =>
-              settleWhileLive(
-                Promise.resolve().then(() =>
-                  (body as (s: TransactionSql) => unknown)(guardTransaction(savepoint, live)),
-                ),
-                live,
-              );
-          }
-          const done = Reflect.apply(value as (...a: unknown[]) => unknown, target, args) as Promise<unknown>;
-          return untilEnded(done, live);
-        };
-      }
-      if (property === 'unsafe' || property === 'file') {
-        return (...args: unknown[]) => {
-          check();
-          const made = Reflect.apply<unknown, unknown[], unknown>(
-            value as (...a: unknown[]) => unknown,
-            target,
-            args,
+  const call = (name: 'unsafe' | 'file') =>
+    function (this: unknown, ...args: unknown[]) {
+      if (live.isEnded) throw new TransactionAbandonedError();
+      const made = Reflect.apply(Reflect.get(tx, name) as AnyFunction, tx, args);
+      if (made instanceof Promise) guardAwaits(made, live);
+      return made;
+    };
+  Object.assign(wrapper, tx, {
+    unsafe: call('unsafe'),
+    file: call('file'),
+    savepoint(...args: unknown[]) {
+      if (live.isEnded) throw new TransactionAbandonedError();
+      const last = args.length - 1;
+      const body = args[last];
+      if (typeof body === 'function') {
+        // A savepoint's callback settles only while the transaction is live: the driver's
+        // ROLLBACK TO after a failed callback must not go to a dead connection either.
+        args[last] = (savepoint: TransactionSql) =>
+          settleWhileLive(
+            Promise.resolve().then(() => (body as AnyFunction)(guardTransaction(savepoint, live))),
+            live,
           );
-          return made instanceof Promise ? guardStatement(made, live) : made;
-        };
       }
-      return value;
+      const done = Reflect.apply(Reflect.get(tx, 'savepoint') as AnyFunction, tx, args) as Promise<unknown>;
+      return Promise.race([done.then(undefined, live.failed), live.abandoned]);
     },
   });
-  guarded.set(proxy, live);
-  return proxy;
+  const guardedTx = wrapper as unknown as TransactionSql;
+  guarded.set(guardedTx, live);
+  return guardedTx;
 }
 
 /** A promise that settles as `promise` does while `live` is live, and never once it has ended. */
-function settleWhileLive<T>(promise: Promise<T>, live: Liveness): Promise<T> {
+function settleWhileLive<T>(promise: Promise<T>, live: GuardedLiveness): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     promise.then(
       (value) => {
@@ -191,55 +210,62 @@ function settleWhileLive<T>(promise: Promise<T>, live: Liveness): Promise<T> {
   });
 }
 
-/**
- * `promise`, or a {@link TransactionAbandonedError} as soon as `live` ends. Once `live` has ended,
- * `promise` is not even looked at: for a postgres.js query, awaiting it is what sends it.
- */
-function untilEnded<T>(promise: Promise<T>, live: Liveness): Promise<T> {
-  if (live.isEnded) return Promise.reject(new TransactionAbandonedError());
-  return new Promise<T>((resolve, reject) => {
-    promise.then(resolve, (error: unknown) => {
-      if (isConnectionLoss(error)) live.end();
-      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
-      reject(error);
-    });
-    void live.ended.then(() => {
-      reject(new TransactionAbandonedError());
-    });
-  });
+/** The transaction a guarded statement belongs to (a property of the query object). */
+const LIVE = Symbol('sluice.liveness');
+
+/** A postgres.js query (a promise that sends itself when first awaited), with its guard. */
+interface GuardedQuery {
+  [LIVE]: GuardedLiveness;
+  then: (onValue?: Handler, onError?: Handler) => Promise<unknown>;
+  catch: (onError?: Handler) => Promise<unknown>;
+  finally: (onFinally?: Handler) => Promise<unknown>;
+  execute?: () => unknown;
 }
 
-/** The methods of a postgres.js query that return the query itself (chained before it runs). */
-const CHAINED = new Set(['values', 'raw', 'simple', 'describe', 'execute']);
-
 /**
- * A statement of a guarded transaction: awaiting it (then, catch, finally) checks the transaction
- * is live, and rejects when it ends first. Anything else, including its use as a fragment of
- * another statement, reaches the query itself.
+ * Makes `statement` a statement of a guarded transaction: awaiting it (then, catch, finally) sends
+ * it only while the transaction is live, and rejects as soon as the transaction ends first;
+ * `execute()` refuses once it has ended. Anything else, including its use as a fragment of another
+ * statement, reaches the query itself. The methods are shared ones set on the query object: nothing
+ * stands between the driver and the query it reads, and nothing is allocated per statement.
  */
-function guardStatement(statement: Promise<unknown>, live: Liveness): Promise<unknown> {
-  const proxy: Promise<unknown> = new Proxy(statement, {
-    get(target, property) {
-      if (property === 'then') {
-        return (onValue?: (v: unknown) => unknown, onError?: (e: unknown) => unknown) =>
-          untilEnded(target, live).then(onValue, onError);
-      }
-      if (property === 'catch') {
-        return (onError?: (e: unknown) => unknown) => untilEnded(target, live).catch(onError);
-      }
-      if (property === 'finally') {
-        return (onFinally?: () => void) => untilEnded(target, live).finally(onFinally);
-      }
-      const value = Reflect.get(target, property, target) as unknown;
-      if (typeof value === 'function' && typeof property === 'string' && CHAINED.has(property)) {
-        return (...args: unknown[]) => {
-          if (property === 'execute' && live.isEnded) throw new TransactionAbandonedError();
-          const chained = Reflect.apply(value as (...a: unknown[]) => unknown, target, args);
-          return chained === target ? proxy : chained;
-        };
-      }
-      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+function guardAwaits(statement: Promise<unknown>, live: GuardedLiveness): void {
+  const query = statement as unknown as GuardedQuery;
+  query[LIVE] = live;
+  query.then = guardedThen;
+  query.catch = guardedCatch;
+  query.finally = guardedFinally;
+  if (typeof query.execute === 'function') query.execute = guardedExecute;
+}
+
+function guardedThen(this: GuardedQuery, onValue?: Handler, onError?: Handler): Promise<unknown> {
+  const live = this[LIVE];
+  if (live.isEnded) return live.abandoned.then(onValue, onError);
+  // The query's own then (postgres.js' Query.prototype): it sends the query.
+  const settled = (Object.getPrototypeOf(this) as GuardedQuery).then.call(this, undefined, live.failed);
+  return Promise.race([settled, live.abandoned]).then(onValue, onError);
+}
+
+function guardedCatch(this: GuardedQuery, onError?: Handler): Promise<unknown> {
+  return guardedThen.call(this, undefined, onError);
+}
+
+function guardedFinally(this: GuardedQuery, onFinally?: Handler): Promise<unknown> {
+  return guardedThen.call(
+    this,
+    (value: unknown) => {
+      onFinally?.();
+      return value;
     },
-  });
-  return proxy;
+    (error: unknown) => {
+      onFinally?.();
+      throw error;
+    },
+  );
+}
+
+function guardedExecute(this: GuardedQuery): GuardedQuery {
+  if (this[LIVE].isEnded) throw new TransactionAbandonedError();
+  (Object.getPrototypeOf(this) as GuardedQuery).execute?.call(this);
+  return this;
 }

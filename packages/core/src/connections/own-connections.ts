@@ -120,42 +120,18 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
 
   /**
    * A statement made on `pool`: counted as running once it is awaited (a postgres.js query is
-   * sent then; one used only as a fragment of another statement never is).
+   * sent then; one used only as a fragment of another statement never is). Its first `then` (which
+   * `catch`, `finally` and `await` go through) counts it and hands over to the query's own.
    */
   const trackStatement = (pool: Pool, statement: Promise<unknown>): Promise<unknown> => {
-    let counted = false;
-    const proxy: Promise<unknown> = new Proxy(statement, {
-      get(target, property) {
-        if (property === 'then') {
-          return (onValue?: (v: unknown) => unknown, onError?: (e: unknown) => unknown) => {
-            if (!counted) {
-              counted = true;
-              track(pool, target);
-            }
-            return target.then(onValue, onError);
-          };
-        }
-        if (property === 'catch') {
-          return (onError?: (e: unknown) => unknown) => proxy.then(undefined, onError);
-        }
-        if (property === 'finally') {
-          return (onFinally?: () => void) =>
-            proxy.then(
-              (value) => {
-                onFinally?.();
-                return value;
-              },
-              (error: unknown) => {
-                onFinally?.();
-                throw error;
-              },
-            );
-        }
-        const value = Reflect.get(target, property, target) as unknown;
-        return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-      },
-    });
-    return proxy;
+    const query = statement as unknown as { then: (...args: never[]) => unknown };
+    const send = query.then as (...args: unknown[]) => unknown;
+    query.then = (...args: unknown[]) => {
+      query.then = send; // counted once
+      track(pool, statement);
+      return Reflect.apply(send, query, args);
+    };
+    return statement;
   };
 
   const handle = new Proxy(function sluiceSql() {} as unknown as Sql, {

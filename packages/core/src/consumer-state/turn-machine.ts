@@ -2,12 +2,17 @@
 // given the row as read once it is held and what the turn observed, it decides whether the turn
 // runs, which ranges it re-fetches, what it delivers, and what the row becomes. dispatcher/turn.ts
 // only reads, calls these, and writes what they return.
-import { isWaitingToRetry } from '../dispatcher/backoff.js';
 import { rearmDecision } from '../dispatcher/rearm.js';
 import type { FetchResult, GapRange, Ordering, Settlement, TurnInput } from '../gaps/gaps.js';
 import { settleStragglers } from '../gaps/gaps.js';
 import { lowestEnded, runningBelow, type Snapshot } from '../gaps/snapshot.js';
-import type { ConsumerState, CrashMarker, HeldState, StartInFlight } from './consumer-state.js';
+import {
+  isWaitingToRetry,
+  type ConsumerState,
+  type CrashMarker,
+  type HeldState,
+  type StartInFlight,
+} from './consumer-state.js';
 
 /** What a turn needs to know of its consumer's options. */
 export interface TurnRules {

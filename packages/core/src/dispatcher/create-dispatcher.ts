@@ -11,8 +11,7 @@ import { createMetrics } from '../telemetry/metrics.js';
 import { createTracer } from '../telemetry/tracing.js';
 import { wakeUpChannel } from '../wake-up/channel.js';
 import { wakeUpNotifierFor } from '../wake-up/wake-up-notifier.js';
-import { PassRunner, type PassResult } from './pass.js';
-import { PassScheduler } from './pass-scheduler.js';
+import { PassRunner, PassScheduler, type PassResult } from './pass.js';
 import { startListener, type Listener } from './wake-up.js';
 
 export interface Dispatcher {

@@ -1,7 +1,8 @@
 import { lowestEnded, parseSnapshot, parseXidList, type Snapshot } from '../gaps/snapshot.js';
 import type { ResolvedConsumer } from '../options.js';
 import type { ConsumerStateRow, Precheck } from '../queries/consumers.js';
-import { isWaitingToRetry, retryStateOf } from './backoff.js';
+import type { PassResult } from './pass.js';
+import { isWaitingToRetry, retryStateOf } from '../consumer-state/consumer-state.js';
 import { rearmDecision } from './rearm.js';
 
 /**
@@ -87,3 +88,118 @@ export function isPlain(row: ConsumerStateRow): boolean {
 }
 
 export { parseSnapshot };
+
+/**
+ * What a dispatcher process knows of its consumers between passes, and when it stops knowing it
+ * (docs/design.md §4.1). Every pass may use this to skip work (a pre-check, a judgement of each
+ * consumer, the turn's separate fetch); every event that could make it wrong goes through one of
+ * the methods below, so the rules that keep it honest live in one place.
+ */
+export class IdleKnowledge {
+  /**
+   * The last pre-check the server answered in full, when it can stand for the next ones while the
+   * cluster's snapshot does not change: every row it holds is judged the same way later (no clock
+   * in it). Undefined otherwise.
+   */
+  #standing: Precheck | undefined;
+  /**
+   * The last pass that found every consumer idle and started no turn, with the pre-check it judged:
+   * while that pre-check stands, the next passes would find the same, and return its result without
+   * judging each consumer again (an idle process then allocates next to nothing per tick).
+   */
+  #allIdle: { readonly precheck: Precheck; readonly result: PassResult } | undefined;
+  /**
+   * When the last full pre-check was read (performance.now()), if it found every consumer plain:
+   * caught up, or behind with nothing but events to deliver (see {@link isPlain}). A commit only
+   * puts plain consumers behind, where every one of them needs a turn: a pass woken by a commit in
+   * this process, within a poll interval of it, launches those turns at once instead of asking
+   * again (one round trip less between a commit and its handlers). Not a pass woken by NOTIFY:
+   * anyone who can connect may send one, and a forged flood must cost no more than lock-free
+   * pre-checks (docs/reliability.md#x6). Undefined when a consumer was not plain, or since a turn
+   * failed or found its consumer otherwise; older than a poll interval, the pass asks again, so
+   * the gauges and the clock-based decisions never lag behind by more than polling would.
+   */
+  #plainAtMs: number | undefined;
+  /** Each consumer's cursor as last read or settled, while it has no pending gap: the turn's early fetch. */
+  readonly #cursors = new Map<string, bigint>();
+
+  /** The pre-check that may stand for this tick's, if the cluster's snapshot still matches it. */
+  get standing(): Precheck | undefined {
+    return this.#standing;
+  }
+
+  /** A pass woken by a commit of this process may launch its turns without a pre-check. */
+  canSkipPrecheck(nowMs: number, pollIntervalMs: number): boolean {
+    return this.#plainAtMs !== undefined && nowMs - this.#plainAtMs < pollIntervalMs;
+  }
+
+  /** The cursor a consumer's next turn may fetch from before it holds its row (it checks it then). */
+  cursorOf(name: string): bigint | undefined {
+    return this.#cursors.get(name);
+  }
+
+  /** A full pre-check was read: it replaces what was known. */
+  precheckRead(precheck: Precheck, consumers: readonly ResolvedConsumer[], nowMs: number): void {
+    this.#standing = canStand(precheck) ? precheck : undefined;
+    let plain = true;
+    for (const consumer of consumers) {
+      const row = precheck.rows.get(consumer.name);
+      if (row) {
+        this.#setCursor(consumer.name, row.gap_count === 0 ? BigInt(row.cursor) : undefined);
+        if (!isPlain(row)) plain = false;
+      } else if (precheck.quiet.has(consumer.name)) {
+        this.#cursors.set(consumer.name, BigInt(precheck.head));
+      } else {
+        this.#cursors.delete(consumer.name);
+        plain = false;
+      }
+    }
+    this.#plainAtMs = plain ? nowMs : undefined;
+  }
+
+  /**
+   * The cluster's snapshot has not changed since the standing pre-check: only the clock moved on,
+   * and a plain finding nothing has withdrawn since is as fresh as this tick (so local wake-ups
+   * after a quiet spell still skip the pre-check).
+   */
+  precheckStands(nowMs: number): void {
+    if (this.#plainAtMs !== undefined) this.#plainAtMs = nowMs;
+  }
+
+  /** The pre-check failed: nothing is proven idle or plain until one works again. */
+  precheckFailed(): void {
+    this.#standing = undefined;
+    this.#plainAtMs = undefined;
+  }
+
+  /** The result of the last all-idle pass, while it was judged on `precheck`. */
+  allIdleOn(precheck: Precheck | undefined): PassResult | undefined {
+    const allIdle = this.#allIdle;
+    return allIdle !== undefined && allIdle.precheck === precheck ? allIdle.result : undefined;
+  }
+
+  /** A pass judged every consumer: `result` when all were idle on `precheck`, else nothing to remember. */
+  passJudged(precheck: Precheck | undefined, result: PassResult | undefined): void {
+    this.#allIdle = precheck !== undefined && result !== undefined ? { precheck, result } : undefined;
+  }
+
+  /**
+   * A turn of `name` ended. `cursor`: where it left the consumer when it has no pending gap.
+   * `plain`: it delivered or found nothing unusual (no failure, gap, dead or skipped row).
+   */
+  turnEnded(name: string, cursor: bigint | undefined, plain: boolean): void {
+    this.#setCursor(name, cursor);
+    if (!plain) this.#plainAtMs = undefined;
+  }
+
+  /** A turn failed, or the consumer's row was re-created: its cursor and plainness are unknown. */
+  forget(name: string): void {
+    this.#cursors.delete(name);
+    this.#plainAtMs = undefined;
+  }
+
+  #setCursor(name: string, cursor: bigint | undefined): void {
+    if (cursor === undefined) this.#cursors.delete(name);
+    else this.#cursors.set(name, cursor);
+  }
+}

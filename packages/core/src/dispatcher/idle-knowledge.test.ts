@@ -2,7 +2,7 @@
 import { describe, expect, test } from 'vitest';
 import type { ResolvedConsumer } from '../options.js';
 import type { Precheck, PrecheckRow } from '../queries/consumers.js';
-import { IdleKnowledge } from './idle-knowledge.js';
+import { IdleKnowledge } from './idle-check.js';
 import type { PassResult } from './pass.js';
 
 const consumers = ['a', 'b'].map((name) => ({ name }) as ResolvedConsumer);

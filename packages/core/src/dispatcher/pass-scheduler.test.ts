@@ -1,7 +1,7 @@
 // Wake-ups coalesce: at most one pass runs and one more is queued, with the strongest reason asked.
 import { describe, expect, test } from 'vitest';
 import type { Logger } from '../logger.js';
-import { PassScheduler, type PassWake } from './pass-scheduler.js';
+import { PassScheduler, type PassWake } from './pass.js';
 
 function harness(accepting = () => true) {
   const runs: PassWake[] = [];

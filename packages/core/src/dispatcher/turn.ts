@@ -22,9 +22,21 @@ import { endSpanWithError, startTurnSpan } from '../telemetry/tracing.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { TransactionalHandlerTimeout, type HandlerFailure } from './deliver.js';
 import type { SharedReads } from './shared-reads.js';
-import { crashedOut, deliveredOf, deliverReplays, recordDelivery, startAndDeliver } from './turn-delivery.js';
-import { fetchTurnBatch, lockWithEarlyFetch, turnInputOf } from './turn-fetch.js';
-import { applyOpening, clusterChanged, persistRanges, turnRules, writeTurn } from './turn-write.js';
+import {
+  applyOpening,
+  clusterChanged,
+  crashedOut,
+  deliverReplays,
+  deliveredOf,
+  fetchTurnBatch,
+  lockWithEarlyFetch,
+  persistRanges,
+  recordDelivery,
+  startAndDeliver,
+  turnInputOf,
+  turnRules,
+  writeTurn,
+} from './turn-steps.js';
 
 export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later';
 

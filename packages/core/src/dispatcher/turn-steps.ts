@@ -1,0 +1,478 @@
+// The steps of a turn (dispatcher/turn.ts), each carrying out what the consumer's state machine
+// (consumer-state/turn-machine.ts) decided: the lock with the early fetch behind it and the batch
+// the turn delivers from; the turn start recorded before the delivery (crash accounting), the
+// handler calls, the replays an operator asked for and what is recorded of them; and what the
+// turn writes (the status it opens with, the ranges, the row it ends with, a cluster change).
+import type { Span } from '@opentelemetry/api';
+import type { ConsumerState, StartInFlight } from '../consumer-state/consumer-state.js';
+import type {
+  Delivered,
+  DeliveryPlan,
+  Opening,
+  TurnClose,
+  TurnRules,
+} from '../consumer-state/turn-machine.js';
+import { messageOf } from '../errors.js';
+import type { EventRecord } from '../events.js';
+import type { GapRange, Settlement, TurnInput } from '../gaps/gaps.js';
+import { parseSnapshot } from '../gaps/snapshot.js';
+import { type ResolvedConsumer, type ResolvedOptions, SHARED_INSTANCE_ID } from '../options.js';
+import { writeAudit } from '../queries/audit.js';
+import { lockConsumer, type LockedRow, saveTurn, setStatus } from '../queries/consumers.js';
+import { recordDeadLetters } from '../queries/dead-letters.js';
+import { fetchBatch, type FetchedBatch } from '../queries/events.js';
+import { replaceRanges, type StoredRange } from '../queries/gaps.js';
+import { finishReplays, selectRequestedReplays } from '../queries/replays.js';
+import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
+import type { Tables } from '../schema/tables.js';
+import type { Sql, TransactionSql } from '../sql-types.js';
+import { ATTR } from '../telemetry/attributes.js';
+import { deliver, type DeliveryResult } from './deliver.js';
+import type { EventBatch, SharedReads } from './shared-reads.js';
+import type { TurnEnvironment, TurnProgress } from './turn.js';
+
+// ---- the fetch --------------------------------------------------------------------------------
+
+/**
+ * Sends the lock and the read of everything the turn decides on (see lockConsumer), then the fetch
+ * for the cursor this turn expects (the pre-check's, or its previous turn's): one round trip. The
+ * early fetch is used only if the locked row has that cursor and nothing that changes what the
+ * turn fetches; it is not sent when another turn's read of that cursor is there to take, and is
+ * offered to the other consumers' turns at once.
+ */
+export function lockWithEarlyFetch(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  limit: number,
+  expectedCursor: bigint | undefined,
+): { row: Promise<LockedRow | undefined>; early: Promise<EventBatch> | undefined } {
+  const { options, tables: t } = env;
+  const lock = lockConsumer(tx, t, consumer.name, consumer.instanceId, {
+    statementTimeoutMs: options.statementTimeoutMs,
+    idleInTransactionTimeoutMs: consumer.handlerTimeoutMs + options.statementTimeoutMs,
+  });
+  lock.row.catch(() => undefined);
+  const early =
+    expectedCursor === undefined || env.reads?.has(expectedCursor)
+      ? undefined
+      : readFrom(tx, t, expectedCursor, [], limit, env.reads);
+  early?.catch(() => undefined); // fails with the lock, whose failure the turn reports
+  return { row: lock.row, early };
+}
+
+/** A fetched batch, and whether it is another turn's full read (then nothing beyond it was examined). */
+export interface TurnBatch extends EventBatch {
+  readonly shared: boolean;
+}
+
+/**
+ * The turn's fetch (one statement, one snapshot: docs/design.md §5): the early fetch sent behind
+ * the lock when it read this cursor, or a batch another turn read from it (plain turns only), or a
+ * fetch of its own with the ranges to re-fetch and the stragglers due. A batch that came back full
+ * starts the read of the next one (catching up: read while this one is delivered and committed).
+ */
+export async function fetchTurnBatch(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  turn: {
+    readonly cursor: bigint;
+    readonly limit: number;
+    readonly rechecked: readonly GapRange[];
+    readonly stragglers: StartInFlight | undefined;
+    readonly plain: boolean;
+    readonly early: Promise<EventBatch> | undefined;
+  },
+): Promise<TurnBatch> {
+  const { options, tables: t } = env;
+  const { cursor, limit } = turn;
+  const reads = turn.plain ? env.reads : undefined;
+  const early = turn.plain ? turn.early : undefined;
+  const shared = reads && !early ? await reads.take(cursor, limit, options.statementTimeoutMs) : undefined;
+  const batch =
+    shared ??
+    (await (early ??
+      readFrom(
+        tx,
+        t,
+        cursor,
+        consumer.ordering === 'fast' ? turn.rechecked : [],
+        limit,
+        reads,
+        turn.stragglers,
+      )));
+  const last = batch.events[batch.events.length - 1];
+  const aheadLimit = env.readAhead;
+  if (reads && aheadLimit !== undefined && last && batch.events.length === limit) {
+    reads.readAhead(last.id, aheadLimit, () => readBatch(options.sql, t, last.id, aheadLimit));
+  }
+  return { ...batch, shared: shared !== undefined };
+}
+
+/**
+ * The turn's fetch statement, started at once. With `reads`, it is offered to the other
+ * consumers' turns from the same cursor while it runs, and kept for them if LIMIT cut it.
+ */
+export function readFrom(
+  tx: TransactionSql,
+  t: Tables,
+  cursor: bigint,
+  ranges: readonly GapRange[],
+  limit: number,
+  reads: SharedReads | undefined,
+  stragglers?: StartInFlight,
+): Promise<EventBatch> {
+  const bounds = { from: ranges.map((r) => r.from), to: ranges.map((r) => r.to) };
+  const reading = fetchBatch(tx, t, cursor, bounds, limit, stragglers).then(batchOf);
+  reads?.offer(cursor, limit, reading);
+  return reading;
+}
+
+/** The events above `cursor` read by one autocommit statement of the pool. */
+async function readBatch(sql: Sql, t: Tables, cursor: bigint, limit: number): Promise<EventBatch> {
+  return batchOf(await fetchBatch(sql, t, cursor, { from: [], to: [] }, limit));
+}
+
+function batchOf(fetched: FetchedBatch): EventBatch {
+  return { events: fetched.events, xmin: parseSnapshot(fetched.snapshot).xmin, head: BigInt(fetched.head) };
+}
+
+const MAX_XID = 2n ** 63n - 1n;
+
+/** The gap logic's view of what the turn fetched, and the fetched events by id. */
+export function turnInputOf(
+  batch: TurnBatch,
+  opening: Extract<Opening, { kind: 'open' }>,
+  rechecked: readonly GapRange[],
+  consumer: ResolvedConsumer,
+  limit: number,
+): { input: TurnInput; events: Map<bigint, EventRecord> } {
+  const events = new Map<bigint, EventRecord>(batch.events.map((e) => [e.id, e]));
+  const input: TurnInput = {
+    cursor: opening.state.cursor,
+    rechecked,
+    fetch: {
+      ids: [...events.keys()],
+      complete: !batch.shared && events.size < limit, // a shared batch is a full one
+      // After a restore onto another cluster, no transaction of the old one can still commit.
+      xmin: opening.clusterChanged ? MAX_XID : batch.xmin,
+    },
+    ordering: consumer.ordering,
+    ...(opening.stragglers ? { stragglersUpTo: opening.stragglers.upto } : {}),
+  };
+  return { input, events };
+}
+
+// ---- the delivery -------------------------------------------------------------------------------
+
+/** What the state machine needs to know of a delivery. */
+export function deliveredOf(result: DeliveryResult): Delivered {
+  const failure = result.failure && {
+    eventId: result.failure.event.id,
+    attempts: result.failure.attempts,
+    message: messageOf(result.failure.error),
+  };
+  return { resolvedIds: result.resolved.map((e) => e.id), failure, dead: result.dead };
+}
+
+/**
+ * The process died maxAttempts times on `event` (the plan's first): it is not handed to the
+ * handler again. It goes to the dead letters with skipApplyErrors; otherwise the consumer is dead.
+ */
+export function crashedOut(
+  consumer: ResolvedConsumer,
+  plan: DeliveryPlan,
+  event: EventRecord,
+): DeliveryResult {
+  const message = `the process stopped ${plan.crashes} time(s) while event ${event.id} was being handled`;
+  const attempts = plan.priorAttempts(event.id);
+  return consumer.skipApplyErrors
+    ? {
+        resolved: [event],
+        failure: undefined,
+        dead: false,
+        handled: 0,
+        failed: 1,
+        deadLetters: [{ event, reason: 'apply-error', error: message, attempts }],
+      }
+    : {
+        resolved: [],
+        deadLetters: [],
+        failure: { event, error: new Error(message), attempts },
+        dead: true,
+        handled: 0,
+        failed: 1,
+      };
+}
+
+/**
+ * Records the turn start in a committed statement of its own (crash accounting), then delivers.
+ * Without countCrashedAttempts, or with nothing to deliver, it only delivers.
+ */
+export async function startAndDeliver(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  span: Span,
+  plan: DeliveryPlan,
+  events: readonly EventRecord[],
+  unhandled: (id: bigint) => boolean,
+  progress: TurnProgress,
+): Promise<DeliveryResult> {
+  const { options, tables: t } = env;
+  const first = events[0];
+  const last = events[events.length - 1];
+  if (first && last && options.countCrashedAttempts) {
+    await recordTurnStart(
+      options.sql,
+      t,
+      consumer.name,
+      consumer.instanceId,
+      {
+        first: first.id,
+        last: last.id,
+        isolateUntil: plan.isolating ? plan.isolateUntil : null,
+        resetCount: plan.resetStartCount,
+      },
+      options.statementTimeoutMs,
+      () => {
+        progress.startSent = true;
+      },
+    );
+  }
+  return deliver({
+    consumer,
+    tx,
+    events,
+    priorAttempts: plan.priorAttempts,
+    resolvesUnhandled: (event) => unhandled(event.id),
+    deadlineMs: performance.now() + options.maxTurnMs,
+    tracer: env.tracer,
+    turnSpan: span,
+    metrics: env.metrics,
+  });
+}
+
+/**
+ * Records what the delivery did: the events skipped into the dead letters, the log lines, the
+ * metrics and the turn span's burnt ids.
+ */
+export async function recordDelivery(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  span: Span,
+  result: DeliveryResult,
+  settlement: Settlement,
+): Promise<void> {
+  if (result.deadLetters.length > 0) {
+    await recordDeadLetters(tx, env.tables, consumer.name, consumer.instanceId, result.deadLetters);
+  }
+  logDelivery(env, consumer, result);
+  env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
+  env.metrics.late(consumer.name, consumer.instanceId, settlement.lateDeliveries);
+  env.metrics.burnt(consumer.name, consumer.instanceId, Number(settlement.burntIdCount));
+  if (settlement.burnt.length > 0) span.setAttribute(ATTR.burnt, Number(settlement.burntIdCount));
+}
+
+/** Logs a handler failure of the turn and each event it skipped into the dead letters. */
+function logDelivery(env: TurnEnvironment, consumer: ResolvedConsumer, result: DeliveryResult): void {
+  const failure = result.failure;
+  if (failure) {
+    env.logger.warn(
+      {
+        consumer: consumer.name,
+        eventId: failure.event.id,
+        attempts: failure.attempts,
+        maxAttempts: consumer.maxAttempts,
+        error: messageOf(failure.error),
+      },
+      result.dead
+        ? 'handler failed at maxAttempts: consumer is dead'
+        : 'handler failed; the event will be retried',
+    );
+  }
+  for (const letter of result.deadLetters) {
+    env.logger.warn(
+      { consumer: consumer.name, eventId: letter.event.id, error: letter.error },
+      'skipped an event into dead_letters (skipApplyErrors)',
+    );
+  }
+}
+
+/**
+ * Re-delivers the dead letters an operator asked to replay, through the consumer's handler, in the
+ * turn's transaction. A replay that fails again clears its request and records the error.
+ */
+export async function deliverReplays(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  span: Span,
+): Promise<void> {
+  const { tables: t } = env;
+  const replays = await selectRequestedReplays(tx, t, consumer.name, consumer.instanceId, consumer.batchSize);
+  if (replays.length === 0) return;
+  const result = await deliver({
+    consumer: { ...consumer, maxAttempts: 1, skipApplyErrors: false },
+    tx,
+    events: replays.map((r) => r.event),
+    priorAttempts: () => 0,
+    resolvesUnhandled: () => false,
+    deadlineMs: performance.now() + env.options.maxTurnMs,
+    tracer: env.tracer,
+    turnSpan: span,
+    metrics: env.metrics,
+  });
+  const done = replays.slice(0, result.resolved.length).map((r) => r.deadLetterId);
+  const failedReplay = result.failure ? replays[result.resolved.length] : undefined;
+  await finishReplays(
+    tx,
+    t,
+    done,
+    failedReplay && result.failure
+      ? { deadLetterId: failedReplay.deadLetterId, error: messageOf(result.failure.error) }
+      : undefined,
+  );
+  env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
+  env.logger.info(
+    { consumer: consumer.name, replayed: done.length, failed: result.failed },
+    'replayed dead letters',
+  );
+}
+
+// ---- the writes --------------------------------------------------------------------------------
+
+/** The state machine's view of a consumer's options. */
+export function turnRules(consumer: ResolvedConsumer, options: ResolvedOptions): TurnRules {
+  return {
+    maxAttempts: consumer.maxAttempts,
+    skipApplyErrors: consumer.skipApplyErrors,
+    ordering: consumer.ordering,
+    retryDelayMs: options.retryDelayMs,
+    retryMaxDelayMs: options.retryMaxDelayMs,
+    rearmCooldownMs: options.rearmCooldownMs,
+    maxRearmCount: options.maxRearmCount,
+    shared: consumer.instanceId === SHARED_INSTANCE_ID,
+  };
+}
+
+/** Writes a status change the turn opens with (a time-boxed disable ended, a re-arm) and says so. */
+export async function applyOpening(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  change: 'reenabled' | 'rearmed',
+  state: ConsumerState,
+): Promise<void> {
+  const { tables: t, logger, options } = env;
+  if (change === 'reenabled') {
+    await setStatus(tx, t, consumer.name, consumer.instanceId, { status: 'idle', clearDisable: true });
+    logger.info({ consumer: consumer.name }, 'time-boxed disable expired; consumer enabled again');
+    return;
+  }
+  await setStatus(tx, t, consumer.name, consumer.instanceId, { status: 'idle', rearm: true });
+  logger.warn(
+    { consumer: consumer.name, rearm: state.rearmCount, maxRearmCount: options.maxRearmCount },
+    're-arming dead consumer after its cooldown',
+  );
+}
+
+/**
+ * After a restore onto another cluster (docs/design.md §5.8): the ranges this
+ * fetch did not examine keep old-cluster fences, which mean nothing here; they are fenced afresh.
+ * Audited and logged.
+ */
+export async function clusterChanged(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  state: ConsumerState,
+  settlement: Settlement,
+): Promise<Settlement> {
+  await writeAudit(tx, env.tables, {
+    actor: 'sluice-dispatcher',
+    action: 'cluster-changed',
+    consumerName: consumer.name,
+    instanceId: consumer.instanceId,
+    cursorBefore: state.cursor,
+    cursorAfter: settlement.cursor,
+    details: {
+      previousSystemIdentifier: state.systemIdentifier,
+      systemIdentifier: env.systemIdentifier,
+      burntRanges: settlement.burnt.length,
+      burntIds: settlement.burntIdCount,
+    },
+  });
+  env.logger.warn(
+    { consumer: consumer.name, previous: state.systemIdentifier, current: env.systemIdentifier },
+    'the database cluster changed (restore or failover to another cluster): pending gaps were resolved by one fresh fetch',
+  );
+  return { ...settlement, ranges: settlement.ranges.map((r) => ({ ...r, fence: null })) };
+}
+
+/**
+ * Writes the row a turn ends with, and finishes its crash record (`finishStart`), behind one
+ * another and not awaited: the COMMIT goes right behind them instead of a round trip later. The
+ * returned promise is awaited once the COMMIT has answered (runTurn): should one of them fail,
+ * PostgreSQL has aborted the transaction and answered the COMMIT with a rollback, which postgres.js
+ * does not report as an error.
+ */
+export function writeTurn(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  close: TurnClose,
+  gapCountDelta: number,
+  finishStart: boolean,
+): Promise<unknown> {
+  const { tables: t } = env;
+  const saving = saveTurn(tx, t, consumer.name, consumer.instanceId, {
+    ...close,
+    gapCountDelta,
+    systemIdentifier: env.systemIdentifier,
+  });
+  const writes = Promise.all([
+    saving,
+    finishStart ? finishTurnStart(tx, t, consumer.name, consumer.instanceId, close.keepIsolating) : undefined,
+  ]);
+  writes.catch(() => undefined);
+  return writes;
+}
+
+/**
+ * Writes the replacement of the rechecked ranges, touching only rows that changed. Returns the row
+ * delta. A new hole is dated `now`, the database's clock (stored times follow the database).
+ */
+export async function persistRanges(
+  tx: TransactionSql,
+  t: Tables,
+  consumer: ResolvedConsumer,
+  stored: readonly StoredRange[],
+  next: readonly GapRange[],
+  now: Date,
+): Promise<number> {
+  const key = (r: GapRange) => `${r.from}:${r.to}:${r.fence ?? ''}`;
+  const before = new Map(stored.map((r) => [key(r), r]));
+  const after = new Set(next.map(key));
+  const removeFroms = stored.filter((r) => !after.has(key(r))).map((r) => r.from);
+  const add: StoredRange[] = next
+    .filter((r) => !before.has(key(r)))
+    .map((r) => ({ ...r, observedAt: containing(stored, r.from)?.observedAt ?? now }));
+  if (removeFroms.length === 0 && add.length === 0) return 0;
+  return replaceRanges(tx, t, consumer.name, consumer.instanceId, removeFroms, add);
+}
+
+function containing(ranges: readonly StoredRange[], id: bigint): StoredRange | undefined {
+  let lo = 0;
+  let hi = ranges.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >>> 1;
+    const range = ranges[mid] as StoredRange;
+    if (id < range.from) hi = mid - 1;
+    else if (id > range.to) lo = mid + 1;
+    else return range;
+  }
+  return undefined;
+}
