@@ -95,6 +95,9 @@ export { parseSnapshot };
  * consumer, the turn's separate fetch); every event that could make it wrong goes through one of
  * the methods below, so the rules that keep it honest live in one place.
  */
+/** NOTIFY-woken passes that may launch turns without a delivery before NOTIFYs go back to pre-checking. */
+export const EMPTY_NOTIFY_PASSES = 3;
+
 export class IdleKnowledge {
   /**
    * The last pre-check the server answered in full, when it can stand for the next ones while the
@@ -111,13 +114,11 @@ export class IdleKnowledge {
   /**
    * When the last full pre-check was read (performance.now()), if it found every consumer plain:
    * caught up, or behind with nothing but events to deliver (see {@link isPlain}). A commit only
-   * puts plain consumers behind, where every one of them needs a turn: a pass woken by a commit in
-   * this process, within a poll interval of it, launches those turns at once instead of asking
-   * again (one round trip less between a commit and its handlers). Not a pass woken by NOTIFY:
-   * anyone who can connect may send one, and a forged flood must cost no more than lock-free
-   * pre-checks (docs/reliability.md#x6). Undefined when a consumer was not plain, or since a turn
-   * failed or found its consumer otherwise; older than a poll interval, the pass asks again, so
-   * the gauges and the clock-based decisions never lag behind by more than polling would.
+   * puts plain consumers behind, where every one of them needs a turn: a pass woken by a commit,
+   * within a poll interval of it, launches those turns at once instead of asking again (one round
+   * trip less between a commit and its handlers). Undefined when a consumer was not plain, or since
+   * a turn failed or found its consumer otherwise; older than a poll interval, the pass asks again,
+   * so the gauges and the clock-based decisions never lag behind by more than polling would.
    */
   #plainAtMs: number | undefined;
   /** Each consumer's cursor as last read or settled, while it has no pending gap: the turn's early fetch. */
@@ -128,9 +129,32 @@ export class IdleKnowledge {
     return this.#standing;
   }
 
-  /** A pass woken by a commit of this process may launch its turns without a pre-check. */
-  canSkipPrecheck(nowMs: number, pollIntervalMs: number): boolean {
+  /**
+   * NOTIFY-woken passes that skipped the pre-check since a turn last delivered. Anyone who can
+   * connect may send a NOTIFY: after {@link EMPTY_NOTIFY_PASSES} of them, a NOTIFY costs a
+   * lock-free pre-check again, not a turn per consumer, until some turn delivers (docs/reliability.md#x6).
+   * Counted when the pass starts its turns, not when they end: under a flood, a running turn takes
+   * one more turn for every pass that asked meanwhile, and would not end while the flood lasts.
+   */
+  #notifyPasses = 0;
+
+  /**
+   * A pass woken by a commit may launch its turns without a pre-check: a commit of this process,
+   * or a NOTIFY while NOTIFYs have not kept waking passes for nothing.
+   */
+  canSkipPrecheck(wake: 'local' | 'notify', nowMs: number, pollIntervalMs: number): boolean {
+    if (wake === 'notify' && this.#notifyPasses >= EMPTY_NOTIFY_PASSES) return false;
     return this.#plainAtMs !== undefined && nowMs - this.#plainAtMs < pollIntervalMs;
+  }
+
+  /** A NOTIFY-woken pass launches its turns without a pre-check. */
+  notifySkippedPrecheck(): void {
+    this.#notifyPasses += 1;
+  }
+
+  /** A turn delivered events: NOTIFYs are worth a turn again. */
+  delivered(): void {
+    this.#notifyPasses = 0;
   }
 
   /** The cursor a consumer's next turn may fetch from before it holds its row (it checks it then). */

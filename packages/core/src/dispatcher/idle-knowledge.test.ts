@@ -2,7 +2,7 @@
 import { describe, expect, test } from 'vitest';
 import type { ResolvedConsumer } from '../options.js';
 import type { Precheck, PrecheckRow } from '../queries/consumers.js';
-import { IdleKnowledge } from './idle-check.js';
+import { EMPTY_NOTIFY_PASSES, IdleKnowledge } from './idle-check.js';
 import type { PassResult } from './pass.js';
 
 const consumers = ['a', 'b'].map((name) => ({ name }) as ResolvedConsumer);
@@ -31,13 +31,13 @@ const RESULT: PassResult = { processed: 0, failed: 0, byConsumer: {} };
 describe('IdleKnowledge', () => {
   test('a pre-check finding every consumer plain lets local wake-ups skip the next one, for a poll interval', () => {
     const known = new IdleKnowledge();
-    expect(known.canSkipPrecheck(0, POLL_MS)).toBe(false);
+    expect(known.canSkipPrecheck('local', 0, POLL_MS)).toBe(false);
     known.precheckRead(precheck({ a: row({}) }, ['b']), consumers, 100);
-    expect(known.canSkipPrecheck(100 + POLL_MS - 1, POLL_MS)).toBe(true);
-    expect(known.canSkipPrecheck(100 + POLL_MS, POLL_MS)).toBe(false);
+    expect(known.canSkipPrecheck('local', 100 + POLL_MS - 1, POLL_MS)).toBe(true);
+    expect(known.canSkipPrecheck('local', 100 + POLL_MS, POLL_MS)).toBe(false);
     // A tick that finds the cluster unchanged renews it.
     known.precheckStands(100 + POLL_MS);
-    expect(known.canSkipPrecheck(100 + 2 * POLL_MS - 1, POLL_MS)).toBe(true);
+    expect(known.canSkipPrecheck('local', 100 + 2 * POLL_MS - 1, POLL_MS)).toBe(true);
   });
 
   test('the cursors come from the pre-check: a row without gaps, or the head for a quiet consumer', () => {
@@ -61,38 +61,38 @@ describe('IdleKnowledge', () => {
   ])('%s is not plain: wake-ups pre-check', (_what, fields) => {
     const known = new IdleKnowledge();
     known.precheckRead(precheck({ a: row(fields) }, ['b']), consumers, 0);
-    expect(known.canSkipPrecheck(1, POLL_MS)).toBe(false);
+    expect(known.canSkipPrecheck('local', 1, POLL_MS)).toBe(false);
   });
 
   test('a missing row, a failed pre-check, a turn that found something, or a forgotten consumer take it back', () => {
     const plainKnown = () => {
       const known = new IdleKnowledge();
       known.precheckRead(precheck({ a: row({}) }, ['b']), consumers, 0);
-      expect(known.canSkipPrecheck(1, POLL_MS)).toBe(true);
+      expect(known.canSkipPrecheck('local', 1, POLL_MS)).toBe(true);
       return known;
     };
     const missing = new IdleKnowledge();
     missing.precheckRead(precheck({ a: row({}) }), consumers, 0);
-    expect(missing.canSkipPrecheck(1, POLL_MS)).toBe(false);
+    expect(missing.canSkipPrecheck('local', 1, POLL_MS)).toBe(false);
 
     const failed = plainKnown();
     failed.precheckFailed();
-    expect(failed.canSkipPrecheck(1, POLL_MS)).toBe(false);
+    expect(failed.canSkipPrecheck('local', 1, POLL_MS)).toBe(false);
     expect(failed.standing).toBeUndefined();
 
     const unusual = plainKnown();
     unusual.turnEnded('a', undefined, false);
-    expect(unusual.canSkipPrecheck(1, POLL_MS)).toBe(false);
+    expect(unusual.canSkipPrecheck('local', 1, POLL_MS)).toBe(false);
     expect(unusual.cursorOf('a')).toBeUndefined();
 
     const usual = plainKnown();
     usual.turnEnded('a', 9n, true);
-    expect(usual.canSkipPrecheck(1, POLL_MS)).toBe(true);
+    expect(usual.canSkipPrecheck('local', 1, POLL_MS)).toBe(true);
     expect(usual.cursorOf('a')).toBe(9n);
 
     const forgotten = plainKnown();
     forgotten.forget('b');
-    expect(forgotten.canSkipPrecheck(1, POLL_MS)).toBe(false);
+    expect(forgotten.canSkipPrecheck('local', 1, POLL_MS)).toBe(false);
     expect(forgotten.cursorOf('b')).toBeUndefined();
   });
 
@@ -116,5 +116,19 @@ describe('IdleKnowledge', () => {
     expect(known.allIdleOn(undefined)).toBeUndefined();
     known.passJudged(undefined, undefined);
     expect(known.allIdleOn(first)).toBeUndefined();
+  });
+
+  test('NOTIFY wake-ups skip the pre-check that many times without a delivery, then pre-check until a turn delivers', () => {
+    const known = new IdleKnowledge();
+    known.precheckRead(precheck({ a: row({}) }, ['b']), consumers, 0);
+    for (let i = 0; i < EMPTY_NOTIFY_PASSES; i++) {
+      expect(known.canSkipPrecheck('notify', 1, POLL_MS)).toBe(true);
+      known.notifySkippedPrecheck();
+    }
+    // A flood of forged NOTIFYs: lock-free pre-checks from here on; this process's commits still skip.
+    expect(known.canSkipPrecheck('notify', 1, POLL_MS)).toBe(false);
+    expect(known.canSkipPrecheck('local', 1, POLL_MS)).toBe(true);
+    known.delivered();
+    expect(known.canSkipPrecheck('notify', 1, POLL_MS)).toBe(true);
   });
 });

@@ -113,15 +113,16 @@ export class PassRunner {
    * `await`: one turn per consumer, resolved when all are done (runOnce). `launch`: consumers with
    * more work keep turning until caught up, and the pass returns once they are started, so a slow
    * consumer never holds up the next pass for the others. `wake`: the pass answers an announced
-   * commit, and reads the pre-check in full without first asking whether anything changed; after
-   * a commit in this process ('local'), it may skip the pre-check (see IdleKnowledge.canSkipPrecheck).
+   * commit, and reads the pre-check in full without first asking whether anything changed, or
+   * skips it (see IdleKnowledge.canSkipPrecheck).
    */
   async run(mode: 'await' | 'launch', wake?: 'notify' | 'local'): Promise<PassResult> {
     const { options } = this.#env;
     const woken = wake !== undefined;
     this.#reads.prune();
     const skipPrecheck =
-      wake === 'local' && this.#known.canSkipPrecheck(performance.now(), options.pollIntervalMs);
+      wake !== undefined && this.#known.canSkipPrecheck(wake, performance.now(), options.pollIntervalMs);
+    if (skipPrecheck && wake === 'notify') this.#known.notifySkippedPrecheck();
     const checked = skipPrecheck ? undefined : await this.#precheck(woken);
     const precheck = checked?.precheck;
     let snapshot: Snapshot | undefined; // one per pre-check, parsed when a row needs judging
@@ -322,6 +323,7 @@ export class PassRunner {
       else if (outcome.skipped === undefined) this.#limits.delete(consumer.name);
       processed += outcome.handled;
       failed += outcome.failed;
+      if (outcome.handled > 0) this.#known.delivered();
       expectedCursor = outcome.pendingGaps === 0 ? outcome.cursor : undefined;
       this.#known.turnEnded(
         consumer.name,
