@@ -64,6 +64,8 @@ export interface HeldState {
   readonly now: Date;
   /** The highest fence of the consumer's pending ranges. */
   readonly maxFence: bigint | null;
+  /** The 32-bit xid that last wrote the row (see {@link cleanViewOf}). */
+  readonly rowXmin: bigint;
   readonly marker: CrashMarker | null;
 }
 
@@ -110,6 +112,7 @@ export function heldStateOf(row: LockedRow): HeldState {
     snapshot: parseSnapshot(row.snapshot),
     now: row.now,
     maxFence: big(row.max_fence),
+    rowXmin: BigInt(row.row_xmin),
     marker:
       markerFirst === null
         ? null
@@ -120,6 +123,25 @@ export function heldStateOf(row: LockedRow): HeldState {
             isolateUntil: big(row.marker_isolate_until),
           },
   };
+}
+
+// ---- a clean view (crash accounting) ---------------------------------------------------------
+
+/** The row's xmin once a turn that wrote it commits: the low 32 bits of its xid. */
+export function xminOf(xid: bigint): bigint {
+  return xid & 0xffff_ffffn;
+}
+
+/**
+ * Whether this process has a clean view of the consumer (docs/design.md §4.7): the row is as this
+ * process's last committed turn left it (no other process, operator or failure wrote it since),
+ * and no crashed start is pending. Then a turn that dies inside a handler can only be this
+ * process dying, and its start need not be recorded first: the next process's first turn records
+ * it. The cost is one uncounted crash per process that had a clean view when it died.
+ * @param lastWrite the row's xmin as this process's last committed turn left it, if it has one
+ */
+export function cleanViewOf(held: HeldState, lastWrite: bigint | undefined): boolean {
+  return lastWrite !== undefined && lastWrite === held.rowXmin && held.marker === null;
 }
 
 // ---- the retry delay (a failed event waits before its next attempt) ------------------------

@@ -62,6 +62,7 @@ function held(state: ConsumerState, fields: Partial<HeldState> = {}): HeldState 
     snapshot: { xmin: 900n, xmax: 1_000n, xip: [] },
     now: NOW,
     maxFence: null,
+    rowXmin: 900n,
     marker: null,
     ...fields,
   };

@@ -24,21 +24,52 @@ async function marker(schema: string) {
   return row;
 }
 
-test('every delivering turn records its start and removes it when it commits', async () => {
+test('a delivering turn records its start and removes it when it commits, unless this process has a clean view of the consumer', async () => {
   const schema = await freshSchema(db);
   const seen: number[] = [];
+  let failOn: bigint | undefined;
   const c = recordingConsumer('mailer', {
-    handler: async () => {
+    errorPolicy: { maxAttempts: 5 },
+    handler: async (event: EventRecord) => {
       const row = await marker(schema);
       seen.push(row?.started_count ?? -1);
+      if (event.id === failOn) throw new Error('once');
     },
   });
   const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
   await dispatcher.ensureRegistered();
-  await appendEvents(db.sql, 2, undefined, schema);
+  const turnWith = async (events: number) => {
+    seen.length = 0;
+    const appended = await appendEvents(db.sql, events, undefined, schema);
+    await dispatcher.runOnce();
+    return appended;
+  };
+  // The process's first turn: recorded (committed, visible while the handlers ran), gone with the commit.
+  await turnWith(2);
+  expect(seen).toEqual([1, 1]);
+  expect(await marker(schema)).toBeUndefined();
+  // The row is as this process's last turn left it: a crash now can only be this process dying,
+  // and the next process's first turn records the start again. No record, no round trip.
+  await turnWith(2);
+  expect(seen).toEqual([-1, -1]);
+  // Someone else wrote the row (an operator, another instance): recorded again.
+  await db.sql`update ${db.sql(`${schema}.consumers`)} set updated_at = now() where name = 'mailer'`;
+  await turnWith(1);
+  expect(seen).toEqual([1]);
+  await turnWith(1);
+  expect(seen).toEqual([-1]);
+  // A failed attempt: recorded until a turn commits without one.
+  const [poison] = await turnWith(0).then(() => appendEvents(db.sql, 1, undefined, schema));
+  failOn = poison!.id;
+  seen.length = 0;
   await dispatcher.runOnce();
-  expect(seen).toEqual([1, 1]); // visible (committed) while the handlers ran
-  expect(await marker(schema)).toBeUndefined(); // gone with the turn's commit
+  expect(seen).toEqual([-1]); // the failing turn itself had a clean view
+  failOn = undefined;
+  seen.length = 0;
+  await dispatcher.runOnce(); // the retry
+  expect(seen).toEqual([1]);
+  await turnWith(1);
+  expect(seen).toEqual([-1]);
 });
 
 test('crashed starts count as attempts; the next turns deliver one event at a time through the crashed batch, the crashes moving on with them', async () => {

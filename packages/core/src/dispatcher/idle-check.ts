@@ -121,6 +121,11 @@ export class IdleKnowledge {
    * so the gauges and the clock-based decisions never lag behind by more than polling would.
    */
   #plainAtMs: number | undefined;
+  /**
+   * Each consumer's row as this process's last committed turn left it (its xmin), while no turn of
+   * it failed since: a clean view (see cleanViewOf in consumer-state.ts).
+   */
+  readonly #lastWrites = new Map<string, bigint>();
   /** Each consumer's cursor as last read or settled, while it has no pending gap: the turn's early fetch. */
   readonly #cursors = new Map<string, bigint>();
 
@@ -216,10 +221,25 @@ export class IdleKnowledge {
     if (!plain) this.#plainAtMs = undefined;
   }
 
-  /** A turn failed, or the consumer's row was re-created: its cursor and plainness are unknown. */
+  /** A turn failed, or the consumer's row was re-created: its cursor, plainness and row are unknown. */
   forget(name: string): void {
     this.#cursors.delete(name);
+    this.#lastWrites.delete(name);
     this.#plainAtMs = undefined;
+  }
+
+  /** The row's xmin as this process's last committed turn of `name` left it, if it has a clean view. */
+  lastWriteOf(name: string): bigint | undefined {
+    return this.#lastWrites.get(name);
+  }
+
+  /**
+   * A turn of `name` committed: it wrote the row (its xmin now), wrote nothing (the row is as it
+   * was), or recorded a failure (no clean view until a turn commits without one).
+   */
+  turnCommitted(name: string, wrote: bigint | 'failed' | undefined): void {
+    if (wrote === 'failed') this.#lastWrites.delete(name);
+    else if (wrote !== undefined) this.#lastWrites.set(name, wrote);
   }
 
   #setCursor(name: string, cursor: bigint | undefined): void {

@@ -306,7 +306,7 @@ export class PassRunner {
       // This turn's fetch comes after every request made so far.
       this.#askedAgain.delete(consumer.name);
       const limit = this.#limits.get(consumer.name) ?? consumer.batchSize;
-      const progress: TurnProgress = { startSent: false };
+      const progress: TurnProgress = { startSent: false, lastWrite: this.#known.lastWriteOf(consumer.name) };
       try {
         // The batch its next turn would read, fetched ahead while this one delivers. A read-ahead
         // takes a pool connection beyond the turns': only while a turn slot is free.
@@ -324,6 +324,10 @@ export class PassRunner {
       processed += outcome.handled;
       failed += outcome.failed;
       if (outcome.handled > 0) this.#known.delivered();
+      this.#known.turnCommitted(
+        consumer.name,
+        outcome.failed > 0 || outcome.dead || outcome.timedOut !== undefined ? 'failed' : progress.wrote,
+      );
       expectedCursor = outcome.pendingGaps === 0 ? outcome.cursor : undefined;
       this.#known.turnEnded(
         consumer.name,

@@ -208,7 +208,8 @@ export function crashedOut(
 
 /**
  * Records the turn start in a committed statement of its own (crash accounting), then delivers.
- * Without countCrashedAttempts, or with nothing to deliver, it only delivers.
+ * Without countCrashedAttempts, with nothing to deliver, or when this process has a clean view of
+ * the consumer (`record` false: see cleanViewOf), it only delivers.
  */
 export async function startAndDeliver(
   env: TurnEnvironment,
@@ -219,11 +220,12 @@ export async function startAndDeliver(
   events: readonly EventRecord[],
   unhandled: (id: bigint) => boolean,
   progress: TurnProgress,
+  start: { readonly record: boolean },
 ): Promise<DeliveryResult> {
   const { options, tables: t } = env;
   const first = events[0];
   const last = events[events.length - 1];
-  if (first && last && options.countCrashedAttempts) {
+  if (first && last && options.countCrashedAttempts && start.record) {
     await recordTurnStart(
       options.sql,
       t,

@@ -1,6 +1,6 @@
 import type { Span, Tracer } from '@opentelemetry/api';
 import { guardedBegin } from '../connections/guarded-transaction.js';
-import { heldStateOf, type HeldState } from '../consumer-state/consumer-state.js';
+import { cleanViewOf, heldStateOf, xminOf, type HeldState } from '../consumer-state/consumer-state.js';
 import {
   closeTurn,
   fenced,
@@ -88,6 +88,10 @@ export interface TurnProgress {
    * start recorded by a crashed process alone.
    */
   startSent: boolean;
+  /** In: the row's xmin as this process's last committed turn of the consumer left it, if any. */
+  readonly lastWrite?: bigint | undefined;
+  /** Out: the row's xmin once this turn commits, when it wrote the row. */
+  wrote?: bigint;
 }
 
 /**
@@ -215,7 +219,9 @@ async function turnInTransaction(
   const toDeliver = plan.ids.map((id) => events.get(id) as EventRecord);
   const result = plan.crashedOut
     ? crashedOut(consumer, plan, toDeliver[0] as EventRecord)
-    : await startAndDeliver(env, consumer, tx, span, plan, toDeliver, unhandled, progress);
+    : await startAndDeliver(env, consumer, tx, span, plan, toDeliver, unhandled, progress, {
+        record: !cleanViewOf(held, progress.lastWrite),
+      });
 
   let settlement = settleTurn(
     input,
@@ -234,6 +240,7 @@ async function turnInTransaction(
     pendingRanges: pendingGaps,
   });
   await recordDelivery(env, consumer, tx, span, result, settlement);
+  progress.wrote = xminOf(held.xid);
   lastWrites.writes = writeTurn(
     env,
     consumer,

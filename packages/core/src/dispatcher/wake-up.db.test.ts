@@ -11,6 +11,7 @@ import { METRIC } from '../telemetry/attributes.js';
 import { wakeUpChannel } from '../wake-up/channel.js';
 import { wakeUpNotifierFor } from '../wake-up/wake-up-notifier.js';
 import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
+import { EMPTY_NOTIFY_PASSES } from './idle-check.js';
 
 const db = await useTestDatabase();
 
@@ -322,23 +323,43 @@ test('ticks that find the cluster unchanged keep a plain pre-check fresh: a loca
   }
 });
 
-test('a pass woken by NOTIFY reads the pre-check even then: anyone who can connect may send one', async () => {
+test('a pass woken by NOTIFY skips the pre-check too, until NOTIFYs keep waking passes for nothing: anyone may send one', async () => {
   const c = recordingConsumer('notified');
   const { schema, sql, dispatcher, statements } = await recordedDispatcher([c], true);
   await dispatcher.start();
   await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
   await dispatcher.drain();
-  // Every consumer plain, the last pre-check fresh: a local wake-up would skip the next one.
+  // Every consumer plain, the last pre-check fresh: a wake-up may skip the next one.
   await transaction(sql, (tx) => append(tx, [{ streamId: 's', type: 'T', data: { n: 1 } }], { schema }));
   await until(() => c.ids().length === 1, 5_000, 'the delivery');
   await dispatcher.drain();
 
+  const notify = async (payload: string) => {
+    const before = statements.length;
+    await db.sql`select pg_notify(${wakeUpChannel(schema)}, ${payload})`;
+    // The pass shows as its first statement: the pre-check, or its turn's lock.
+    await until(() => statements.length > before, 5_000, `a pass after NOTIFY ${payload}`);
+    await dispatcher.drain();
+  };
   statements.length = 0;
   await appendEvents(db.sql, 1, undefined, schema); // outside transaction(): no wake-up of its own
-  await db.sql`select pg_notify(${wakeUpChannel(schema)}, 'from elsewhere')`;
+  await notify('from elsewhere');
   await until(() => c.ids().length === 2, 5_000, 'the delivery after the NOTIFY');
-  await dispatcher.drain();
+  expect(statements.filter(isPrecheck)).toHaveLength(0);
+  // Forged NOTIFYs, no event: each launches a turn that finds nothing, up to EMPTY_NOTIFY_PASSES…
+  for (let i = 0; i < EMPTY_NOTIFY_PASSES; i++) await notify(`forged ${i}`);
+  expect(statements.filter(isPrecheck)).toHaveLength(0);
+  // …then a NOTIFY costs a lock-free pre-check, until a turn delivers again.
+  await notify('forged once too often');
   expect(statements.filter(isPrecheck)).toHaveLength(1);
+  await appendEvents(db.sql, 1, undefined, schema);
+  await notify('a real one');
+  await until(() => c.ids().length === 3, 5_000, 'the delivery after it');
+  statements.length = 0;
+  await appendEvents(db.sql, 1, undefined, schema);
+  await notify('after a delivery');
+  await until(() => c.ids().length === 4, 5_000, 'the next delivery');
+  expect(statements.filter(isPrecheck)).toHaveLength(0);
 });
 
 test('a woken pass reads the pre-check when a consumer is not plain (here: a failed attempt)', async () => {

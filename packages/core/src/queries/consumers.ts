@@ -331,6 +331,8 @@ export interface LockedRow extends ConsumerStateRow {
   /** The database's clock once the row is held. */
   now: Date;
   max_fence: string | null;
+  /** The row's xmin: the (sub)transaction that last wrote it (its lock does not change it). */
+  row_xmin: string;
   marker_first: string | null;
   marker_last: string | null;
   marker_started: number | null;
@@ -381,7 +383,7 @@ export function lockConsumer(
   const reading = tx<LockedRow[]>`
     select ${STATE_COLUMNS(tx, t)},
            pg_current_xact_id_if_assigned()::text as xid, pg_current_snapshot()::text as snapshot,
-           statement_timestamp() as now,
+           statement_timestamp() as now, c.xmin::text as row_xmin,
            (select max(g.fence)::text from ${t.gaps} g
             where g.consumer_name = c.name and g.instance_id = c.instance_id) as max_fence,
            m.first_event_id::text as marker_first, m.last_event_id::text as marker_last,
