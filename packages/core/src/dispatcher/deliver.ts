@@ -65,7 +65,9 @@ class HandlerTimeoutError extends Error {
 /**
  * Delivers events in id order (docs/design.md §4.3 and §4.4): through batchHandler first when there is one
  * (falling back to one-by-one delivery when it throws), halting at the first failing event.
- * Transactional consumers get each call in a savepoint, so a failure undoes only its own writes.
+ * A transactional consumer's calls run in one savepoint for the batch; when one fails, that
+ * savepoint is rolled back and the batch is delivered again with each call in a savepoint of its
+ * own, so the failure undoes only its own writes and pins its event.
  * @throws the turn's connection loss (an infrastructure failure, never a handler attempt)
  * @throws {TransactionAbandonedError} when the turn's transaction ended under it: no handler is called after that
  * @throws {TransactionalHandlerTimeout}
@@ -95,6 +97,10 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
     }
     // The whole batch was undone (savepoint) or must be assumed partly done: deliver one by one,
     // which pins the failing event (handlers are idempotent, docs/design.md §4.4).
+  } else if (consumer.transactional && toHandle.length > 1) {
+    const series = await inOneSavepoint(input);
+    if (series) return { ...series, deadLetters, failure: undefined, dead: false, failed: 0 };
+    // A call failed: its savepoint undid the batch's writes. One savepoint per call now.
   }
 
   for (const event of events) {
@@ -122,6 +128,81 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
     resolved.push(event);
   }
   return { resolved, deadLetters, failure: undefined, dead: false, handled, failed };
+}
+
+/** A call of a batch delivered in one savepoint failed (the savepoint is rolled back with it). */
+class SeriesFailure extends Error {
+  readonly failure: unknown;
+
+  constructor(failure: unknown) {
+    super('a call of the batch failed');
+    this.failure = failure;
+  }
+}
+
+/**
+ * A transactional consumer's events, each call in the same savepoint: one savepoint round trip for
+ * the batch instead of one per event. Undefined when a call failed (the savepoint is rolled back,
+ * and the caller delivers the batch again one savepoint per call); the turn's own failures (a
+ * timeout, which rolls the turn back, or its lost connection) are thrown as in one-by-one delivery.
+ */
+async function inOneSavepoint(
+  input: DeliveryInput,
+): Promise<{ resolved: EventRecord[]; handled: number } | undefined> {
+  const { consumer, events } = input;
+  const resolved: EventRecord[] = [];
+  let handled = 0;
+  try {
+    await input.tx.savepoint(async (savepoint) => {
+      for (const event of events) {
+        if (resolved.length > 0 && performance.now() > input.deadlineMs) break;
+        if (input.resolvesUnhandled(event)) {
+          resolved.push(event);
+          continue;
+        }
+        assertLive(input.tx);
+        const attempt = input.priorAttempts(event.id) + 1;
+        const span = startHandlerSpan(input.tracer, input.turnSpan, consumer.name, consumer.instanceId, [
+          event,
+        ]);
+        const started = performance.now();
+        const context = new CallContext(consumer, attempt, savepoint);
+        let run: Promise<unknown>;
+        try {
+          run = Promise.resolve(callHandler(consumer, [event], undefined, context));
+        } catch (error) {
+          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the handler's own throw, passed on
+          run = Promise.reject(error);
+        }
+        try {
+          if ((await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
+            throw new HandlerTimeoutError(consumer.handlerTimeoutMs);
+        } catch (error) {
+          context.abort(error);
+          run.catch(() => undefined);
+          endSpanWithError(span, error);
+          const timedOut = error instanceof HandlerTimeoutError;
+          input.metrics.handlerDuration(
+            consumer.name,
+            consumer.instanceId,
+            (performance.now() - started) / 1000,
+            timedOut ? 'timeout' : 'error',
+          );
+          if (timedOut) throw new TransactionalHandlerTimeout({ event, error, attempts: attempt });
+          throw new SeriesFailure(error);
+        }
+        callSucceeded(input, span, started);
+        resolved.push(event);
+        handled += 1;
+      }
+    });
+  } catch (error) {
+    if (!(error instanceof SeriesFailure)) throw error;
+    // If the turn's connection died with the call, that is the turn's failure, not the handler's.
+    if (isConnectionLoss(error.failure)) throw error.failure;
+    return undefined;
+  }
+  return { resolved, handled };
 }
 
 type Outcome = { ok: true } | { ok: false; error: unknown };

@@ -573,6 +573,48 @@ describe('startFrom, feature gate, transactional consumers', () => {
     expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({ cursor: 2n, status: 'dead' });
   });
 
+  test('transactional: one savepoint for the batch; a failing call rolls it back and the batch goes again one savepoint per call', async () => {
+    const schema = await freshSchema(db);
+    await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
+    const statements: string[] = [];
+    const sql = db.connect({ max: 6, debug: (_connection, query) => statements.push(query) });
+    const calls: bigint[] = [];
+    let failOn: bigint | undefined = undefined;
+    const c = recordingConsumer('projection', {
+      transactional: true,
+      handler: async (event, ctx) => {
+        calls.push(event.id);
+        await ctx.tx!`insert into ${ctx.tx!(`${schema}.projection`)} (event_id) values (${event.id.toString()})`;
+        if (event.id === failOn) throw new Error(`projection rejects ${event.id}`);
+      },
+    });
+    const dispatcher = testDispatcher(sql, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    const savepoints = () => statements.filter((q) => /^savepoint /i.test(q.trim())).length;
+    await appendEvents(db.sql, 5, undefined, schema);
+    await dispatcher.runOnce();
+    expect(calls).toEqual([1n, 2n, 3n, 4n, 5n]);
+    expect(savepoints()).toBe(1);
+
+    statements.length = 0;
+    calls.length = 0;
+    failOn = 8n;
+    await appendEvents(db.sql, 5, undefined, schema); // 6..10
+    await dispatcher.runOnce();
+    // In one savepoint up to the failure, then one savepoint per call, which pins 8.
+    expect(calls).toEqual([6n, 7n, 8n, 6n, 7n, 8n]);
+    expect(savepoints()).toBe(1 + 3);
+    const rows = await db.sql<{ event_id: string }[]>`
+      select event_id::text from ${db.sql(`${schema}.projection`)} order by event_id`;
+    expect(rows.map((r) => r.event_id)).toEqual(['1', '2', '3', '4', '5', '6', '7']); // each once
+    expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({
+      cursor: 7n,
+      attempts: 1,
+      stuck_event_id: 8n,
+    });
+    await sql.end();
+  });
+
   test('transactional: when the turn dies before COMMIT, neither the writes nor the cursor survive', async () => {
     const schema = await freshSchema(db);
     await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
