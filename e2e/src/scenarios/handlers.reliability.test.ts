@@ -282,7 +282,8 @@ test('R1b: pool max 1 and a handler that calls sql.reserve(): accepted with defa
       figures['handler calls / reserve() obtained'] = `${life.deliveries.length} / ${reserved}`;
       figures['failures logged'] = failures.length;
       figures['failure kinds'] = [...new Set(failures.map((f) => f.message))].slice(0, 4).join(' | ');
-      figures['consumer: status / attempts / cursor'] = `${state.status} / ${state.attempts} / ${state.cursor}`;
+      figures['consumer: status / attempts / cursor'] =
+        `${state.status} / ${state.attempts} / ${state.cursor}`;
       figures['stop() / pool.end()'] =
         `${stopped === 'timeout' ? 'hung > 20 s' : 'returned'} / ${ended === 'timeout' ? 'hung' : 'returned'}`;
 
