@@ -17,7 +17,7 @@ import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testin
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import type { Sql } from '../sql-types.js';
-import { freshSchema, rangesOf, testDispatcher, until } from '../test-support.js';
+import { consumerRow, freshSchema, gate, rangesOf, testDispatcher, until } from '../test-support.js';
 
 const db = await useTestDatabase();
 const PARK_LOCK = 771_001;
@@ -36,10 +36,22 @@ afterAll(async () => {
 });
 
 /**
- * Lets the parked role use `schema`, with policies that park its lock statement: on the gaps table
- * when that statement reads it (its select list has run by then), else on the consumers scan.
+ * Which statement of the parked role parks: its turn's lock statement (on the gaps table when that
+ * statement reads it, its select list has run by then; else on the consumers scan), or the record
+ * of a timed-out transactional attempt, made after its turn was rolled back (on the consumers scan
+ * of its UPDATE, before the row is locked).
  */
-async function installParking(schema: string): Promise<void> {
+const PARKED_STATEMENT = {
+  lock: `current_query() ilike '%skip locked%'
+         and (relation = 'gaps' or current_query() not like '%."gaps"%')`,
+  'failure-record': `relation = 'consumers' and current_query() ilike '%failure_category = ''handler''%'`,
+} as const;
+
+/** Lets the parked role use `schema`, with policies that park `statement` when that role runs it. */
+async function installParking(
+  schema: string,
+  statement: keyof typeof PARKED_STATEMENT = 'lock',
+): Promise<void> {
   await db.sql.unsafe(`
     grant usage on schema "${schema}" to "${role}";
     grant select, insert, update, delete on all tables in schema "${schema}" to "${role}";
@@ -47,8 +59,7 @@ async function installParking(schema: string): Promise<void> {
     create function "${schema}".park_lock_statement(relation text) returns boolean
       volatile language plpgsql as $$
     begin
-      if current_user = '${role}' and current_query() ilike '%skip locked%'
-         and (relation = 'gaps' or current_query() not like '%."gaps"%') then
+      if current_user = '${role}' and ${PARKED_STATEMENT[statement]} then
         perform pg_advisory_xact_lock_shared(${PARK_LOCK});
       end if;
       return true;
@@ -168,5 +179,61 @@ describe('lock takeover: a turn decides only on what it reads once its row is he
       5_000,
       'the late event while the long transaction is open',
     );
+  });
+});
+
+describe('a failure recorded after its turn ended lands only on the row that turn held', () => {
+  test('a transactional handler times out while another instance takes the row over and delivers the event: the consumer stays as that instance left it', async () => {
+    const schema = await freshSchema(db);
+    await installParking(schema, 'failure-record');
+    const hanging = gate();
+    onTestFinished(hanging.open);
+    // Instance A's handler overruns its time: its turn is rolled back, and its attempt is recorded
+    // afterwards, by a statement that parks before it reaches the row.
+    const a = testDispatcher(parkedPool, schema, [
+      {
+        name: 'projection',
+        transactional: true,
+        handlerTimeoutMs: 200,
+        errorPolicy: { maxAttempts: 3 },
+        handler: () => hanging.promise,
+      },
+    ]);
+    const atB = recordingConsumer('projection', { transactional: true, errorPolicy: { maxAttempts: 3 } });
+    const b = testDispatcher(db.sql, schema, [atB.consumer]);
+    await a.ensureRegistered();
+    await b.ensureRegistered();
+    await appendEvents(db.sql, 1, undefined, schema);
+
+    const holder = await db.sql.reserve();
+    await holder`select pg_advisory_lock(${PARK_LOCK})`;
+    try {
+      const turnA = a.runOnce();
+      await until(async () => (await backendsParked()) === 1, 10_000, "A's failure record to park");
+      // Meanwhile B takes the row (A's turn has rolled back) and delivers the event.
+      await b.runOnce();
+      expect(atB.ids()).toEqual([1n]);
+      expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({
+        cursor: 1n,
+        attempts: 0,
+        stuck_event_id: null,
+      });
+
+      await holder`select pg_advisory_unlock(${PARK_LOCK})`;
+      await turnA;
+    } finally {
+      await holder`select pg_advisory_unlock_all()`;
+      holder.release();
+    }
+    // A's record was decided on the row before B's turn: it must not mark the consumer stuck on an
+    // event B delivered (it would wait out a retry delay, and count towards dead, for nothing).
+    expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({
+      status: 'idle',
+      cursor: 1n,
+      attempts: 0,
+      stuck_event_id: null,
+    });
+    await b.runOnce();
+    expect(atB.ids()).toEqual([1n]);
   });
 });

@@ -14,6 +14,7 @@ import {
   type Precheck,
   type PrecheckKeys,
   type PrecheckRow,
+  type FailedTurn,
 } from '../queries/consumers.js';
 import type { Tables } from '../schema/tables.js';
 import type { ConsumerGauges, DispatcherMetrics } from '../telemetry/metrics.js';
@@ -315,7 +316,7 @@ export class PassRunner {
       } catch (error) {
         this.#limits.delete(consumer.name);
         this.#known.forget(consumer.name);
-        await this.#infraFailure(consumer, error, progress.startSent);
+        await this.#infraFailure(consumer, error, failedTurnOf(progress));
         return { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true };
       }
       this.#backoff.delete(consumer.name);
@@ -334,7 +335,7 @@ export class PassRunner {
         expectedCursor,
         outcome.failed === 0 && !outcome.dead && outcome.pendingGaps === 0 && isPlainSkip(outcome.skipped),
       );
-      if (outcome.timedOut) await this.#recordTimeout(consumer, outcome);
+      if (outcome.timedOut) await this.#recordTimeout(consumer, outcome, failedTurnOf(progress));
     } while (
       ((continueWhileMore && outcome.hasMore) ||
         (this.#askedAgain.has(consumer.name) && outcome.skipped === undefined && !outcome.dead)) &&
@@ -434,8 +435,8 @@ export class PassRunner {
     );
   }
 
-  /** `startSent`: the failed turn sent its start record, which is taken back (it was no crash). */
-  async #infraFailure(consumer: ResolvedConsumer, error: unknown, startSent: boolean): Promise<void> {
+  /** `turn`: what the failed turn held; a start record it sent is taken back (it was no crash). */
+  async #infraFailure(consumer: ResolvedConsumer, error: unknown, turn: FailedTurn): Promise<void> {
     const { options, tables, logger } = this.#env;
     const category = classifyFailure(error);
     const backoff = nextBackoff(
@@ -458,14 +459,15 @@ export class PassRunner {
       await recordInfraFailure(options.sql, tables, consumer.name, consumer.instanceId, {
         message: messageOf(error),
         category,
-        undoTurnStart: options.countCrashedAttempts && startSent,
+        undoTurnStart: options.countCrashedAttempts,
+        turn,
       });
     } catch {
       // Best effort: the database may well be what failed.
     }
   }
 
-  async #recordTimeout(consumer: ResolvedConsumer, outcome: TurnOutcome): Promise<void> {
+  async #recordTimeout(consumer: ResolvedConsumer, outcome: TurnOutcome, turn: FailedTurn): Promise<void> {
     const failure = outcome.timedOut;
     if (!failure) return;
     const dead = failure.attempts >= consumer.maxAttempts;
@@ -474,15 +476,29 @@ export class PassRunner {
       'transactional handler timed out; its turn was rolled back',
     );
     try {
-      await recordFailedAttempt(this.#env.options.sql, this.#env.tables, consumer.name, consumer.instanceId, {
-        eventId: failure.event.id,
-        attempts: failure.attempts,
-        message: messageOf(failure.error),
-        dead,
-      });
+      const recorded = await recordFailedAttempt(
+        this.#env.options.sql,
+        this.#env.tables,
+        consumer.name,
+        consumer.instanceId,
+        {
+          eventId: failure.event.id,
+          attempts: failure.attempts,
+          message: messageOf(failure.error),
+          dead,
+          turn,
+        },
+      );
+      if (!recorded) {
+        this.#env.logger.info(
+          { consumer: consumer.name, eventId: failure.event.id },
+          'the timed-out attempt is not recorded: the consumer row was written since (another instance ' +
+            'took it over, and delivered the event or counted the attempt as a crashed start)',
+        );
+      }
     } catch (error) {
-      // The timed-out turn had sent its start: recordFailedAttempt would have taken it back.
-      await this.#infraFailure(consumer, error, true);
+      // recordFailedAttempt would have taken back the timed-out turn's start, if it sent one.
+      await this.#infraFailure(consumer, error, turn);
     }
   }
 
@@ -504,6 +520,10 @@ export class PassRunner {
       logger.warn({ error: messageOf(error) }, 'could not record the per-instance heartbeat');
     }
   }
+}
+
+function failedTurnOf(progress: TurnProgress): FailedTurn {
+  return { heldXmin: progress.heldXmin ?? null, startSent: progress.startSent };
 }
 
 /** A turn that ran (delivering or not), or found its consumer held by another instance, saw nothing unusual. */

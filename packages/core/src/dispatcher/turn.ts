@@ -92,6 +92,11 @@ export interface TurnProgress {
   readonly lastWrite?: bigint | undefined;
   /** Out: the row's xmin once this turn commits, when it wrote the row. */
   wrote?: bigint;
+  /**
+   * Out: the row's xmin as this turn found it once held. A failure recorded after the turn ended
+   * applies only while the row is still as the turn found it (see recordFailedAttempt).
+   */
+  heldXmin?: bigint;
 }
 
 /**
@@ -176,6 +181,7 @@ async function turnInTransaction(
   const locked = await row;
   if (!locked) return outcome({ skipped: 'locked' });
   const held = heldStateOf(locked);
+  progress.heldXmin = held.rowXmin;
 
   const opening = openTurn(held, env.systemIdentifier, rules);
   if (opening.kind === 'skip') {

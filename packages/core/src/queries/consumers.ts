@@ -484,27 +484,56 @@ export async function setStatus(
     where name = ${name} and instance_id = ${instanceId}`;
 }
 
-/** Records an infrastructure failure outside the failed turn (best effort, docs/design.md §4.5). */
+/**
+ * What a failed turn found once it held its row, for a failure recorded after the turn ended (its
+ * own transaction is gone by then, and so is its lock).
+ */
+export interface FailedTurn {
+  /**
+   * The row's xmin when the turn held it, or null when the turn failed before that. Another
+   * instance may take the row over between the failed turn's end and this record (deliver the
+   * event, count the turn's start as a crash): then the row has been written since, and what the
+   * failed turn decided on is stale. A record made from it must not land.
+   */
+  readonly heldXmin: bigint | null;
+  /** The failed turn sent its start record (crash accounting), which it may take back. */
+  readonly startSent: boolean;
+}
+
+/**
+ * Records an infrastructure failure outside the failed turn (best effort, docs/design.md §4.5).
+ * The start the turn recorded is taken back (the process survived: it was no crash) only while
+ * the row is as the turn found it: once another instance has written the row, it has judged that
+ * start already, and a later start at the same event may be its own.
+ */
 export async function recordInfraFailure(
   sql: Sql,
   t: Tables,
   name: string,
   instanceId: string,
-  failure: { message: string; category: string; undoTurnStart: boolean },
+  failure: { message: string; category: string; undoTurnStart: boolean; turn: FailedTurn },
 ) {
   await guardedBegin(sql, async (tx) => {
+    const unchanged = rowUnchangedSince(tx, failure.turn.heldXmin);
     await tx`select set_config('lock_timeout', '2000', true)`;
-    await tx`
-      update ${t.consumers} set last_error = ${failure.message}, last_error_at = now(),
+    const updated = await tx`
+      update ${t.consumers} c set last_error = ${failure.message}, last_error_at = now(),
         failure_category = ${failure.category}, updated_at = now()
-      where name = ${name} and instance_id = ${instanceId}`;
-    if (failure.undoTurnStart) {
-      // Our process survived the failure: that start was not a crash, so it must not count as one.
+      where name = ${name} and instance_id = ${instanceId} and ${unchanged}`;
+    if (failure.undoTurnStart && failure.turn.startSent && updated.count === 1) {
       await tx`
         update ${t.turnStarts} set started_count = greatest(started_count - 1, 0)
         where consumer_name = ${name} and instance_id = ${instanceId}`;
     }
   });
+}
+
+/**
+ * Matches the consumer row (alias c) while its xmin is `heldXmin` (always, when null). An UPDATE
+ * that waited for another writer's lock evaluates it on the row version that writer committed.
+ */
+function rowUnchangedSince(q: Queryable, heldXmin: bigint | null) {
+  return heldXmin === null ? q`true` : q`c.xmin = ${heldXmin.toString()}::xid`;
 }
 
 /** Refreshes last_seen_at of this process's per-instance rows (they are not stale while it runs). */
@@ -517,24 +546,36 @@ export async function heartbeat(sql: Sql, t: Tables, names: readonly string[], i
 /**
  * Counts a handler attempt outside the turn that made it: a transactional handler that overran its
  * time holds the turn's transaction, so that turn is rolled back and its attempt recorded here.
+ * Only while the row is as the rolled-back turn found it: an instance that took the row over
+ * meanwhile has delivered the event, or counted this turn's start as a crash of its own accord,
+ * and the attempts and stuck event decided from the old row would undo that (a consumer stuck, or
+ * dead, on an event already delivered). Then the attempt goes uncounted here: it was counted by
+ * that instance as a crashed start, or the event is done.
+ * @returns whether the attempt was recorded
  */
 export async function recordFailedAttempt(
   sql: Sql,
   t: Tables,
   name: string,
   instanceId: string,
-  failure: { eventId: bigint; attempts: number; message: string; dead: boolean },
-) {
-  await guardedBegin(sql, async (tx) => {
+  failure: { eventId: bigint; attempts: number; message: string; dead: boolean; turn: FailedTurn },
+): Promise<boolean> {
+  return guardedBegin(sql, async (tx) => {
+    const unchanged = rowUnchangedSince(tx, failure.turn.heldXmin);
     await tx`select set_config('lock_timeout', '5000', true)`;
-    await tx`
-      update ${t.consumers} set attempts = ${failure.attempts}, stuck_event_id = ${failure.eventId.toString()}::bigint,
+    const updated = await tx`
+      update ${t.consumers} c set attempts = ${failure.attempts}, stuck_event_id = ${failure.eventId.toString()}::bigint,
         last_error = ${failure.message}, last_error_at = now(), failure_category = 'handler',
         status = case when ${failure.dead} then 'dead' else status end, updated_at = now()
-      where name = ${name} and instance_id = ${instanceId}`;
-    await tx`
-      update ${t.turnStarts} set started_count = greatest(started_count - 1, 0)
-      where consumer_name = ${name} and instance_id = ${instanceId}`;
+      where name = ${name} and instance_id = ${instanceId} and ${unchanged}`;
+    if (updated.count === 0) return false;
+    if (failure.turn.startSent) {
+      // The attempt is counted now: its start must not count again as a crash.
+      await tx`
+        update ${t.turnStarts} set started_count = greatest(started_count - 1, 0)
+        where consumer_name = ${name} and instance_id = ${instanceId}`;
+    }
+    return true;
   });
 }
 
