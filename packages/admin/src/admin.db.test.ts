@@ -263,6 +263,46 @@ describe('actions', () => {
     expect((await row(schema, 'busy'))?.cursor).toBe('0'); // …and its own change stands
   });
 
+  test('a skip issued while a turn delivers the stuck event decides on the row that turn committed: refused, nothing recorded', async () => {
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let calls = 0;
+    let inRetry = false;
+    const c = recordingConsumer('flaky', {
+      handler: async (event) => {
+        if (event.id !== 2n) return;
+        calls += 1;
+        if (calls === 1) throw new Error('transient');
+        inRetry = true;
+        await gate; // the retry succeeds, once the skip waits for the row
+      },
+    });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    await dispatcher.runOnce(); // fails on 2: stuck on it, one attempt
+    expect(await admin.showConsumer('flaky')).toMatchObject({ stuckEventId: 2n, attempts: 1 });
+    const turn = dispatcher.runOnce();
+    await until(() => inRetry);
+    const skipping = admin.skip('flaky', { eventId: 2n });
+    skipping.catch(() => undefined);
+    for (;;) {
+      const [waiting] = await db.sql`
+        select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like '%for update of c%' and state = 'active'`;
+      if (waiting) break;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    release();
+    await turn;
+    // The turn delivered event 2: the skip, whose lock waited for that commit, must see it.
+    await expect(skipping).rejects.toMatchObject({ code: 'SLUICE_SKIP_MISMATCH' });
+    expect(await row(schema, 'flaky')).toMatchObject({ cursor: '3', attempts: 0, skip_event_id: null });
+    const letters = await db.sql`select 1 from ${db.sql(`${schema}.dead_letters`)}`;
+    expect(letters.length).toBe(0);
+    expect(await auditActions(schema)).toEqual([]);
+  });
+
   test('a row held longer than lockTimeoutMs is reported busy and nothing changes', async () => {
     let release: () => void = () => undefined;
     const gate = new Promise<void>((resolve) => {
