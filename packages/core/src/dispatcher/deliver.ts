@@ -65,9 +65,7 @@ class HandlerTimeoutError extends Error {
 /**
  * Delivers events in id order (docs/design.md §4.3 and §4.4): through batchHandler first when there is one
  * (falling back to one-by-one delivery when it throws), halting at the first failing event.
- * A transactional consumer's calls run in one savepoint for the batch; when one fails, that
- * savepoint is rolled back and the batch is delivered again with each call in a savepoint of its
- * own, so the failure undoes only its own writes and pins its event.
+ * A transactional consumer's calls run in one savepoint for the batch (see inSavepoints).
  * @throws the turn's connection loss (an infrastructure failure, never a handler attempt)
  * @throws {TransactionAbandonedError} when the turn's transaction ended under it: no handler is called after that
  * @throws {TransactionalHandlerTimeout}
@@ -98,9 +96,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
     // The whole batch was undone (savepoint) or must be assumed partly done: deliver one by one,
     // which pins the failing event (handlers are idempotent, docs/design.md §4.4).
   } else if (consumer.transactional && toHandle.length > 1) {
-    const series = await inOneSavepoint(input);
-    if (series) return { ...series, deadLetters, failure: undefined, dead: false, failed: 0 };
-    // A call failed: its savepoint undid the batch's writes. One savepoint per call now.
+    return inSavepoints(input);
   }
 
   for (const event of events) {
@@ -130,32 +126,101 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   return { resolved, deadLetters, failure: undefined, dead: false, handled, failed };
 }
 
-/** A call of a batch delivered in one savepoint failed (the savepoint is rolled back with it). */
-class SeriesFailure extends Error {
-  readonly failure: unknown;
+/**
+ * A transactional consumer's events, their calls in one savepoint: one savepoint round trip for
+ * the batch instead of one per event. When a call fails, the savepoint undoes the writes of every
+ * call of the batch. The events before the failing one are then delivered again, in one savepoint
+ * of their own (their first calls' writes are gone; a handler is idempotent: docs/design.md §4.4),
+ * and the failing event is charged with the attempt it just failed, without a second call: its
+ * writes are undone, the events before it commit once, and it is called once per attempt. Should
+ * a call fail again while the events before it are delivered again, the earlier event is the one
+ * the turn halts on. With skipApplyErrors, an event at maxAttempts goes to the dead letters and the
+ * events after it are delivered the same way. A delivery again is not cut by maxTurnMs: it redoes
+ * calls the turn already made within its time.
+ * @throws as {@link deliver}
+ */
+async function inSavepoints(input: DeliveryInput): Promise<DeliveryResult> {
+  const { consumer } = input;
+  const resolved: EventRecord[] = [];
+  const deadLetters: DeadLetterInput[] = [];
+  let handled = 0;
+  let failed = 0;
+  let rest = input.events;
+  while (rest.length > 0) {
+    if (resolved.length > 0 && performance.now() > input.deadlineMs) break;
+    let run = await inOneSavepoint(input, rest, true);
+    let failure: SeriesFailure | undefined;
+    while (run.failure) {
+      failed += 1;
+      failure = run.failure;
+      run =
+        failure.index === 0 ? NOTHING_RUN : await inOneSavepoint(input, rest.slice(0, failure.index), false);
+    }
+    resolved.push(...run.resolved);
+    handled += run.handled;
+    if (!failure) break;
+    const event = rest[failure.index] as EventRecord;
+    const halted: HandlerFailure = { event, error: failure.error, attempts: failure.attempts };
+    if (failure.attempts < consumer.maxAttempts)
+      return { resolved, deadLetters, failure: halted, dead: false, handled, failed };
+    if (!consumer.skipApplyErrors)
+      return { resolved, deadLetters, failure: halted, dead: true, handled, failed };
+    deadLetters.push({
+      event,
+      reason: 'apply-error',
+      error: messageOf(failure.error),
+      attempts: failure.attempts,
+    });
+    resolved.push(event);
+    rest = rest.slice(failure.index + 1);
+  }
+  return { resolved, deadLetters, failure: undefined, dead: false, handled, failed };
+}
 
-  constructor(failure: unknown) {
-    super('a call of the batch failed');
+/** The call of a series that failed: its index in the series, its error and its attempt. */
+interface SeriesFailure {
+  readonly index: number;
+  readonly error: unknown;
+  readonly attempts: number;
+}
+
+/** What one savepoint's series of calls did; with a failure, the savepoint undid all of it. */
+interface SeriesRun {
+  readonly resolved: readonly EventRecord[];
+  readonly handled: number;
+  readonly failure?: SeriesFailure;
+}
+
+const NOTHING_RUN: SeriesRun = { resolved: [], handled: 0 };
+
+/** Thrown inside the series' savepoint to roll it back. */
+class SeriesFailed extends Error {
+  readonly failure: SeriesFailure;
+
+  constructor(failure: SeriesFailure) {
+    super('a call of the series failed');
     this.failure = failure;
   }
 }
 
 /**
- * A transactional consumer's events, each call in the same savepoint: one savepoint round trip for
- * the batch instead of one per event. Undefined when a call failed (the savepoint is rolled back,
- * and the caller delivers the batch again one savepoint per call); the turn's own failures (a
- * timeout, which rolls the turn back, or its lost connection) are thrown as in one-by-one delivery.
+ * Calls the handler for `events` in order, all in one savepoint, until one fails (the savepoint is
+ * rolled back: the run is reported with its failure and nothing it did stands) or, with
+ * `deadline`, the turn's time is up. The turn's own failures (a timeout, which rolls the turn
+ * back, or its lost connection) are thrown, as in one-by-one delivery.
  */
 async function inOneSavepoint(
   input: DeliveryInput,
-): Promise<{ resolved: EventRecord[]; handled: number } | undefined> {
-  const { consumer, events } = input;
+  events: readonly EventRecord[],
+  deadline: boolean,
+): Promise<SeriesRun> {
+  const { consumer } = input;
   const resolved: EventRecord[] = [];
   let handled = 0;
   try {
     await input.tx.savepoint(async (savepoint) => {
-      for (const event of events) {
-        if (resolved.length > 0 && performance.now() > input.deadlineMs) break;
+      for (const [index, event] of events.entries()) {
+        if (deadline && resolved.length > 0 && performance.now() > input.deadlineMs) break;
         if (input.resolvesUnhandled(event)) {
           resolved.push(event);
           continue;
@@ -188,8 +253,9 @@ async function inOneSavepoint(
             (performance.now() - started) / 1000,
             timedOut ? 'timeout' : 'error',
           );
+          input.metrics.failed(consumer.name, consumer.instanceId, 1);
           if (timedOut) throw new TransactionalHandlerTimeout({ event, error, attempts: attempt });
-          throw new SeriesFailure(error);
+          throw new SeriesFailed({ index, error, attempts: attempt });
         }
         callSucceeded(input, span, started);
         resolved.push(event);
@@ -197,10 +263,10 @@ async function inOneSavepoint(
       }
     });
   } catch (error) {
-    if (!(error instanceof SeriesFailure)) throw error;
+    if (!(error instanceof SeriesFailed)) throw error;
     // If the turn's connection died with the call, that is the turn's failure, not the handler's.
-    if (isConnectionLoss(error.failure)) throw error.failure;
-    return undefined;
+    if (isConnectionLoss(error.failure.error)) throw error.failure.error;
+    return { resolved: [], handled: 0, failure: error.failure };
   }
   return { resolved, handled };
 }

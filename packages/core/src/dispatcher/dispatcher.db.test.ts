@@ -573,7 +573,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
     expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({ cursor: 2n, status: 'dead' });
   });
 
-  test('transactional: one savepoint for the batch; a failing call rolls it back and the batch goes again one savepoint per call', async () => {
+  test('transactional: one savepoint for the batch; a failing call rolls it back, the calls before it go again in one savepoint, and it is charged without a second call', async () => {
     const schema = await freshSchema(db);
     await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
     const statements: string[] = [];
@@ -601,9 +601,10 @@ describe('startFrom, feature gate, transactional consumers', () => {
     failOn = 8n;
     await appendEvents(db.sql, 5, undefined, schema); // 6..10
     await dispatcher.runOnce();
-    // In one savepoint up to the failure, then one savepoint per call, which pins 8.
-    expect(calls).toEqual([6n, 7n, 8n, 6n, 7n, 8n]);
-    expect(savepoints()).toBe(1 + 3);
+    // In one savepoint up to the failure, then 6 and 7 again in one savepoint; 8 is pinned with
+    // the attempt it failed, not called again.
+    expect(calls).toEqual([6n, 7n, 8n, 6n, 7n]);
+    expect(savepoints()).toBe(1 + 1);
     const rows = await db.sql<{ event_id: string }[]>`
       select event_id::text from ${db.sql(`${schema}.projection`)} order by event_id`;
     expect(rows.map((r) => r.event_id)).toEqual(['1', '2', '3', '4', '5', '6', '7']); // each once
@@ -612,7 +613,48 @@ describe('startFrom, feature gate, transactional consumers', () => {
       attempts: 1,
       stuck_event_id: 8n,
     });
+
+    // The first event of the batch fails: nothing to deliver again, and it is called once.
+    statements.length = 0;
+    calls.length = 0;
+    await dispatcher.runOnce(); // 8 fails again: attempt 2
+    expect(calls).toEqual([8n]);
+    expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({ cursor: 7n, attempts: 2 });
+    failOn = undefined;
+    calls.length = 0;
+    await dispatcher.runOnce();
+    expect(calls).toEqual([8n, 9n, 10n]);
+    const all = await db.sql<{ n: number }[]>`
+      select count(*)::int as n from ${db.sql(`${schema}.projection`)}`;
+    expect(all[0]?.n).toBe(10);
     await sql.end();
+  });
+
+  test('transactional with skipApplyErrors: the failing event goes to the dead letters and the batch goes on after it, each write once', async () => {
+    const schema = await freshSchema(db);
+    await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
+    const calls: bigint[] = [];
+    const c = recordingConsumer('projection', {
+      transactional: true,
+      errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+      handler: async (event, ctx) => {
+        calls.push(event.id);
+        await ctx.tx!`insert into ${ctx.tx!(`${schema}.projection`)} (event_id) values (${event.id.toString()})`;
+        if (event.id === 3n) throw new Error('projection rejects 3');
+      },
+    });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 5, undefined, schema);
+    await dispatcher.runOnce();
+    expect(calls).toEqual([1n, 2n, 3n, 1n, 2n, 4n, 5n]);
+    const rows = await db.sql<{ event_id: string }[]>`
+      select event_id::text from ${db.sql(`${schema}.projection`)} order by event_id`;
+    expect(rows.map((r) => r.event_id)).toEqual(['1', '2', '4', '5']);
+    const letters = await db.sql<{ event_id: string }[]>`
+      select event_id::text from ${db.sql(`${schema}.dead_letters`)}`;
+    expect(letters.map((l) => l.event_id)).toEqual(['3']);
+    expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({ cursor: 5n, attempts: 0 });
   });
 
   test('transactional: when the turn dies before COMMIT, neither the writes nor the cursor survive', async () => {
