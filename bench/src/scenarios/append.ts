@@ -1,4 +1,5 @@
-import { append, pgArray, transaction, wakeUpChannel, wakeUpNotifierFor, type NewEvent } from '@sluice/core';
+import { append, transaction, type NewEvent } from '@sluice/core';
+import { pgArray, wakeUpChannel, wakeUpNotifierFor } from '@sluice/core/internal';
 import type postgres from 'postgres';
 import { YoungGeneration } from '../harness/gc.js';
 import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';

@@ -1,4 +1,5 @@
-import { append, DEFAULTS, pgArray, transaction, type Dispatcher } from '@sluice/core';
+import { append, DEFAULTS, transaction, type Dispatcher } from '@sluice/core';
+import { pgArray } from '@sluice/core/internal';
 import { holdGap } from '@sluice/testing';
 import { statementProfile } from '../harness/counters.js';
 import { FullGcWatch, GcPauses } from '../harness/gc.js';

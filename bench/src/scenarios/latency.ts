@@ -1,4 +1,5 @@
-import { append, DEFAULTS, pgArray, transaction } from '@sluice/core';
+import { append, DEFAULTS, transaction } from '@sluice/core';
+import { pgArray } from '@sluice/core/internal';
 import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';
 import { GcPauses, YoungGeneration } from '../harness/gc.js';
 import { progress } from '../harness/progress.js';

@@ -1,4 +1,4 @@
-import { pgArray } from '@sluice/core';
+import { pgArray } from '@sluice/core/internal';
 import type postgres from 'postgres';
 
 /** The events columns every reader fetches (what Sluice's fetch returns to its handlers). */

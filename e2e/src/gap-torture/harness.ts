@@ -2,15 +2,8 @@
 // in another database, two dispatcher instances, all driven one SQL step at a time by fast-check
 // commands, so the interleaving is exactly the generated one and replays from seed and path.
 import { randomBytes } from 'node:crypto';
-import {
-  createDispatcher,
-  listRanges,
-  migrate,
-  silentLogger,
-  tables,
-  type Dispatcher,
-  type Sql,
-} from '@sluice/core';
+import { createDispatcher, migrate, silentLogger, type Dispatcher, type Sql } from '@sluice/core';
+import { listRanges, tables } from '@sluice/core/internal';
 import type postgres from 'postgres';
 import { TortureModel } from './model.js';
 import { switchboard, type Mutant } from './switchboard.js';

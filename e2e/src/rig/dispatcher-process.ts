@@ -3,7 +3,8 @@
 // appended to this incarnation's JSONL file before the handler returns; transactional consumers
 // also record it in chaos.deliveries through the turn's transaction. SIGTERM stops it cleanly
 // (dispatcher.stop(), exit 0); SIGKILL is the fault under test.
-import { consoleLogger, createDispatcher, pgArray, type Consumer, type EventRecord } from '@sluice/core';
+import { consoleLogger, createDispatcher, type Consumer, type EventRecord } from '@sluice/core';
+import { pgArray } from '@sluice/core/internal';
 import postgres from 'postgres';
 import { childConfig, exitWithParent, sleep } from './child.js';
 import { now } from './clock.js';

@@ -3,7 +3,8 @@
 // Figures: drain time, events/s, max RSS of this process during the drain. Timing targets are
 // asserted in the soak profile (and in CI only on an idle machine); I1 and order always are.
 import { cpus, loadavg } from 'node:os';
-import { createDispatcher, silentLogger, tables, type EventRecord } from '@sluice/core';
+import { createDispatcher, silentLogger, type EventRecord } from '@sluice/core';
+import { tables } from '@sluice/core/internal';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { appendEvents, openTransaction } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
-import { tables } from '@sluice/core';
+import { tables } from '@sluice/core/internal';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import type { CrashChildConfig, EffectLine } from './crash-child.js';
 import {

@@ -7,13 +7,13 @@ import {
   append,
   createDispatcher,
   silentLogger,
-  tables,
   transaction,
   type Consumer,
   type Dispatcher,
   type EventRecord,
   type HandlerContext,
 } from '@sluice/core';
+import { tables } from '@sluice/core/internal';
 import { appendEvents, drainUntilIdle } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';

@@ -4,15 +4,8 @@
 import { appendEvents, recordingConsumer, type RecordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { createAdmin } from '@sluice/admin';
-import {
-  append,
-  createDispatcher,
-  migrate,
-  silentLogger,
-  tables,
-  type EventRecord,
-  type Sql,
-} from '@sluice/core';
+import { append, createDispatcher, migrate, silentLogger, type EventRecord, type Sql } from '@sluice/core';
+import { tables } from '@sluice/core/internal';
 import { afterAll, expect, test } from 'vitest';
 import {
   check,

@@ -5,7 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { migrate, silentLogger, tables, type DispatcherOptions, type Logger, type Sql } from '@sluice/core';
+import { migrate, silentLogger, type DispatcherOptions, type Logger, type Sql } from '@sluice/core';
+import { tables } from '@sluice/core/internal';
 import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
 
 export type Figures = Record<string, number | string>;

@@ -14,10 +14,10 @@ import {
   METRIC,
   silentLogger,
   transaction,
-  wakeUpChannel,
   type Consumer,
   type EventRecord,
 } from '@sluice/core';
+import { wakeUpChannel } from '@sluice/core/internal';
 import { appendEvents, holdGap } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, describe, expect, test } from 'vitest';

@@ -1,15 +1,19 @@
 import {
   ConsumerBusyError,
-  guardedBegin,
   ConsumerNotFoundError,
   InvalidOptionError,
-  lockConsumerForOperator,
-  sqlStateOf,
-  type OperatorRow,
   type Sql,
-  type Tables,
   type TransactionSql,
 } from '@sluice/core';
+import {
+  consumerStateOf,
+  guardedBegin,
+  lockConsumerForOperator,
+  sqlStateOf,
+  type ConsumerState,
+  type OperatorRow,
+  type Tables,
+} from '@sluice/core/internal';
 
 export interface AdminContext {
   readonly sql: Sql;
@@ -24,6 +28,8 @@ export interface AdminContext {
 export interface LockedConsumer {
   readonly tx: TransactionSql;
   readonly row: OperatorRow;
+  /** The row, parsed (what the operator transitions decide on). */
+  readonly state: ConsumerState;
   readonly instanceId: string;
 }
 
@@ -45,7 +51,7 @@ export async function withLockedConsumer<T>(
       const instance = await resolveInstance(tx, ctx, name, instanceId);
       const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
       if (!row) throw new ConsumerNotFoundError(name, instanceId);
-      return action({ tx, row, instanceId: instance });
+      return action({ tx, row, state: consumerStateOf(row), instanceId: instance });
     });
   } catch (error) {
     if (sqlStateOf(error) === '55P03') throw new ConsumerBusyError(name, ctx.lockTimeoutMs);

@@ -1,11 +1,5 @@
-import {
-  InvalidOptionError,
-  resolveSchemaName,
-  SchemaNotMigratedError,
-  sqlStateOf,
-  tables,
-  type Sql,
-} from '@sluice/core';
+import { InvalidOptionError, SchemaNotMigratedError, type Sql } from '@sluice/core';
+import { ADMIN_DEFAULTS, resolveSchemaName, sqlStateOf, tables } from '@sluice/core/internal';
 import { collectStaleInstances } from './actions/collect-stale-instances.js';
 import { fenceGap } from './actions/fence-gap.js';
 import { replayDeadLetters } from './actions/replay-dead-letters.js';
@@ -59,10 +53,10 @@ export function createAdmin(options: AdminOptions) {
     sql: options.sql,
     schema,
     tables: tables(options.sql, schema),
-    lockTimeoutMs: integer(options.lockTimeoutMs, 2_000, 'lockTimeoutMs', 1),
-    rearmCooldownMs: integer(options.rearmCooldownMs, 300_000, 'rearmCooldownMs', 0),
-    maxRearmCount: integer(options.maxRearmCount, 3, 'maxRearmCount', 0),
-    defaultActor: checkText(options.defaultActor, 'defaultActor', 200) ?? 'operator',
+    lockTimeoutMs: integer(options.lockTimeoutMs, ADMIN_DEFAULTS.lockTimeoutMs, 'lockTimeoutMs', 1),
+    rearmCooldownMs: integer(options.rearmCooldownMs, ADMIN_DEFAULTS.rearmCooldownMs, 'rearmCooldownMs', 0),
+    maxRearmCount: integer(options.maxRearmCount, ADMIN_DEFAULTS.maxRearmCount, 'maxRearmCount', 0),
+    defaultActor: checkText(options.defaultActor, 'defaultActor', 200) ?? ADMIN_DEFAULTS.defaultActor,
   };
   // A missing table or schema means this database was never migrated: say so in Sluice's terms.
   const explained =

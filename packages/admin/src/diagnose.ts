@@ -1,4 +1,4 @@
-import { listRanges, type StoredRange } from '@sluice/core';
+import { listRanges, type StoredRange } from '@sluice/core/internal';
 import { resolveInstance, type AdminContext } from './context.js';
 import { optionalName, showConsumer, type ConsumerSummary } from './read-models.js';
 import { checkName } from './validate.js';

@@ -1,4 +1,5 @@
-import { DeadLetterNotFoundError, EventNotFoundError, listRanges, type StoredRange } from '@sluice/core';
+import { DeadLetterNotFoundError, EventNotFoundError } from '@sluice/core';
+import { listRanges, type StoredRange } from '@sluice/core/internal';
 import { resolveInstance, type AdminContext } from './context.js';
 import { checkEventId, checkLimit, checkName, checkText } from './validate.js';
 

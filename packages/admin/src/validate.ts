@@ -65,3 +65,12 @@ export function checkText(value: unknown, option: string, maxBytes = 1000): stri
   }
   return value;
 }
+
+/** Who acts and why, as the audit records them: checked before anything reaches the database. */
+export function checkActor(
+  options: { readonly actor?: unknown; readonly reason?: unknown },
+  defaultActor: string,
+): { readonly actor: string; readonly reason: string | null } {
+  const reason = checkText(options.reason, 'reason') ?? null;
+  return { actor: checkText(options.actor, 'actor', 200) ?? defaultActor, reason };
+}

@@ -3,10 +3,23 @@ import { describe, expect, test } from 'vitest';
 import { ERROR_CODES, InvalidOptionError, SluiceError } from './errors.js';
 
 describe('error codes', () => {
-  test('every code has a heading in docs/errors.md, and every heading is a code', async () => {
+  test('every code has a heading in docs/errors.md, in the part for where it comes from, and every heading is a code', async () => {
     const doc = await readFile(new URL('../../../docs/errors.md', import.meta.url), 'utf8');
-    const headings = [...doc.matchAll(/^## (\S+)$/gm)].map((m) => m[1]);
-    expect([...headings].sort()).toEqual([...ERROR_CODES].sort());
+    const parts = doc.split(/^(?=## (?:HTTP errors of the ops routes|Errors of the sluice CLI)$)/m);
+    expect(parts).toHaveLength(3);
+    const [thrown, opsRoutes, cli] = parts.map((part) =>
+      [...part.matchAll(/^#{2,3} (SLUICE_\S+)$/gm)].map((m) => m[1]),
+    );
+    const codesFrom = (source: string) =>
+      Object.entries(ERROR_CODES)
+        .filter(([, from]) => from === source)
+        .map(([code]) => code)
+        .sort();
+    expect([...(thrown ?? [])].sort()).toEqual(codesFrom('thrown'));
+    expect([...(opsRoutes ?? [])].sort()).toEqual(codesFrom('ops-route'));
+    expect([...(cli ?? [])].sort()).toEqual(codesFrom('cli'));
+    const all = [...doc.matchAll(/^#{2,3} (SLUICE_\S+)$/gm)].map((m) => m[1]);
+    expect(new Set(all).size).toBe(all.length);
   });
 
   test('errors carry their class name, code and structured fields', () => {

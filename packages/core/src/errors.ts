@@ -1,31 +1,55 @@
 /**
- * Every failure Sluice reports is a SluiceError with a stable `code`. Each code has a heading in
- * docs/errors.md (a test enforces it); HTTP statuses are mapped in @sluice/fastify, never here.
+ * Every error code a user of Sluice can meet, in one list, with where it comes from:
+ *   'thrown'    a SluiceError (a class below) thrown by @sluice/core or @sluice/admin;
+ *   'ops-route' answered by the ops routes of @sluice/fastify themselves (bad request, no credentials…);
+ *   'cli'       reported by the `sluice` CLI for a failure that is not a Sluice error of its own.
+ * Each code has a heading in docs/errors.md (errors.test.ts enforces it). HTTP statuses are mapped
+ * in @sluice/fastify and exit codes in the CLI, never here.
  */
-export const ERROR_CODES = [
-  'SLUICE_INVALID_OPTION',
-  'SLUICE_INVALID_EVENT',
-  'SLUICE_SCHEMA_NOT_MIGRATED',
-  'SLUICE_SEQUENCE_CACHED',
-  'SLUICE_XID_GUARD_MISSING',
-  'SLUICE_POSTGRES_UNSUPPORTED',
-  'SLUICE_MIGRATION_FAILED',
-  'SLUICE_MIGRATION_MODIFIED',
-  'SLUICE_NOT_REGISTERED',
-  'SLUICE_PRUNE_BLOCKED',
-  'SLUICE_CONSUMER_NOT_FOUND',
-  'SLUICE_EVENT_NOT_FOUND',
-  'SLUICE_DEAD_LETTER_NOT_FOUND',
-  'SLUICE_CONSUMER_BUSY',
-  'SLUICE_SKIP_MISMATCH',
-  'SLUICE_BELOW_RETENTION_FLOOR',
-  'SLUICE_BEYOND_HEAD',
-  'SLUICE_NOT_A_GAP',
-  'SLUICE_GAP_HELD',
-  'SLUICE_CONNECT_TIMEOUT',
-] as const;
+export const ERROR_CODES = {
+  SLUICE_INVALID_OPTION: 'thrown',
+  SLUICE_INVALID_EVENT: 'thrown',
+  SLUICE_SCHEMA_NOT_MIGRATED: 'thrown',
+  SLUICE_SEQUENCE_CACHED: 'thrown',
+  SLUICE_XID_GUARD_MISSING: 'thrown',
+  SLUICE_POSTGRES_UNSUPPORTED: 'thrown',
+  SLUICE_MIGRATION_FAILED: 'thrown',
+  SLUICE_MIGRATION_MODIFIED: 'thrown',
+  SLUICE_NOT_REGISTERED: 'thrown',
+  SLUICE_DISPATCHER_STOPPED: 'thrown',
+  SLUICE_PRUNE_BLOCKED: 'thrown',
+  SLUICE_CONSUMER_NOT_FOUND: 'thrown',
+  SLUICE_EVENT_NOT_FOUND: 'thrown',
+  SLUICE_DEAD_LETTER_NOT_FOUND: 'thrown',
+  SLUICE_CONSUMER_BUSY: 'thrown',
+  SLUICE_SKIP_MISMATCH: 'thrown',
+  SLUICE_BELOW_RETENTION_FLOOR: 'thrown',
+  SLUICE_BEYOND_HEAD: 'thrown',
+  SLUICE_NOT_A_GAP: 'thrown',
+  SLUICE_GAP_HELD: 'thrown',
+  SLUICE_CONNECT_TIMEOUT: 'thrown',
+  SLUICE_INVALID_REQUEST: 'ops-route',
+  SLUICE_UNAUTHORIZED: 'ops-route',
+  SLUICE_CROSS_SITE_REQUEST: 'ops-route',
+  SLUICE_ROUTE_NOT_FOUND: 'ops-route',
+  SLUICE_READ_ONLY: 'ops-route',
+  SLUICE_UNSUPPORTED_MEDIA_TYPE: 'ops-route',
+  SLUICE_INTERNAL: 'ops-route',
+  SLUICE_USAGE: 'cli',
+  SLUICE_DATABASE_UNREACHABLE: 'cli',
+  SLUICE_UNEXPECTED: 'cli',
+} as const satisfies Record<`SLUICE_${string}`, 'thrown' | 'ops-route' | 'cli'>;
 
-export type SluiceErrorCode = (typeof ERROR_CODES)[number];
+type CodeFrom<Source> = {
+  [K in keyof typeof ERROR_CODES]: (typeof ERROR_CODES)[K] extends Source ? K : never;
+}[keyof typeof ERROR_CODES];
+
+/** The code of a SluiceError. */
+export type SluiceErrorCode = CodeFrom<'thrown'>;
+/** A code the ops routes answer with themselves. */
+export type OpsRouteErrorCode = CodeFrom<'ops-route'>;
+/** A code the CLI reports for a failure that is not a Sluice error. */
+export type CliErrorCode = CodeFrom<'cli'>;
 
 export class SluiceError extends Error {
   readonly code: SluiceErrorCode;
@@ -44,6 +68,26 @@ export class InvalidOptionError extends SluiceError {
   constructor(option: string, problem: string) {
     super('SLUICE_INVALID_OPTION', `Invalid option \`${option}\`: ${problem}`);
     this.option = option;
+  }
+}
+
+/** runOnce() was called before the consumers' rows were registered. */
+export class DispatcherNotRegisteredError extends SluiceError {
+  constructor() {
+    super(
+      'SLUICE_NOT_REGISTERED',
+      'The dispatcher has not registered its consumers: call start() or ensureRegistered() before runOnce()',
+    );
+  }
+}
+
+/** start() was called on a dispatcher that was stopped: a stopped dispatcher is done for good. */
+export class DispatcherStoppedError extends SluiceError {
+  constructor() {
+    super(
+      'SLUICE_DISPATCHER_STOPPED',
+      'A stopped dispatcher cannot be started again: create a new one with createDispatcher()',
+    );
   }
 }
 

@@ -109,6 +109,17 @@ export const DEFAULTS = {
   countCrashedAttempts: true,
 } as const satisfies Partial<DispatcherOptions>;
 
+/**
+ * The defaults of the operator actions (AdminOptions in @sluice/admin, and the ops routes of
+ * @sluice/fastify, which take the dispatcher's rearmCooldownMs and maxRearmCount from DEFAULTS).
+ */
+export const ADMIN_DEFAULTS = {
+  lockTimeoutMs: 2 * SECOND_MS,
+  rearmCooldownMs: DEFAULTS.rearmCooldownMs,
+  maxRearmCount: DEFAULTS.maxRearmCount,
+  defaultActor: 'operator',
+} as const;
+
 export interface ResolvedConsumer {
   readonly name: string;
   readonly definition: Consumer;

@@ -1,4 +1,5 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { InvalidOptionError } from '@sluice/core';
 import type { FastifyRequest } from 'fastify';
 
 /** An `ops.auth` function; `challenge`, when set, is sent as WWW-Authenticate with a 401. */
@@ -20,10 +21,11 @@ function same(given: string, expected: Buffer): boolean {
 /**
  * An `ops.auth` that accepts `Authorization: Bearer <token>` for one shared token, compared in
  * constant time. Resolves to `actor`.
+ * @throws {InvalidOptionError} when the token is shorter than 16 characters
  */
 export function bearerAuth(token: string, actor = 'ops-token'): OpsAuth {
   if (typeof token !== 'string' || token.length < 16) {
-    throw new Error('bearerAuth: the token must be a string of at least 16 characters');
+    throw new InvalidOptionError('token', 'bearerAuth needs a string of at least 16 characters');
   }
   const expected = digest(token);
   return (request) => {
@@ -36,11 +38,15 @@ export function bearerAuth(token: string, actor = 'ops-token'): OpsAuth {
 /**
  * An `ops.auth` for HTTP Basic authentication (browsers prompt for it, so the dashboard works
  * without a login page). Compares in constant time; the actor is the user name.
+ * @throws {InvalidOptionError} for a user name with ":" or a password shorter than 12 characters
  */
 export function basicAuth(credentials: { username: string; password: string }): OpsAuth {
   const { username, password } = credentials;
   if (!username || username.includes(':') || typeof password !== 'string' || password.length < 12) {
-    throw new Error('basicAuth: needs a user name without ":" and a password of at least 12 characters');
+    throw new InvalidOptionError(
+      'credentials',
+      'basicAuth needs a user name without ":" and a password of at least 12 characters',
+    );
   }
   const expected = digest(`${username}:${password}`);
   const auth: OpsAuth = (request) => {

@@ -1,4 +1,4 @@
-import { SluiceError, type SluiceErrorCode } from '@sluice/core';
+import { SluiceError, type OpsRouteErrorCode, type SluiceErrorCode } from '@sluice/core';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 
 /** The one place where core error codes meet HTTP statuses (CONVENTIONS.md#errors). */
@@ -16,6 +16,7 @@ export const STATUS_BY_CODE = {
   SLUICE_GAP_HELD: 409,
   SLUICE_PRUNE_BLOCKED: 409,
   SLUICE_NOT_REGISTERED: 503,
+  SLUICE_DISPATCHER_STOPPED: 500,
   SLUICE_SCHEMA_NOT_MIGRATED: 503,
   SLUICE_CONNECT_TIMEOUT: 503,
   SLUICE_SEQUENCE_CACHED: 500,
@@ -26,8 +27,8 @@ export const STATUS_BY_CODE = {
 } as const satisfies Record<SluiceErrorCode, number>;
 
 /**
- * The codes the ops routes answer with themselves (not thrown by `@sluice/core`), with their status.
- * Each has a heading under "HTTP errors of the ops routes" in docs/errors.md (http-errors.test.ts).
+ * The codes the ops routes answer with themselves (not thrown by `@sluice/core`; listed with the
+ * others in its ERROR_CODES), with their status, which docs/errors.md gives (http-errors.test.ts).
  */
 export const OPS_STATUS_BY_CODE = {
   SLUICE_INVALID_REQUEST: 400,
@@ -37,9 +38,7 @@ export const OPS_STATUS_BY_CODE = {
   SLUICE_READ_ONLY: 405,
   SLUICE_UNSUPPORTED_MEDIA_TYPE: 415,
   SLUICE_INTERNAL: 500,
-} as const;
-
-export type OpsErrorCode = keyof typeof OPS_STATUS_BY_CODE;
+} as const satisfies Record<OpsRouteErrorCode, number>;
 
 export interface ErrorBody {
   statusCode: number;
@@ -66,7 +65,7 @@ export function errorBody(statusCode: number, code: string, message: string): Er
 }
 
 /** Answers with one of the ops routes' own error codes, at its status. */
-export function sendOpsCode(reply: FastifyReply, code: OpsErrorCode, message: string): FastifyReply {
+export function sendOpsCode(reply: FastifyReply, code: OpsRouteErrorCode, message: string): FastifyReply {
   const status = OPS_STATUS_BY_CODE[code];
   return reply.code(status).send(errorBody(status, code, message));
 }

@@ -1,4 +1,5 @@
 import { InvalidOptionError, type DispatcherOptions, type Logger } from '@sluice/core';
+import { ADMIN_DEFAULTS } from '@sluice/core/internal';
 import type { FastifyRequest } from 'fastify';
 import { exactOriginProblem } from './write-guard.js';
 
@@ -100,7 +101,7 @@ export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined
     insecure,
     readOnly: ops.readOnly === true,
     redact: ops.redact ?? ((event) => ({ data: event.data, metadata: event.metadata })),
-    lockTimeoutMs: ops.lockTimeoutMs ?? 2_000,
+    lockTimeoutMs: ops.lockTimeoutMs ?? ADMIN_DEFAULTS.lockTimeoutMs,
     allowedOrigins: new Set(allowedOrigins),
   };
 }

@@ -1,12 +1,6 @@
 import { createAdmin } from '@sluice/admin';
-import {
-  append,
-  createDispatcher,
-  migrate as runMigrations,
-  resolveSchemaName,
-  transaction,
-  type Logger,
-} from '@sluice/core';
+import { append, createDispatcher, migrate as runMigrations, transaction, type Logger } from '@sluice/core';
+import { ADMIN_DEFAULTS, resolveSchemaName } from '@sluice/core/internal';
 import type { FastifyInstance } from 'fastify';
 import { opsRoutes } from './ops-routes.js';
 import { resolveOps, type SluicePluginOptions } from './options.js';
@@ -25,16 +19,13 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
   const logger: Logger = loggerInput ?? app.log;
   const schema = resolveSchemaName(dispatcherOptions.schema);
   const dispatcher = createDispatcher({ ...dispatcherOptions, logger });
+  // The admin judges re-arms as this dispatcher does: with its options, else the same defaults.
   const admin = createAdmin({
     sql: dispatcherOptions.sql,
     schema,
-    ...(ops ? { lockTimeoutMs: ops.lockTimeoutMs } : {}),
-    ...(dispatcherOptions.rearmCooldownMs === undefined
-      ? {}
-      : { rearmCooldownMs: dispatcherOptions.rearmCooldownMs }),
-    ...(dispatcherOptions.maxRearmCount === undefined
-      ? {}
-      : { maxRearmCount: dispatcherOptions.maxRearmCount }),
+    lockTimeoutMs: ops?.lockTimeoutMs ?? ADMIN_DEFAULTS.lockTimeoutMs,
+    rearmCooldownMs: dispatcherOptions.rearmCooldownMs ?? ADMIN_DEFAULTS.rearmCooldownMs,
+    maxRearmCount: dispatcherOptions.maxRearmCount ?? ADMIN_DEFAULTS.maxRearmCount,
   });
   let running = false;
 

@@ -1,8 +1,13 @@
-import { GapHeldError, NotAGapError, TOMBSTONE_TYPE, sqlStateOf, writeAudit } from '@sluice/core';
+import {
+  applyOperatorChange,
+  fenceGap as fenceTransition,
+  insertTombstone,
+  isPendingGap,
+} from '@sluice/core/internal';
 import { withLockedConsumer, type AdminContext } from '../context.js';
 import { optionalName } from '../read-models.js';
-import { checkEventId, checkName, checkText } from '../validate.js';
-import type { ActionOptions, ActionResult } from './result.js';
+import { checkActor, checkEventId, checkName } from '../validate.js';
+import { resultOf, type ActionOptions, type ActionResult } from './result.js';
 
 export interface FenceOptions extends ActionOptions {
   /** An id inside one of the consumer's pending gap ranges. */
@@ -23,56 +28,22 @@ export async function fenceGap(
 ): Promise<ActionResult & { readonly eventId: bigint }> {
   const name = checkName(nameInput, 'name');
   const eventId = checkEventId(options.eventId);
-  const reason = checkText(options.reason, 'reason');
-  const actor = checkText(options.actor, 'actor', 200) ?? ctx.defaultActor;
-  const t = ctx.tables;
-  return withLockedConsumer(ctx, name, optionalName(options.instanceId), async ({ tx, row, instanceId }) => {
-    const [range] = await tx<{ from_id: string }[]>`
-      select g.from_id::text from ${t.gaps} g
-      where g.consumer_name = ${name} and g.instance_id = ${instanceId}
-        and g.from_id <= ${eventId.toString()}::bigint and g.to_id >= ${eventId.toString()}::bigint`;
-    if (!range) throw new NotAGapError(name, eventId, 'no pending range of the consumer contains it');
-    try {
-      // A savepoint keeps the operator's transaction usable if the insert fails.
-      await tx.savepoint(
-        (sp) => sp`
-          insert into ${t.events} (id, stream_id, type, data, metadata) overriding system value
-          values (${eventId.toString()}::bigint, '$sluice', ${TOMBSTONE_TYPE},
-                  ${JSON.stringify({ fencedBy: actor, consumer: name, reason: reason ?? null })}::text::jsonb, '{}'::jsonb)`,
+  const who = checkActor(options, ctx.defaultActor);
+  return withLockedConsumer(
+    ctx,
+    name,
+    optionalName(options.instanceId),
+    async ({ tx, state, instanceId }) => {
+      const target = { name, instanceId, ...who };
+      const change = fenceTransition(
+        name,
+        state,
+        eventId,
+        await isPendingGap(tx, ctx.tables, target, eventId),
       );
-    } catch (error) {
-      const state = sqlStateOf(error);
-      if (state === '23505')
-        throw new NotAGapError(name, eventId, 'the event has committed meanwhile; the next turn delivers it');
-      if (state === '55P03') throw new GapHeldError(eventId);
-      throw error;
-    }
-    // The tombstone's writer is newer than every fence: tell each consumer waiting on this id to
-    // look again, or its idle pre-check (which watches only older writers) would not notice it.
-    await tx`
-      update ${t.consumers} c set gaps_recheck = true, updated_at = now()
-      where exists (select 1 from ${t.gaps} g
-                    where g.consumer_name = c.name and g.instance_id = c.instance_id
-                      and ${eventId.toString()}::bigint between g.from_id and g.to_id)`;
-    const cursor = BigInt(row.cursor);
-    await writeAudit(tx, t, {
-      actor,
-      action: 'fence',
-      consumerName: name,
-      instanceId,
-      cursorBefore: cursor,
-      cursorAfter: cursor,
-      details: { eventId: eventId.toString(), reason: reason ?? null },
-    });
-    return {
-      consumer: name,
-      instanceId,
-      action: 'fence',
-      cursorBefore: cursor,
-      cursorAfter: cursor,
-      statusBefore: row.status,
-      statusAfter: row.status,
-      eventId,
-    };
-  });
+      await insertTombstone(tx, ctx.tables, target, eventId);
+      await applyOperatorChange(tx, ctx.tables, target, change);
+      return { ...resultOf(name, instanceId, change), eventId };
+    },
+  );
 }

@@ -1,9 +1,14 @@
-import { pgArray, writeAudit } from '@sluice/core';
+import { InvalidOptionError } from '@sluice/core';
+import {
+  applyOperatorChange,
+  replayDeadLetters as replayTransition,
+  requestReplays,
+  selectReplays,
+} from '@sluice/core/internal';
 import { withLockedConsumer, type AdminContext } from '../context.js';
 import { optionalName } from '../read-models.js';
-import { checkLimit, checkName, checkText } from '../validate.js';
+import { checkActor, checkLimit, checkName } from '../validate.js';
 import type { ActionOptions } from './result.js';
-import { InvalidOptionError } from '@sluice/core';
 
 export interface ReplayOptions extends ActionOptions {
   /** Dead-letter ids to replay (also ones replayed before). Default: those not replayed yet. */
@@ -35,8 +40,7 @@ export async function replayDeadLetters(
   const name = checkName(nameInput, 'name');
   const limit =
     options.limit === undefined && options.ids !== undefined ? options.ids.length : checkLimit(options.limit);
-  const reason = checkText(options.reason, 'reason');
-  const actor = checkText(options.actor, 'actor', 200) ?? ctx.defaultActor;
+  const who = checkActor(options, ctx.defaultActor);
   const ids = options.ids === undefined ? undefined : (options.ids as unknown);
   if (ids !== undefined && (!Array.isArray(ids) || ids.length === 0 || ids.length > 1000)) {
     throw new InvalidOptionError('ids', 'must be a non-empty list of at most 1000 dead-letter ids');
@@ -49,31 +53,18 @@ export async function replayDeadLetters(
     return id;
   });
   const dryRun = options.dryRun ?? false;
-  const t = ctx.tables;
-  return withLockedConsumer(ctx, name, optionalName(options.instanceId), async ({ tx, row, instanceId }) => {
-    const selected = await tx<{ id: string }[]>`
-      select d.id::text from ${t.deadLetters} d
-      where d.consumer_name = ${name} and d.instance_id = ${instanceId}
-        and (case when ${wanted === undefined}
-                  then d.replayed_at is null and d.replay_requested_at is null
-                  else d.id = any(${pgArray(wanted ?? [])}::int8[]) end)
-      order by d.id limit ${limit}`;
-    const deadLetterIds = selected.map((r) => BigInt(r.id));
-    if (!dryRun && deadLetterIds.length > 0) {
-      await tx`
-        update ${t.deadLetters} set replay_requested_at = now(), replayed_at = null
-        where id = any(${pgArray(deadLetterIds)}::int8[])`;
-      const cursor = BigInt(row.cursor);
-      await writeAudit(tx, t, {
-        actor,
-        action: 'replay',
-        consumerName: name,
-        instanceId,
-        cursorBefore: cursor,
-        cursorAfter: cursor,
-        details: { deadLetterIds: deadLetterIds.map(String), reason: reason ?? null },
-      });
-    }
-    return { consumer: name, instanceId, dryRun, count: deadLetterIds.length, deadLetterIds };
-  });
+  return withLockedConsumer(
+    ctx,
+    name,
+    optionalName(options.instanceId),
+    async ({ tx, state, instanceId }) => {
+      const target = { name, instanceId, ...who };
+      const deadLetterIds = await selectReplays(tx, ctx.tables, target, { ids: wanted, limit });
+      if (!dryRun && deadLetterIds.length > 0) {
+        await requestReplays(tx, ctx.tables, deadLetterIds);
+        await applyOperatorChange(tx, ctx.tables, target, replayTransition(state, deadLetterIds));
+      }
+      return { consumer: name, instanceId, dryRun, count: deadLetterIds.length, deadLetterIds };
+    },
+  );
 }

@@ -1,3 +1,5 @@
+import type { OperatorChange } from '@sluice/core/internal';
+
 /** What an accepted operator action did (it is also in the audit table). */
 export interface ActionResult {
   readonly consumer: string;
@@ -17,4 +19,17 @@ export interface ActionOptions {
   readonly actor?: string;
   /** Free text kept in the audit. */
   readonly reason?: string;
+}
+
+/** The result of an action that carried out `change` on one consumer row. */
+export function resultOf(consumer: string, instanceId: string, change: OperatorChange): ActionResult {
+  return {
+    consumer,
+    instanceId,
+    action: change.action,
+    cursorBefore: change.cursorBefore,
+    cursorAfter: change.cursorAfter,
+    statusBefore: change.statusBefore,
+    statusAfter: change.statusAfter,
+  };
 }

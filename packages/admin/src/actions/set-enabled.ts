@@ -1,8 +1,9 @@
-import { InvalidOptionError, writeAudit } from '@sluice/core';
+import { InvalidOptionError } from '@sluice/core';
+import { applyOperatorChange, disableConsumer, enableConsumer, readDisableEnd } from '@sluice/core/internal';
 import { withLockedConsumer, type AdminContext } from '../context.js';
 import { optionalName } from '../read-models.js';
-import { checkName, checkText } from '../validate.js';
-import type { ActionOptions, ActionResult } from './result.js';
+import { checkActor, checkName } from '../validate.js';
+import { resultOf, type ActionOptions, type ActionResult } from './result.js';
 
 export interface DisableOptions extends ActionOptions {
   /** Re-enable by itself at this time (a time-boxed disable); it must be in the database's future. */
@@ -29,8 +30,7 @@ export async function disable(
   options: DisableOptions = {},
 ): Promise<DisableResult> {
   const name = checkName(nameInput, 'name');
-  const reason = checkText(options.reason, 'reason');
-  const actor = checkText(options.actor, 'actor', 200) ?? ctx.defaultActor;
+  const who = checkActor(options, ctx.defaultActor);
   const { until: untilInput, forMs } = options;
   if (untilInput !== undefined && (!(untilInput instanceof Date) || Number.isNaN(untilInput.getTime()))) {
     throw new InvalidOptionError('until', 'must be a valid time');
@@ -41,42 +41,19 @@ export async function disable(
   if (untilInput !== undefined && forMs !== undefined) {
     throw new InvalidOptionError('forMs', 'and until are mutually exclusive: give one of them');
   }
-  const t = ctx.tables;
-  return withLockedConsumer(ctx, name, optionalName(options.instanceId), async ({ tx, row, instanceId }) => {
-    const [clock] = await tx<{ until: Date | null; future: boolean }[]>`
-      select case when ${forMs ?? null}::float8 is not null
-                  then statement_timestamp() + make_interval(secs => ${forMs ?? null}::float8 / 1000)
-                  else ${untilInput ?? null}::timestamptz end as until,
-             coalesce(${untilInput ?? null}::timestamptz > statement_timestamp(), true) as future`;
-    if (!clock?.future) {
-      throw new InvalidOptionError('until', "must be in the future (by the database's clock)");
-    }
-    const until = clock.until;
-    await tx`
-      update ${t.consumers} set status = 'disabled', disabled_until = ${until}, disabled_reason = ${reason ?? null},
-        updated_at = now()
-      where name = ${name} and instance_id = ${instanceId}`;
-    const cursor = BigInt(row.cursor);
-    await writeAudit(tx, t, {
-      actor,
-      action: 'disable',
-      consumerName: name,
-      instanceId,
-      cursorBefore: cursor,
-      cursorAfter: cursor,
-      details: { until: until?.toISOString() ?? null, reason: reason ?? null, statusBefore: row.status },
-    });
-    return {
-      consumer: name,
-      instanceId,
-      action: 'disable',
-      cursorBefore: cursor,
-      cursorAfter: cursor,
-      statusBefore: row.status,
-      statusAfter: 'disabled',
-      until,
-    };
-  });
+  return withLockedConsumer(
+    ctx,
+    name,
+    optionalName(options.instanceId),
+    async ({ tx, state, instanceId }) => {
+      const end = await readDisableEnd(tx, { forMs, until: untilInput });
+      if (!end.future)
+        throw new InvalidOptionError('until', "must be in the future (by the database's clock)");
+      const change = disableConsumer(state, end.until, who.reason);
+      await applyOperatorChange(tx, ctx.tables, { name, instanceId, ...who }, change);
+      return { ...resultOf(name, instanceId, change), until: end.until };
+    },
+  );
 }
 
 /**
@@ -89,36 +66,15 @@ export async function enable(
   options: ActionOptions = {},
 ): Promise<ActionResult> {
   const name = checkName(nameInput, 'name');
-  const reason = checkText(options.reason, 'reason');
-  const actor = checkText(options.actor, 'actor', 200) ?? ctx.defaultActor;
-  const t = ctx.tables;
-  return withLockedConsumer(ctx, name, optionalName(options.instanceId), async ({ tx, row, instanceId }) => {
-    const wasDead = row.status === 'dead';
-    const statusAfter = row.status === 'disabled' || wasDead ? 'idle' : row.status;
-    await tx`
-      update ${t.consumers} set status = ${statusAfter}, disabled_until = null, disabled_reason = null,
-        attempts = case when ${wasDead} then 0 else attempts end,
-        rearm_count = case when ${wasDead} then 0 else rearm_count end,
-        updated_at = now()
-      where name = ${name} and instance_id = ${instanceId}`;
-    const cursor = BigInt(row.cursor);
-    await writeAudit(tx, t, {
-      actor,
-      action: 'enable',
-      consumerName: name,
-      instanceId,
-      cursorBefore: cursor,
-      cursorAfter: cursor,
-      details: { reason: reason ?? null, statusBefore: row.status },
-    });
-    return {
-      consumer: name,
-      instanceId,
-      action: 'enable',
-      cursorBefore: cursor,
-      cursorAfter: cursor,
-      statusBefore: row.status,
-      statusAfter,
-    };
-  });
+  const who = checkActor(options, ctx.defaultActor);
+  return withLockedConsumer(
+    ctx,
+    name,
+    optionalName(options.instanceId),
+    async ({ tx, state, instanceId }) => {
+      const change = enableConsumer(state);
+      await applyOperatorChange(tx, ctx.tables, { name, instanceId, ...who }, change);
+      return resultOf(name, instanceId, change);
+    },
+  );
 }

@@ -8,14 +8,8 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import {
-  createDispatcher,
-  migrate,
-  silentLogger,
-  tables,
-  type Consumer,
-  type Dispatcher,
-} from '@sluice/core';
+import { createDispatcher, migrate, silentLogger, type Consumer, type Dispatcher } from '@sluice/core';
+import { tables } from '@sluice/core/internal';
 import { readFileSync } from 'node:fs';
 import { appendEvents, drainUntilIdle, failingOn, openTransaction, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';

@@ -1,11 +1,6 @@
-import {
-  SchemaNotMigratedError,
-  SluiceError,
-  messageOf,
-  sqlStateOf,
-  type SluiceErrorCode,
-} from '@sluice/core';
-import { CLI_ERROR_CODES, EXIT_CODES, type CliErrorCode, type ExitCode } from './exit-codes.js';
+import { SchemaNotMigratedError, SluiceError, type CliErrorCode, type SluiceErrorCode } from '@sluice/core';
+import { messageOf, sqlStateOf } from '@sluice/core/internal';
+import { CLI_ERROR_CODES, EXIT_CODES, type ExitCode } from './exit-codes.js';
 import { UsageError } from './usage-error.js';
 
 /** What the operator is told, and what scripts see: the exit code, and with --json the code. */

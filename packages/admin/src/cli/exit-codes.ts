@@ -1,3 +1,5 @@
+import type { CliErrorCode } from '@sluice/core';
+
 /**
  * Exit codes of the `sluice` CLI. Scripts branch on them, so they never change meaning:
  *   0 success
@@ -40,13 +42,11 @@ export const EXIT_CODES_HELP = [
 
 /**
  * The codes `--json` reports for failures that are not a Sluice error of their own (those keep
- * theirs: SLUICE_CONSUMER_NOT_FOUND, SLUICE_NOT_A_GAP, …), with their exit code. Each has a heading
- * under "Errors of the sluice CLI" in docs/errors.md (cli-errors.test.ts).
+ * theirs: SLUICE_CONSUMER_NOT_FOUND, SLUICE_NOT_A_GAP, …; all are listed in @sluice/core's
+ * ERROR_CODES), with their exit code, which docs/errors.md gives (cli-errors.test.ts).
  */
 export const CLI_ERROR_CODES = {
   SLUICE_USAGE: EXIT_CODES.usage,
   SLUICE_DATABASE_UNREACHABLE: EXIT_CODES.unreachable,
   SLUICE_UNEXPECTED: EXIT_CODES.failure,
-} as const satisfies Record<string, ExitCode>;
-
-export type CliErrorCode = keyof typeof CLI_ERROR_CODES;
+} as const satisfies Record<CliErrorCode, ExitCode>;

@@ -16,7 +16,8 @@
 // database given" or a connection failure.
 import { readFileSync } from 'node:fs';
 import postgres from 'postgres';
-import { checkConnection, ConnectTimeoutError, resolveSchemaName, type Sql } from '@sluice/core';
+import { checkConnection, ConnectTimeoutError, type Sql } from '@sluice/core';
+import { resolveSchemaName } from '@sluice/core/internal';
 import { createAdmin } from '../create-admin.js';
 import { checkText } from '../validate.js';
 import { COMMAND_LIST } from './command-list.js';

@@ -1,5 +1,5 @@
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
-import { messageOf, SluiceError } from '../errors.js';
+import { DispatcherNotRegisteredError, DispatcherStoppedError, messageOf } from '../errors.js';
 import { openOwnConnections } from '../connections/own-connections.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
@@ -43,16 +43,6 @@ export interface Dispatcher {
   readonly schema: string;
   /** Whether LISTEN is connected right now (false when listen is off or before start()). */
   readonly listenConnected: boolean;
-}
-
-/** runOnce() was called before the consumers' rows were registered. */
-export class DispatcherNotRegisteredError extends SluiceError {
-  constructor() {
-    super(
-      'SLUICE_NOT_REGISTERED',
-      'The dispatcher has not registered its consumers: call start() or ensureRegistered() before runOnce()',
-    );
-  }
 }
 
 /**
@@ -196,8 +186,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       return listenConnected;
     },
     start() {
-      if (stopping)
-        return Promise.reject(new Error('a stopped dispatcher cannot be started again; create a new one'));
+      if (stopping) return Promise.reject(new DispatcherStoppedError());
       starting ??= doStart().catch((error: unknown) => {
         starting = undefined;
         throw error;

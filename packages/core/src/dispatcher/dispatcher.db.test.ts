@@ -4,7 +4,7 @@ import { describe, expect, onTestFinished, test } from 'vitest';
 import { append } from '../append.js';
 import type { EventRecord } from '../events.js';
 import { consumerRow, freshSchema, gate, testDispatcher, until } from '../test-support.js';
-import { DispatcherNotRegisteredError } from './create-dispatcher.js';
+import { DispatcherNotRegisteredError } from '../errors.js';
 
 const db = await useTestDatabase();
 

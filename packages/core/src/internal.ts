@@ -1,0 +1,56 @@
+// @sluice/core/internal: the plumbing Sluice's own packages share (@sluice/admin, @sluice/fastify,
+// @sluice/testing, and this repository's e2e suites and bench). It is not a public API: nothing
+// here is documented for applications, and any of it may change in any release. Applications use
+// the package root (`@sluice/core`), whose every export is listed in packages/core/README.md.
+export { connectTimeoutMsOf, withinConnectTimeout } from './connect-timeout.js';
+export { guardedBegin, TransactionAbandonedError } from './connections/guarded-transaction.js';
+export { consumerStateOf } from './consumer-state/consumer-state.js';
+export {
+  disableConsumer,
+  enableConsumer,
+  fenceGap,
+  replayDeadLetters,
+  restartConsumer,
+  skipEvent,
+  stuckEventOf,
+} from './consumer-state/operator-transitions.js';
+export { messageOf, sqlStateOf } from './errors.js';
+export { parseSnapshot } from './gaps/snapshot.js';
+export { retentionFloor, writeAudit } from './queries/audit.js';
+export { lockConsumer, lockConsumerForOperator, RETENTION_LOCK_CLASS } from './queries/consumers.js';
+export { listRanges } from './queries/gaps.js';
+export {
+  applyOperatorChange,
+  copySkippedEvent,
+  insertTombstone,
+  isPendingGap,
+  readDisableEnd,
+  readRestartFacts,
+  requestReplays,
+  selectReplays,
+} from './queries/operator.js';
+export { pgArray } from './queries/pg-array.js';
+export { collectStaleInstances } from './queries/stale-instances.js';
+export { resolveSchemaName } from './schema/schema-name.js';
+export { tables } from './schema/tables.js';
+export { MINIMUM_SERVER_VERSION_NUM } from './schema/verify-schema.js';
+export { ADMIN_DEFAULTS, SHARED_INSTANCE_ID } from './options.js';
+export { wakeUpChannel } from './wake-up/channel.js';
+export { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
+
+export type { ConsumerState, ConsumerStatus } from './consumer-state/consumer-state.js';
+export type {
+  InFlightAt,
+  OperatorAction,
+  OperatorChange,
+  RestartFrom,
+  RowChange,
+} from './consumer-state/operator-transitions.js';
+export type { GapRange } from './gaps/gaps.js';
+export type { AuditEntry } from './queries/audit.js';
+export type { ConsumerStateRow, OperatorRow } from './queries/consumers.js';
+export type { StoredRange } from './queries/gaps.js';
+export type { OperatorTarget, RestartFacts } from './queries/operator.js';
+export type { CollectedInstance } from './queries/stale-instances.js';
+export type { Tables } from './schema/tables.js';
+export type { WakeUpNotifier, WakeUpNotifierOptions } from './wake-up/wake-up-notifier.js';
