@@ -16,7 +16,7 @@ import {
   type TransactionSql,
 } from '@sluice/core';
 import { createAdmin } from '@sluice/admin';
-import { holdGap } from '@sluice/testing';
+import { holdGap, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
@@ -54,14 +54,6 @@ function capturingLogger() {
     lines,
     logger: { debug: keep('debug'), info: keep('info'), warn: keep('warn'), error: keep('error') },
   };
-}
-
-async function until(condition: () => boolean | Promise<boolean>, timeoutMs: number, what: string) {
-  const deadline = performance.now() + timeoutMs;
-  while (!(await condition())) {
-    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 describe.skipIf(!available).each(['transaction', 'session'] as const)(

@@ -10,6 +10,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildApp, OPS_PREFIX } from '@sluice/demo/app';
+import { until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
 
@@ -37,20 +38,6 @@ async function freePort(): Promise<number> {
   server.close();
   await once(server, 'close');
   return port;
-}
-
-async function until<T>(
-  probe: () => Promise<T | undefined>,
-  what: () => string,
-  timeoutMs = 60_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const found = await probe();
-    if (found !== undefined) return found;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what()}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
 }
 
 /** A Prometheus server of this test: scrapes `target` every second, stopped (by its pid) after the test. */
@@ -147,7 +134,9 @@ test.skipIf(!hasPrometheus)(
         target = targets?.activeTargets.find((t) => t.scrapeUrl === `http://${demo}/metrics`);
         return target?.health === 'up' ? target : undefined;
       },
+      60_000,
       () => `the demo target to be up (${JSON.stringify(target)}); prometheus log:\n${prometheus.log()}`,
+      200,
     );
     expect(served.length).toBeGreaterThan(0);
     expect(new Set(served)).toEqual(new Set([OPENMETRICS]));
@@ -179,7 +168,9 @@ test.skipIf(!hasPrometheus)(
       );
     await until(
       async () => ((await reported()) >= 5 ? true : undefined),
+      60_000,
       () => 'the mailer to lag five events',
+      200,
     );
 
     let answer: Vector | undefined;
@@ -192,7 +183,9 @@ test.skipIf(!hasPrometheus)(
         const value = Number(sample.value[1]);
         return value === (await reported()) ? { value, labels: sample.metric } : undefined;
       },
+      60_000,
       () => `Prometheus to answer the lag Sluice reports (${JSON.stringify(answer)})`,
+      200,
     );
     expect(lag.value).toBeGreaterThanOrEqual(5);
     expect(lag.labels).toMatchObject({
@@ -213,7 +206,9 @@ test.skipIf(!hasPrometheus)(
           ?.result[0];
         return median ? Number(median.value[1]) : undefined;
       },
+      60_000,
       () => 'a median handler duration',
+      200,
     );
     expect(quantile).toBeGreaterThan(0);
     expect(quantile).toBeLessThan(30);
@@ -248,7 +243,9 @@ test.skipIf(!hasPromtool)("promtool check metrics accepts the demo's /metrics as
       const body = await got.text();
       return body.includes('sluice_handler_duration_seconds_bucket') ? { got, body } : undefined;
     },
+    60_000,
     () => 'handler durations in /metrics',
+    200,
   );
   expect(response.got.headers.get('content-type')).toBe('text/plain; version=0.0.4; charset=utf-8');
   const lint = spawnSync(PROMTOOL, ['check', 'metrics'], { input: response.body, encoding: 'utf8' });

@@ -1,3 +1,4 @@
+import { until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { spawnSync } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
@@ -32,14 +33,6 @@ async function demo(options: Partial<DemoOptions> = {}) {
   return built;
 }
 
-async function until(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 15_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
 const order = (customer: string) => ({ customer, items: [{ sku: 'TEA-1', quantity: 2, priceCents: 450 }] });
 
 test('an order flow changes /stats through the transactional projection; search and mail follow', async () => {
@@ -54,16 +47,22 @@ test('an order flow changes /stats through the transactional projection; search 
     async () =>
       (await app.inject({ method: 'GET', url: '/stats' })).json<Record<string, number>>()['paid'] ===
       (before['paid'] ?? 0) + 1,
+    15_000,
     'stats',
   );
   const stats = (await app.inject({ method: 'GET', url: '/stats' })).json<Record<string, number>>();
   expect(stats['placed']).toBe((before['placed'] ?? 0) + 1);
   expect(stats['revenue_cents']).toBe((before['revenue_cents'] ?? 0) + 900);
-  await until(() => mails.sent.some((m) => m.subject === `Payment for order ${id} confirmed`), 'mail');
+  await until(
+    () => mails.sent.some((m) => m.subject === `Payment for order ${id} confirmed`),
+    15_000,
+    'mail',
+  );
   await until(
     async () =>
       (await app.inject({ method: 'GET', url: '/search?q=ada' })).json<{ results: unknown[] }>().results
         .length > 0,
+    15_000,
     'search',
   );
 });
@@ -112,7 +111,7 @@ test("the mail provider's refusals: a greylisted address gets through on the ret
     (
       await app.inject({ method: 'GET', url: `${OPS_PREFIX}/consumers/mailer`, headers: ops })
     ).json<ConsumerView>();
-  await until(async () => (await mailer()).lagEvents === '0', 'the mailer to reach the head');
+  await until(async () => (await mailer()).lagEvents === '0', 15_000, 'the mailer to reach the head');
 
   expect((await mailer()).status).toBe('idle');
   expect(mails.sent.map((m) => m.to).sort()).toEqual(['ada@example.com', 'grace@example.com']);
@@ -152,9 +151,13 @@ test('a malformed event kills order-stats only, with one log line; skipping it t
     (
       await app.inject({ method: 'GET', url: `${OPS_PREFIX}/consumers/${name}`, headers: ops })
     ).json<ConsumerView>();
-  await until(async () => (await consumer('order-stats')).status === 'dead', 'order-stats to die');
+  await until(async () => (await consumer('order-stats')).status === 'dead', 15_000, 'order-stats to die');
   expect(await consumer('order-stats')).toMatchObject({ stuckEventId: poison.eventId, attempts: 3 });
-  await until(async () => (await consumer('mailer')).lagEvents === '0', 'the mailer to go past the poison');
+  await until(
+    async () => (await consumer('mailer')).lagEvents === '0',
+    15_000,
+    'the mailer to go past the poison',
+  );
   expect((await consumer('mailer')).status).toBe('idle');
   expect(lines).toEqual([
     `[sluice] consumer order-stats is DEAD: event ${poison.eventId} failed 3 attempts ` +
@@ -169,7 +172,11 @@ test('a malformed event kills order-stats only, with one log line; skipping it t
     payload: { eventId: poison.eventId },
   });
   expect(skip.statusCode).toBe(200);
-  await until(async () => (await consumer('order-stats')).lagEvents === '0', 'order-stats to catch up');
+  await until(
+    async () => (await consumer('order-stats')).lagEvents === '0',
+    15_000,
+    'order-stats to catch up',
+  );
   expect((await consumer('order-stats')).status).toBe('idle');
 });
 
@@ -186,17 +193,25 @@ test('/feed streams events over Server-Sent Events and /metrics shows Sluice met
   const reader = (response.body as ReadableStream<Uint8Array>).getReader();
   let received = '';
   await app.inject({ method: 'POST', url: '/orders', payload: order('feed@example.com') });
-  await until(async () => {
-    const chunk = await reader.read();
-    if (chunk.value !== undefined) received += Buffer.from(chunk.value).toString('utf8');
-    return received.includes('event: OrderPlaced');
-  }, 'an SSE event');
+  await until(
+    async () => {
+      const chunk = await reader.read();
+      if (chunk.value !== undefined) received += Buffer.from(chunk.value).toString('utf8');
+      return received.includes('event: OrderPlaced');
+    },
+    15_000,
+    'an SSE event',
+  );
   expect(received).toContain('feed@example.com');
   let metrics = '';
-  await until(async () => {
-    metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-    return /^sluice_events_processed_total\{[^}]*sluice_consumer_name="order-stats"/m.test(metrics);
-  }, 'the order-stats metrics');
+  await until(
+    async () => {
+      metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      return /^sluice_events_processed_total\{[^}]*sluice_consumer_name="order-stats"/m.test(metrics);
+    },
+    15_000,
+    'the order-stats metrics',
+  );
   expect(metrics).toContain('sluice_consumer_lag');
 });
 
@@ -209,6 +224,7 @@ async function scrape(
   const get = () => app.inject({ method: 'GET', url: '/metrics', headers: { accept } });
   await until(
     async () => (await get()).body.includes('sluice_handler_duration_seconds_bucket'),
+    15_000,
     'handler durations in /metrics',
   );
   const response = await get();

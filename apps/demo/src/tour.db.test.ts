@@ -3,6 +3,7 @@
 // the tour's rate and bounce share with a fixed seed, and exactly the operator actions the README
 // names, sent to the ops routes as the dashboard sends them. It checks every claim those steps
 // make, and that no other operator action was needed (the audit holds every write action).
+import { until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import type { AddressInfo } from 'node:net';
 import { expect, onTestFinished, test } from 'vitest';
@@ -44,14 +45,6 @@ interface AuditView {
   action: string;
   actor: string;
   consumer: string;
-}
-
-async function until(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 test(
@@ -122,10 +115,14 @@ test(
 
     // Step 4: no consumer turns dead (the dispatcher logs each one that does), and every consumer,
     // the mailer included, reaches the head without anyone acting.
-    await until(async () => {
-      expect(lines).toEqual([]); // a consumer that turns dead says so here: fail at once
-      return atHead();
-    }, 'every consumer to reach the head after the load');
+    await until(
+      async () => {
+        expect(lines).toEqual([]); // a consumer that turns dead says so here: fail at once
+        return atHead();
+      },
+      30_000,
+      'every consumer to reach the head after the load',
+    );
     for (const c of await consumers()) expect(c, c.name).toMatchObject({ status: 'idle', attempts: 0 });
     expect(lines).toEqual([]); // the console stays quiet: nothing died, retries are not logged there
     expect(await ops<AuditView[]>('/audit')).toEqual([]);
@@ -165,7 +162,11 @@ test(
     const poison = (await (await fetch(`${base}/demo/poison`, { method: 'POST' })).json()) as {
       eventId: string;
     };
-    await until(async () => (await consumer('order-stats')).status === 'dead', 'order-stats to turn dead');
+    await until(
+      async () => (await consumer('order-stats')).status === 'dead',
+      30_000,
+      'order-stats to turn dead',
+    );
     expect(await consumer('order-stats')).toMatchObject({
       stuckEventId: poison.eventId,
       attempts: ORDER_STATS_MAX_ATTEMPTS,
@@ -177,6 +178,7 @@ test(
     await until(
       async () =>
         (await consumers()).filter((c) => c.name !== 'order-stats').every((c) => c.lagEvents === '0'),
+      30_000,
       'the other consumers to go past the poison event',
     );
 
@@ -191,7 +193,7 @@ test(
 
     // The event is copied to the dead letters and order-stats catches up: /stats counts every
     // order exactly, and the skip was the one action taken.
-    await until(atHead, 'order-stats to catch up after the skip');
+    await until(atHead, 30_000, 'order-stats to catch up after the skip');
     expect((await consumer('order-stats')).status).toBe('idle');
     expect(await ops<DeadLetterView[]>('/consumers/order-stats/dead-letters')).toEqual([
       expect.objectContaining({ eventId: poison.eventId, reason: 'operator-skip', type: 'OrderPaid' }),

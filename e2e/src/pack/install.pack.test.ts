@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { withDatabase } from '@sluice/testing';
+import { until, withDatabase } from '@sluice/testing';
 import postgres from 'postgres';
 import { publint } from 'publint';
 import { formatMessage } from 'publint/utils';
@@ -101,14 +101,6 @@ function started(program: Program): Program {
   running.add(program);
   void program.exited.then(() => running.delete(program));
   return program;
-}
-
-async function until(what: string, condition: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting until ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
 }
 
 beforeAll(async () => {
@@ -372,13 +364,18 @@ test('README "In your Fastify app": orders are counted per day, mailed, and the 
   await program.waitFor(new RegExp(`mail to ada@example\\.com: Thank you for order ${ids[0]}\\b`));
   await program.waitFor(new RegExp(`mail to grace@example\\.com: Thank you for order ${ids[1]}\\b`));
   // Both orders on the row of their day (one row, placed = 2, unless they straddle midnight UTC).
-  await until('order_stats counts both orders', async () => {
-    const { rows, expected } = await stats(url);
-    return (
-      expected.reduce((sum, e) => sum + e.placed, 0) === 2 &&
-      JSON.stringify(rows) === JSON.stringify(expected)
-    );
-  });
+  await until(
+    async () => {
+      const { rows, expected } = await stats(url);
+      return (
+        expected.reduce((sum, e) => sum + e.placed, 0) === 2 &&
+        JSON.stringify(rows) === JSON.stringify(expected)
+      );
+    },
+    30_000,
+    'order_stats to count both orders',
+    50,
+  );
 
   expect((await fetch(`${base}/sluice/consumers`)).status).toBe(401);
   const consumers = await fetch(`${base}/sluice/consumers`, {
@@ -402,10 +399,15 @@ test('README "Without Fastify": the order is counted, mailed and broadcast, and 
   );
   await program.waitFor(/mail to ada@example\.com: Thank you for order 1\b/);
   await program.waitFor(/live: OrderPlaced order-1\b/);
-  await until('order_stats counts the order', async () => {
-    const { rows, expected } = await stats(url);
-    return expected.length === 1 && JSON.stringify(rows) === JSON.stringify(expected);
-  });
+  await until(
+    async () => {
+      const { rows, expected } = await stats(url);
+      return expected.length === 1 && JSON.stringify(rows) === JSON.stringify(expected);
+    },
+    30_000,
+    'order_stats to count the order',
+    50,
+  );
   expect(await stopProgram(program), program.output()).toEqual({ code: 0, signal: null });
 }, 120_000);
 

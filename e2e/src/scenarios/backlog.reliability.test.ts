@@ -2,21 +2,15 @@
 // `insert … select generate_series` statement) drained by one no-op consumer with batchSize 1000.
 // Figures: drain time, events/s, max RSS of this process during the drain. Timing targets are
 // asserted in the soak profile (and in CI only on an idle machine); I1 and order always are.
+import { consumerRow, freshSchema } from '@sluice/testing';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { cpus, loadavg } from 'node:os';
 import { createDispatcher, silentLogger, type EventRecord } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
-import {
-  check,
-  consumerState,
-  freshSchema,
-  machineLoaded,
-  round,
-  ScenarioRecorder,
-  sleep,
-} from './support.js';
+import { check, machineLoaded, round, ScenarioRecorder } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-backlog');
@@ -87,7 +81,7 @@ test(`S1: a backlog of ${EVENTS} events drained by one no-op consumer (batchSize
       await sampler;
       await dispatcher.stop();
     }
-    const state = await consumerState(db.sql, schema, 's1-noop');
+    const state = await consumerRow(db.sql, schema, 's1-noop');
     const rate = delivered / (drainMs / 1000);
     figures['events'] = EVENTS;
     figures['insert (one statement, s)'] = round(insertMs / 1000, 1);

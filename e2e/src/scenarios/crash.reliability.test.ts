@@ -4,26 +4,16 @@
 // that calls process.exit(1) on event X: a supervisor restarts the process each time, and the
 // consumer must be dead after maxAttempts counted crashes (F6, I5) while another consumer keeps up;
 // a crash in a turn with a clean view of the consumer is not counted (docs/design.md §4.7).
+import { setTimeout as sleep } from 'node:timers/promises';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { appendEvents, openTransaction } from '@sluice/testing';
+import { appendEvents, consumerRow, freshSchema, openTransaction, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { tables } from '@sluice/core/internal';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import type { CrashChildConfig, EffectLine } from './crash-child.js';
-import {
-  check,
-  consumerState,
-  freshSchema,
-  head,
-  killChildren,
-  ScenarioRecorder,
-  sleep,
-  startChild,
-  until,
-  type Child,
-} from './support.js';
+import { check, head, killChildren, ScenarioRecorder, startChild, type Child } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-crash');
@@ -78,7 +68,7 @@ test('C7: SIGKILL after the side effect, before COMMIT: that batch again, nothin
       exit.signal === 'SIGKILL',
       `expected the handler's SIGKILL, got ${JSON.stringify(exit)}\n${first.output().slice(-1500)}`,
     );
-    const afterCrash = await consumerState(db.sql, schema, 'side-effects');
+    const afterCrash = await consumerRow(db.sql, schema, 'side-effects');
     // The crashed turn is the process's second: it had a clean view of the consumer and recorded no
     // start (docs/design.md §4.7). Its batch began right after the cursor it left.
     const [marker] = await db.sql<{ first: string }[]>`
@@ -93,8 +83,7 @@ test('C7: SIGKILL after the side effect, before COMMIT: that batch again, nothin
     const second = start({ ...base, generation: 2 });
     await second.announced('READY');
     await until(
-      async () =>
-        (await consumerState(db.sql, schema, 'side-effects')).cursor === (await head(db.sql, schema)),
+      async () => (await consumerRow(db.sql, schema, 'side-effects')).cursor === (await head(db.sql, schema)),
       30_000,
       'the restarted process to catch up',
       50,
@@ -138,7 +127,7 @@ async function superviseUntilDead(
       child.exited.then((exit) => ({ exit })),
       until(
         async () =>
-          (await consumerState(db.sql, config.schema, 'side-effects').catch(() => undefined))?.status ===
+          (await consumerRow(db.sql, config.schema, 'side-effects').catch(() => undefined))?.status ===
           'dead',
         120_000,
         'the consumer to die or the process to exit',
@@ -176,16 +165,24 @@ for (const position of ['first in its batch', 'mid-batch'] as const) {
       figures['exits'] = [...new Set(exits)].join(', ');
 
       // The survivor keeps going: new events reach the bystander, the dead consumer stays frozen.
-      const dead = await consumerState(db.sql, schema, 'side-effects');
+      const dead = await consumerRow(db.sql, schema, 'side-effects');
       const more = (await appendEvents(db.sql, 10, undefined, schema)).map((e) => e.id);
       await until(
-        async () => (await consumerState(db.sql, schema, 'bystander')).cursor === more[more.length - 1],
+        async () => (await consumerRow(db.sql, schema, 'bystander')).cursor === more[more.length - 1],
         30_000,
         'the bystander to keep up',
         25,
       );
-      await sleep(500); // ten more polls of the surviving process
-      const frozen = await consumerState(db.sql, schema, 'side-effects');
+      // One more event the bystander must reach: the surviving process has taken its passes since
+      // (the dead consumer's among them), and the dead one must not have moved meanwhile.
+      const [last] = await appendEvents(db.sql, 1, undefined, schema);
+      await until(
+        async () => (await consumerRow(db.sql, schema, 'bystander')).cursor === last?.id,
+        30_000,
+        'the bystander to reach one more event',
+        25,
+      );
+      const frozen = await consumerRow(db.sql, schema, 'side-effects');
       await stopCleanly(child);
       const lines = await effects(file);
       const bystanderIds = new Set(lines.filter((l) => l.c === 'bystander').map((l) => BigInt(l.id)));
@@ -244,7 +241,7 @@ test("T3: a 'now' consumer's straggler that kills the process: dead after maxAtt
     const { crashes, exits, child } = await superviseUntilDead(config, [
       firstExit.signal ?? `exit ${firstExit.code}`,
     ]);
-    const dead = await consumerState(db.sql, schema, 'side-effects');
+    const dead = await consumerRow(db.sql, schema, 'side-effects');
     await stopCleanly(child);
     const calls = (await effects(file)).filter(
       (l) => l.c === 'side-effects' && l.id === poison!.id.toString(),

@@ -2,6 +2,7 @@
 // connections the turns already hold (pool exhaustion; max 1 + sql.reserve()). H2: a poison event
 // in the middle of a batch. H4: handlers that append derived events, in the turn's transaction and
 // on a connection of their own, in chains of depth 3.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { createAdmin } from '@sluice/admin';
 import {
   append,
@@ -14,20 +15,10 @@ import {
   type HandlerContext,
 } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
-import { appendEvents, drainUntilIdle } from '@sluice/testing';
+import { appendEvents, consumerRow, drainUntilIdle, freshSchema, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
-import {
-  capturingLogger,
-  check,
-  consumerState,
-  freshSchema,
-  head,
-  round,
-  ScenarioRecorder,
-  sleep,
-  until,
-} from './support.js';
+import { capturingLogger, check, head, round, ScenarioRecorder } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-handlers');
@@ -141,7 +132,7 @@ test('R1a: pool max 2, five consumers whose handlers append through the same poo
     const done = async () => {
       const h = await head(db.sql, schema);
       if (h < BigInt(expected)) return false;
-      for (const name of names) if ((await consumerState(db.sql, schema, name)).cursor < h) return false;
+      for (const name of names) if ((await consumerRow(db.sql, schema, name)).cursor < h) return false;
       return true;
     };
     let completed = true;
@@ -156,7 +147,7 @@ test('R1a: pool max 2, five consumers whose handlers append through the same poo
     const derived = await db.sql<{ by: string; from: string; n: number }[]>`
       select data->>'by' as by, data->>'from' as from, count(*)::int as n from ${t.events}
       where type = 'Derived' group by 1, 2`;
-    const states = await Promise.all(names.map((n) => consumerState(db.sql, schema, n)));
+    const states = await Promise.all(names.map((n) => consumerRow(db.sql, schema, n)));
     const failures = life.failures();
     const firstFailure = failures[0];
     const firstDelivery = life.deliveries[0];
@@ -260,7 +251,7 @@ test('R1b: pool max 1 and a handler that calls sql.reserve(): accepted with defa
       try {
         await until(
           async () =>
-            (await consumerState(db.sql, schema, 'r1b-reserver')).cursor === (await head(db.sql, schema)),
+            (await consumerRow(db.sql, schema, 'r1b-reserver')).cursor === (await head(db.sql, schema)),
           observeMs,
           'the consumer to reach the head',
           50,
@@ -269,7 +260,7 @@ test('R1b: pool max 1 and a handler that calls sql.reserve(): accepted with defa
         completed = false;
       }
       const end = performance.now();
-      const state = await consumerState(db.sql, schema, 'r1b-reserver');
+      const state = await consumerRow(db.sql, schema, 'r1b-reserver');
       const failures = life.failures();
       const stopped = await within(dispatcher.stop(), 20_000);
       const ended = await within(pool.end({ timeout: 1 }), 5_000);
@@ -349,7 +340,7 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
       try {
         await dispatcher.start();
         await until(
-          async () => (await consumerState(db.sql, schema, 'r1c-consumer')).cursor === ids[5],
+          async () => (await consumerRow(db.sql, schema, 'r1c-consumer')).cursor === ids[5],
           20_000,
           'the consumer to reach the head',
           25,
@@ -442,15 +433,15 @@ for (const variant of [
       try {
         await dispatcher.ensureRegistered();
         await dispatcher.runOnce();
-        const afterFirst = await consumerState(db.sql, schema, 'h2-consumer');
+        const afterFirst = await consumerRow(db.sql, schema, 'h2-consumer');
         const callsBefore = () => ids.slice(0, 49).map((i) => calls.get(i) ?? 0);
         const firstPassBefore = callsBefore();
         let passesToDead = 1;
-        while ((await consumerState(db.sql, schema, 'h2-consumer')).status !== 'dead' && passesToDead < 10) {
+        while ((await consumerRow(db.sql, schema, 'h2-consumer')).status !== 'dead' && passesToDead < 10) {
           await dispatcher.runOnce();
           passesToDead += 1;
         }
-        const dead = await consumerState(db.sql, schema, 'h2-consumer');
+        const dead = await consumerRow(db.sql, schema, 'h2-consumer');
         const poisonCalls = poisonHandlerCalls;
         const poisonBatchCalls = (calls.get(poison) ?? 0) - poisonHandlerCalls;
         await createAdmin({ sql: db.sql, schema }).skip('h2-consumer', {
@@ -458,7 +449,7 @@ for (const variant of [
           reason: 'H2 scenario',
         });
         await drainUntilIdle(dispatcher);
-        const final = await consumerState(db.sql, schema, 'h2-consumer');
+        const final = await consumerRow(db.sql, schema, 'h2-consumer');
         const t = tables(db.sql, schema);
         const letters = await db.sql<{ event_id: string }[]>`select event_id::text from ${t.deadLetters}`;
         const effects = await db.sql<{ event_id: string; n: number }[]>`

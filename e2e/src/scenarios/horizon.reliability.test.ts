@@ -3,27 +3,24 @@
 // burn (I8), the stall must be reported naming the pid and the gid (diagnose and the
 // sluice.gaps.oldest_age metric), and once released the gap burns within one or two passes.
 // R3: a handler that never settles must not hold the horizon longer than handlerTimeoutMs.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { randomBytes } from 'node:crypto';
 import { createAdmin } from '@sluice/admin';
 import { ATTR, createDispatcher, METRIC, silentLogger, type Consumer, type EventRecord } from '@sluice/core';
-import { appendEvents, holdGap, recordingConsumer, withDatabase } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  freshSchema,
+  holdGap,
+  recordingConsumer,
+  until,
+  withDatabase,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
-import {
-  check,
-  consumerState,
-  freshSchema,
-  gapRows,
-  head,
-  metricsProbe,
-  quantile,
-  round,
-  ScenarioRecorder,
-  sleep,
-  until,
-} from './support.js';
+import { check, gapRows, head, metricsProbe, quantile, round, ScenarioRecorder } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-horizon');
@@ -158,7 +155,7 @@ test('G5: a horizon held in another database and by an orphan prepared transacti
         // The gauge tracks the stall: its age is the time since the gap was observed (one pass of slack).
         expect(oldestAge).toBeGreaterThanOrEqual(heldForS - 1);
         await dispatcher.runOnce();
-        expect((await consumerState(db.sql, schema, 'g5-consumer')).cursor).toBe(await head(db.sql, schema));
+        expect((await consumerRow(db.sql, schema, 'g5-consumer')).cursor).toBe(await head(db.sql, schema));
         const deliveredWhileBlocked = c.ids().length;
 
         // 4. Release the foreign writer only: still held by the prepared transaction.
@@ -307,7 +304,7 @@ for (const kind of [
           const [event] = await appendEvents(writer, 1, undefined, schema);
           committedAt.set(event!.id, performance.now());
           appended.push(event!.id);
-          if ((await consumerState(db.sql, schema, 'r3-hung')).status === 'dead') deadAt = performance.now();
+          if ((await consumerRow(db.sql, schema, 'r3-hung')).status === 'dead') deadAt = performance.now();
           check(performance.now() - started < 60_000, 'r3-hung is not dead after 60 s');
           await sleep(100);
         }
@@ -320,7 +317,7 @@ for (const kind of [
         await writer.end();
       }
       const { maxAgeMs, samples } = await watch.stop();
-      const state = await consumerState(db.sql, schema, 'r3-hung');
+      const state = await consumerRow(db.sql, schema, 'r3-hung');
       const bound =
         (kind === 'transactional pg_sleep'
           ? Math.max(handlerTimeoutMs, statementTimeoutMs)

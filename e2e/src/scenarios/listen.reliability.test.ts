@@ -4,6 +4,7 @@
 // (b) The LISTEN connection is blackholed (half-open: a proxy stops forwarding its bytes in both
 // directions without closing it): deliveries must keep flowing by polling; whether Sluice notices
 // and re-LISTENs is measured and reported as it is.
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   append,
   createDispatcher,
@@ -14,21 +15,11 @@ import {
   type EventRecord,
   type Sql,
 } from '@sluice/core';
-import { recordingConsumer, type RecordingConsumer } from '@sluice/testing';
+import { freshSchema, recordingConsumer, type RecordingConsumer, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
-import {
-  check,
-  capturingLogger,
-  freshSchema,
-  metricsProbe,
-  quantile,
-  round,
-  ScenarioRecorder,
-  sleep,
-  until,
-} from './support.js';
+import { check, capturingLogger, metricsProbe, quantile, round, ScenarioRecorder } from './support.js';
 import { BlackholeProxy } from './tcp-proxy.js';
 
 const db = await useTestDatabase();

@@ -1,23 +1,21 @@
 // docs/reliability.md §5, G6–G8: what the events id sequence can do to a dispatcher. G6: CACHE > 1 is
 // refused at start (and by migrate). G7: setval() jumps the sequence by 1e6 mid-stream; the hole is
 // one pending range that burns. G8: ids around 9/10 digits and 2^53 stay exact and in order.
-import { appendEvents, recordingConsumer, type RecordingConsumer } from '@sluice/testing';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  appendEvents,
+  consumerRow,
+  freshSchema,
+  type RecordingConsumer,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { createAdmin } from '@sluice/admin';
 import { append, createDispatcher, migrate, silentLogger, type EventRecord, type Sql } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { afterAll, expect, test } from 'vitest';
-import {
-  check,
-  consumerState,
-  freshSchema,
-  gapRows,
-  head,
-  round,
-  ScenarioRecorder,
-  sleep,
-  until,
-} from './support.js';
+import { check, gapRows, head, round, ScenarioRecorder } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-sequence');
@@ -118,7 +116,7 @@ function cursorWatch(sql: Sql, schema: string, name: string) {
   const loop = (async () => {
     while (!run.stopped) {
       try {
-        const { cursor } = await consumerState(sql, schema, name);
+        const { cursor } = await consumerRow(sql, schema, name);
         if (cursor < last) regressions += 1;
         last = cursor;
       } catch {
@@ -206,7 +204,7 @@ test('G7: setval(+1e6) mid-stream leaves one pending range that burns; delivery 
       }
       await until(
         async () =>
-          (await consumerState(db.sql, schema, 'g7-consumer')).cursor === (await head(db.sql, schema)),
+          (await consumerRow(db.sql, schema, 'g7-consumer')).cursor === (await head(db.sql, schema)),
         30_000,
         'the consumer to reach the head',
       );
@@ -300,7 +298,7 @@ test('G8: ids across 999 999 999 → 1 000 000 000 and 2^53 arrive exact and in 
       for (let n = 0; n < 60; n++) await one(n);
       await until(
         async () =>
-          (await consumerState(db.sql, schema, 'g8-consumer')).cursor === (await head(db.sql, schema)),
+          (await consumerRow(db.sql, schema, 'g8-consumer')).cursor === (await head(db.sql, schema)),
         30_000,
         'the consumer to reach the head',
       );
@@ -314,7 +312,7 @@ test('G8: ids across 999 999 999 → 1 000 000 000 and 2^53 arrive exact and in 
     const storedIds = stored.map((r) => BigInt(r.id));
     const appendedIds = appended.map((e) => e.id);
     const delivered = c.ids();
-    const state = await consumerState(db.sql, schema, 'g8-consumer');
+    const state = await consumerRow(db.sql, schema, 'g8-consumer');
     const shown = await createAdmin({ sql: db.sql, schema }).showConsumer('g8-consumer');
     const mismatches =
       appendedIds.filter((id, i) => id !== storedIds[i]).length +

@@ -4,6 +4,8 @@
 // terminated every 50–200 ms while writers append; then quiet. The process must never die, every
 // consumer must have received every committed event within 30 s of the quiet, a transactional
 // consumer's rows must equal the log, and stop() must return.
+import { freshSchema, until } from '@sluice/testing';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { randomBytes } from 'node:crypto';
 import { readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -14,7 +16,7 @@ import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
 import { STORM_CONSUMERS, type StormChildConfig, type StormDelivery } from './storm-shared.js';
-import { check, freshSchema, killChildren, ScenarioRecorder, sleep, startChild, until } from './support.js';
+import { check, killChildren, ScenarioRecorder, startChild } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-storm');

@@ -1,11 +1,11 @@
-// Shared by the scenario suites (docs/reliability.md §5): result recording, fresh schemas, waiting on
-// conditions, an on-demand OpenTelemetry metric reader, a capturing logger, and child processes.
+// Shared by the scenario suites (docs/reliability.md §5): result recording, an on-demand
+// OpenTelemetry metric reader, a capturing logger, and child processes (fresh schemas, consumer
+// rows and waiting on conditions come from @sluice/testing).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { migrate, silentLogger, type DispatcherOptions, type Logger, type Sql } from '@sluice/core';
+import type { DispatcherOptions, Logger, Sql } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
 
@@ -70,71 +70,6 @@ export class ScenarioRecorder {
 /** Throws `message` (with the figures' context) when `condition` is false: an invariant check. */
 export function check(condition: boolean, message: string): asserts condition {
   if (!condition) throw new Error(message);
-}
-
-/** A freshly migrated Sluice schema of its own, so scenarios in a file do not see each other's events. */
-export async function freshSchema(sql: Sql, prefix = 's'): Promise<string> {
-  const schema = `${prefix}_${randomBytes(5).toString('hex')}`;
-  await migrate(sql, { schema, logger: silentLogger });
-  return schema;
-}
-
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-/** Resolves once `condition` holds, checking every `everyMs`; throws after `timeoutMs`. */
-export async function until(
-  condition: () => boolean | Promise<boolean>,
-  timeoutMs: number,
-  what: string,
-  everyMs = 5,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
-}
-
-export interface StateRow {
-  cursor: bigint;
-  status: string;
-  attempts: number;
-  stuckEventId: bigint | null;
-  lastError: string | null;
-  failureCategory: string | null;
-  gapCount: number;
-}
-
-/** A consumer's row, ids as bigint (read as text: exact). */
-export async function consumerState(
-  sql: Sql,
-  schema: string,
-  name: string,
-  instanceId = '*',
-): Promise<StateRow> {
-  const t = tables(sql, schema);
-  const [row] = await sql<
-    {
-      cursor: string;
-      status: string;
-      attempts: number;
-      stuck_event_id: string | null;
-      last_error: string | null;
-      failure_category: string | null;
-      gap_count: number;
-    }[]
-  >`select cursor::text, status, attempts, stuck_event_id::text, last_error, failure_category, gap_count
-    from ${t.consumers} where name = ${name} and instance_id = ${instanceId}`;
-  if (!row) throw new Error(`no consumer row ${schema}.${name}/${instanceId}`);
-  return {
-    cursor: BigInt(row.cursor),
-    status: row.status,
-    attempts: row.attempts,
-    stuckEventId: row.stuck_event_id === null ? null : BigInt(row.stuck_event_id),
-    lastError: row.last_error,
-    failureCategory: row.failure_category,
-    gapCount: row.gap_count,
-  };
 }
 
 /** The gap ranges of a consumer, straight from the gaps table. */

@@ -3,6 +3,7 @@
 // an unprivileged role floods pg_notify on the Sluice channel with hostile payloads, `batch`
 // notifications per autocommit statement (one commit each). Prints one line,
 // `FLOOD {"sent","commits","failed","startMs","endMs"}` (epoch milliseconds), and exits.
+import { setTimeout as sleep } from 'node:timers/promises';
 import postgres from 'postgres';
 import { exitWithParent } from '../rig/child.js';
 
@@ -37,8 +38,6 @@ if (raw === undefined)
 const config = JSON.parse(raw) as FloodConfig;
 
 exitWithParent(config.parentPid); // never outlive the test process
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** One hostile payload per batch (±2^63, a JSON bomb, 7,999 bytes, SQL text, …). */
 function hostile(seq: number): string {

@@ -6,7 +6,7 @@
 // the plugin (their parsers are what a cross-site form relies on); the races once, on the bare one.
 import { gzipSync } from 'node:zlib';
 import type { Consumer, EventRecord } from '@sluice/core';
-import { appendEvents } from '@sluice/testing';
+import { appendEvents, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import type { InjectOptions, LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -23,7 +23,7 @@ import {
   type Statement,
   type TableState,
 } from './ops-app.js';
-import { sleep, SuiteRecorder, tally, Violations, type Figures } from './recorder.js';
+import { SuiteRecorder, tally, Violations, type Figures } from './recorder.js';
 
 const db = await useTestDatabase();
 /** Each host app's results are a suite of their own in RESULTS.md. */
@@ -1352,6 +1352,18 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
           schema: quick.schema,
           lockTimeoutMs: 10_000,
         });
+        /** Resolves once an operator action waits for the row the blocked turn holds. */
+        const untilWaitingForTheRow = () =>
+          until(
+            async () =>
+              (
+                await db.sql`
+                  select 1 from pg_stat_activity
+                  where wait_event_type = 'Lock' and state = 'active' and query like '%for update of c%'`
+              ).length > 0,
+            10_000,
+            'the operator action to wait for the row',
+          );
         try {
           const block = () =>
             appendEvents(
@@ -1394,7 +1406,7 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
           );
           void waiting.finally(() => (settled = true));
           const waitStarted = performance.now();
-          await sleep(500);
+          await untilWaitingForTheRow();
           expect(settled).toBe(false);
           release();
           await turn;
@@ -1417,13 +1429,13 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
           const turn2 = quick.app.sluice.dispatcher.runOnce();
           await inside;
           const restarting = patient.app.inject(post('/consumers/slowpoke/restart', { from: '0' }));
-          await sleep(500);
+          await untilWaitingForTheRow();
           release();
           await turn2;
           const restarted = await restarting;
           expect(restarted.statusCode, restarted.body).toBe(200);
           expect(restarted.json()).toMatchObject({ cursorBefore: second!.id.toString(), cursorAfter: '0' });
-          await sleep(200);
+          await quick.app.sluice.dispatcher.drain();
           const final = await consumerRow(quick.schema, 'slowpoke');
           figures['operator state kept after the turn'] =
             `status ${final?.status ?? '?'}, cursor ${final?.cursor ?? '?'}`;

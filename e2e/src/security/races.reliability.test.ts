@@ -1,6 +1,7 @@
 // Races against retention and wake-ups (docs/reliability.md §5: P1, P2, X6; invariants I6, I7, I4):
 // prune racing live dispatchers and writers, prune against a committed-but-unfetched gap id, and a
 // forged NOTIFY flood from an unprivileged role.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { randomBytes } from 'node:crypto';
 import { createAdmin } from '@sluice/admin';
 import {
@@ -18,14 +19,14 @@ import {
   type EventRecord,
 } from '@sluice/core';
 import { wakeUpChannel } from '@sluice/core/internal';
-import { appendEvents, holdGap } from '@sluice/testing';
+import { appendEvents, holdGap, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, describe, expect, test } from 'vitest';
 import { EMPTY_NOTIFY_PASSES } from '../../../packages/core/src/dispatcher/idle-check.js';
 import { profile } from '../report/results.js';
-import { killChildren, metricsProbe, startChild, until, type Child } from '../scenarios/support.js';
+import { killChildren, metricsProbe, startChild, type Child } from '../scenarios/support.js';
 import type { FloodConfig, FloodReport } from './notify-flood.js';
-import { sleep, SuiteRecorder, Violations } from './recorder.js';
+import { SuiteRecorder, Violations } from './recorder.js';
 
 const db = await useTestDatabase();
 const recorder = new SuiteRecorder('races');

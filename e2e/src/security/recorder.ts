@@ -1,7 +1,7 @@
 // Shared by the security and race suites: result recording, violation lists, tallies.
 
 // Results are recorded the way the scenario suites record theirs.
-export { ScenarioRecorder as SuiteRecorder, sleep, type Figures } from '../scenarios/support.js';
+export { ScenarioRecorder as SuiteRecorder, type Figures } from '../scenarios/support.js';
 
 /** Invariant violations found by a scenario; `assertNone` fails it with a readable summary. */
 export class Violations {

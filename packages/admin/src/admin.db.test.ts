@@ -1,5 +1,13 @@
 import { createDispatcher, migrate, prune, silentLogger, type Consumer, type Dispatcher } from '@sluice/core';
-import { appendEvents, drainUntilIdle, failingOn, openTransaction, recordingConsumer } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  drainUntilIdle,
+  failingOn,
+  openTransaction,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
@@ -26,15 +34,6 @@ async function setup(consumers: readonly Consumer[], extra: { instanceId?: strin
   return { schema, dispatcher, admin };
 }
 
-async function row(schema: string, name: string, instanceId = '*') {
-  const [r] = await db.sql<
-    { cursor: string; status: string; attempts: number; gap_count: number; skip_event_id: string | null }[]
-  >`
-    select cursor::text, status, attempts, gap_count, skip_event_id::text
-    from ${db.sql(`${schema}.consumers`)} where name = ${name} and instance_id = ${instanceId}`;
-  return r;
-}
-
 async function auditActions(schema: string): Promise<string[]> {
   const rows = await db.sql<
     { action: string }[]
@@ -44,15 +43,6 @@ async function auditActions(schema: string): Promise<string[]> {
 
 async function stuck(dispatcher: Dispatcher, times = 1) {
   for (let i = 0; i < times; i++) await dispatcher.runOnce();
-}
-
-/** Resolves once `condition` holds (checked every few ms; set by handlers running elsewhere). */
-async function until(condition: () => boolean): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((resolve) => setTimeout(resolve, 2));
-  }
 }
 
 describe('read models', () => {
@@ -212,7 +202,7 @@ describe('actions', () => {
     const { dispatcher, admin, schema } = await setup([c.consumer]);
     await appendEvents(db.sql, 4, undefined, schema);
     await stuck(dispatcher);
-    expect(await row(schema, 'mailer')).toMatchObject({ cursor: '2', status: 'dead' });
+    expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({ cursor: 2n, status: 'dead' });
     const result = await admin.restart('mailer', { from: 'now', actor: 'alice', reason: 'give up on 3' });
     expect(result).toMatchObject({
       cursorBefore: 2n,
@@ -220,16 +210,16 @@ describe('actions', () => {
       statusBefore: 'dead',
       statusAfter: 'idle',
     });
-    expect(await row(schema, 'mailer')).toMatchObject({
-      cursor: '4',
+    expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({
+      cursor: 4n,
       status: 'idle',
       attempts: 0,
-      gap_count: 0,
+      gapCount: 0,
     });
     const [audit] = await admin.listAudit({ consumer: 'mailer' });
     expect(audit).toMatchObject({ action: 'restart', actor: 'alice', cursorBefore: 2n, cursorAfter: 4n });
     await admin.restart('mailer', { from: 1n });
-    expect((await row(schema, 'mailer'))?.cursor).toBe('1');
+    expect((await consumerRow(db.sql, schema, 'mailer')).cursor).toBe(1n);
   });
 
   test('a restart issued during a turn waits for it and is neither lost nor undone by its commit', async () => {
@@ -260,7 +250,7 @@ describe('actions', () => {
     await turn;
     const result = await restarting;
     expect(result.cursorBefore).toBe(3n); // it saw the turn's committed cursor…
-    expect((await row(schema, 'busy'))?.cursor).toBe('0'); // …and its own change stands
+    expect((await consumerRow(db.sql, schema, 'busy')).cursor).toBe(0n); // …and its own change stands
   });
 
   test('a skip issued while a turn delivers the stuck event decides on the row that turn committed: refused, nothing recorded', async () => {
@@ -297,7 +287,11 @@ describe('actions', () => {
     await turn;
     // The turn delivered event 2: the skip, whose lock waited for that commit, must see it.
     await expect(skipping).rejects.toMatchObject({ code: 'SLUICE_SKIP_MISMATCH' });
-    expect(await row(schema, 'flaky')).toMatchObject({ cursor: '3', attempts: 0, skip_event_id: null });
+    expect(await consumerRow(db.sql, schema, 'flaky')).toMatchObject({
+      cursor: 3n,
+      attempts: 0,
+      skipEventId: null,
+    });
     const letters = await db.sql`select 1 from ${db.sql(`${schema}.dead_letters`)}`;
     expect(letters.length).toBe(0);
     expect(await auditActions(schema)).toEqual([]);
@@ -323,7 +317,7 @@ describe('actions', () => {
     await expect(impatient.disable('held')).rejects.toMatchObject({ code: 'SLUICE_CONSUMER_BUSY' });
     release();
     await turn;
-    expect((await row(schema, 'held'))?.status).toBe('idle');
+    expect((await consumerRow(db.sql, schema, 'held')).status).toBe('idle');
     expect(await auditActions(schema)).toEqual([]);
   });
 
@@ -332,10 +326,10 @@ describe('actions', () => {
     const { dispatcher, admin, schema } = await setup([c.consumer]);
     await appendEvents(db.sql, 3, undefined, schema);
     await stuck(dispatcher);
-    const before = await row(schema, 'mailer');
+    const before = await consumerRow(db.sql, schema, 'mailer');
     const refused = await admin.skip('mailer', { eventId: 3n }).catch((e: unknown) => e);
     expect(refused).toMatchObject({ code: 'SLUICE_SKIP_MISMATCH', stuckEventId: 2n, requestedEventId: 3n });
-    expect(await row(schema, 'mailer')).toEqual(before);
+    expect(await consumerRow(db.sql, schema, 'mailer')).toEqual(before);
     expect(await auditActions(schema)).toEqual([]);
     const healthy = await setup([recordingConsumer('fine').consumer]);
     await expect(healthy.admin.skip('fine', { eventId: 1n })).rejects.toMatchObject({
@@ -348,13 +342,17 @@ describe('actions', () => {
     const { dispatcher, admin, schema } = await setup([c.consumer]);
     await appendEvents(db.sql, 3, undefined, schema);
     await stuck(dispatcher);
-    expect((await row(schema, 'mailer'))?.status).toBe('dead');
+    expect((await consumerRow(db.sql, schema, 'mailer')).status).toBe('dead');
     const result = await admin.skip('mailer', { eventId: 2n, reason: 'bad address' });
     expect(result).toMatchObject({ statusAfter: 'idle', eventId: 2n });
     await drainUntilIdle(dispatcher);
     expect(c.ids()).toEqual([1n, 3n]);
     expect(c.failures.get(2n)).toBe(1);
-    expect(await row(schema, 'mailer')).toMatchObject({ cursor: '3', skip_event_id: null, status: 'idle' });
+    expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({
+      cursor: 3n,
+      skipEventId: null,
+      status: 'idle',
+    });
     const [letter] = await admin.listDeadLetters('mailer');
     expect(letter).toMatchObject({
       eventId: 2n,
@@ -378,12 +376,16 @@ describe('actions', () => {
     await appendEvents(db.sql, 2, undefined, schema); // 2, 3
     await dispatcher.runOnce(); // cursor 3, gap {1}
     await writer.commit();
-    for (let i = 0; i < 5 && (await row(schema, 'indexer'))?.status !== 'dead'; i++)
+    for (let i = 0; i < 5 && (await consumerRow(db.sql, schema, 'indexer')).status !== 'dead'; i++)
       await dispatcher.runOnce();
-    expect(await row(schema, 'indexer')).toMatchObject({ status: 'dead', cursor: '3' });
+    expect(await consumerRow(db.sql, schema, 'indexer')).toMatchObject({ status: 'dead', cursor: 3n });
     await admin.skip('indexer', { eventId: 1n });
     await drainUntilIdle(dispatcher);
-    expect(await row(schema, 'indexer')).toMatchObject({ status: 'idle', cursor: '3', gap_count: 0 });
+    expect(await consumerRow(db.sql, schema, 'indexer')).toMatchObject({
+      status: 'idle',
+      cursor: 3n,
+      gapCount: 0,
+    });
   });
 
   test('disable stops turns (a time-boxed one expires by itself); enable resumes with nothing lost', async () => {
@@ -538,7 +540,7 @@ describe('actions', () => {
     const c = recordingConsumer(name);
     const { admin, schema } = await setup([c.consumer]);
     await admin.disable(name);
-    expect((await row(schema, name))?.status).toBe('disabled');
+    expect((await consumerRow(db.sql, schema, name)).status).toBe('disabled');
     await expect(admin.enable('')).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION' });
     await expect(admin.enable('a\u0000b')).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION' });
   });

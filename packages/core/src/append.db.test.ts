@@ -1,4 +1,4 @@
-import { recordNotifications } from '@sluice/testing';
+import { recordNotifications, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from './append.js';
@@ -7,7 +7,6 @@ import type { NewEvent } from './events.js';
 import { silentLogger } from './logger.js';
 import { pgArray } from './queries/pg-array.js';
 import { migrate } from './schema/migrate.js';
-import { until } from './test-support.js';
 import { wakeUpChannel } from './wake-up/channel.js';
 import { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
 

@@ -1,16 +1,17 @@
 // Invariant I3 (docs/design.md §9): a shared consumer never has two instances in a turn at once and, absent
 // crashes, delivers each event once; per-instance consumers see every event in every process.
+import { freshSchema, until } from '@sluice/testing';
 import { append } from './append.js';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import type { Consumer } from './consumers/consumer.js';
 import type { EventRecord } from './events.js';
-import { freshSchema, testDispatcher, until } from './test-support.js';
+import { testDispatcher } from './test-support.js';
 
 const db = await useTestDatabase();
 
 test('two dispatchers on separate pools: shared handled once, never concurrently; per-instance everywhere', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const EVENTS = 300;
   let active = 0;
   let maxActive = 0;

@@ -3,15 +3,22 @@
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createDispatcher, migrate, silentLogger, type Consumer, type Dispatcher } from '@sluice/core';
+import { createDispatcher, silentLogger, type Consumer, type Dispatcher } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { readFileSync } from 'node:fs';
-import { appendEvents, drainUntilIdle, failingOn, openTransaction, recordingConsumer } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  drainUntilIdle,
+  failingOn,
+  freshSchema,
+  openTransaction,
+  recordingConsumer,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 
@@ -90,13 +97,6 @@ function sluice(schema: string, ...args: string[]): Promise<Run> {
   return run([...args, '--database-url', db.url, '--schema', schema]);
 }
 
-/** A migrated schema of its own for one test. */
-async function freshSchema(): Promise<string> {
-  const schema = `cli_${randomBytes(5).toString('hex')}`;
-  await migrate(db.sql, { schema, logger: silentLogger });
-  return schema;
-}
-
 function dispatcherFor(schema: string, consumers: readonly Consumer[]): Dispatcher {
   const dispatcher = createDispatcher({
     sql: db.sql,
@@ -112,16 +112,6 @@ function dispatcherFor(schema: string, consumers: readonly Consumer[]): Dispatch
   return dispatcher;
 }
 
-async function rowOf(schema: string, name: string) {
-  const [row] = await db.sql<
-    { cursor: string; status: string; attempts: number; stuck_event_id: string | null }[]
-  >`
-    select cursor::text, status, attempts, stuck_event_id::text
-    from ${tables(db.sql, schema).consumers} where name = ${name} and instance_id = '*'`;
-  if (!row) throw new Error(`no consumer row ${name}`);
-  return row;
-}
-
 async function countOf(schema: string, table: 'audit' | 'deadLetters'): Promise<number> {
   const [row] = await db.sql<
     { n: number }[]
@@ -134,7 +124,7 @@ async function countOf(schema: string, table: 'audit' | 'deadLetters'): Promise<
  * behind a head of 5.
  */
 async function deadAndBehind() {
-  const schema = await freshSchema();
+  const schema = await freshSchema(db.sql, 'cli');
   const healthy = recordingConsumer('healthy');
   const mailer = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } });
   const dispatcher = dispatcherFor(schema, [healthy.consumer, mailer.consumer]);
@@ -142,14 +132,18 @@ async function deadAndBehind() {
   await appendEvents(db.sql, 3, undefined, schema);
   await drainUntilIdle(dispatcher);
   await appendEvents(db.sql, 2, undefined, schema);
-  expect(await rowOf(schema, 'mailer')).toMatchObject({ cursor: '1', status: 'dead', stuck_event_id: '2' });
-  expect(await rowOf(schema, 'healthy')).toMatchObject({ cursor: '3', status: 'idle' });
+  expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({
+    cursor: 1n,
+    status: 'dead',
+    stuckEventId: 2n,
+  });
+  expect(await consumerRow(db.sql, schema, 'healthy')).toMatchObject({ cursor: 3n, status: 'idle' });
   return { schema, dispatcher, healthy, mailer };
 }
 
 /** `indexer` skipped event 2 with skipApplyErrors (a dead letter) while `poisoned` is true. */
 async function withDeadLetter() {
-  const schema = await freshSchema();
+  const schema = await freshSchema(db.sql, 'cli');
   const state = { poisoned: true };
   const indexer = failingOn('indexer', (e) => state.poisoned && e.id === 2n, {
     errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
@@ -295,7 +289,7 @@ describe('status', () => {
   });
 
   test('with no consumers it says so, and --json prints []', async () => {
-    const schema = await freshSchema();
+    const schema = await freshSchema(db.sql, 'cli');
     expect(await ok(sluice(schema, 'status'))).toBe('no consumers are registered\n');
     expect(await ok(sluice(schema, 'status', '--json'))).toBe('[]\n');
   });
@@ -324,7 +318,7 @@ describe('restart', () => {
     expect(
       await ok(sluice(schema, 'restart', 'healthy', '--from', '0', '--reason', 'rebuild the index')),
     ).toBe('restarted healthy: cursor 3 → 0\n');
-    expect((await rowOf(schema, 'healthy')).cursor).toBe('0');
+    expect((await consumerRow(db.sql, schema, 'healthy')).cursor).toBe(0n);
 
     const records = await json<Row[]>(sluice(schema, 'audit', '--json'));
     expect(records).toHaveLength(1);
@@ -347,7 +341,11 @@ describe('restart', () => {
     expect(await ok(sluice(schema, 'restart', 'mailer', '--from', 'now', '--actor', 'alice'))).toBe(
       'restarted mailer: cursor 1 → 5, dead → idle\n',
     );
-    expect(await rowOf(schema, 'mailer')).toMatchObject({ cursor: '5', status: 'idle', attempts: 0 });
+    expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({
+      cursor: 5n,
+      status: 'idle',
+      attempts: 0,
+    });
     const [record] = await json<Row[]>(sluice(schema, 'audit', '--json', '--limit', '1'));
     expect(record?.['actor']).toBe('alice');
   });
@@ -357,7 +355,7 @@ describe('restart', () => {
     const result = await sluice(schema, 'restart', 'healthy', '--from', '99');
     expect(result.code).toBe(4);
     expect(result.stderr).toBe('sluice: Cannot restart from 99: the log head is 5\n');
-    expect((await rowOf(schema, 'healthy')).cursor).toBe('3');
+    expect((await consumerRow(db.sql, schema, 'healthy')).cursor).toBe(3n);
     expect(await countOf(schema, 'audit')).toBe(0);
   });
 });
@@ -365,12 +363,12 @@ describe('restart', () => {
 describe('skip', () => {
   test('an event the consumer is not stuck on: exit 4 naming the stuck event, nothing changed', async () => {
     const { schema } = await deadAndBehind();
-    const before = await rowOf(schema, 'mailer');
+    const before = await consumerRow(db.sql, schema, 'mailer');
     const result = await sluice(schema, 'skip', 'mailer', '--event', '3');
     expect(result.code).toBe(4);
     expect(result.stdout).toBe('');
     expect(result.stderr).toBe('sluice: Consumer "mailer" is stuck on event 2, not 3; refusing to skip\n');
-    expect(await rowOf(schema, 'mailer')).toEqual(before);
+    expect(await consumerRow(db.sql, schema, 'mailer')).toEqual(before);
     expect(await countOf(schema, 'audit')).toBe(0);
     expect(await countOf(schema, 'deadLetters')).toBe(0);
   });
@@ -384,7 +382,7 @@ describe('skip', () => {
     await drainUntilIdle(dispatcher);
     expect(mailer.ids()).toEqual([1n, 3n, 4n, 5n]);
     expect(mailer.failures.get(2n)).toBe(1);
-    expect(await rowOf(schema, 'mailer')).toMatchObject({ cursor: '5', status: 'idle' });
+    expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({ cursor: 5n, status: 'idle' });
   });
 });
 
@@ -430,7 +428,7 @@ describe('disable and enable', () => {
       expect(result.code, args.join(' ')).toBe(2);
       expect(result.stderr, args.join(' ')).toMatch(/^sluice: .*(--for|--until|until)/);
     }
-    expect((await rowOf(schema, 'healthy')).status).toBe('idle');
+    expect((await consumerRow(db.sql, schema, 'healthy')).status).toBe('idle');
     expect(await countOf(schema, 'audit')).toBe(0);
 
     expect(await ok(sluice(schema, 'disable', 'healthy', '--until', '2999-01-01T12:00:00+02:00'))).toBe(
@@ -442,7 +440,7 @@ describe('disable and enable', () => {
 describe('fence', () => {
   /** `reader` has a pending gap at event 1, whose insert a transaction still holds open. */
   async function heldGap() {
-    const schema = await freshSchema();
+    const schema = await freshSchema(db.sql, 'cli');
     const reader = recordingConsumer('reader');
     const dispatcher = dispatcherFor(schema, [reader.consumer]);
     await dispatcher.ensureRegistered();
@@ -543,7 +541,7 @@ describe('dead letters and replay', () => {
 
 describe('failures and exit codes', () => {
   test('an unknown consumer exits 3', async () => {
-    const schema = await freshSchema();
+    const schema = await freshSchema(db.sql, 'cli');
     for (const args of [
       ['diagnose', 'nobody'],
       ['restart', 'nobody', '--from', 'now'],
@@ -581,7 +579,7 @@ describe('failures and exit codes', () => {
   });
 
   test('a limit out of the API range and a bad schema name are usage errors', async () => {
-    const schema = await freshSchema();
+    const schema = await freshSchema(db.sql, 'cli');
     const limit = await sluice(schema, 'audit', '--limit', '5000');
     expect(limit.code).toBe(2);
     expect(limit.stderr).toBe('sluice: --limit must be between 1 and 1000, got 5000\n');
@@ -623,7 +621,7 @@ describe('failures and exit codes', () => {
   });
 
   test('--json reports a failure as one line of JSON on stderr: code, message and exit code', async () => {
-    const schema = await freshSchema();
+    const schema = await freshSchema(db.sql, 'cli');
     const cases: [string[], Record<string, unknown>][] = [
       [['diagnose', 'nobody', '--json'], { code: 'SLUICE_CONSUMER_NOT_FOUND', exitCode: 3 }],
       [
@@ -683,7 +681,7 @@ describe('failures and exit codes', () => {
   });
 
   test('DATABASE_URL is used when --database-url is not given', async () => {
-    const schema = await freshSchema();
+    const schema = await freshSchema(db.sql, 'cli');
     expect(
       await ok(run(['status', '--json', '--schema', schema], { ...childEnv, DATABASE_URL: db.url })),
     ).toBe('[]\n');

@@ -1,15 +1,15 @@
 // Cluster identity (docs/design.md §5.8): fences are xids of the cluster that took them. After a
 // restore onto another cluster, no transaction of the old one can still commit, so one fresh fetch
 // resolves every pending range, and the event is audited.
-import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
+import { appendEvents, consumerRow, freshSchema, openTransaction, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
-import { consumerRow, freshSchema, rangesOf, testDispatcher } from '../test-support.js';
+import { rangesOf, testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 
 test('a consumer whose gaps were fenced on another cluster resolves them with one fetch and audits it', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const c = recordingConsumer('restored');
   const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
   await dispatcher.ensureRegistered();
@@ -35,5 +35,5 @@ test('a consumer whose gaps were fenced on another cluster resolves them with on
     actor: 'sluice-dispatcher',
     details: { previousSystemIdentifier: '1' },
   });
-  expect((await consumerRow(db.sql, schema, 'restored')).gap_count).toBe(0);
+  expect((await consumerRow(db.sql, schema, 'restored')).gapCount).toBe(0);
 });

@@ -3,12 +3,12 @@
 // still there at the next turn was a crash. These tests leave exactly what a crash leaves behind
 // (turn_starts rows with started_count > 0) and check how the next turn counts them. The real
 // kill -9 of a dispatcher process is exercised by the e2e suites.
-import { appendEvents, recordingConsumer } from '@sluice/testing';
+import { appendEvents, consumerRow, freshSchema, recordingConsumer, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import type { HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
-import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 
@@ -25,7 +25,7 @@ async function marker(schema: string) {
 }
 
 test('a delivering turn records its start and removes it when it commits, unless this process has a clean view of the consumer', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const seen: number[] = [];
   let failOn: bigint | undefined;
   const c = recordingConsumer('mailer', {
@@ -73,7 +73,7 @@ test('a delivering turn records its start and removes it when it commits, unless
 });
 
 test('crashed starts count as attempts; the next turns deliver one event at a time through the crashed batch, the crashes moving on with them', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const deliveries: { ids: bigint[]; attempt: number }[] = [];
   const c = recordingConsumer('mailer', {
     errorPolicy: { maxAttempts: 5 },
@@ -104,7 +104,7 @@ test('crashed starts count as attempts; the next turns deliver one event at a ti
 });
 
 test('after maxAttempts crashed starts the consumer is dead without calling the handler again', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   let calls = 0;
   const c = recordingConsumer('mailer', {
     errorPolicy: { maxAttempts: 3 },
@@ -119,12 +119,12 @@ test('after maxAttempts crashed starts the consumer is dead without calling the 
   await dispatcher.runOnce();
   expect(calls).toBe(0);
   const row = await consumerRow(db.sql, schema, 'mailer');
-  expect(row).toMatchObject({ status: 'dead', attempts: 3, stuck_event_id: 1n, cursor: 0n });
-  expect(row.last_error).toContain('stopped 3 time(s)');
+  expect(row).toMatchObject({ status: 'dead', attempts: 3, stuckEventId: 1n, cursor: 0n });
+  expect(row.lastError).toContain('stopped 3 time(s)');
 });
 
 test('with skipApplyErrors, the crash-poison event goes to dead_letters and the rest flows', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const c = recordingConsumer('mailer', { errorPolicy: { maxAttempts: 2, skipApplyErrors: true } });
   const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
   await dispatcher.ensureRegistered();
@@ -139,7 +139,7 @@ test('with skipApplyErrors, the crash-poison event goes to dead_letters and the 
 });
 
 test('a turn that fails before it records its start leaves the crashes recorded before it as they are', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const attempts: number[] = [];
   const c = recordingConsumer('mailer', {
     errorPolicy: { maxAttempts: 5 },

@@ -1,16 +1,26 @@
-import { appendEvents, drainUntilIdle, failingOn, openTransaction, recordingConsumer } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  drainUntilIdle,
+  failingOn,
+  freshSchema,
+  gate,
+  openTransaction,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append } from '../append.js';
 import type { EventRecord } from '../events.js';
-import { consumerRow, freshSchema, gate, testDispatcher, until } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 import { DispatcherNotRegisteredError } from '../errors.js';
 
 const db = await useTestDatabase();
 
 describe('cursors and poison', () => {
   test('a poisoned consumer never holds back another', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const poisoned = failingOn('poisoned', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 100 } });
     const healthy = recordingConsumer('healthy');
     const dispatcher = testDispatcher(db.sql, schema, [poisoned.consumer, healthy.consumer]);
@@ -23,7 +33,7 @@ describe('cursors and poison', () => {
   });
 
   test('keeps the cursor before a failing event, counts attempts, and is dead with last_error at maxAttempts', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 3 } });
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 3_600_000 });
     await dispatcher.ensureRegistered();
@@ -33,14 +43,14 @@ describe('cursors and poison', () => {
       cursor: 1n,
       attempts: 1,
       status: 'processing',
-      stuck_event_id: 2n,
+      stuckEventId: 2n,
     });
     await dispatcher.runOnce();
     expect((await consumerRow(db.sql, schema, 'mailer')).attempts).toBe(2);
     await dispatcher.runOnce();
     const dead = await consumerRow(db.sql, schema, 'mailer');
-    expect(dead).toMatchObject({ cursor: 1n, attempts: 3, status: 'dead', stuck_event_id: 2n });
-    expect(dead.last_error).toContain('poison event 2');
+    expect(dead).toMatchObject({ cursor: 1n, attempts: 3, status: 'dead', stuckEventId: 2n });
+    expect(dead.lastError).toContain('poison event 2');
     // Dead is frozen: more passes deliver nothing and change nothing.
     const result = await dispatcher.runOnce();
     expect(result.byConsumer['mailer']?.skipped).toBe('dead');
@@ -50,7 +60,7 @@ describe('cursors and poison', () => {
   });
 
   test('skipApplyErrors records the event in dead_letters and continues past it', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = failingOn('indexer', (e) => e.id === 2n, {
       errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
     });
@@ -77,7 +87,7 @@ describe('cursors and poison', () => {
   });
 
   test('a throwing batchHandler falls back to per-event delivery', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const batches: number[] = [];
     const c = recordingConsumer('batchy', {
       batchHandler: (events) => {
@@ -94,7 +104,7 @@ describe('cursors and poison', () => {
   });
 
   test('a batchHandler that succeeds handles the whole batch in one call', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const batches: bigint[][] = [];
     const c = recordingConsumer('bulk', {
       batchSize: 3,
@@ -116,7 +126,7 @@ describe('cursors and poison', () => {
 
 describe('batch growth', () => {
   test('a consumer that is behind doubles its batch up to maxBatchSize, and a short fetch or a failure resets it', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     // Sizes of the turns' deliveries: a batchHandler call, or a run of single handler calls.
     const turns: number[] = [];
     let singles = 0;
@@ -165,7 +175,7 @@ describe('batch growth', () => {
 
 describe('rearm', () => {
   test('re-arms after the cooldown, stays dead after maxRearmCount re-arms without progress, and reports it once', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = failingOn('flaky', (e) => e.id === 1n, { errorPolicy: { maxAttempts: 1 } });
     const warnings: string[] = [];
     const errors: string[] = [];
@@ -188,25 +198,25 @@ describe('rearm', () => {
     await dispatcher.runOnce(); // re-arm 2, fails again
     for (let i = 0; i < 3; i++) await dispatcher.runOnce(); // budget used up
     const row = await consumerRow(db.sql, schema, 'flaky');
-    expect(row).toMatchObject({ status: 'dead', rearm_count: 2, cursor: 0n });
+    expect(row).toMatchObject({ status: 'dead', rearmCount: 2, cursor: 0n });
     expect(c.failures.get(1n)).toBe(3);
     expect(warnings.filter((m) => m.startsWith('re-arming'))).toHaveLength(2);
     expect(errors.filter((m) => m.includes('used up its automatic re-arms'))).toHaveLength(1);
   });
 
   test('a dead consumer does not re-arm before its cooldown', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = failingOn('cooling', () => true, { errorPolicy: { maxAttempts: 1 } });
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 3_600_000 });
     await dispatcher.ensureRegistered();
     await appendEvents(db.sql, 1, undefined, schema);
     for (let i = 0; i < 3; i++) await dispatcher.runOnce();
-    expect(await consumerRow(db.sql, schema, 'cooling')).toMatchObject({ status: 'dead', rearm_count: 0 });
+    expect(await consumerRow(db.sql, schema, 'cooling')).toMatchObject({ status: 'dead', rearmCount: 0 });
     expect(c.failures.get(1n)).toBe(1);
   });
 
   test('a turn that advances the cursor after a re-arm restores the budget', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     let failing = true;
     const c = failingOn('recovers', (e) => failing && e.id === 1n, { errorPolicy: { maxAttempts: 1 } });
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 0, maxRearmCount: 3 });
@@ -214,13 +224,13 @@ describe('rearm', () => {
     await appendEvents(db.sql, 2, undefined, schema);
     await dispatcher.runOnce(); // dead
     await dispatcher.runOnce(); // re-arm 1, dead again
-    expect((await consumerRow(db.sql, schema, 'recovers')).rearm_count).toBe(1);
+    expect((await consumerRow(db.sql, schema, 'recovers')).rearmCount).toBe(1);
     failing = false; // the outage is over
     await dispatcher.runOnce(); // re-arm 2, delivers 1 and 2
     expect(await consumerRow(db.sql, schema, 'recovers')).toMatchObject({
       status: 'idle',
       cursor: 2n,
-      rearm_count: 0,
+      rearmCount: 0,
       attempts: 0,
     });
     expect(c.ids()).toEqual([1n, 2n]);
@@ -229,7 +239,7 @@ describe('rearm', () => {
 
 describe('concurrency slots', () => {
   test('with concurrency 2 and 6 slow consumers, never more than 2 turns run at once', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     let active = 0;
     let maxActive = 0;
     const consumers = Array.from({ length: 6 }, (_, i) =>
@@ -256,7 +266,7 @@ describe('concurrency slots', () => {
   });
 
   test('a consumer already in a turn (or queued) is not started twice', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     let active = 0;
     let overlapped = false;
     const handled: bigint[] = [];
@@ -289,7 +299,7 @@ describe('concurrency slots', () => {
   test.each(['start()', 'runOnce()'])(
     'runOnce() while a turn started by %s is running gets a turn that fetches after the call',
     async (startedBy) => {
-      const schema = await freshSchema(db);
+      const schema = await freshSchema(db.sql);
       const entered = gate();
       const release = gate();
       const handled: bigint[] = [];
@@ -333,14 +343,14 @@ describe('concurrency slots', () => {
 
 describe('lifecycle', () => {
   test('runOnce() before start() or ensureRegistered() throws a typed error', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const dispatcher = testDispatcher(db.sql, schema, [recordingConsumer('early').consumer]);
     await expect(dispatcher.runOnce()).rejects.toBeInstanceOf(DispatcherNotRegisteredError);
     await expect(dispatcher.runOnce()).rejects.toMatchObject({ code: 'SLUICE_NOT_REGISTERED' });
   });
 
   test('stop() resolves only after the in-flight handler finishes; then the pool ends cleanly', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const sql = db.connect({ max: 6 });
     const release = gate();
     const order: string[] = [];
@@ -369,7 +379,7 @@ describe('lifecycle', () => {
   });
 
   test("turns run on the dispatcher's own connections: an application pool of one connection, held, holds nothing up", async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const single = db.connect({ max: 1 });
     const held = await single.reserve(); // the application's only connection, busy elsewhere
     onTestFinished(() => {
@@ -389,7 +399,7 @@ describe('lifecycle', () => {
   });
 
   test('a pool of 2 with five consumers whose handlers append through it makes progress (R1a)', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const small = db.connect({ max: 2 });
     const seen = Array.from({ length: 5 }, (): bigint[] => []);
     const consumers = Array.from({ length: 5 }, (_, i) =>
@@ -423,7 +433,7 @@ describe('lifecycle', () => {
   });
 
   test('a turn start not recorded within statementTimeoutMs is an infra failure, not a hang', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const seen = recordingConsumer('starved');
     const dispatcher = testDispatcher(db.sql, schema, [seen.consumer], {
       statementTimeoutMs: 300,
@@ -445,9 +455,9 @@ describe('lifecycle', () => {
     expect(await consumerRow(db.sql, schema, 'starved')).toMatchObject({
       cursor: 0n,
       attempts: 0,
-      failure_category: 'resources',
+      failureCategory: 'resources',
     });
-    expect((await consumerRow(db.sql, schema, 'starved')).last_error).toMatch(/turn start was not recorded/);
+    expect((await consumerRow(db.sql, schema, 'starved')).lastError).toMatch(/turn start was not recorded/);
     // The late record still commits: the next turns count it as a crash (delivering one event at
     // a time through the batch), and nothing is lost.
     await until(
@@ -462,7 +472,7 @@ describe('lifecycle', () => {
   });
 
   test('ensureRegistered() re-creates rows a test truncated, without moving existing cursors', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const a = recordingConsumer('kept');
     const dispatcher = testDispatcher(db.sql, schema, [a.consumer]);
     await dispatcher.ensureRegistered();
@@ -476,7 +486,7 @@ describe('lifecycle', () => {
   });
 
   test('a pass re-creates a row deleted under it, as at start, and audits it', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const a = recordingConsumer('kept');
     const dispatcher = testDispatcher(db.sql, schema, [a.consumer]);
     await dispatcher.ensureRegistered();
@@ -493,7 +503,7 @@ describe('lifecycle', () => {
 
 describe('startFrom, feature gate, transactional consumers', () => {
   test("startFrom: 'now' skips history but delivers events that were in flight when it registered", async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     await appendEvents(db.sql, 3, undefined, schema); // 1..3: history
     const inFlight = await openTransaction(db.sql);
     onTestFinished(() => inFlight.rollback());
@@ -519,7 +529,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
   });
 
   test('startFrom never clobbers an existing cursor', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const first = recordingConsumer('stable');
     const d1 = testDispatcher(db.sql, schema, [first.consumer]);
     await d1.ensureRegistered();
@@ -534,7 +544,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
   });
 
   test('the feature gate makes the cursor wait and then resume with nothing lost', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     let enabled = false;
     const c = recordingConsumer('gated', { featureName: 'search' });
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
@@ -552,7 +562,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
   });
 
   test('transactional: writes through ctx.tx commit with the cursor; a failing event’s writes are rolled back', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
     const c = recordingConsumer('projection', {
       transactional: true,
@@ -574,7 +584,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
   });
 
   test('transactional: one savepoint for the batch; a failing call rolls it back, the calls before it go again in one savepoint, and it is charged without a second call', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
     const statements: string[] = [];
     const sql = db.connect({ max: 6, debug: (_connection, query) => statements.push(query) });
@@ -611,7 +621,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
     expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({
       cursor: 7n,
       attempts: 1,
-      stuck_event_id: 8n,
+      stuckEventId: 8n,
     });
 
     // The first event of the batch fails: nothing to deliver again, and it is called once.
@@ -631,7 +641,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
   });
 
   test('transactional with skipApplyErrors: the failing event goes to the dead letters and the batch goes on after it, each write once', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
     const calls: bigint[] = [];
     const c = recordingConsumer('projection', {
@@ -658,7 +668,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
   });
 
   test('transactional: when the turn dies before COMMIT, neither the writes nor the cursor survive', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
     let pid = 0;
     const proceed = gate();

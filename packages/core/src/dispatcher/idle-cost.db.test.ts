@@ -7,14 +7,14 @@
 // count is read only once no other session is connected, and this file never touches the shared
 // `db.sql` pool.
 import { randomBytes } from 'node:crypto';
-import { appendEvents, openTransaction, recordingConsumer, withDatabase } from '@sluice/testing';
+import { appendEvents, openTransaction, recordingConsumer, until, withDatabase } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import { afterAll, expect, onTestFinished, test } from 'vitest';
 import { silentLogger } from '../logger.js';
 import { migrate } from '../schema/migrate.js';
 import type { Sql } from '../sql-types.js';
-import { testDispatcher, until } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 // Statistics are read from another database, so reading them does not add to the count.

@@ -1,12 +1,12 @@
-import { appendEvents, recordingConsumer } from '@sluice/testing';
+import { appendEvents, consumerRow, freshSchema, gate, recordingConsumer, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterEach, describe, expect, onTestFinished, test, vi } from 'vitest';
-import { consumerRow, freshSchema, gate, testDispatcher, until } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 
 test('a terminated turn backend is an infra failure: recorded with its category, backed off, attempts untouched', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   let pid = 0;
   let firstDelivery = true;
   const proceed = gate();
@@ -37,8 +37,8 @@ test('a terminated turn backend is an infra failure: recorded with its category,
   expect(result.byConsumer['victim']?.skipped).toBe('failed');
   expect(result.byConsumer['bystander']?.processed).toBe(3); // the others keep flowing
   const failed = await consumerRow(db.sql, schema, 'victim');
-  expect(failed).toMatchObject({ cursor: 0n, attempts: 0, failure_category: 'connection', status: 'idle' });
-  expect(failed.last_error).toMatch(/terminat|CONNECTION_CLOSED/i);
+  expect(failed).toMatchObject({ cursor: 0n, attempts: 0, failureCategory: 'connection', status: 'idle' });
+  expect(failed.lastError).toMatch(/terminat|CONNECTION_CLOSED/i);
 
   // Backing off: the next pass does not touch it.
   expect((await dispatcher.runOnce()).byConsumer['victim']?.skipped).toBe('backoff');
@@ -55,7 +55,7 @@ test('a terminated turn backend is an infra failure: recorded with its category,
 });
 
 test('a turn whose connection dies under a handler calls no further handler and never overlaps the next turn (R1c)', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   // The dispatcher's turns run on connections of its own, named after its instance.
   const application = 'sluice:r1c';
   const pool = db.connect({ max: 4 });
@@ -107,7 +107,7 @@ test('a turn whose connection dies under a handler calls no further handler and 
 });
 
 test('a dead turn writes nothing after its connection is reopened for other work: no cursor regression (I4)', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const application = 'sluice:zombie-a'; // the connections dispatcher A opens for itself
   const poolA = db.connect({ max: 3 });
   const poolB = db.connect({ max: 3 });
@@ -155,7 +155,7 @@ test('a dead turn writes nothing after its connection is reopened for other work
 });
 
 test('a turn whose last write fails commits nothing and is an infra failure, though its COMMIT was already sent', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const consumer = recordingConsumer('c');
   const dispatcher = testDispatcher(db.sql, schema, [consumer.consumer], {
     backoffInitialMs: 200,
@@ -176,8 +176,8 @@ test('a turn whose last write fails commits nothing and is an infra failure, tho
   expect(result.byConsumer['c']).toMatchObject({ processed: 0, skipped: 'failed' });
   const failed = await consumerRow(db.sql, schema, 'c');
   expect(failed).toMatchObject({ cursor: 0n, attempts: 0 });
-  expect(failed.last_error).toMatch(/cursor write refused by the test/);
-  expect(failed.failure_category).not.toBeNull();
+  expect(failed.lastError).toMatch(/cursor write refused by the test/);
+  expect(failed.failureCategory).not.toBeNull();
 
   await db.sql.unsafe(`drop trigger refuse_cursor on ${schema}.consumers`);
   await until(
@@ -195,7 +195,7 @@ describe('in-process waits follow a monotonic clock, not the wall clock', () => 
 
   /** A dispatcher whose one consumer has just failed a turn (its events table was away). */
   async function failedTurn(backoffInitialMs: number) {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('clocked');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { backoffInitialMs });
     await dispatcher.ensureRegistered();

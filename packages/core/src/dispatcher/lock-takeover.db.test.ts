@@ -13,11 +13,19 @@
 // the last table that statement reads before it locks the row. The statement then resumes when the
 // test lets it, exactly once, whatever the timing.
 import { randomBytes } from 'node:crypto';
-import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  freshSchema,
+  gate,
+  openTransaction,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import type { Sql } from '../sql-types.js';
-import { consumerRow, freshSchema, gate, rangesOf, testDispatcher, until } from '../test-support.js';
+import { rangesOf, testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 const PARK_LOCK = 771_001;
@@ -95,7 +103,7 @@ interface Takeover {
  * has a row for it); `beforeB` runs first (an unrelated long transaction, say).
  */
 async function takeover(beforeB?: () => Promise<void>): Promise<Takeover> {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   await installParking(schema);
   const consumer = recordingConsumer('projection');
   const a = testDispatcher(db.sql, schema, [consumer.consumer]);
@@ -184,7 +192,7 @@ describe('lock takeover: a turn decides only on what it reads once its row is he
 
 describe('a failure recorded after its turn ended lands only on the row that turn held', () => {
   test('a transactional handler times out while another instance takes the row over and delivers the event: the consumer stays as that instance left it', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     await installParking(schema, 'failure-record');
     const hanging = gate();
     onTestFinished(hanging.open);
@@ -216,7 +224,7 @@ describe('a failure recorded after its turn ended lands only on the row that tur
       expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({
         cursor: 1n,
         attempts: 0,
-        stuck_event_id: null,
+        stuckEventId: null,
       });
 
       await holder`select pg_advisory_unlock(${PARK_LOCK})`;
@@ -231,7 +239,7 @@ describe('a failure recorded after its turn ended lands only on the row that tur
       status: 'idle',
       cursor: 1n,
       attempts: 0,
-      stuck_event_id: null,
+      stuckEventId: null,
     });
     await b.runOnce();
     expect(atB.ids()).toEqual([1n]);

@@ -1,10 +1,10 @@
 // Consumers of one dispatcher at the same cursor share full batches without holes
 // (dispatcher/shared-reads.ts): every event still reaches every consumer once, and a batch with a
 // hole is never taken by a turn that could have seen the hole's event committed.
-import { appendEvents, holdGap, recordingConsumer } from '@sluice/testing';
+import { appendEvents, consumerRow, freshSchema, holdGap, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
-import { consumerRow, freshSchema, rangesOf, spans, testDispatcher } from '../test-support.js';
+import { rangesOf, spans, testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 
@@ -36,7 +36,7 @@ async function committedIds(schema: string): Promise<bigint[]> {
 }
 
 test('consumers turning one after another from the same cursor deliver every event once, reading each full batch once', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const consumers = ['a', 'b', 'c'].map((name) => recordingConsumer(name));
   await appendEvents(db.sql, 40, undefined, schema);
   const { sql, counts } = countingPool();
@@ -59,7 +59,7 @@ test('consumers turning one after another from the same cursor deliver every eve
 });
 
 test('a batch with a hole is not shared: a consumer turning after the hole committed delivers it in id order', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   await appendEvents(db.sql, 4, undefined, schema);
   const held = await holdGap(db.sql, undefined, { schema });
   await appendEvents(db.sql, 6, undefined, schema);
@@ -96,7 +96,7 @@ test('a batch with a hole is not shared: a consumer turning after the hole commi
 });
 
 test('a short batch is not shared: the next consumer reads for itself and sees what committed in between', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   await appendEvents(db.sql, 3, undefined, schema);
   const first = recordingConsumer('first');
   const second = recordingConsumer('second');
@@ -144,7 +144,7 @@ async function catchUpAlone(schema: string, passes: number) {
 }
 
 test('a consumer catching up alone takes the batch read ahead during its previous turn', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   await appendEvents(db.sql, 14, undefined, schema);
   const { c, fromFour } = await catchUpAlone(schema, 5);
   // While the first turn delivered 1..4, the batch above 4 was read outside it; the second turn
@@ -154,7 +154,7 @@ test('a consumer catching up alone takes the batch read ahead during its previou
 });
 
 test('a batch read ahead with a hole in it is not used: the next turn fetches for itself', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   await appendEvents(db.sql, 5, undefined, schema);
   const held = await holdGap(db.sql, undefined, { schema });
   await appendEvents(db.sql, 10, undefined, schema);
@@ -176,7 +176,7 @@ test('a batch read ahead with a hole in it is not used: the next turn fetches fo
 });
 
 test('a turn whose cursor moved since the pre-check drops the fetch it sent with its lock', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   await appendEvents(db.sql, 6, undefined, schema);
   const byA: bigint[] = [];
   const byB: bigint[] = [];

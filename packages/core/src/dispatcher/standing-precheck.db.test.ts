@@ -2,10 +2,10 @@
 // snapshot while it is unchanged, and reads the pre-check in full as soon as anything commits:
 // nothing committed is left waiting, and a consumer the clock decides about is never judged from a
 // standing answer.
-import { appendEvents, recordingConsumer } from '@sluice/testing';
+import { appendEvents, freshSchema, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
-import { freshSchema, testDispatcher } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 
@@ -31,7 +31,7 @@ function recordingPool() {
 }
 
 test('idle passes ask only for the snapshot while nothing commits, and a commit is read and delivered at the next pass', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   await appendEvents(db.sql, 3, undefined, schema);
   const c = recordingConsumer('c');
   const { sql, sent } = recordingPool();
@@ -61,7 +61,7 @@ test('idle passes ask only for the snapshot while nothing commits, and a commit 
 });
 
 test('a pre-check with a consumer waiting to retry does not stand: its retry is due by the clock alone', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   await appendEvents(db.sql, 1, undefined, schema);
   let calls = 0;
   const { sql, sent } = recordingPool();

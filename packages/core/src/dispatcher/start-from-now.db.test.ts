@@ -2,13 +2,13 @@
 // skips history but must receive the events those writers commit later ("stragglers"). Delivering
 // them keeps every promise a normal turn keeps: each ctx.tx write applied once, a crash counted
 // towards maxAttempts, and a turn bounded by its batch and by maxTurnMs.
-import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
+import { appendEvents, consumerRow, freshSchema, openTransaction, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
 import type { HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
 import type { Sql } from '../sql-types.js';
-import { consumerRow, freshSchema, testDispatcher } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 
@@ -33,7 +33,7 @@ async function runUntilQuiet(dispatcher: { runOnce(): Promise<{ processed: numbe
 }
 
 test("a transactional 'now' consumer applies each straggler's write once when a later straggler fails", async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   await db.sql`create table ${db.sql(`${schema}.applied`)} (event_id bigint not null)`;
   const { writer, ids } = await withStragglers(schema, 3);
   const failOnce = new Set([ids[1]]);
@@ -58,7 +58,7 @@ test("a transactional 'now' consumer applies each straggler's write once when a 
 });
 
 test("a straggler's delivery is recorded as a turn start first, so a crash on it counts", async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const { writer, ids } = await withStragglers(schema, 1);
   const startsSeen: (number | undefined)[] = [];
   const c = recordingConsumer('mailer', {
@@ -77,7 +77,7 @@ test("a straggler's delivery is recorded as a turn start first, so a crash on it
 
   // What a process that died in that handler leaves behind, maxAttempts times: the consumer is
   // dead on the straggler without calling the handler again.
-  const again = await freshSchema(db);
+  const again = await freshSchema(db.sql);
   const second = await withStragglers(again, 1);
   let calls = 0;
   const poison = recordingConsumer('mailer', {
@@ -99,13 +99,13 @@ test("a straggler's delivery is recorded as a turn start first, so a crash on it
   expect(await consumerRow(db.sql, again, 'mailer')).toMatchObject({
     status: 'dead',
     attempts: 3,
-    stuck_event_id: straggler,
+    stuckEventId: straggler,
   });
   expect(ids).toHaveLength(1);
 });
 
 test("a 'now' consumer's stragglers are delivered in turns bounded by the batch size", async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const { writer, ids } = await withStragglers(schema, 250);
   const perTurn: number[] = [];
   let inTurn = 0;
@@ -130,7 +130,7 @@ test("a 'now' consumer's stragglers are delivered in turns bounded by the batch 
 });
 
 test("a 'now' consumer's straggler turn ends at maxTurnMs and the next turn continues", async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const { writer, ids } = await withStragglers(schema, 20);
   const delivered: bigint[] = [];
   const c = recordingConsumer('slow', {

@@ -1,14 +1,14 @@
 // docs/design.md §4.3: a turn holds the cluster's horizon while its handlers run, so it is bounded in time
 // (maxTurnMs) as well as in events, and every handler call is bounded (handlerTimeoutMs).
-import { appendEvents, drainUntilIdle, recordingConsumer } from '@sluice/testing';
+import { appendEvents, consumerRow, drainUntilIdle, freshSchema, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
-import { consumerRow, freshSchema, testDispatcher } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 
 test('maxTurnMs: a turn commits what it has done when its time is up, and the next turn continues', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const c = recordingConsumer('slowpoke', {
     handler: async (event) => {
       await new Promise((resolve) => setTimeout(resolve, 30));
@@ -27,7 +27,7 @@ test('maxTurnMs: a turn commits what it has done when its time is up, and the ne
 });
 
 test('handlerTimeoutMs: a handler that never settles counts as a failed attempt and the turn ends', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const signals: AbortSignal[] = [];
   const c = recordingConsumer('hung', {
     handlerTimeoutMs: 100,
@@ -42,15 +42,15 @@ test('handlerTimeoutMs: a handler that never settles counts as a failed attempt 
   await appendEvents(db.sql, 2, undefined, schema);
   await dispatcher.runOnce();
   const row = await consumerRow(db.sql, schema, 'hung');
-  expect(row).toMatchObject({ cursor: 0n, attempts: 1, stuck_event_id: 1n });
-  expect(row.last_error).toContain('handlerTimeoutMs');
+  expect(row).toMatchObject({ cursor: 0n, attempts: 1, stuckEventId: 1n });
+  expect(row.lastError).toContain('handlerTimeoutMs');
   expect(signals[0]?.aborted).toBe(true); // the handler was told to give up
   await dispatcher.runOnce();
   expect((await consumerRow(db.sql, schema, 'hung')).status).toBe('dead');
 });
 
 test('handlerTimeoutMs on a transactional consumer rolls its turn back and still counts the attempt', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
   const c = recordingConsumer('hung-projection', {
     transactional: true,
@@ -66,7 +66,7 @@ test('handlerTimeoutMs on a transactional consumer rolls its turn back and still
   await dispatcher.runOnce();
   const row = await consumerRow(db.sql, schema, 'hung-projection');
   // The whole turn was rolled back (event 1's write too): the timed-out handler still holds it.
-  expect(row).toMatchObject({ cursor: 0n, attempts: 1, stuck_event_id: 2n });
+  expect(row).toMatchObject({ cursor: 0n, attempts: 1, stuckEventId: 2n });
   const [count] = await db.sql<
     { n: number }[]
   >`select count(*)::int as n from ${db.sql(`${schema}.projection`)}`;
@@ -74,7 +74,7 @@ test('handlerTimeoutMs on a transactional consumer rolls its turn back and still
 });
 
 test('a failed event is retried after a delay that doubles with each attempt, for every instance alike', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   let calls = 0;
   const c = recordingConsumer('patient', {
     errorPolicy: { maxAttempts: 5 },

@@ -1,4 +1,11 @@
-import { appendEvents, embeddedServer, recordingConsumer } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  embeddedServer,
+  freshSchema,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { createNoopMeter, type Meter, type MeterProvider, type MetricOptions } from '@opentelemetry/api';
 import postgres from 'postgres';
@@ -10,7 +17,7 @@ import type { Sql } from '../sql-types.js';
 import { METRIC } from '../telemetry/attributes.js';
 import { wakeUpChannel } from '../wake-up/channel.js';
 import { wakeUpNotifierFor } from '../wake-up/wake-up-notifier.js';
-import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 import { EMPTY_NOTIFY_PASSES } from './idle-check.js';
 
 const db = await useTestDatabase();
@@ -26,7 +33,7 @@ async function listeningDispatcher(
   name: string,
   options: { listenCheckMs?: number; pollIntervalMs: number },
 ) {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const c = recordingConsumer(name);
   const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
     listen: true,
@@ -87,7 +94,7 @@ test('an append committed in another process is handled without waiting for the 
 });
 
 test('an append committed while the consumer is in a turn is handled when that turn ends, not at the next poll', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const seen: string[] = [];
   let release!: () => void;
   const held = new Promise<void>((resolve) => (release = resolve));
@@ -150,7 +157,7 @@ test('with its LISTEN connection terminated, polling still delivers and the conn
 });
 
 test('a forged NOTIFY costs at most a pass: nothing phantom is delivered, no cursor moves', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const c = recordingConsumer('skeptic');
   const dispatcher = testDispatcher(db.connect({ max: 6 }), schema, [c.consumer], {
     listen: true,
@@ -242,7 +249,7 @@ test('a LISTEN backend that hangs does not hold up the idle ticks: they ask the 
  * pool whose statements are recorded, and the consumer row's xmin (it changes when the row is written).
  */
 async function recordedDispatcher(consumers: ReturnType<typeof recordingConsumer>[], listen = false) {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const statements: string[] = [];
   const sql = db.connect({ max: 6, debug: (_connection, query) => statements.push(query) });
   const dispatcher = testDispatcher(

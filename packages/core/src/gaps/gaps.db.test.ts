@@ -1,11 +1,19 @@
 // docs/design.md §5 against real PostgreSQL: late commits, burns, fences, the E1/E2 schedules of
 // docs/reliability.md §3, LIMIT-cut fetches, huge ranges, carving, strict ordering.
-import { appendEvents, openTransaction, recordingConsumer, type OpenTransaction } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  freshSchema,
+  openTransaction,
+  type OpenTransaction,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import type { EventRecord } from '../events.js';
 import type { Sql } from '../sql-types.js';
-import { consumerRow, freshSchema, rangesOf, spans, testDispatcher, until } from '../test-support.js';
+import { rangesOf, spans, testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 const PARK_LOCK = 737373;
@@ -97,7 +105,7 @@ async function passUntil(
 
 describe('gaps', () => {
   test('an event committed late below the cursor is delivered once it commits', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('late');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
@@ -115,7 +123,7 @@ describe('gaps', () => {
   });
 
   test('a rolled-back id is burnt only once pg_snapshot_xmin passes its fence; a held horizon keeps it', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('burn');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
@@ -149,11 +157,11 @@ describe('gaps', () => {
       'the burn',
     );
     expect(c.ids()).toEqual([doomed!.id + 1n]);
-    expect((await consumerRow(db.sql, schema, 'burn')).gap_count).toBe(0);
+    expect((await consumerRow(db.sql, schema, 'burn')).gapCount).toBe(0);
   });
 
   test('E1, the reserver without an xid: with the xid-before-id trigger the late event is delivered', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     await installParking(schema);
     const c = recordingConsumer('e1');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
@@ -179,7 +187,7 @@ describe('gaps', () => {
   });
 
   test('E1 control: without the trigger the same schedule burns the id and loses the event', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     await db.sql.unsafe(`drop trigger events_assign_xid on "${schema}".events`);
     await installParking(schema);
     const c = recordingConsumer('e1-control');
@@ -209,7 +217,7 @@ describe('gaps', () => {
   });
 
   test('E2, the reserver above the snapshot xmax: the late event is delivered', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     await installParking(schema);
     const c = recordingConsumer('e2');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
@@ -246,7 +254,7 @@ describe('gaps', () => {
   });
 
   test('a fetch cut short by batchSize burns nothing beyond its last id', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('limit', { batchSize: 2 });
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
@@ -270,7 +278,7 @@ describe('gaps', () => {
   });
 
   test('a pruned stretch of 1,000,000 ids is one range, burnt in one go', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('stretch');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
@@ -279,7 +287,7 @@ describe('gaps', () => {
     await dispatcher.runOnce();
     expect(c.ids()).toEqual([only.id]);
     expect(spans(await rangesOf(db.sql, schema, 'stretch'))).toEqual([[1n, 1_000_000n]]);
-    expect((await consumerRow(db.sql, schema, 'stretch')).gap_count).toBe(1);
+    expect((await consumerRow(db.sql, schema, 'stretch')).gapCount).toBe(1);
     await passUntil(
       dispatcher,
       async () => (await rangesOf(db.sql, schema, 'stretch')).length === 0,
@@ -288,7 +296,7 @@ describe('gaps', () => {
   });
 
   test('delivered ids are carved out of their range, splitting it', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('carve');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
@@ -309,7 +317,7 @@ describe('gaps', () => {
   });
 
   test("ordering: 'strict' holds the cursor at the first unresolved gap", async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('strict', { ordering: 'strict' });
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
@@ -327,7 +335,7 @@ describe('gaps', () => {
   });
 
   test("ordering: 'strict' passes a rolled-back id once it is burnt", async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('strict-burn', { ordering: 'strict' });
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
@@ -342,7 +350,7 @@ describe('gaps', () => {
   });
 
   test("ordering: 'strict' crosses every rolled-back hole of a fetch after one fence, not one hole per wait", async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('strict-many', { ordering: 'strict' });
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
@@ -359,7 +367,7 @@ describe('gaps', () => {
   });
 
   test('ranges and deliveries across the 9/10-digit boundary keep numeric order', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('digits');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();

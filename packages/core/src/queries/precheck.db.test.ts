@@ -1,17 +1,16 @@
 // docs/design.md §4.1: the idle pre-check decides the trivially caught-up consumers in SQL and sends only
 // their names. Anything that may give a consumer work (or non-zero gauges) must come back as a whole
 // row for the pass to judge, typed as the turn reads it.
-import { appendEvents } from '@sluice/testing';
+import { appendEvents, freshSchema } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
-import { freshSchema } from '../test-support.js';
 import { tables } from '../schema/tables.js';
 import { currentSnapshot, precheckConsumers, precheckKeys, registerConsumers } from './consumers.js';
 
 const db = await useTestDatabase();
 
 test('only consumers with provably nothing to do and zero gauges are quiet; every other row comes back whole', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const t = tables(db.sql, schema);
   const shared = [
     'at-head',
@@ -105,7 +104,7 @@ test('only consumers with provably nothing to do and zero gauges are quiet; ever
 });
 
 test('a process whose consumer rows do not exist yet gets none, quiet or not', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const keys = precheckKeys([
     { name: 'a', instanceId: '*' },
     { name: 'b', instanceId: 'i-1' },
@@ -116,7 +115,7 @@ test('a process whose consumer rows do not exist yet gets none, quiet or not', a
 });
 
 test("the cluster's snapshot stays the same while no transaction ends, and changes with a commit", async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const t = tables(db.sql, schema);
   await registerConsumers(db.sql, t, schema, [
     { name: 'a', instanceId: '*', startFrom: 'beginning', perInstance: false },

@@ -3,16 +3,16 @@
 // makes V8 store the whole text as two bytes per character. The pre-check once carried a "…" in a
 // comment: about 3 KiB more allocated per delivered event (a scratch allocation profile at 200
 // appends/s).
-import { appendEvents, failingOn, holdGap, recordingConsumer } from '@sluice/testing';
+import { appendEvents, failingOn, freshSchema, holdGap, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import { append, transaction } from '../append.js';
-import { freshSchema, testDispatcher } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 
 test('the statements of appends and of turns that deliver, retry, fail and wait on a gap are ASCII', async () => {
-  const schema = await freshSchema(db);
+  const schema = await freshSchema(db.sql);
   const sent = new Set<string>();
   const sql = db.connect({
     max: 6,

@@ -1,8 +1,14 @@
-import { appendEvents, drainUntilIdle, openTransaction, recordingConsumer } from '@sluice/testing';
+import {
+  appendEvents,
+  drainUntilIdle,
+  freshSchema,
+  openTransaction,
+  recordingConsumer,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { PruneBlockedError } from '../errors.js';
-import { freshSchema, testDispatcher } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 import { prune } from './prune.js';
 
 const db = await useTestDatabase();
@@ -16,7 +22,7 @@ async function eventIds(schema: string): Promise<bigint[]> {
 
 describe('prune', () => {
   test('refuses, naming the consumer, while a registered consumer still needs the events; then succeeds', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('archiver');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
@@ -31,7 +37,7 @@ describe('prune', () => {
   });
 
   test('keeps events inside a consumer’s pending gap', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('careful');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
@@ -48,7 +54,7 @@ describe('prune', () => {
   });
 
   test('stale per-instance rows do not hold retention back', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('feed', { delivery: 'per-instance' });
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { instanceId: 'gone-instance' });
     await dispatcher.ensureRegistered();

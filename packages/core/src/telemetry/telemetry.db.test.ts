@@ -15,13 +15,22 @@ import {
   SimpleSpanProcessor,
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
-import { appendEvents, drainUntilIdle, failingOn, openTransaction, recordingConsumer } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  drainUntilIdle,
+  failingOn,
+  freshSchema,
+  openTransaction,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from '../append.js';
 import type { Dispatcher } from '../dispatcher/create-dispatcher.js';
-import { consumerRow, freshSchema, testDispatcher, until } from '../test-support.js';
+import { testDispatcher } from '../test-support.js';
 import { ATTR, METRIC } from './attributes.js';
 import { HANDLER_DURATION_BOUNDARIES_SECONDS } from './metrics.js';
 
@@ -122,7 +131,7 @@ describe('telemetry', () => {
   });
 
   test('processed events, handler durations, passes and the lag and gap gauges are recorded per consumer', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const shared = recordingConsumer('shared');
     const local = recordingConsumer('local', { delivery: 'per-instance' });
@@ -161,7 +170,7 @@ describe('telemetry', () => {
   });
 
   test('handler durations spread over the seconds-sized buckets of the histogram, not all in its first', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const t = telemetry();
     // Real handler times from nothing to 400 ms, one per bucket of the advised boundaries.
     const sleepsMs = [0, 3, 7, 18, 40, 75, 180, 400];
@@ -202,7 +211,7 @@ describe('telemetry', () => {
   });
 
   test('handler failures count in sluice.events.failed and a consumer at maxAttempts shows as dead', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = failingOn('poisoned', () => true, { errorPolicy: { maxAttempts: 2 } });
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { meterProvider: t.meterProvider });
@@ -225,7 +234,7 @@ describe('telemetry', () => {
   });
 
   test('a pending gap shows in sluice.gaps.pending, and a rolled-back id counts in sluice.gaps.burnt', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = recordingConsumer('burning');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { meterProvider: t.meterProvider });
@@ -245,7 +254,7 @@ describe('telemetry', () => {
     await holder.rollback();
     await passUntil(
       dispatcher,
-      async () => (await consumerRow(db.sql, schema, 'burning')).gap_count === 0,
+      async () => (await consumerRow(db.sql, schema, 'burning')).gapCount === 0,
       'the burn',
     );
     await dispatcher.runOnce(); // refreshes the gauges
@@ -256,7 +265,7 @@ describe('telemetry', () => {
   });
 
   test('an event committed late below the cursor counts in sluice.events.late', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = recordingConsumer('late');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { meterProvider: t.meterProvider });
@@ -277,7 +286,7 @@ describe('telemetry', () => {
   });
 
   test('sluice.listen.connected is 1 while LISTEN is connected and 0 once the dispatcher stops', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = recordingConsumer('listening');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
@@ -296,7 +305,7 @@ describe('telemetry', () => {
   });
 
   test('turn and handler spans carry the messaging attributes; the handler span links to the appending request', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = recordingConsumer('traced');
     const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { tracerProvider: t.tracerProvider });
@@ -350,7 +359,7 @@ describe('telemetry', () => {
   });
 
   test('a pass woken by a commit inside a request runs outside the request: the turn has no parent, the handler links to the request', async () => {
-    const schema = await freshSchema(db);
+    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = recordingConsumer('woken');
     // No LISTEN and a poll far away: only the in-process wake-up of transaction()'s commit, which

@@ -19,17 +19,10 @@ import { dirname, join } from 'node:path';
 import postgres from 'postgres';
 import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { isAlive } from '../processes.js';
+import { until } from '../until.js';
 import { installedBinaries } from './embedded-binaries.js';
 import { embeddedServer, EmbeddedServerError } from './embedded.js';
 import { canTraverse, serverUser, type ServerUser } from './server-user.js';
-
-async function until(condition: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
 
 test('starts a usable server and removes its temporary cluster on stop', async () => {
   const server = await embeddedServer();
