@@ -127,11 +127,6 @@ export function heldStateOf(row: LockedRow): HeldState {
 
 // ---- a clean view (crash accounting) ---------------------------------------------------------
 
-/** The row's xmin once a turn that wrote it commits: the low 32 bits of its xid. */
-export function xminOf(xid: bigint): bigint {
-  return xid & 0xffff_ffffn;
-}
-
 /**
  * Whether this process has a clean view of the consumer (docs/design.md §4.7): the row is as this
  * process's last committed turn left it (no other process, operator or failure wrote it since),

@@ -72,6 +72,34 @@ test('a delivering turn records its start and removes it when it commits, unless
   expect(seen).toEqual([-1]);
 });
 
+test("a transactional consumer's turns keep the clean view too: the row's xmin is its savepoint's, read back from the write", async () => {
+  const schema = await freshSchema(db.sql);
+  await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
+  const seen: number[] = [];
+  const c = recordingConsumer('projection', {
+    transactional: true,
+    handler: async (event: EventRecord, context: HandlerContext) => {
+      const tx = context.tx!;
+      await tx`insert into ${tx(`${schema}.projection`)} values (${event.id.toString()})`;
+      const row = await marker(schema);
+      seen.push(row?.started_count ?? -1);
+    },
+  });
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+  await dispatcher.ensureRegistered();
+  for (const expected of [
+    [1, 1],
+    [-1, -1],
+    [-1, -1],
+  ]) {
+    seen.length = 0;
+    await appendEvents(db.sql, 2, undefined, schema);
+    await dispatcher.runOnce();
+    // The first turn records its start; the ones after it follow this process's own commit.
+    expect(seen).toEqual(expected);
+  }
+});
+
 test('crashed starts count as attempts; the next turns deliver one event at a time through the crashed batch, the crashes moving on with them', async () => {
   const schema = await freshSchema(db.sql);
   const deliveries: { ids: bigint[]; attempt: number }[] = [];

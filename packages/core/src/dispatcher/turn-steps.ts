@@ -428,7 +428,7 @@ export function writeTurn(
   close: TurnClose,
   gapCountDelta: number,
   finishStart: boolean,
-): Promise<unknown> {
+): Promise<bigint | undefined> {
   const { tables: t } = env;
   const saving = saveTurn(tx, t, consumer.name, consumer.instanceId, {
     ...close,
@@ -438,7 +438,7 @@ export function writeTurn(
   const writes = Promise.all([
     saving,
     finishStart ? finishTurnStart(tx, t, consumer.name, consumer.instanceId, close.keepIsolating) : undefined,
-  ]);
+  ]).then(([xmin]) => xmin);
   writes.catch(() => undefined);
   return writes;
 }

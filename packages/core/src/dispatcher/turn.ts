@@ -1,6 +1,6 @@
 import type { Span, Tracer } from '@opentelemetry/api';
 import { guardedBegin } from '../connections/guarded-transaction.js';
-import { cleanViewOf, heldStateOf, xminOf, type HeldState } from '../consumer-state/consumer-state.js';
+import { cleanViewOf, heldStateOf, type HeldState } from '../consumer-state/consumer-state.js';
 import {
   closeTurn,
   fenced,
@@ -77,7 +77,8 @@ export interface TurnEnvironment {
  * as an error: their own failure is what says the turn did not commit.
  */
 interface LastWrites {
-  writes?: Promise<unknown>;
+  /** Settles with the row's xmin as the turn wrote it. */
+  writes?: Promise<bigint | undefined>;
 }
 
 /** What a turn has done that outlives it should it fail: read by the caller after a failure. */
@@ -90,7 +91,7 @@ export interface TurnProgress {
   startSent: boolean;
   /** In: the row's xmin as this process's last committed turn of the consumer left it, if any. */
   readonly lastWrite?: bigint | undefined;
-  /** Out: the row's xmin once this turn commits, when it wrote the row. */
+  /** Out: the row's xmin once this turn commits, when it wrote the row (as the write returned it). */
   wrote?: bigint;
   /**
    * Out: the row's xmin as this turn found it once held. A failure recorded after the turn ended
@@ -127,7 +128,8 @@ export async function runTurn(
       return body;
     });
     // A failed last write aborted the transaction, and the COMMIT behind it rolled it back.
-    await lastWrites.writes;
+    const wrote = await lastWrites.writes;
+    if (wrote !== undefined) progress.wrote = wrote;
     span.setAttributes({
       [ATTR.processed]: outcome.handled,
       [ATTR.failed]: outcome.failed,
@@ -246,7 +248,6 @@ async function turnInTransaction(
     pendingRanges: pendingGaps,
   });
   await recordDelivery(env, consumer, tx, span, result, settlement);
-  progress.wrote = xminOf(held.xid);
   lastWrites.writes = writeTurn(
     env,
     consumer,

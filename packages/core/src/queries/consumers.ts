@@ -428,15 +428,19 @@ export interface TurnUpdate {
   systemIdentifier: string | null;
 }
 
-/** Persists a turn's outcome on the locked row (same transaction as the gap changes). */
+/**
+ * Persists a turn's outcome on the locked row (same transaction as the gap changes). Returns the
+ * row's xmin as written: the (sub)transaction that wrote it, which is the turn's own xid only when
+ * no savepoint of the turn is still open (a transactional consumer's handlers run in savepoints).
+ */
 export async function saveTurn(
   tx: TransactionSql,
   t: Tables,
   name: string,
   instanceId: string,
   u: TurnUpdate,
-) {
-  await tx`
+): Promise<bigint | undefined> {
+  const [written] = await tx<{ xmin: string }[]>`
     update ${t.consumers} c set
       cursor = ${u.cursor.toString()}::bigint,
       status = ${u.status},
@@ -463,7 +467,9 @@ export async function saveTurn(
       last_progress_at = case when ${u.progressed} then now() else c.last_progress_at end,
       last_seen_at = case when c.instance_id <> '*' then now() else c.last_seen_at end,
       updated_at = now()
-    where c.name = ${name} and c.instance_id = ${instanceId}`;
+    where c.name = ${name} and c.instance_id = ${instanceId}
+    returning c.xmin::text as xmin`;
+  return written === undefined ? undefined : BigInt(written.xmin);
 }
 
 /** Status changes decided at the start of a turn: an expired time-boxed disable, a re-arm. */
