@@ -3,7 +3,8 @@
 // The dispatcher does not run its turns, pre-checks and bookkeeping on the application's pool: it
 // opens its own, from the same connection options, with the settings it needs. That pool
 // - does not fetch array types when a connection starts (postgres.js 3.4.9 does not await that
-//   fetch: a backend killed during it stops the process); Sluice never needs them;
+//   fetch: a backend killed during it stops the process); Sluice never needs them, and handlers
+//   given a transaction of this pool use the ones the application's pool fetched;
 // - is replaced by a fresh one as soon as any of its connections closes unexpectedly. In 3.4.9 a
 //   connection that closes while a write of it waits for the next turn of the event loop keeps a
 //   cancelled timer and the unsent bytes, and never sends anything again: every reconnect of that
@@ -57,8 +58,14 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   const create = (): Pool => {
     const options = {
       ...base,
-      // A fresh state of the driver's own (retry counter, array type map), not the template's.
-      shared: { retries: 0, typeArrayMap: {} },
+      // A retry counter of its own. The array types are the template's: this pool never fetches
+      // them, but a transactional consumer's handlers get its connections as `ctx.tx`, and must
+      // bind and read arrays as they do on the application's pool. postgres.js keeps them in
+      // `shared.typeArrayMap` and in the parsers and serializers, which `...base` shares already.
+      shared: {
+        retries: 0,
+        typeArrayMap: (base['shared'] as { typeArrayMap?: object } | undefined)?.typeArrayMap ?? {},
+      },
       max: settings.max,
       fetch_types: false,
       connection: {

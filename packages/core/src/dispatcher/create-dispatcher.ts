@@ -1,5 +1,6 @@
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { DispatcherNotRegisteredError, DispatcherStoppedError, messageOf } from '../errors.js';
+import { checkConnection } from '../connect-timeout.js';
 import { openOwnConnections } from '../connections/own-connections.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
@@ -99,7 +100,22 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     scheduler.request(woken, local);
   };
 
+  // A transactional consumer's handlers run on Sluice's own pool (ctx.tx), which uses the array
+  // types the application's pool fetched on its first connection (connections/own-connections.ts):
+  // make sure it has, once, before the first turn.
+  let arrayTypes: Promise<void> | undefined;
+  const needsArrayTypes =
+    options.consumers.some((c) => c.transactional) &&
+    (appSql.options as { fetch_types?: boolean }).fetch_types !== false;
+
   async function ensureRegistered(): Promise<void> {
+    if (needsArrayTypes) {
+      arrayTypes ??= checkConnection(appSql).catch((error: unknown) => {
+        arrayTypes = undefined;
+        throw error;
+      });
+      await arrayTypes;
+    }
     systemIdentifier ??= await readSystemIdentifier();
     await registerConsumers(
       sql,

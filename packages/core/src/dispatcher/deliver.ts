@@ -94,8 +94,13 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
       };
     }
     // The whole batch was undone (savepoint) or must be assumed partly done: deliver one by one,
-    // which pins the failing event (handlers are idempotent, docs/design.md §4.4).
+    // which pins the failing event (handlers are idempotent, docs/design.md §4.4); a transactional
+    // consumer's calls in the batch's savepoints, as below.
+    if (consumer.transactional) return inSavepoints(input);
   } else if (consumer.transactional && toHandle.length > 1) {
+    // A savepoint per call would cost a round trip each, and a turn whose calls all write would
+    // pile up a subtransaction per event: past 64 in one transaction, PostgreSQL's snapshots
+    // overflow their subtransaction cache for every session of the cluster.
     return inSavepoints(input);
   }
 

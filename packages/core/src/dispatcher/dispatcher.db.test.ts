@@ -12,6 +12,7 @@ import {
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append } from '../append.js';
+import type { HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
 import { testDispatcher } from '../test-support.js';
 import { DispatcherNotRegisteredError } from '../errors.js';
@@ -637,6 +638,71 @@ describe('startFrom, feature gate, transactional consumers', () => {
     const all = await db.sql<{ n: number }[]>`
       select count(*)::int as n from ${db.sql(`${schema}.projection`)}`;
     expect(all[0]?.n).toBe(10);
+    await sql.end();
+  });
+
+  test("transactional: ctx.tx binds and reads arrays as the application's pool does", async () => {
+    const schema = await freshSchema(db.sql);
+    const app = db.connect({ max: 4 }); // a fresh pool: it fetches array types on its first connection
+    const read: unknown[] = [];
+    const c = recordingConsumer('arrays', {
+      transactional: true,
+      handler: async (event, ctx) => {
+        const tx = ctx.tx!;
+        const [row] = await tx<{ ids: string[]; names: string[]; hit: boolean }[]>`
+          select ${[event.id.toString(), '7']}::bigint[]::text[] as ids, array['a', 'b'] as names,
+                 ${event.id.toString()}::bigint = any(${[event.id.toString()]}::bigint[]) as hit`;
+        read.push(row);
+      },
+    });
+    const dispatcher = testDispatcher(app, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 2, undefined, schema);
+    await dispatcher.runOnce();
+    expect(read).toEqual([
+      { ids: ['1', '7'], names: ['a', 'b'], hit: true },
+      { ids: ['2', '7'], names: ['a', 'b'], hit: true },
+    ]);
+    await dispatcher.stop();
+    await app.end();
+  });
+
+  test('transactional batchHandler that fails: one by one in the batch series, a savepoint per series, not per event', async () => {
+    const schema = await freshSchema(db.sql);
+    await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
+    const statements: string[] = [];
+    const sql = db.connect({ max: 6, debug: (_connection, query) => statements.push(query) });
+    const calls: bigint[] = [];
+    const write = (ctx: HandlerContext, ids: readonly bigint[]) =>
+      ctx.tx!`insert into ${ctx.tx!(`${schema}.projection`)} select unnest(${ids.map(String)}::bigint[])`;
+    const c = recordingConsumer('projection', {
+      transactional: true,
+      batchHandler: async (events, ctx) => {
+        await write(
+          ctx,
+          events.map((e) => e.id),
+        );
+        throw new Error('the batch fails');
+      },
+      handler: async (event, ctx) => {
+        calls.push(event.id);
+        await write(ctx, [event.id]);
+        if (event.id === 15n) throw new Error('projection rejects 15');
+      },
+    });
+    const dispatcher = testDispatcher(sql, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 20, undefined, schema);
+    statements.length = 0;
+    await dispatcher.runOnce();
+    // The batch call, then 1..15 in one savepoint, then 1..14 again in one: three, whatever the batch.
+    expect(statements.filter((q) => /^savepoint /i.test(q.trim())).length).toBe(3);
+    expect(calls.filter((id) => id === 15n)).toEqual([15n]);
+    expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({ cursor: 14n, stuckEventId: 15n });
+    const [rows] = await db.sql<
+      { n: number }[]
+    >`select count(*)::int as n from ${db.sql(`${schema}.projection`)}`;
+    expect(rows?.n).toBe(14);
     await sql.end();
   });
 
