@@ -14,7 +14,8 @@
 //   (or after `retireAfterMs`), its connections are cut;
 // - is sized for Sluice's own work (turns, turn starts, pre-checks), so the application's
 //   requests and handlers never wait on it, nor it on them;
-// - names its connections (application_name), so an operator can tell them from the app's.
+// - names its connections (application_name), so an operator can tell them from the app's;
+// - applies no `transform` of the application's pool to the rows it reads.
 import postgres from 'postgres';
 import type { Sql } from '../sql-types.js';
 
@@ -65,6 +66,15 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       shared: {
         retries: 0,
         typeArrayMap: (base['shared'] as { typeArrayMap?: object } | undefined)?.typeArrayMap ?? {},
+      },
+      // Rows as PostgreSQL names them: Sluice's statements read their columns by name, and a pool
+      // with `transform: postgres.camel` (say) would rename them under Sluice. So `ctx.tx` has no
+      // transform either (docs/configuration.md, `transactional`).
+      transform: {
+        undefined: (base['transform'] as { undefined?: unknown } | undefined)?.undefined,
+        column: {},
+        value: {},
+        row: {},
       },
       max: settings.max,
       fetch_types: false,

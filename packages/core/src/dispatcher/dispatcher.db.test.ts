@@ -1,3 +1,4 @@
+import postgres from 'postgres';
 import {
   appendEvents,
   consumerRow,
@@ -639,6 +640,38 @@ describe('startFrom, feature gate, transactional consumers', () => {
       select count(*)::int as n from ${db.sql(`${schema}.projection`)}`;
     expect(all[0]?.n).toBe(10);
     await sql.end();
+  });
+
+  test('a pool with a column transform (postgres.camel): Sluice reads its rows as PostgreSQL names them, and ctx.tx too', async () => {
+    const schema = await freshSchema(db.sql);
+    const app = db.connect({ max: 4, transform: postgres.camel });
+    const plain = recordingConsumer('plain');
+    const failing = failingOn('failing', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 2 } });
+    const columns: string[][] = [];
+    const projected: bigint[] = [];
+    const projection = recordingConsumer('projection', {
+      transactional: true,
+      handler: async (event, ctx) => {
+        const [row] = await ctx.tx!`select 1 as some_column`;
+        columns.push(Object.keys(row ?? {}));
+        projected.push(event.id);
+      },
+    });
+    const dispatcher = testDispatcher(app, schema, [plain.consumer, failing.consumer, projection.consumer]);
+    await dispatcher.ensureRegistered();
+    await appendEvents(db.sql, 3, undefined, schema);
+    for (let pass = 0; pass < 3; pass++) await dispatcher.runOnce();
+    expect(plain.ids()).toEqual([1n, 2n, 3n]);
+    expect(projected).toEqual([1n, 2n, 3n]);
+    expect(columns[0]).toEqual(['some_column']);
+    expect(await consumerRow(db.sql, schema, 'failing')).toMatchObject({
+      status: 'dead',
+      cursor: 1n,
+      attempts: 2,
+      stuckEventId: 2n,
+    });
+    await dispatcher.stop();
+    await app.end();
   });
 
   test("transactional: ctx.tx binds and reads arrays as the application's pool does", async () => {
