@@ -11,6 +11,14 @@
 //   statement as current, and ending the pool waits for it until its timeout. A replaced pool
 //   takes no new statements; once the transactions and statements Sluice runs on it have settled
 //   (or after `retireAfterMs`), its connections are cut;
+// - runs without the driver's own `idle_timeout` and `max_lifetime`. postgres.js 3.4.9 reports a
+//   connection it ended for idleness or age through the same `onclose` as one that died, with
+//   nothing to tell them apart, so with those timers every idle or aged connection would replace
+//   the whole pool (with `idle_timeout: 1`, about once a second under light work). Without them,
+//   every close the driver reports is unexpected. The application's settings still hold, for the
+//   pool as a whole: once nothing of Sluice's has run on it for `idle_timeout`, or once it is
+//   `max_lifetime` old (postgres.js's default: 30 to 60 minutes), the pool is renewed the way a
+//   replaced one is retired, and that is not counted as a replacement;
 // - is sized for Sluice's own work (turns, turn starts, pre-checks), so the application's
 //   requests and handlers never wait on it, nor it on them;
 // - names its connections (application_name), so an operator can tell them from the app's.
@@ -29,8 +37,15 @@ export interface OwnConnectionsSettings {
 export interface OwnConnections {
   /** Always the current pool (a stable handle: calls go to whichever pool is current). */
   readonly sql: Sql;
-  /** How many times the pool was replaced after a connection closed. */
+  /** How many times the pool was replaced after a connection closed unexpectedly. */
   readonly replacements: number;
+  /** How many times the pool was renewed after `idle_timeout` unused or at `max_lifetime` (planned). */
+  readonly renewals: number;
+  /**
+   * Cuts the current pool at once and opens a fresh one: after a connection that never completed
+   * PostgreSQL's startup (withinConnectTimeout), whose pool would go on reconnecting for ever.
+   */
+  reset(): void;
   /** Ends the current pool and every replaced one still settling. */
   end(): Promise<void>;
 }
@@ -42,6 +57,16 @@ interface Pool {
   readonly sql: Sql;
   inFlight: number;
   readonly whenIdle: (() => void)[];
+  /** Renews the pool once it has had nothing running for the application's idle_timeout. */
+  idleTimer: NodeJS.Timeout | undefined;
+  /** Renews the pool at the application's max_lifetime. */
+  lifeTimer: NodeJS.Timeout | undefined;
+}
+
+/** The template's `idle_timeout` or `max_lifetime` in milliseconds (seconds, or a function drawing them). */
+function secondsOption(value: unknown): number | undefined {
+  const seconds = typeof value === 'function' ? (value as () => unknown)() : value;
+  return typeof seconds === 'number' && seconds > 0 ? seconds * 1000 : undefined;
 }
 
 /**
@@ -52,7 +77,9 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   const base = template.options as unknown as Record<string, unknown>;
   const retiring = new Set<Promise<void>>();
   let replacements = 0;
+  let renewals = 0;
   let ended = false;
+  const idleMs = secondsOption(base['idle_timeout']);
 
   const create = (): Pool => {
     const options = {
@@ -61,6 +88,9 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       shared: { retries: 0, typeArrayMap: {} },
       max: settings.max,
       fetch_types: false,
+      // Honoured for the whole pool below: the driver's own timers would look like deaths.
+      idle_timeout: null,
+      max_lifetime: null,
       connection: {
         ...(base['connection'] as Record<string, unknown> | undefined),
         application_name: settings.applicationName.slice(0, 63),
@@ -73,7 +103,17 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       sql: postgres(options as unknown as Options),
       inFlight: 0,
       whenIdle: [],
+      idleTimer: undefined,
+      lifeTimer: undefined,
     };
+    // Drawn per pool, as postgres.js draws its default per connection.
+    const lifetimeMs = secondsOption(base['max_lifetime']);
+    if (lifetimeMs !== undefined) {
+      pool.lifeTimer = setTimeout(() => {
+        renew(pool);
+      }, lifetimeMs);
+      pool.lifeTimer.unref();
+    }
     return pool;
   };
 
@@ -86,7 +126,17 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     retire(old, settings.retireAfterMs);
   }
 
+  /** A planned renewal of `pool`, when it is still the current one. */
+  function renew(pool: Pool): void {
+    if (pool !== current || ended) return;
+    current = create();
+    renewals += 1;
+    retire(pool, settings.retireAfterMs);
+  }
+
   function retire(pool: Pool, afterMs: number): void {
+    clearTimeout(pool.idleTimer);
+    clearTimeout(pool.lifeTimer);
     const done = new Promise<void>((resolve) => {
       let cut = false;
       const cutNow = () => {
@@ -111,9 +161,18 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   /** Counts `settles` as running on `pool` until it settles. */
   const track = (pool: Pool, settles: Promise<unknown>) => {
     pool.inFlight += 1;
+    clearTimeout(pool.idleTimer);
+    pool.idleTimer = undefined;
     const settled = () => {
       pool.inFlight -= 1;
-      if (pool.inFlight === 0) for (const idle of pool.whenIdle.splice(0)) idle();
+      if (pool.inFlight > 0) return;
+      for (const idle of pool.whenIdle.splice(0)) idle();
+      if (idleMs !== undefined && pool === current && !ended) {
+        pool.idleTimer = setTimeout(() => {
+          if (pool.inFlight === 0) renew(pool);
+        }, idleMs);
+        pool.idleTimer.unref();
+      }
     };
     settles.then(settled, settled);
   };
@@ -174,6 +233,15 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     sql: handle,
     get replacements() {
       return replacements;
+    },
+    get renewals() {
+      return renewals;
+    },
+    reset() {
+      if (ended) return;
+      const old = current;
+      current = create();
+      retire(old, 0);
     },
     async end() {
       if (!ended) {
