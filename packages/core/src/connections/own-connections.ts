@@ -23,6 +23,8 @@
 //   requests and handlers never wait on it, nor it on them;
 // - names its connections (application_name), so an operator can tell them from the app's.
 import postgres from 'postgres';
+import { checkConnection } from '../connect-timeout.js';
+import { ConnectTimeoutError } from '../errors.js';
 import type { Sql } from '../sql-types.js';
 
 export interface OwnConnectionsSettings {
@@ -42,10 +44,14 @@ export interface OwnConnections {
   /** How many times the pool was renewed after `idle_timeout` unused or at `max_lifetime` (planned). */
   readonly renewals: number;
   /**
-   * Cuts the current pool at once and opens a fresh one: after a connection that never completed
-   * PostgreSQL's startup (withinConnectTimeout), whose pool would go on reconnecting for ever.
+   * Resolves once a connection of the pool has completed PostgreSQL's startup and answered, within
+   * the application pool's `connect_timeout`. Call it before the first statement: a port where
+   * something else answers (an HTTP server) makes postgres.js reconnect at once, again and again,
+   * and that statement would wait for ever. After a timeout the pool that kept trying is cut and a
+   * fresh one takes its place, so a later call begins afresh.
+   * @throws {ConnectTimeoutError}
    */
-  reset(): void;
+  checkConnection(): Promise<void>;
   /** Ends the current pool and every replaced one still settling. */
   end(): Promise<void>;
 }
@@ -237,11 +243,17 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     get renewals() {
       return renewals;
     },
-    reset() {
-      if (ended) return;
-      const old = current;
-      current = create();
-      retire(old, 0);
+    async checkConnection() {
+      const pool = current;
+      try {
+        await checkConnection(pool.sql);
+      } catch (error) {
+        if (error instanceof ConnectTimeoutError && pool === current && !ended) {
+          current = create();
+          retire(pool, 0);
+        }
+        throw error;
+      }
     },
     async end() {
       if (!ended) {

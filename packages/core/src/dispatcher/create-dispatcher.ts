@@ -15,7 +15,11 @@ import { PassRunner, PassScheduler, type PassResult } from './pass.js';
 import { startListener, type Listener } from './wake-up.js';
 
 export interface Dispatcher {
-  /** Registers every consumer's row, starts the poll timer and LISTEN. Idempotent. */
+  /**
+   * Registers every consumer's row, starts the poll timer and LISTEN. Idempotent.
+   * @throws {ConnectTimeoutError} when no PostgreSQL server completed a connection within the
+   *   pool's `connect_timeout` (something else answers on that port, or nothing does)
+   */
   start(): Promise<void>;
   /**
    * Stops both, waits for every in-flight pass and turn, and closes the dispatcher's own
@@ -126,6 +130,9 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   }
 
   async function doStart(): Promise<void> {
+    // Bounded through PostgreSQL's whole startup: against a port where something else answers,
+    // start() would otherwise wait for ever (docs/operating.md#cli).
+    await own.checkConnection();
     const verification = await verifySchema(sql, { schema: options.schema });
     for (const warning of verification.warnings) logger.warn({ schema: options.schema }, warning);
     await ensureRegistered();
