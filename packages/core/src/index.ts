@@ -33,6 +33,7 @@ export { DEFAULTS, SHARED_INSTANCE_ID } from './options.js';
 export { lockConsumer, lockConsumerForOperator, RETENTION_LOCK_CLASS } from './queries/consumers.js';
 export { writeAudit } from './queries/audit.js';
 export { guardedBegin, TransactionAbandonedError } from './connections/guarded-transaction.js';
+export { openOwnConnections } from './connections/own-connections.js';
 export { pgArray } from './queries/pg-array.js';
 export { listRanges } from './queries/gaps.js';
 export { prune } from './retention/prune.js';
@@ -48,6 +49,7 @@ export { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
 
 export type { AppendOptions, WakeUpMode } from './append.js';
 export type { Consumer, ErrorPolicy, HandlerContext } from './consumers/consumer.js';
+export type { OwnConnections, OwnConnectionsSettings } from './connections/own-connections.js';
 export type { Dispatcher } from './dispatcher/create-dispatcher.js';
 export type { ConsumerPassResult, ConsumerSkip, PassResult } from './dispatcher/pass.js';
 export type { SluiceErrorCode } from './errors.js';

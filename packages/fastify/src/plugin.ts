@@ -3,6 +3,7 @@ import {
   append,
   createDispatcher,
   migrate as runMigrations,
+  openOwnConnections,
   resolveSchemaName,
   transaction,
   type Logger,
@@ -11,6 +12,11 @@ import type { FastifyInstance } from 'fastify';
 import { opsRoutes } from './ops-routes.js';
 import { resolveOps, type SluicePluginOptions } from './options.js';
 import type { SluiceDecorator } from './type-augmentation.js';
+
+/** Connections of the operator actions' own pool: actions are rare, the dashboard reads a few at once. */
+const ADMIN_CONNECTIONS = 3;
+/** createAdmin()'s default lockTimeoutMs. */
+const ADMIN_LOCK_TIMEOUT_MS = 2_000;
 
 /**
  * Wires a Sluice dispatcher into a Fastify app (docs/design.md §8): decorates `app.sluice`, migrates
@@ -25,8 +31,20 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
   const logger: Logger = loggerInput ?? app.log;
   const schema = resolveSchemaName(dispatcherOptions.schema);
   const dispatcher = createDispatcher({ ...dispatcherOptions, logger });
+  const lockTimeoutMs = ops?.lockTimeoutMs ?? ADMIN_LOCK_TIMEOUT_MS;
+  // Operator actions and the migration run on connections Sluice opens itself from the pool's
+  // options, as the dispatcher's turns do (docs/design.md §4.11): no array-type fetch at connect
+  // (on postgres.js 3.4.9 a backend killed during it stops the process), a pool replaced when one
+  // of its connections dies, and a startup bounded by connect_timeout. The application's pool
+  // stays the source of those options and the pool of its own transactions.
+  const adminConnections = openOwnConnections(dispatcherOptions.sql, {
+    max: ADMIN_CONNECTIONS,
+    applicationName: `sluice-admin${dispatcherOptions.instanceId === undefined ? '' : `:${dispatcherOptions.instanceId}`}`,
+    // An action waits at most lockTimeoutMs for a row; its statements are short.
+    retireAfterMs: lockTimeoutMs + 30_000,
+  });
   const admin = createAdmin({
-    sql: dispatcherOptions.sql,
+    sql: adminConnections.sql,
     schema,
     ...(ops ? { lockTimeoutMs: ops.lockTimeoutMs } : {}),
     ...(dispatcherOptions.rearmCooldownMs === undefined
@@ -48,13 +66,17 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
   app.decorate('sluice', decorator);
 
   app.addHook('onReady', async () => {
-    if (migrate) await runMigrations(dispatcherOptions.sql, { schema, logger });
+    // Against a port where something other than PostgreSQL answers, the migration's first
+    // statement would wait for ever: fail with SLUICE_CONNECT_TIMEOUT after connect_timeout.
+    await adminConnections.checkConnection();
+    if (migrate) await runMigrations(adminConnections.sql, { schema, logger });
     await dispatcher.start();
     running = true;
   });
   app.addHook('onClose', async () => {
     running = false;
     await dispatcher.stop();
+    await adminConnections.end();
   });
 
   if (ops) {
