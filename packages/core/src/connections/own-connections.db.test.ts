@@ -23,7 +23,9 @@ async function backendsOf(applicationName: string): Promise<number[]> {
 }
 
 async function isGone(pid: number): Promise<boolean> {
-  const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity where pid = ${pid}`;
+  const [row] = await db.sql<
+    { n: number }[]
+  >`select count(*)::int as n from pg_stat_activity where pid = ${pid}`;
   return row?.n === 0;
 }
 
@@ -50,14 +52,20 @@ test("the application's idle_timeout closes no connection while Sluice works on 
   const during = await backendsOf(applicationName);
   expect(during).toContain(b!.pid);
   expect(during).toHaveLength(2);
-  expect({ replacements: own.replacements, renewals: own.renewals }).toEqual({ replacements: 0, renewals: 0 });
+  expect({ replacements: own.replacements, renewals: own.renewals }).toEqual({
+    replacements: 0,
+    renewals: 0,
+  });
 
   // Nothing of Sluice's runs on it any more: after idle_timeout the pool is renewed (its
   // connections end), as the application asked, without a replacement.
   await holder`select pg_advisory_unlock(${lockKey})`;
   await running;
   await until(async () => (await backendsOf(applicationName)).length === 0, 15_000, 'the idle pool to end');
-  expect({ replacements: own.replacements, renewals: own.renewals }).toEqual({ replacements: 0, renewals: 1 });
+  expect({ replacements: own.replacements, renewals: own.renewals }).toEqual({
+    replacements: 0,
+    renewals: 1,
+  });
   const [again] = await own.sql<{ pid: number }[]>`select pg_backend_pid() as pid`;
   expect(again!.pid).not.toBe(b!.pid);
 });
