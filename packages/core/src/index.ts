@@ -33,7 +33,7 @@ export { DEFAULTS, SHARED_INSTANCE_ID } from './options.js';
 export { lockConsumer, lockConsumerForOperator, RETENTION_LOCK_CLASS } from './queries/consumers.js';
 export { writeAudit } from './queries/audit.js';
 export { guardedBegin, TransactionAbandonedError } from './connections/guarded-transaction.js';
-export { openOwnConnections } from './connections/own-connections.js';
+export { logUnprepared, openOwnConnections } from './connections/own-connections.js';
 export { pgArray } from './queries/pg-array.js';
 export { listRanges } from './queries/gaps.js';
 export { prune } from './retention/prune.js';

@@ -2,6 +2,7 @@ import { createAdmin } from '@sluice/admin';
 import {
   append,
   createDispatcher,
+  logUnprepared,
   migrate as runMigrations,
   openOwnConnections,
   resolveSchemaName,
@@ -42,6 +43,9 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
     applicationName: `sluice-admin${dispatcherOptions.instanceId === undefined ? '' : `:${dispatcherOptions.instanceId}`}`,
     // An action waits at most lockTimeoutMs for a row; its statements are short.
     retireAfterMs: lockTimeoutMs + 30_000,
+    onUnprepared: (error) => {
+      logUnprepared(logger, error);
+    },
   });
   const admin = createAdmin({
     sql: adminConnections.sql,

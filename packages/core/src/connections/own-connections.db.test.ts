@@ -38,7 +38,9 @@ test("the application's idle_timeout closes no connection while Sluice works on 
   // Connection A runs a statement that waits on an advisory lock the test holds; B answers once.
   const lockKey = Math.floor(Math.random() * 1_000_000);
   const holder = await db.sql.reserve();
-  onTestFinished(() => holder.release());
+  onTestFinished(() => {
+    holder.release();
+  });
   await holder`select pg_advisory_lock(${lockKey})`;
   const running = own.sql`select pg_advisory_lock(${lockKey}), pg_advisory_unlock(${lockKey})`.then(
     () => undefined,

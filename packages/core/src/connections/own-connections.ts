@@ -19,12 +19,23 @@
 //   pool as a whole: once nothing of Sluice's has run on it for `idle_timeout`, or once it is
 //   `max_lifetime` old (postgres.js's default: 30 to 60 minutes), the pool is renewed the way a
 //   replaced one is retired, and that is not counted as a replacement;
+// - continues with `prepare: false` once PostgreSQL says a prepared statement it made is missing
+//   or already there (SQLSTATE 26000, 42P05): the pool is then behind a transaction pooler (or its
+//   server connections are otherwise shared), which hands each transaction another server
+//   connection. There, postgres.js 3.4.9 re-prepares the statement inside the failed transaction,
+//   after the statement pipelined behind it has already made the server skip to its Sync: the
+//   re-prepared statement is never answered, and that transaction (and its consumer's turn, and
+//   stop()) would wait for ever. The pool is replaced by one that does not prepare, so what is stuck
+//   on the old one is cut after `retireAfterMs`; the application is told (its own pool needs
+//   `prepare: false` as well);
 // - is sized for Sluice's own work (turns, turn starts, pre-checks), so the application's
 //   requests and handlers never wait on it, nor it on them;
 // - names its connections (application_name), so an operator can tell them from the app's.
 import postgres from 'postgres';
 import { checkConnection } from '../connect-timeout.js';
-import { ConnectTimeoutError } from '../errors.js';
+import { poolerHint } from '../dispatcher/classify-failure.js';
+import { ConnectTimeoutError, messageOf, sqlStateOf } from '../errors.js';
+import type { Logger } from '../logger.js';
 import type { Sql } from '../sql-types.js';
 
 export interface OwnConnectionsSettings {
@@ -34,6 +45,8 @@ export interface OwnConnectionsSettings {
   readonly applicationName: string;
   /** A replaced pool's transactions and statements get this long to settle before it is cut. */
   readonly retireAfterMs: number;
+  /** Told, once, that the pool continues without prepared statements (see the top of this file). */
+  readonly onUnprepared?: (error: unknown) => void;
 }
 
 export interface OwnConnections {
@@ -86,6 +99,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   let renewals = 0;
   let ended = false;
   const idleMs = secondsOption(base['idle_timeout']);
+  let prepare = base['prepare'] !== false;
 
   const create = (): Pool => {
     const options = {
@@ -94,6 +108,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       shared: { retries: 0, typeArrayMap: {} },
       max: settings.max,
       fetch_types: false,
+      prepare,
       // Honoured for the whole pool below: the driver's own timers would look like deaths.
       idle_timeout: null,
       max_lifetime: null,
@@ -130,6 +145,16 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     current = create();
     replacements += 1;
     retire(old, settings.retireAfterMs);
+  }
+
+  /** A statement or transaction on `pool` failed: a prepared statement missing means a pooler. */
+  function failed(pool: Pool, error: unknown): void {
+    if (!prepare || pool !== current || ended) return;
+    const state = sqlStateOf(error);
+    if (state !== '26000' && state !== '42P05') return;
+    prepare = false;
+    replace();
+    settings.onUnprepared?.(error);
   }
 
   /** A planned renewal of `pool`, when it is still the current one. */
@@ -180,7 +205,10 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
         pool.idleTimer.unref();
       }
     };
-    settles.then(settled, settled);
+    settles.then(settled, (error: unknown) => {
+      settled();
+      failed(pool, error);
+    });
   };
 
   /**
@@ -264,4 +292,13 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     },
   };
   return own;
+}
+
+/** What a pool that continues without prepared statements logs (once per pool of Sluice's). */
+export function logUnprepared(logger: Logger, error: unknown): void {
+  logger.warn(
+    { error: messageOf(error), hint: poolerHint(error) },
+    "a prepared statement did not survive to the next transaction (behind a transaction pooler?): Sluice's " +
+      'own connections continue with prepare: false',
+  );
 }

@@ -1,6 +1,6 @@
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { messageOf, SluiceError } from '../errors.js';
-import { openOwnConnections } from '../connections/own-connections.js';
+import { logUnprepared, openOwnConnections } from '../connections/own-connections.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
 import type { Sql } from '../sql-types.js';
@@ -75,6 +75,9 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     max: options.concurrency + 2,
     applicationName: `sluice${options.instanceId === undefined ? '' : `:${options.instanceId}`}`,
     retireAfterMs: options.handlerTimeoutMs + options.statementTimeoutMs,
+    onUnprepared: (error) => {
+      logUnprepared(logger, error);
+    },
   });
   const sql = own.sql;
   const t = tables(sql, options.schema);
