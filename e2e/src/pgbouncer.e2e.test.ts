@@ -46,9 +46,9 @@ function poolThrough(bouncer: PgBouncer, max = 10): Sql {
 }
 
 function capturingLogger() {
-  const lines: { level: string; message: string }[] = [];
-  const keep = (level: string) => (_fields: object, message: string) => {
-    lines.push({ level, message });
+  const lines: { level: string; message: string; fields: Record<string, unknown> }[] = [];
+  const keep = (level: string) => (fields: object, message: string) => {
+    lines.push({ level, message, fields: fields as Record<string, unknown> });
   };
   return {
     lines,
@@ -289,6 +289,121 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
         true,
       );
     });
+
+    test.skipIf(mode !== 'transaction')(
+      "with prepare: true through the transaction pooler: a failing turn is logged with the prepare: false hint, Sluice's own connections stop preparing, stop() returns, and once the app sets it nothing is lost",
+      async () => {
+        const fixed = poolThrough(bouncer); // prepare: false, as the hint says
+        const misconfigured = postgres(bouncer.url, {
+          max: 10,
+          prepare: true,
+          fetch_types: false,
+          onnotice: () => undefined,
+        }) as unknown as Sql;
+        onTestFinished(() => misconfigured.end({ timeout: 2 }));
+        const schema = `pgb_${randomBytes(4).toString('hex')}`;
+        await migrate(fixed, { schema, logger: silentLogger });
+        await fixed`create table ${fixed(`${schema}.projection`)} (event_id bigint primary key)`;
+        const seen = new Set<bigint>();
+        const consumers: Consumer[] = [
+          {
+            name: 'plain',
+            handler: (event) => {
+              seen.add(event.id);
+            },
+          },
+          {
+            name: 'projection',
+            transactional: true,
+            handler: async (event, ctx) => {
+              await (ctx.tx as TransactionSql)`
+              insert into ${fixed(`${schema}.projection`)} values (${event.id.toString()}::bigint)`;
+            },
+          },
+        ];
+        // Short timeouts: a transaction the driver left waiting on the old pool is cut after
+        // handlerTimeoutMs + statementTimeoutMs, and stop() waits for it.
+        const timing = {
+          listen: false,
+          pollIntervalMs: 100,
+          backoffInitialMs: 50,
+          backoffMaxMs: 200,
+          handlerTimeoutMs: 2_000,
+          statementTimeoutMs: 1_000,
+        };
+        const first = capturingLogger();
+        const before = createDispatcher({
+          sql: misconfigured,
+          schema,
+          consumers,
+          ...timing,
+          logger: first.logger,
+        });
+        onTestFinished(() => before.stop());
+        await before.start();
+
+        // Writers keep the pooler handing each transaction another server connection.
+        let writing = true;
+        const writers = Array.from({ length: 4 }, async (_, w) => {
+          for (let n = 0; writing; n++) {
+            await transaction(fixed, (tx) =>
+              append(tx, [{ streamId: `w${w}`, type: 'Pooled', data: { n } }], { schema }),
+            );
+          }
+        });
+        const hinted = () =>
+          first.lines.filter(
+            (l) =>
+              l.level === 'error' &&
+              l.message.startsWith('turn failed (infrastructure)') &&
+              String(l.fields['error']).includes('prepared statement'),
+          );
+        try {
+          await until(() => hinted().length > 0, 60_000, 'a turn failing on a missing prepared statement');
+        } finally {
+          writing = false;
+          await Promise.all(writers);
+        }
+        expect(hinted()[0]?.fields['hint']).toBe(
+          'prepared statements do not survive from one transaction to the next here: behind a transaction ' +
+            "pooler such as PgBouncer, create the pool with prepare: false (docs/operating.md, 'Behind a pooler')",
+        );
+        // Sluice's own connections continue without prepared statements, and say so once.
+        const unprepared = first.lines.filter((l) =>
+          l.message.startsWith('a prepared statement did not survive to the next transaction'),
+        );
+        expect(unprepared.map((l) => l.level)).toEqual(['warn']);
+        expect(unprepared[0]?.fields['hint']).toBe(hinted()[0]?.fields['hint']);
+        const stopping = performance.now();
+        await before.stop();
+        expect(performance.now() - stopping).toBeLessThan(15_000);
+
+        // The application follows the hint: every committed event reaches both consumers.
+        const second = capturingLogger();
+        const after = createDispatcher({ sql: fixed, schema, consumers, ...timing, logger: second.logger });
+        onTestFinished(() => after.stop());
+        await after.start();
+        const committed = (
+          await fixed<
+            { id: string }[]
+          >`select id::text as id from ${fixed(`${schema}.events`)} e order by e.id`
+        ).map((r) => BigInt(r.id));
+        expect(committed.length).toBeGreaterThan(0);
+        const projected = async () =>
+          (
+            await fixed<
+              { id: string }[]
+            >`select event_id::text as id from ${fixed(`${schema}.projection`)} p order by p.event_id`
+          ).map((r) => BigInt(r.id));
+        await until(
+          async () => committed.every((id) => seen.has(id)) && (await projected()).length >= committed.length,
+          30_000,
+          'every committed event at both consumers',
+        );
+        expect(await projected()).toEqual(committed);
+        expect(second.lines.filter((l) => l.message.startsWith('turn failed'))).toEqual([]);
+      },
+    );
 
     test.skipIf(mode !== 'transaction')(
       'without listenSql, LISTEN through the transaction pooler: one warning, and polling delivers',

@@ -6,6 +6,7 @@ import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { checkConnection, connectTimeoutMsOf } from './connect-timeout.js';
+import { createDispatcher } from './dispatcher/create-dispatcher.js';
 import { startListener } from './dispatcher/wake-up.js';
 import { ConnectTimeoutError } from './errors.js';
 import { silentLogger, type Logger } from './logger.js';
@@ -116,5 +117,25 @@ describe('the LISTEN connection', () => {
     );
     expect(connected).toEqual([]);
     await listener.stop();
+  });
+});
+
+describe('dispatcher.start()', () => {
+  test('to a port that is not PostgreSQL: SLUICE_CONNECT_TIMEOUT within connect_timeout, and stop() returns', async () => {
+    const http = await listening(createHttpServer((_request, response) => response.end('not PostgreSQL')));
+    const dispatcher = createDispatcher({
+      sql: poolTo(http.port, 1),
+      consumers: [{ name: 'never', handler: () => undefined }],
+      logger: silentLogger,
+    });
+    const startedAt = performance.now();
+    const error = await dispatcher.start().catch((e: unknown) => e);
+    expect(performance.now() - startedAt).toBeLessThan(5_000);
+    expect(error).toBeInstanceOf(ConnectTimeoutError);
+    expect((error as Error).message).toBe(
+      `no PostgreSQL server completed a connection at 127.0.0.1:${http.port} within 1 s: ` +
+        'check the host and port (is a PostgreSQL server listening there, and not another service?)',
+    );
+    await dispatcher.stop();
   });
 });

@@ -4,6 +4,7 @@
 // the package root (`@sluice/core`), whose every export is listed in packages/core/README.md.
 export { connectTimeoutMsOf, withinConnectTimeout } from './connect-timeout.js';
 export { guardedBegin, TransactionAbandonedError } from './connections/guarded-transaction.js';
+export { logUnprepared, openOwnConnections } from './connections/own-connections.js';
 export { consumerStateOf } from './consumer-state/consumer-state.js';
 export {
   disableConsumer,
@@ -48,6 +49,7 @@ export type {
 } from './consumer-state/operator-transitions.js';
 export type { GapRange } from './gaps/gaps.js';
 export type { AuditEntry } from './queries/audit.js';
+export type { OwnConnections, OwnConnectionsSettings } from './connections/own-connections.js';
 export type { ConsumerStateRow, OperatorRow } from './queries/consumers.js';
 export type { StoredRange } from './queries/gaps.js';
 export type { OperatorTarget, RestartFacts } from './queries/operator.js';

@@ -1,7 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { migrate, silentLogger, type Consumer } from '@sluice/core';
+import { createServer as createHttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { migrate, silentLogger, type Consumer, type Sql } from '@sluice/core';
 import { appendEvents, failingOn, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
+import postgres from 'postgres';
 import Fastify, { type FastifyInstance, type FastifyServerOptions, type InjectOptions } from 'fastify';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import sluice, { basicAuth, bearerAuth, type OpsOptions } from './index.js';
@@ -114,6 +117,86 @@ describe('plugin lifecycle', () => {
     // Stopped: a new event is not handled any more.
     await appendEvents(db.sql, 1, undefined, schema);
     expect(c.ids()).toEqual([1n]);
+  });
+
+  test("onReady against a port where HTTP answers: ready() fails with SLUICE_CONNECT_TIMEOUT after the pool's connect_timeout, and close() returns", async () => {
+    const http = createHttpServer((_request, response) => response.end('not PostgreSQL'));
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+    onTestFinished(
+      () =>
+        new Promise<void>((resolve) => {
+          http.close(() => {
+            resolve();
+          });
+          http.closeAllConnections();
+        }),
+    );
+    const { port } = http.address() as AddressInfo;
+    const sql = postgres(`postgres://nobody:secret@127.0.0.1:${port}/nothing`, {
+      max: 1,
+      connect_timeout: 1,
+      onnotice: () => undefined,
+    }) as unknown as Sql;
+    onTestFinished(() => sql.end({ timeout: 0 }));
+    const app = Fastify({ logger: false });
+    await app.register(sluice, {
+      sql,
+      consumers: [recordingConsumer('never').consumer],
+      listen: false,
+      logger: silentLogger,
+    });
+    const startedAt = performance.now();
+    const error = await app.ready().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(performance.now() - startedAt).toBeLessThan(5_000);
+    expect(error).toMatchObject({ code: 'SLUICE_CONNECT_TIMEOUT', address: `127.0.0.1:${port}` });
+    await app.close();
+  });
+
+  test('operator actions run on connections of their own (sluice-admin), not on the application pool', async () => {
+    const { app, schema } = await build([recordingConsumer('mailer').consumer], {
+      auth: bearerAuth(TOKEN, 'alice'),
+      lockTimeoutMs: 20_000,
+    });
+    // A transaction of the test holds the consumer's row: the action waits for it, visibly.
+    let held: () => void = () => undefined;
+    const locked = new Promise<void>((resolve) => {
+      held = resolve;
+    });
+    let release: () => void = () => undefined;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const holding = db.sql.begin(async (tx) => {
+      await tx`select 1 from ${tx(`${schema}.consumers`)} where name = 'mailer' for update`;
+      held();
+      await released;
+    });
+    await locked;
+    const disabling = app.inject({
+      method: 'POST',
+      url: '/sluice/consumers/mailer/disable',
+      headers: auth,
+      payload: {},
+    });
+    const waiting = async () =>
+      db.sql<{ application_name: string }[]>`
+        select application_name from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock' and query like '%for update%'`;
+    const deadline = performance.now() + 15_000;
+    let waiters = await waiting();
+    while (waiters.length === 0 && performance.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      waiters = await waiting();
+    }
+    expect(waiters.map((w) => w.application_name)).toEqual(['sluice-admin']);
+    release();
+    await holding;
+    const response = await disabling;
+    expect(response.statusCode, response.body).toBe(200);
+    expect((await stateOf(schema)).map((r) => String(r['status']))).toEqual(['disabled']);
   });
 });
 

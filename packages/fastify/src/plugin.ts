@@ -1,10 +1,13 @@
 import { createAdmin } from '@sluice/admin';
 import { append, createDispatcher, migrate as runMigrations, transaction, type Logger } from '@sluice/core';
-import { ADMIN_DEFAULTS, resolveSchemaName } from '@sluice/core/internal';
+import { ADMIN_DEFAULTS, logUnprepared, openOwnConnections, resolveSchemaName } from '@sluice/core/internal';
 import type { FastifyInstance } from 'fastify';
 import { opsRoutes } from './ops-routes.js';
 import { resolveOps, type SluicePluginOptions } from './options.js';
 import type { SluiceDecorator } from './type-augmentation.js';
+
+/** Connections of the operator actions' own pool: actions are rare, the dashboard reads a few at once. */
+const ADMIN_CONNECTIONS = 3;
 
 /**
  * Wires a Sluice dispatcher into a Fastify app (docs/design.md §8): decorates `app.sluice`, migrates
@@ -19,11 +22,26 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
   const logger: Logger = loggerInput ?? app.log;
   const schema = resolveSchemaName(dispatcherOptions.schema);
   const dispatcher = createDispatcher({ ...dispatcherOptions, logger });
+  const lockTimeoutMs = ops?.lockTimeoutMs ?? ADMIN_DEFAULTS.lockTimeoutMs;
+  // Operator actions and the migration run on connections Sluice opens itself from the pool's
+  // options, as the dispatcher's turns do (docs/design.md §4.11): no array-type fetch at connect
+  // (on postgres.js 3.4.9 a backend killed during it stops the process), a pool replaced when one
+  // of its connections dies, and a startup bounded by connect_timeout. The application's pool
+  // stays the source of those options and the pool of its own transactions.
+  const adminConnections = openOwnConnections(dispatcherOptions.sql, {
+    max: ADMIN_CONNECTIONS,
+    applicationName: `sluice-admin${dispatcherOptions.instanceId === undefined ? '' : `:${dispatcherOptions.instanceId}`}`,
+    // An action waits at most lockTimeoutMs for a row; its statements are short.
+    retireAfterMs: lockTimeoutMs + 30_000,
+    onUnprepared: (error) => {
+      logUnprepared(logger, error);
+    },
+  });
   // The admin judges re-arms as this dispatcher does: with its options, else the same defaults.
   const admin = createAdmin({
-    sql: dispatcherOptions.sql,
+    sql: adminConnections.sql,
     schema,
-    lockTimeoutMs: ops?.lockTimeoutMs ?? ADMIN_DEFAULTS.lockTimeoutMs,
+    lockTimeoutMs,
     rearmCooldownMs: dispatcherOptions.rearmCooldownMs ?? ADMIN_DEFAULTS.rearmCooldownMs,
     maxRearmCount: dispatcherOptions.maxRearmCount ?? ADMIN_DEFAULTS.maxRearmCount,
   });
@@ -39,13 +57,17 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
   app.decorate('sluice', decorator);
 
   app.addHook('onReady', async () => {
-    if (migrate) await runMigrations(dispatcherOptions.sql, { schema, logger });
+    // Against a port where something other than PostgreSQL answers, the migration's first
+    // statement would wait for ever: fail with SLUICE_CONNECT_TIMEOUT after connect_timeout.
+    await adminConnections.checkConnection();
+    if (migrate) await runMigrations(adminConnections.sql, { schema, logger });
     await dispatcher.start();
     running = true;
   });
   app.addHook('onClose', async () => {
     running = false;
     await dispatcher.stop();
+    await adminConnections.end();
   });
 
   if (ops) {

@@ -12,11 +12,32 @@
 //   statement as current, and ending the pool waits for it until its timeout. A replaced pool
 //   takes no new statements; once the transactions and statements Sluice runs on it have settled
 //   (or after `retireAfterMs`), its connections are cut;
+// - runs without the driver's own `idle_timeout` and `max_lifetime`. postgres.js 3.4.9 reports a
+//   connection it ended for idleness or age through the same `onclose` as one that died, with
+//   nothing to tell them apart, so with those timers every idle or aged connection would replace
+//   the whole pool (with `idle_timeout: 1`, about once a second under light work). Without them,
+//   every close the driver reports is unexpected. The application's settings still hold, for the
+//   pool as a whole: once nothing of Sluice's has run on it for `idle_timeout`, or once it is
+//   `max_lifetime` old (postgres.js's default: 30 to 60 minutes), the pool is renewed the way a
+//   replaced one is retired, and that is not counted as a replacement;
+// - continues with `prepare: false` once PostgreSQL says a prepared statement it made is missing
+//   or already there (SQLSTATE 26000, 42P05): the pool is then behind a transaction pooler (or its
+//   server connections are otherwise shared), which hands each transaction another server
+//   connection. There, postgres.js 3.4.9 re-prepares the statement inside the failed transaction,
+//   after the statement pipelined behind it has already made the server skip to its Sync: the
+//   re-prepared statement is never answered, and that transaction (and its consumer's turn, and
+//   stop()) would wait for ever. The pool is replaced by one that does not prepare, so what is stuck
+//   on the old one is cut after `retireAfterMs`; the application is told (its own pool needs
+//   `prepare: false` as well);
 // - is sized for Sluice's own work (turns, turn starts, pre-checks), so the application's
 //   requests and handlers never wait on it, nor it on them;
 // - names its connections (application_name), so an operator can tell them from the app's;
 // - applies no `transform` of the application's pool to the rows it reads.
 import postgres from 'postgres';
+import { checkConnection } from '../connect-timeout.js';
+import { poolerHint } from '../dispatcher/classify-failure.js';
+import { ConnectTimeoutError, messageOf, sqlStateOf } from '../errors.js';
+import type { Logger } from '../logger.js';
 import type { Sql } from '../sql-types.js';
 
 export interface OwnConnectionsSettings {
@@ -26,13 +47,26 @@ export interface OwnConnectionsSettings {
   readonly applicationName: string;
   /** A replaced pool's transactions and statements get this long to settle before it is cut. */
   readonly retireAfterMs: number;
+  /** Told, once, that the pool continues without prepared statements (see the top of this file). */
+  readonly onUnprepared?: (error: unknown) => void;
 }
 
 export interface OwnConnections {
   /** Always the current pool (a stable handle: calls go to whichever pool is current). */
   readonly sql: Sql;
-  /** How many times the pool was replaced after a connection closed. */
+  /** How many times the pool was replaced after a connection closed unexpectedly. */
   readonly replacements: number;
+  /** How many times the pool was renewed after `idle_timeout` unused or at `max_lifetime` (planned). */
+  readonly renewals: number;
+  /**
+   * Resolves once a connection of the pool has completed PostgreSQL's startup and answered, within
+   * the application pool's `connect_timeout`. Call it before the first statement: a port where
+   * something else answers (an HTTP server) makes postgres.js reconnect at once, again and again,
+   * and that statement would wait for ever. After a timeout the pool that kept trying is cut and a
+   * fresh one takes its place, so a later call begins afresh.
+   * @throws {ConnectTimeoutError}
+   */
+  checkConnection(): Promise<void>;
   /** Ends the current pool and every replaced one still settling. */
   end(): Promise<void>;
 }
@@ -44,6 +78,16 @@ interface Pool {
   readonly sql: Sql;
   inFlight: number;
   readonly whenIdle: (() => void)[];
+  /** Renews the pool once it has had nothing running for the application's idle_timeout. */
+  idleTimer: NodeJS.Timeout | undefined;
+  /** Renews the pool at the application's max_lifetime. */
+  lifeTimer: NodeJS.Timeout | undefined;
+}
+
+/** The template's `idle_timeout` or `max_lifetime` in milliseconds (seconds, or a function drawing them). */
+function secondsOption(value: unknown): number | undefined {
+  const seconds = typeof value === 'function' ? (value as () => unknown)() : value;
+  return typeof seconds === 'number' && seconds > 0 ? seconds * 1000 : undefined;
 }
 
 /**
@@ -54,7 +98,10 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   const base = template.options as unknown as Record<string, unknown>;
   const retiring = new Set<Promise<void>>();
   let replacements = 0;
+  let renewals = 0;
   let ended = false;
+  const idleMs = secondsOption(base['idle_timeout']);
+  let prepare = base['prepare'] !== false;
 
   const create = (): Pool => {
     const options = {
@@ -78,6 +125,10 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       },
       max: settings.max,
       fetch_types: false,
+      prepare,
+      // Honoured for the whole pool below: the driver's own timers would look like deaths.
+      idle_timeout: null,
+      max_lifetime: null,
       connection: {
         ...(base['connection'] as Record<string, unknown> | undefined),
         application_name: settings.applicationName.slice(0, 63),
@@ -90,7 +141,17 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       sql: postgres(options as unknown as Options),
       inFlight: 0,
       whenIdle: [],
+      idleTimer: undefined,
+      lifeTimer: undefined,
     };
+    // Drawn per pool, as postgres.js draws its default per connection.
+    const lifetimeMs = secondsOption(base['max_lifetime']);
+    if (lifetimeMs !== undefined) {
+      pool.lifeTimer = setTimeout(() => {
+        renew(pool);
+      }, lifetimeMs);
+      pool.lifeTimer.unref();
+    }
     return pool;
   };
 
@@ -103,7 +164,27 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     retire(old, settings.retireAfterMs);
   }
 
+  /** A statement or transaction on `pool` failed: a prepared statement missing means a pooler. */
+  function failed(pool: Pool, error: unknown): void {
+    if (!prepare || pool !== current || ended) return;
+    const state = sqlStateOf(error);
+    if (state !== '26000' && state !== '42P05') return;
+    prepare = false;
+    replace();
+    settings.onUnprepared?.(error);
+  }
+
+  /** A planned renewal of `pool`, when it is still the current one. */
+  function renew(pool: Pool): void {
+    if (pool !== current || ended) return;
+    current = create();
+    renewals += 1;
+    retire(pool, settings.retireAfterMs);
+  }
+
   function retire(pool: Pool, afterMs: number): void {
+    clearTimeout(pool.idleTimer);
+    clearTimeout(pool.lifeTimer);
     const done = new Promise<void>((resolve) => {
       let cut = false;
       const cutNow = () => {
@@ -128,11 +209,23 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   /** Counts `settles` as running on `pool` until it settles. */
   const track = (pool: Pool, settles: Promise<unknown>) => {
     pool.inFlight += 1;
+    clearTimeout(pool.idleTimer);
+    pool.idleTimer = undefined;
     const settled = () => {
       pool.inFlight -= 1;
-      if (pool.inFlight === 0) for (const idle of pool.whenIdle.splice(0)) idle();
+      if (pool.inFlight > 0) return;
+      for (const idle of pool.whenIdle.splice(0)) idle();
+      if (idleMs !== undefined && pool === current && !ended) {
+        pool.idleTimer = setTimeout(() => {
+          if (pool.inFlight === 0) renew(pool);
+        }, idleMs);
+        pool.idleTimer.unref();
+      }
     };
-    settles.then(settled, settled);
+    settles.then(settled, (error: unknown) => {
+      settled();
+      failed(pool, error);
+    });
   };
 
   /**
@@ -192,6 +285,21 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     get replacements() {
       return replacements;
     },
+    get renewals() {
+      return renewals;
+    },
+    async checkConnection() {
+      const pool = current;
+      try {
+        await checkConnection(pool.sql);
+      } catch (error) {
+        if (error instanceof ConnectTimeoutError && pool === current && !ended) {
+          current = create();
+          retire(pool, 0);
+        }
+        throw error;
+      }
+    },
     async end() {
       if (!ended) {
         ended = true;
@@ -201,4 +309,13 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     },
   };
   return own;
+}
+
+/** What a pool that continues without prepared statements logs (once per pool of Sluice's). */
+export function logUnprepared(logger: Logger, error: unknown): void {
+  logger.warn(
+    { error: messageOf(error), hint: poolerHint(error) },
+    "a prepared statement did not survive to the next transaction (behind a transaction pooler?): Sluice's " +
+      'own connections continue with prepare: false',
+  );
 }

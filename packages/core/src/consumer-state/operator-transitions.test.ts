@@ -191,34 +191,38 @@ describe('skip', () => {
 describe('disable and enable', () => {
   test('properties: disable stops the consumer where it is; enable undoes a disable and re-arms a dead one', () => {
     fc.assert(
-      fc.property(stateArbitrary, fc.option(fc.date(), { nil: null }), (state, until) => {
-        const disabled = applied(state, disableConsumer(state, until, 'maintenance').row);
-        expect(disabled).toMatchObject({ status: 'disabled', cursor: state.cursor, disabledUntil: until });
-        expect(disabled.attempts).toBe(state.attempts);
+      fc.property(
+        stateArbitrary,
+        fc.option(fc.date({ noInvalidDate: true }), { nil: null }),
+        (state, until) => {
+          const disabled = applied(state, disableConsumer(state, until, 'maintenance').row);
+          expect(disabled).toMatchObject({ status: 'disabled', cursor: state.cursor, disabledUntil: until });
+          expect(disabled.attempts).toBe(state.attempts);
 
-        const enabled = enableConsumer(state);
-        const after = applied(state, enabled.row);
-        expect(after.cursor).toBe(state.cursor);
-        expect(after.disabledUntil).toBeNull();
-        if (state.status === 'dead')
-          expect(after).toMatchObject({ status: 'idle', attempts: 0, rearmCount: 0 });
-        else if (state.status === 'disabled')
-          expect(after).toMatchObject({ status: 'idle', attempts: state.attempts });
-        else
-          expect(after).toMatchObject({
-            status: state.status,
-            attempts: state.attempts,
-            rearmCount: state.rearmCount,
+          const enabled = enableConsumer(state);
+          const after = applied(state, enabled.row);
+          expect(after.cursor).toBe(state.cursor);
+          expect(after.disabledUntil).toBeNull();
+          if (state.status === 'dead')
+            expect(after).toMatchObject({ status: 'idle', attempts: 0, rearmCount: 0 });
+          else if (state.status === 'disabled')
+            expect(after).toMatchObject({ status: 'idle', attempts: state.attempts });
+          else
+            expect(after).toMatchObject({
+              status: state.status,
+              attempts: state.attempts,
+              rearmCount: state.rearmCount,
+            });
+          // Enabling what was disabled gives back the consumer as it was, but for the disable, and
+          // idle (a dead one too: disabling it ended its death, not its attempts).
+          const roundTrip = applied(disabled, enableConsumer(disabled).row);
+          expect(roundTrip).toEqual({
+            ...state,
+            status: 'idle',
+            disabledUntil: null,
           });
-        // Enabling what was disabled gives back the consumer as it was, but for the disable, and
-        // idle (a dead one too: disabling it ended its death, not its attempts).
-        const roundTrip = applied(disabled, enableConsumer(disabled).row);
-        expect(roundTrip).toEqual({
-          ...state,
-          status: 'idle',
-          disabledUntil: null,
-        });
-      }),
+        },
+      ),
     );
   });
 });

@@ -1,7 +1,7 @@
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { DispatcherNotRegisteredError, DispatcherStoppedError, messageOf } from '../errors.js';
 import { checkConnection } from '../connect-timeout.js';
-import { openOwnConnections } from '../connections/own-connections.js';
+import { logUnprepared, openOwnConnections } from '../connections/own-connections.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
 import type { Sql } from '../sql-types.js';
@@ -16,7 +16,11 @@ import { PassRunner, PassScheduler, type PassResult } from './pass.js';
 import { startListener, type Listener } from './wake-up.js';
 
 export interface Dispatcher {
-  /** Registers every consumer's row, starts the poll timer and LISTEN. Idempotent. */
+  /**
+   * Registers every consumer's row, starts the poll timer and LISTEN. Idempotent.
+   * @throws {ConnectTimeoutError} when no PostgreSQL server completed a connection within the
+   *   pool's `connect_timeout` (something else answers on that port, or nothing does)
+   */
   start(): Promise<void>;
   /**
    * Stops both, waits for every in-flight pass and turn, and closes the dispatcher's own
@@ -62,6 +66,9 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     max: options.concurrency + 2,
     applicationName: `sluice${options.instanceId === undefined ? '' : `:${options.instanceId}`}`,
     retireAfterMs: options.handlerTimeoutMs + options.statementTimeoutMs,
+    onUnprepared: (error) => {
+      logUnprepared(logger, error);
+    },
   });
   const sql = own.sql;
   const t = tables(sql, options.schema);
@@ -132,6 +139,9 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   }
 
   async function doStart(): Promise<void> {
+    // Bounded through PostgreSQL's whole startup: against a port where something else answers,
+    // start() would otherwise wait for ever (docs/operating.md#cli).
+    await own.checkConnection();
     const verification = await verifySchema(sql, { schema: options.schema });
     for (const warning of verification.warnings) logger.warn({ schema: options.schema }, warning);
     await ensureRegistered();

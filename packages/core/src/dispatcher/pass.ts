@@ -446,12 +446,15 @@ export class PassRunner {
       options.backoffMaxMs,
     );
     this.#backoff.set(consumer.name, backoff);
+    // "prepared statement … does not exist" behind a transaction pooler: say what to change.
+    const hint = poolerHint(error);
     logger.error(
       {
         consumer: consumer.name,
         category,
         error: messageOf(error),
         retryInMs: Math.round(backoff.untilMs - performance.now()),
+        ...(hint === undefined ? {} : { hint }),
       },
       'turn failed (infrastructure); backing off this consumer, its attempts are not counted',
     );

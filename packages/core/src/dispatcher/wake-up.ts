@@ -1,11 +1,10 @@
-import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
 import { withinConnectTimeout } from '../connect-timeout.js';
 import { ConnectTimeoutError, messageOf } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { currentSnapshot } from '../queries/consumers.js';
 import type { Sql } from '../sql-types.js';
-import { settleWithin, TIMED_OUT } from '../time-limit.js';
+import { PROBE_PREFIX, ProbeEar, REPROBE_INITIAL_MS, REPROBE_MAX_MS } from './listen-probe.js';
 
 export interface Listener {
   /**
@@ -35,20 +34,11 @@ export interface ListenerOptions {
    * pool): after each LISTEN, the listener checks that such a notification reaches it.
    */
   readonly probe?: (payload: string) => Promise<unknown>;
+  /** The first wait before a listener found deaf probes again, doubling. @defaultValue 30 s */
+  readonly reprobeInitialMs?: number;
+  /** The longest wait between such probes. @defaultValue 5 min */
+  readonly reprobeMaxMs?: number;
 }
-
-/** Payloads of the listeners' own probes: never a wake-up, whoever sent them. */
-const PROBE_PREFIX = 'sluice-probe:';
-/**
- * LISTEN is taken as working once PROBES_NEEDED probes sent through the pool have each been heard
- * within PROBE_WAIT_MS, and as deaf at the PROBE_MISSES_ALLOWED + 1st miss. Behind a transaction
- * pooler a probe is still heard now and then (when it reaches the server connection the LISTEN ran
- * on while that connection is serving the listener), so one heard probe proves nothing; on a
- * connection of its own every probe arrives, and one slow one is forgiven.
- */
-const PROBE_WAIT_MS = 2_000;
-const PROBES_NEEDED = 5;
-const PROBE_MISSES_ALLOWED = 1;
 
 const RECONNECT_INITIAL_MS = 100;
 const RECONNECT_MAX_MS = 5_000;
@@ -71,9 +61,16 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
   let failing = false;
   let checkPending = false;
   let snapshotPending = false;
-  /** LISTEN cannot receive notifications here (a transaction pooler): given up, polling only. */
+  /**
+   * LISTEN did not receive the probes (a transaction pooler, or a server too loaded to deliver
+   * them in time): polling only, and the probes are tried again now and then (reprobe).
+   */
   let deaf = false;
-  let probeWaiter: { payload: string; heard: () => void } | undefined;
+  const reprobeInitialMs = options.reprobeInitialMs ?? REPROBE_INITIAL_MS;
+  const reprobeMaxMs = options.reprobeMaxMs ?? REPROBE_MAX_MS;
+  let reprobeMs = reprobeInitialMs;
+  let reprobeTimer: NodeJS.Timeout | undefined;
+  const ear = new ProbeEar();
 
   const setConnected = (value: boolean) => {
     if (connected === value) return;
@@ -96,7 +93,7 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
       onnotify: (channel: string, payload: string) => {
         if (channel !== options.channel) return;
         if (payload.startsWith(PROBE_PREFIX)) {
-          if (probeWaiter?.payload === payload) probeWaiter.heard();
+          ear.arrived(payload);
           return;
         }
         if (payload !== options.ownNonce) options.onWake();
@@ -133,6 +130,11 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
       checkPending = false;
       if (failing) options.logger.info({ channel: options.channel }, 'LISTEN reconnected');
       failing = false;
+      if (deaf && options.probe) {
+        // Probing again after LISTEN was found deaf: connected only once the probes are heard.
+        void verifyHearing(attempt, options.probe);
+        return;
+      }
       setConnected(true);
       options.onWake();
       if (options.probe) void verifyHearing(attempt, options.probe);
@@ -150,55 +152,64 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
         );
       }
       failing = true;
-      schedule();
+      if (deaf) scheduleReprobe();
+      else schedule();
     }
   }
 
   /**
-   * After a LISTEN: checks that notifications reach this connection. Behind a transaction pooler
-   * (PgBouncer's pool_mode=transaction) LISTEN succeeds, but the server connection it ran on goes
-   * back to the pool, and notifications never arrive: then the listener gives up, once, and says so.
+   * After a LISTEN: checks that notifications sent through the pool reach this connection
+   * (dispatcher/listen-probe.ts). When they do not, the listener falls back to polling and says
+   * so, once; it probes again after a backoff, and says once when wake-ups are back.
    */
   async function verifyHearing(attempt: Sql, probe: (payload: string) => Promise<unknown>): Promise<void> {
-    if (await heardProbe(probe)) return;
+    const hearing = await ear.listen(probe, () => stopped);
     if (stopped || attempt !== listenSql) return;
-    deaf = true;
-    setConnected(false);
-    options.logger.warn(
-      { channel: options.channel },
-      'LISTEN does not receive notifications on its connection (behind a transaction pooler such ' +
-        'as PgBouncer?): wake-ups fall back to polling every pollIntervalMs; give the dispatcher ' +
-        'listenSql, a pool connected to PostgreSQL directly (docs/operating.md, Behind a pooler)',
-    );
-    await attempt.end({ timeout: 0 }).catch(() => undefined);
-  }
-
-  /** Whether probe notifications sent through the pool reach this connection (see PROBES_NEEDED). */
-  async function heardProbe(probe: (payload: string) => Promise<unknown>): Promise<boolean> {
-    let heardCount = 0;
-    let missed = 0;
-    while (heardCount < PROBES_NEEDED && !stopped) {
-      const payload = `${PROBE_PREFIX}${randomBytes(9).toString('base64url')}`;
-      let heard: () => void = () => undefined;
-      const arrived = new Promise<void>((resolve) => {
-        heard = resolve;
-      });
-      probeWaiter = { payload, heard };
-      try {
-        await probe(payload);
-        if ((await settleWithin(arrived, PROBE_WAIT_MS)) !== TIMED_OUT) heardCount += 1;
-        else if (++missed > PROBE_MISSES_ALLOWED) return false;
-      } catch (error) {
+    if (hearing.outcome === 'heard' || (hearing.outcome === 'unsent' && !deaf)) {
+      if (hearing.outcome === 'unsent') {
         options.logger.warn(
-          { channel: options.channel, error: messageOf(error) },
+          { channel: options.channel, error: messageOf(hearing.error) },
           'could not send the LISTEN probe; LISTEN is taken as working',
         );
-        return true;
-      } finally {
-        probeWaiter = undefined;
       }
+      if (deaf) {
+        deaf = false;
+        reprobeMs = reprobeInitialMs;
+        options.logger.info(
+          { channel: options.channel },
+          'LISTEN receives notifications again: wake-ups are back',
+        );
+        setConnected(true);
+        options.onWake();
+      }
+      return;
     }
-    return true;
+    if (!deaf) {
+      options.logger.warn(
+        { channel: options.channel },
+        'LISTEN does not receive notifications on its connection (behind a transaction pooler such ' +
+          'as PgBouncer?): wake-ups fall back to polling every pollIntervalMs, and LISTEN is probed ' +
+          'again every few minutes; give the dispatcher listenSql, a pool connected to PostgreSQL ' +
+          'directly (docs/operating.md, Behind a pooler)',
+      );
+    }
+    deaf = true;
+    setConnected(false);
+    // The next probe LISTENs on a fresh instance; this one's close is not a reconnect (onclose).
+    listenSql = open();
+    checkPending = false;
+    snapshotPending = false;
+    await attempt.end({ timeout: 0 }).catch(() => undefined);
+    scheduleReprobe();
+  }
+
+  function scheduleReprobe(): void {
+    if (reprobeTimer || stopped) return;
+    reprobeTimer = setTimeout(() => {
+      reprobeTimer = undefined;
+      void connect();
+    }, reprobeMs);
+    reprobeMs = Math.min(reprobeMaxMs, reprobeMs * 2);
   }
 
   function schedule(): void {
@@ -257,6 +268,7 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
     async stop() {
       stopped = true;
       clearTimeout(retryTimer);
+      clearTimeout(reprobeTimer);
       clearInterval(checkTimer);
       await listenSql.end({ timeout: 1 });
       setConnected(false);

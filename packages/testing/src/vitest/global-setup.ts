@@ -7,6 +7,7 @@ import postgres from 'postgres';
 import type { TestProject } from 'vitest/node';
 import { withDatabase } from '../database-url.js';
 import type {} from './provided-context.js';
+import { EmbeddedServerError } from '../providers/embedded.js';
 import { startPostgres } from '../start-postgres.js';
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
@@ -14,6 +15,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
     log: (message) => {
       if (process.env['SLUICE_TEST_VERBOSE']) console.info(`[sluice:testing] ${message}`);
     },
+  }).catch((error: unknown) => {
+    // vitest reports a failing global setup as an unhandled error with its stack trace. When the
+    // embedded server cannot run here, its one line says why and what to do; the frames (all in
+    // the harness and in vitest) would only bury it.
+    if (error instanceof EmbeddedServerError) error.stack = `${error.name}: ${error.message}`;
+    throw error;
   });
   // Unique per run, so concurrent runs against one DATABASE_URL server do not collide.
   const template = `sluice_template_${randomBytes(4).toString('hex')}`;

@@ -1,0 +1,84 @@
+// Sluice's own pool (docs/design.md §4.11): replaced when a connection dies, but not churned by the
+// application's idle_timeout or max_lifetime, which postgres.js 3.4.9 reports as closes too.
+import { until } from '@sluice/testing';
+import { randomBytes } from 'node:crypto';
+import { useTestDatabase } from '@sluice/testing/vitest';
+import { expect, onTestFinished, test } from 'vitest';
+import { openOwnConnections } from './own-connections.js';
+
+const db = await useTestDatabase();
+
+function ownPool(template = db.sql) {
+  const applicationName = `sluice-own-${randomBytes(4).toString('hex')}`;
+  const own = openOwnConnections(template, { max: 2, applicationName, retireAfterMs: 10_000 });
+  onTestFinished(() => own.end());
+  return { own, applicationName };
+}
+
+/** Backends of `applicationName`, by pid. */
+async function backendsOf(applicationName: string): Promise<number[]> {
+  const rows = await db.sql<{ pid: number }[]>`
+    select pid from pg_stat_activity where application_name = ${applicationName} order by pid`;
+  return rows.map((r) => r.pid);
+}
+
+async function isGone(pid: number): Promise<boolean> {
+  const [row] = await db.sql<
+    { n: number }[]
+  >`select count(*)::int as n from pg_stat_activity where pid = ${pid}`;
+  return row?.n === 0;
+}
+
+test("the application's idle_timeout closes no connection while Sluice works on the pool, and never counts as a replacement", async () => {
+  // The application's pool, with a one-second idle_timeout: its own idle close is what the test
+  // waits for, to know that the same timeout would have expired on Sluice's idle connection.
+  const template = db.connect({ max: 1, idle_timeout: 1 });
+  const { own, applicationName } = ownPool(template);
+
+  // Connection A runs a statement that waits on an advisory lock the test holds; B answers once.
+  const lockKey = Math.floor(Math.random() * 1_000_000);
+  const holder = await db.sql.reserve();
+  onTestFinished(() => {
+    holder.release();
+  });
+  await holder`select pg_advisory_lock(${lockKey})`;
+  const running = own.sql`select pg_advisory_lock(${lockKey}), pg_advisory_unlock(${lockKey})`.then(
+    () => undefined,
+  );
+  await until(async () => (await backendsOf(applicationName)).length === 1, 10_000, 'connection A');
+  const [b] = await own.sql<{ pid: number }[]>`select pg_backend_pid() as pid`;
+  const [app] = await template<{ pid: number }[]>`select pg_backend_pid() as pid`;
+
+  // B was idle first: once the application's connection has idled out, so would B have.
+  await until(() => isGone(app!.pid), 15_000, "the application's connection to idle out");
+  const during = await backendsOf(applicationName);
+  expect(during).toContain(b!.pid);
+  expect(during).toHaveLength(2);
+  expect({ replacements: own.replacements, renewals: own.renewals }).toEqual({
+    replacements: 0,
+    renewals: 0,
+  });
+
+  // Nothing of Sluice's runs on it any more: after idle_timeout the pool is renewed (its
+  // connections end), as the application asked, without a replacement.
+  await holder`select pg_advisory_unlock(${lockKey})`;
+  await running;
+  await until(async () => (await backendsOf(applicationName)).length === 0, 15_000, 'the idle pool to end');
+  expect({ replacements: own.replacements, renewals: own.renewals }).toEqual({
+    replacements: 0,
+    renewals: 1,
+  });
+  const [again] = await own.sql<{ pid: number }[]>`select pg_backend_pid() as pid`;
+  expect(again!.pid).not.toBe(b!.pid);
+});
+
+test('a connection that dies replaces the pool; the next statement runs on a fresh one', async () => {
+  const { own, applicationName } = ownPool(db.connect({ max: 1, idle_timeout: 60 }));
+  const [first] = await own.sql<{ pid: number }[]>`select pg_backend_pid() as pid`;
+  await db.sql`select pg_terminate_backend(${first!.pid})`;
+  await until(() => own.replacements === 1, 10_000, 'the replacement');
+  const [next] = await own.sql<{ pid: number }[]>`select pg_backend_pid() as pid`;
+  expect(next!.pid).not.toBe(first!.pid);
+  expect(await backendsOf(applicationName)).toEqual([next!.pid]);
+  expect(own.renewals).toBe(0);
+});
