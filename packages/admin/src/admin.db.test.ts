@@ -1,3 +1,4 @@
+import postgres from 'postgres';
 import { createDispatcher, migrate, prune, silentLogger, type Consumer, type Dispatcher } from '@sluice/core';
 import {
   appendEvents,
@@ -44,6 +45,14 @@ async function auditActions(schema: string): Promise<string[]> {
 async function stuck(dispatcher: Dispatcher, times = 1) {
   for (let i = 0; i < times; i++) await dispatcher.runOnce();
 }
+
+test('createAdmin refuses a pool that transforms the rows it reads, naming the option', () => {
+  const camel = db.connect({ max: 1, transform: postgres.camel });
+  onTestFinished(() => camel.end());
+  expect(() => createAdmin({ sql: camel })).toThrow(
+    expect.objectContaining({ code: 'SLUICE_INVALID_OPTION', option: 'sql' }),
+  );
+});
 
 describe('read models', () => {
   test('listConsumers shows status, cursor, head, lag and errors of every row', async () => {

@@ -42,6 +42,15 @@ export interface AdminOptions {
 export function createAdmin(options: AdminOptions) {
   if (typeof (options.sql as unknown) !== 'function')
     throw new InvalidOptionError('sql', 'must be a postgres.js pool');
+  // The read models and actions read columns by the names PostgreSQL gives them.
+  const transform = (options.sql.options as unknown as { transform?: Record<string, { from?: unknown }> })
+    .transform;
+  if (transform && ['column', 'value', 'row'].some((part) => transform[part]?.from !== undefined)) {
+    throw new InvalidOptionError(
+      'sql',
+      'has a transform of the rows it reads (such as postgres.camel): give createAdmin a pool without one',
+    );
+  }
   const schema = resolveSchemaName(options.schema);
   const integer = (value: number | undefined, fallback: number, option: string, min: number) => {
     const n = value ?? fallback;
