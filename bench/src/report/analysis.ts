@@ -1,5 +1,6 @@
 import { formatNumber, summarize } from '../harness/stats.js';
 import { APPEND_SYSTEMS, CATCH_UP_SYSTEMS as C, IDLE_SYSTEMS, LATENCY_SYSTEMS as L } from '../names.js';
+import { pairwise, runsOf } from './find.js';
 import { evaluateTargets } from './targets.js';
 import type { ScenarioId, ScenarioResult } from './types.js';
 
@@ -14,33 +15,21 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       .filter((t) => t.met === false)
       .map((t) => t.scenario),
   );
-  const runsOf = (
-    scenario: ScenarioId,
-    caseName: string,
-    system: string,
-    figure: string,
-  ): readonly number[] =>
-    results
-      .find((r) => r.scenario === scenario)
-      ?.rows.find((r) => r.case.startsWith(caseName) && r.system === system)
-      ?.figures.find((f) => f.name === figure)?.runs ?? [];
-  const med = (scenario: ScenarioId, caseName: string, system: string, figure: string): number =>
-    summarize(runsOf(scenario, caseName, system, figure)).median;
+  const find = (scenario: ScenarioId, caseName: string | undefined, system: string, figure: string) =>
+    runsOf(results, scenario, caseName, system, figure) ?? [];
+  const med = (scenario: ScenarioId, caseName: string | undefined, system: string, figure: string): number =>
+    summarize(find(scenario, caseName, system, figure)).median;
   // Ratios as the targets take them: run by run, then the median.
   const pairMedian = (
     scenario: ScenarioId,
-    caseName: string,
+    caseName: string | undefined,
     a: string,
     b: string,
     figure: string,
     op: (x: number, y: number) => number,
-  ): number => {
-    const ra = runsOf(scenario, caseName, a, figure);
-    const rb = runsOf(scenario, caseName, b, figure);
-    return summarize(
-      Array.from({ length: Math.min(ra.length, rb.length) }, (_, i) => op(ra[i] ?? NaN, rb[i] ?? NaN)),
-    ).median;
-  };
+  ): number =>
+    summarize(pairwise(find(scenario, caseName, a, figure), find(scenario, caseName, b, figure), op) ?? [])
+      .median;
   const ratio = (x: number, y: number) => x / y;
   const n = (value: number) => formatNumber(value);
   const x = (value: number) => (Number.isFinite(value) ? `${value.toFixed(2)}×` : 'n/a');
@@ -134,7 +123,7 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
   }
 
   if (missed.has('latency')) {
-    const f = (system: string, figure: string) => med('latency', '', system, figure);
+    const f = (system: string, figure: string) => med('latency', undefined, system, figure);
     const sluiceAppend = f(L.otherPool, 'p50') - f(L.otherPool, 'commit→handler p50');
     const p50Goal = 0.6 * f(L.graphile, 'p50');
     out.push(
@@ -144,7 +133,7 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         `in-process ${n(f(L.inProcess, 'commit→handler p50'))} / ${n(f(L.inProcess, 'commit→handler p99'))} ms, ` +
         `minimal loop ${n(f(L.minimal, 'commit→handler p50'))} / ${n(f(L.minimal, 'commit→handler p99'))} ms, ` +
         `graphile-worker ${n(f(L.graphile, 'commit→handler p50'))} / ${n(f(L.graphile, 'commit→handler p99'))} ms.`,
-      `- The in-process wake-up skips the NOTIFY round trip and the pre-check: the difference between the two Sluice rows (p50 ${n(pairMedian('latency', '', L.otherPool, L.inProcess, 'p50', (a, b) => a - b))} ms) ` +
+      `- The in-process wake-up skips the NOTIFY round trip and the pre-check: the difference between the two Sluice rows (p50 ${n(pairMedian('latency', undefined, L.otherPool, L.inProcess, 'p50', (a, b) => a - b))} ms) ` +
         'is the after-commit notification (the NOTIFY statement, then its delivery to the LISTEN connection) and the pre-check a NOTIFY always leads to (anyone who can connect may send one); ' +
         'a pass woken in-process skips the pre-check while the last one, at most a poll interval old, found every consumer plain. The rest is the turn before the handler runs: ' +
         'BEGIN, the lock with the fetch behind it, and the committed turn-start record (crash accounting, docs/design.md §4.7), each a round trip, against BEGIN, the lock and the fetch for the minimal loop, ' +
@@ -158,7 +147,7 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         (p50Goal > sluiceAppend
           ? `leaves ${n(p50Goal - sluiceAppend)} ms after Sluice's append for everything after the commit`
           : `is ${n(sluiceAppend - p50Goal)} ms less than Sluice's append alone takes, before anything after the commit`) +
-        `; the minimal loop, with no round trip of its own after the commit, reached ${n(pairMedian('latency', '', L.minimal, L.graphile, 'p50', (a, b) => a / b))}× graphile-worker's p50 in the same runs.`,
+        `; the minimal loop, with no round trip of its own after the commit, reached ${n(pairMedian('latency', undefined, L.minimal, L.graphile, 'p50', (a, b) => a / b))}× graphile-worker's p50 in the same runs.`,
       `- The tails: Node paused for garbage collection ${n(f(L.otherPool, 'GC pause'))} ms a second (longest ${n(f(L.otherPool, 'longest GC pause'))} ms) in Sluice's runs from another pool, ` +
         `${n(f(L.minimal, 'GC pause'))} ms a second (longest ${n(f(L.minimal, 'longest GC pause'))} ms) in the minimal loop's and ${n(f(L.graphile, 'GC pause'))} ms a second (longest ${n(f(L.graphile, 'longest GC pause'))} ms) in graphile-worker's ` +
         '(appender and consumer share the process). A pause holds up every event in flight. How often the process scavenges follows what it allocates: ' +
@@ -173,13 +162,13 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
   }
 
   if (missed.has('idle')) {
-    const f = (figure: string) => med('idle', '', IDLE_SYSTEMS.sluice, figure);
-    const m = (figure: string) => med('idle', '', IDLE_SYSTEMS.minimal, figure);
-    const fl = (figure: string) => med('idle', '', IDLE_SYSTEMS.floor, figure);
-    const sluiceCpu = runsOf('idle', '', IDLE_SYSTEMS.sluice, 'Node CPU');
-    const sluiceGc = runsOf('idle', '', IDLE_SYSTEMS.sluice, 'GC pause in the window');
-    const floorCpu = runsOf('idle', '', IDLE_SYSTEMS.floor, 'Node CPU');
-    const floorGc = runsOf('idle', '', IDLE_SYSTEMS.floor, 'GC pause in the window');
+    const f = (figure: string) => med('idle', undefined, IDLE_SYSTEMS.sluice, figure);
+    const m = (figure: string) => med('idle', undefined, IDLE_SYSTEMS.minimal, figure);
+    const fl = (figure: string) => med('idle', undefined, IDLE_SYSTEMS.floor, figure);
+    const sluiceCpu = find('idle', undefined, IDLE_SYSTEMS.sluice, 'Node CPU');
+    const sluiceGc = find('idle', undefined, IDLE_SYSTEMS.sluice, 'GC pause in the window');
+    const floorCpu = find('idle', undefined, IDLE_SYSTEMS.floor, 'Node CPU');
+    const floorGc = find('idle', undefined, IDLE_SYSTEMS.floor, 'GC pause in the window');
     out.push(
       '### Idle',
       '',
@@ -200,7 +189,7 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
   }
 
   if (missed.has('scale')) {
-    const f = (figure: string) => med('scale', '', 'Sluice', figure);
+    const f = (figure: string) => med('scale', undefined, 'Sluice', figure);
     out.push(
       '### Scale',
       '',

@@ -1,6 +1,7 @@
 import { DEFAULTS } from '@sluice/core';
 import { formatNumber, summarize, type Summary } from '../harness/stats.js';
 import { APPEND_SYSTEMS, CATCH_UP_SYSTEMS as SYSTEMS, IDLE_SYSTEMS, LATENCY_SYSTEMS } from '../names.js';
+import { pairwise, runsOf } from './find.js';
 import type { ScenarioId, ScenarioResult } from './types.js';
 
 export interface TargetResult {
@@ -14,33 +15,11 @@ export interface TargetResult {
   readonly met: boolean | undefined;
 }
 
-type Finder = (
-  scenario: ScenarioId,
-  caseName: string,
-  system: string,
-  figure: string,
-) => number[] | undefined;
-
-function finder(results: readonly ScenarioResult[]): Finder {
-  return (scenario, caseName, system, figure) => {
-    const row = results
-      .find((r) => r.scenario === scenario)
-      ?.rows.find((r) => r.case.startsWith(caseName) && r.system === system);
-    const runs = row?.figures.find((f) => f.name === figure)?.runs;
-    return runs && runs.length > 0 ? [...runs] : undefined;
-  };
-}
-
-function pairwise(a: number[] | undefined, b: number[] | undefined, op: (x: number, y: number) => number) {
-  if (!a || !b) return undefined;
-  const n = Math.min(a.length, b.length);
-  return Array.from({ length: n }, (_, i) => op(a[i] as number, b[i] as number));
-}
-
 const ratio = (x: number, y: number) => x / y;
 
 export function evaluateTargets(results: readonly ScenarioResult[]): TargetResult[] {
-  const find = finder(results);
+  const find = (scenario: ScenarioId, caseName: string | undefined, system: string, figure: string) =>
+    runsOf(results, scenario, caseName, system, figure);
   const targets: TargetResult[] = [];
   const add = (
     scenario: ScenarioId,
@@ -139,7 +118,7 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
   }
 
   // Latency.
-  const lat = (system: string, figure: string) => find('latency', '', system, figure);
+  const lat = (system: string, figure: string) => find('latency', undefined, system, figure);
   add(
     'latency',
     'p99: Sluice (another pool) ÷ minimal loop woken by LISTEN',
@@ -194,7 +173,7 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
   );
 
   // Idle.
-  const idle = (figure: string) => find('idle', '', IDLE_SYSTEMS.sluice, figure);
+  const idle = (figure: string) => find('idle', undefined, IDLE_SYSTEMS.sluice, figure);
   add(
     'idle',
     'statements per poll tick (one process)',
@@ -206,7 +185,7 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
   add('idle', 'write transactions while idle', '0', idle('write transactions'), '', (m) => m === 0);
   add('idle', 'PostgreSQL CPU', '≤ 0.5 % of a core', idle('PostgreSQL CPU'), '%', (m) => m <= 0.5);
   add('idle', 'Node CPU', '≤ 1 % of a core', idle('Node CPU'), '%', (m) => m <= 1);
-  const floor = (figure: string) => find('idle', '', IDLE_SYSTEMS.floor, figure);
+  const floor = (figure: string) => find('idle', undefined, IDLE_SYSTEMS.floor, figure);
   const minus = (a: number, b: number) => a - b;
   add(
     'idle',
@@ -226,7 +205,7 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
   );
 
   // Scale.
-  const scaleFigure = (figure: string) => find('scale', '', 'Sluice', figure);
+  const scaleFigure = (figure: string) => find('scale', undefined, 'Sluice', figure);
   add(
     'scale',
     'throughput steady: last quarter ÷ first quarter of the run',
