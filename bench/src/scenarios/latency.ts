@@ -25,11 +25,17 @@ type LatencySystem = (typeof LATENCY_SYSTEMS)[keyof typeof LATENCY_SYSTEMS];
 
 const MINIMAL_CHANNEL = 'bench_minimal';
 
+/** What WorkerUtils.addJob sends (graphile-worker 0.17.3, helpers.js), its optional arguments left at their defaults. */
+const GRAPHILE_ADD_JOB = 'select * from graphile_worker.add_job(identifier => $1::text, payload => $2::json)';
+
 interface System {
   /** Starts the consumer side; returns its stop function. */
   start(onSeq: (seq: number) => void): Promise<() => Promise<void>>;
-  /** Appends event `seq` from another connection, committed when the promise resolves. */
-  append(seq: number): Promise<void>;
+  /**
+   * Appends event `seq` from another connection; resolves with the moment (performance.now()) its
+   * transaction's COMMIT returned.
+   */
+  append(seq: number): Promise<number>;
   close(): Promise<void>;
   /**
    * Diagnostic, Sluice from another pool with each statement timed: when an event's path reached
@@ -111,8 +117,7 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
             if (wait >= 1) await sleep(wait);
             if (seq === warmup) young.start();
             startedAt[seq] = performance.now();
-            await system.append(seq);
-            committedAt[seq] = performance.now();
+            committedAt[seq] = await system.append(seq);
           }
           achieved = (total * 1000) / (performance.now() - t0);
           gc.to = performance.now();
@@ -125,8 +130,10 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
           await system.close();
         }
         const appendToHandler: number[] = [];
+        const appendToCommit: number[] = [];
         const commitToHandler: number[] = [];
         for (let seq = warmup; seq < total; seq++) {
+          appendToCommit.push((committedAt[seq] as number) - (startedAt[seq] as number));
           const handled = handledAt[seq] as number;
           if (handled === 0) continue;
           appendToHandler.push(handled - (startedAt[seq] as number));
@@ -150,6 +157,7 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
             { name: 'max', unit: 'ms', value: max },
             { name: 'commit→handler p50', unit: 'ms', value: percentile(commitToHandler, 50) },
             { name: 'commit→handler p99', unit: 'ms', value: percentile(commitToHandler, 99) },
+            { name: 'append→commit p50', unit: 'ms', value: percentile(appendToCommit, 50) },
             { name: 'appends/s achieved', unit: '', value: achieved },
             { name: 'GC pause', unit: 'ms/s', value: gc.msPerSecond() },
             { name: 'longest GC pause', unit: 'ms', value: gc.longest },
@@ -177,8 +185,9 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
     profiles: [],
     notes: [
       `One appender sends ${perSecond} single-event transactions per second (paced by the clock) for ${seconds} s after a ${warmupSeconds} s warm-up that is not counted; ` +
-        'the consumer runs in the same Node process. append→handler: from just before the append call to the handler (the append commit included); ' +
-        'commit→handler: from the moment the append call returned.',
+        'the consumer runs in the same Node process unless the row says otherwise. append→handler: from just before the append call to the handler (the append commit included); ' +
+        "commit→handler: from the moment the appending transaction's COMMIT returned (Sluice's transaction() returns then: its NOTIFY is sent without waiting for it); " +
+        "append→commit: from just before the append call to that moment, the append's own share of append→handler.",
       `Sluice: default options (batchSize ${DEFAULTS.batchSize}, maxBatchSize at its default, pollIntervalMs ${DEFAULTS.pollIntervalMs}, countCrashedAttempts true). "another pool": the appender has its own ` +
         'postgres.js pool, so the dispatcher is woken by the NOTIFY sent after the commit (at once unless 3 commits came in the 10 ms before, else ≤ 1 per 10 ms); "dispatcher pool": the appender uses the ' +
         "dispatcher's pool and wakes it directly; polling only: listen false and append(…, { wakeUp: 'none' }).",
@@ -187,7 +196,9 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
         "a scavenge's pause grows with it, not with what died.",
       `Minimal loop: the catch-up baseline's transaction per batch, LISTENing on a channel; the appender INSERTs and NOTIFYs in its transaction; 100 ms poll as a safety net.`,
       `graphile-worker: same settings as in catch-up (concurrency ${GRAPHILE_SETTINGS.concurrency}, localQueue ${GRAPHILE_SETTINGS.localQueue.size}, completeJobBatchDelay ${GRAPHILE_SETTINGS.completeJobBatchDelay}); ` +
-        'jobs added with WorkerUtils.addJob from its own pool; latency = add→task start.',
+        'each job added as Sluice appends, in an explicit transaction on a client of its WorkerUtils pool (withPgClient): BEGIN, ' +
+        '`select * from graphile_worker.add_job(identifier => $1, payload => $2)` (the statement addJob sends, which NOTIFYs inside the transaction), COMMIT; ' +
+        'commit→handler = from the moment that COMMIT returned to the task start, append→handler = from just before the BEGIN.',
       `Emmett: same consumer settings as in catch-up (pullingFrequencyInMs ${EMMETT_SETTINGS.pullingFrequencyInMs}); its puller backs off up to 1 s whenever a batch is not full, ` +
         'which is every batch at this rate; events appended with appendToStream from another event store instance.',
       ...(stepsTimed
@@ -248,6 +259,7 @@ async function makeSystem(name: LatencySystem, db: RunDatabase, logCapacity: num
           const event = { streamId: streamOf(seq), type: EVENT_TYPE, data: payload(seq) };
           if (polling) await appenderSql.begin((tx) => append(tx, [event], { wakeUp: 'none' }));
           else await transaction(appenderSql, (tx) => append(tx, [event]));
+          return performance.now();
         },
         async close() {
           if (appenderSql !== dispatcherSql) await appenderSql.end();
@@ -309,6 +321,7 @@ async function makeSystem(name: LatencySystem, db: RunDatabase, logCapacity: num
               select u.s, u.t, u.d::jsonb from unnest(${pgArray([streamOf(seq)])}::text[], ${pgArray([EVENT_TYPE])}::text[], ${pgArray([data])}::text[]) as u(s, t, d)`;
             await tx`select pg_notify(${MINIMAL_CHANNEL}, '')`;
           });
+          return performance.now();
         },
         async close() {
           await appenderSql.end();
@@ -323,8 +336,16 @@ async function makeSystem(name: LatencySystem, db: RunDatabase, logCapacity: num
           const runner = await graphileWorker(db.url, onSeq);
           return () => runner.stop();
         },
-        async append(seq) {
-          await utils.addJob('bench', payload(seq));
+        // addJob runs add_job in a transaction of its own, and returns after its commit plus the
+        // parsing of the job row. As Sluice's append, the add runs in an explicit transaction of
+        // ours, on graphile-worker's pool, and the clock starts when its COMMIT returns.
+        append(seq) {
+          return utils.withPgClient(async (client) => {
+            await client.query('begin');
+            await client.query(GRAPHILE_ADD_JOB, ['bench', JSON.stringify(payload(seq))]);
+            await client.query('commit');
+            return performance.now();
+          });
         },
         close,
       };
@@ -340,6 +361,7 @@ async function makeSystem(name: LatencySystem, db: RunDatabase, logCapacity: num
         },
         async append(seq) {
           await store.appendToStream(streamOf(seq), [{ type: EVENT_TYPE, data: payload(seq) }]);
+          return performance.now();
         },
         async close() {
           await store.close();
