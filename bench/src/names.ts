@@ -11,7 +11,8 @@ export const CATCH_UP_SYSTEMS = {
 } as const;
 
 export const LATENCY_SYSTEMS = {
-  otherPool: 'Sluice, transaction() from another pool (after-commit NOTIFY)',
+  otherProcess: 'Sluice, transaction() with the dispatcher in another process (after-commit NOTIFY)',
+  otherPool: 'Sluice, transaction() from another pool of the same process (after-commit NOTIFY)',
   otherPoolTimed: 'Sluice, from another pool, each statement timed (diagnostic: slower, see below)',
   inProcess: 'Sluice, transaction() on the dispatcher pool (in-process wake-up)',
   polling: 'Sluice, polling only (listen: false, wakeUp: none)',

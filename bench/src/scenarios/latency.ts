@@ -1,6 +1,7 @@
 import { append, DEFAULTS, pgArray, transaction } from '@sluice/core';
 import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';
 import { GcPauses, YoungGeneration } from '../harness/gc.js';
+import { RemoteDispatcher, type RemoteOutcome } from '../harness/remote-dispatcher.js';
 import { progress } from '../harness/progress.js';
 import { firstBetween, StatementLog, StepTimes } from '../harness/statement-steps.js';
 import { percentile } from '../harness/stats.js';
@@ -43,6 +44,15 @@ interface System {
    * append was called, when it returned and when its handler ran; undefined unless it took every step.
    */
   path?(startedAt: number, committedAt: number, handledAt: number): number[] | undefined;
+  /**
+   * The dispatcher runs in another process (started by start()): the handler times, the deliveries
+   * and that process's allocation come from it once the run is finished.
+   */
+  remote?: {
+    /** The measured window starts. */
+    measure(): void;
+    finish(timeoutMs: number): Promise<RemoteOutcome>;
+  };
 }
 
 /** The steps from an append call to its handler, Sluice from another pool. */
@@ -64,6 +74,9 @@ const SLUICE_STEPS = [
  * dispatcher's pool and four on the appender's; the rest leaves room for poll ticks and retries.
  */
 const LOG_PER_EVENT = 24;
+
+/** Connections of the dispatcher's pool, in this process or another. */
+const DISPATCHER_POOL = 6;
 
 /**
  * Scenario 2: append→handler latency at a steady rate from another connection, one consumer.
@@ -94,7 +107,7 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
             : sluiceTpl;
       const db = await runDatabase(ctx, tpl, 'latency', { deferDrop: name === LATENCY_SYSTEMS.emmett });
       try {
-        const system = await makeSystem(name, db, total * LOG_PER_EVENT);
+        const system = await makeSystem(name, db, total);
         const tracker = new DeliveryTracker(1, total);
         const startedAt = new Float64Array(total);
         const committedAt = new Float64Array(total);
@@ -107,6 +120,7 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
         const gc = new GcPauses();
         const young = new YoungGeneration();
         let heap = { allocatedBytes: 0, scavengedBytes: 0, survivedBytes: 0, survivedPercent: 0 };
+        let remote: RemoteOutcome | undefined;
         try {
           await sleep(200); // LISTEN connected, first poll done
           const t0 = performance.now();
@@ -115,14 +129,22 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
           for (let seq = 0; seq < total; seq++) {
             const wait = t0 + seq * interval - performance.now();
             if (wait >= 1) await sleep(wait);
-            if (seq === warmup) young.start();
+            if (seq === warmup) {
+              young.start();
+              system.remote?.measure();
+            }
             startedAt[seq] = performance.now();
             committedAt[seq] = await system.append(seq);
           }
           achieved = (total * 1000) / (performance.now() - t0);
           gc.to = performance.now();
           heap = young.stop();
-          await tracker.whenComplete(5_000);
+          if (system.remote) {
+            remote = await system.remote.finish(5_000);
+            handledAt.set(remote.handledAt);
+          } else {
+            await tracker.whenComplete(5_000);
+          }
         } finally {
           gc.stop();
           young.stop(); // a no-op once the loop has stopped it
@@ -148,6 +170,13 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
         const p50 = percentile(appendToHandler, 50);
         const p99 = percentile(appendToHandler, 99);
         const max = percentile(appendToHandler, 100);
+        // With the dispatcher in another process, the appender's process and the dispatcher's both
+        // count: their allocation and GC pauses are added up, the longest pause is either's.
+        const events = total - warmup;
+        const windowSeconds = (gc.to - gc.from) / 1000;
+        const gcMs = gc.totalMs + (remote?.heap.gcPauseMs ?? 0);
+        const scavenged = heap.scavengedBytes + (remote?.heap.scavengedBytes ?? 0);
+        const survived = heap.survivedBytes + (remote?.heap.survivedBytes ?? 0);
         rows.add(
           `${perSecond} appends/s`,
           name,
@@ -159,17 +188,37 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
             { name: 'commit→handler p99', unit: 'ms', value: percentile(commitToHandler, 99) },
             { name: 'append→commit p50', unit: 'ms', value: percentile(appendToCommit, 50) },
             { name: 'appends/s achieved', unit: '', value: achieved },
-            { name: 'GC pause', unit: 'ms/s', value: gc.msPerSecond() },
-            { name: 'longest GC pause', unit: 'ms', value: gc.longest },
+            { name: 'GC pause', unit: 'ms/s', value: windowSeconds > 0 ? gcMs / windowSeconds : 0 },
+            {
+              name: 'longest GC pause',
+              unit: 'ms',
+              value: Math.max(gc.longest, remote?.heap.longestGcPauseMs ?? 0),
+            },
             {
               name: 'allocated per event',
               unit: 'KiB',
-              value: heap.allocatedBytes / 1024 / (total - warmup),
+              value: (heap.allocatedBytes + (remote?.heap.allocatedBytes ?? 0)) / 1024 / events,
             },
-            { name: 'found alive by scavenges', unit: '%', value: heap.survivedPercent },
+            ...(remote
+              ? [
+                  {
+                    name: "of which the dispatcher's process",
+                    unit: 'KiB',
+                    value: remote.heap.allocatedBytes / 1024 / events,
+                  },
+                ]
+              : []),
+            {
+              name: 'found alive by scavenges',
+              unit: '%',
+              value: scavenged > 0 ? (100 * survived) / scavenged : 0,
+            },
             { name: 'samples', unit: '', value: appendToHandler.length },
           ],
-          { lost: tracker.lost(), duplicated: tracker.duplicated() },
+          {
+            lost: remote?.lost ?? tracker.lost(),
+            duplicated: remote?.duplicated ?? tracker.duplicated(),
+          },
         );
         progress(`  p50 ${p50.toFixed(2)} ms, p99 ${p99.toFixed(2)} ms, max ${max.toFixed(1)} ms`);
       } finally {
@@ -188,11 +237,15 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
         'the consumer runs in the same Node process unless the row says otherwise. append→handler: from just before the append call to the handler (the append commit included); ' +
         "commit→handler: from the moment the appending transaction's COMMIT returned (Sluice's transaction() returns then: its NOTIFY is sent without waiting for it); " +
         "append→commit: from just before the append call to that moment, the append's own share of append→handler.",
-      `Sluice: default options (batchSize ${DEFAULTS.batchSize}, maxBatchSize at its default, pollIntervalMs ${DEFAULTS.pollIntervalMs}, countCrashedAttempts true). "another pool": the appender has its own ` +
-        'postgres.js pool, so the dispatcher is woken by the NOTIFY sent after the commit (at once unless 3 commits came in the 10 ms before, else ≤ 1 per 10 ms); "dispatcher pool": the appender uses the ' +
-        "dispatcher's pool and wakes it directly; polling only: listen false and append(…, { wakeUp: 'none' }).",
+      `Sluice: default options (batchSize ${DEFAULTS.batchSize}, maxBatchSize at its default, pollIntervalMs ${DEFAULTS.pollIntervalMs}, countCrashedAttempts true), a pool of ${DISPATCHER_POOL}. ` +
+        '"dispatcher in another process": the dispatcher runs in a Node process of its own (src/dispatcher-process.ts, only Sluice and postgres.js loaded), as a worker process beside the application that appends; ' +
+        'the appender has its own postgres.js pool here, so the dispatcher is woken by the NOTIFY transaction() sends after the commit (at once unless 3 commits came in the 10 ms before, else ≤ 1 per 10 ms). ' +
+        "Its handler notes the time on the machine's monotonic clock (process.hrtime: CLOCK_MONOTONIC, one clock for every process of the machine, which performance.now() reads too), sent back once the run is over. " +
+        '"another pool of the same process": the same, with the dispatcher in the appender\'s process; "dispatcher pool": the appender uses the ' +
+        "dispatcher's pool and wakes it directly (in-process wake-up, no NOTIFY); polling only: listen false and append(…, { wakeUp: 'none' }).",
       "allocated per event: what Node allocated in V8's young generation over the measured appends (appender and consumer together; V8's heap statistics before and after each GC), " +
-        'divided by the events appended. found alive by scavenges: the share of the young generation that scavenges found still reachable (copied, or promoted to the old generation); ' +
+        "divided by the events appended (each delivered once); with the dispatcher in another process, both processes' allocation added up (the dispatcher's alone in its own column), " +
+        "and so are their GC pauses (the longest is either's). found alive by scavenges: the share of the young generation that scavenges found still reachable (copied, or promoted to the old generation); " +
         "a scavenge's pause grows with it, not with what died.",
       `Minimal loop: the catch-up baseline's transaction per batch, LISTENing on a channel; the appender INSERTs and NOTIFYs in its transaction; 100 ms poll as a safety net.`,
       `graphile-worker: same settings as in catch-up (concurrency ${GRAPHILE_SETTINGS.concurrency}, localQueue ${GRAPHILE_SETTINGS.localQueue.size}, completeJobBatchDelay ${GRAPHILE_SETTINGS.completeJobBatchDelay}); ` +
@@ -230,8 +283,37 @@ function dispatcherStatement(text: string): 'pre-check' | 'begin' | 'lock' | 'tu
   return undefined;
 }
 
-async function makeSystem(name: LatencySystem, db: RunDatabase, logCapacity: number): Promise<System> {
+async function makeSystem(name: LatencySystem, db: RunDatabase, total: number): Promise<System> {
+  const logCapacity = total * LOG_PER_EVENT;
   switch (name) {
+    case LATENCY_SYSTEMS.otherProcess: {
+      const appenderSql = pool(db.url, 2);
+      let dispatcher: RemoteDispatcher | undefined;
+      const started = () => {
+        if (!dispatcher) throw new Error('the dispatcher process is not started');
+        return dispatcher;
+      };
+      return {
+        async start() {
+          const remote = await RemoteDispatcher.start({ url: db.url, total, poolSize: DISPATCHER_POOL });
+          dispatcher = remote;
+          return () => remote.stop();
+        },
+        async append(seq) {
+          await transaction(appenderSql, (tx) =>
+            append(tx, [{ streamId: streamOf(seq), type: EVENT_TYPE, data: payload(seq) }]),
+          );
+          return performance.now();
+        },
+        close: () => appenderSql.end(),
+        remote: {
+          measure() {
+            started().measure();
+          },
+          finish: (timeoutMs) => started().finish(timeoutMs),
+        },
+      };
+    }
     case LATENCY_SYSTEMS.otherPool:
     case LATENCY_SYSTEMS.otherPoolTimed:
     case LATENCY_SYSTEMS.inProcess:
@@ -239,7 +321,7 @@ async function makeSystem(name: LatencySystem, db: RunDatabase, logCapacity: num
       const timed = name === LATENCY_SYSTEMS.otherPoolTimed;
       const dispatcherLog = new StatementLog(timed ? logCapacity : 0);
       const appenderLog = new StatementLog(timed ? logCapacity : 0);
-      const dispatcherSql = pool(db.url, 6, timed ? { debug: dispatcherLog.debug } : {});
+      const dispatcherSql = pool(db.url, DISPATCHER_POOL, timed ? { debug: dispatcherLog.debug } : {});
       const appenderSql =
         name === LATENCY_SYSTEMS.inProcess
           ? dispatcherSql
