@@ -3,8 +3,14 @@ import { EVENT_TYPE, payload, streamOf } from '../harness/payload.js';
 import { GcPauses, YoungGeneration } from '../harness/gc.js';
 import { RemoteDispatcher, type RemoteOutcome } from '../harness/remote-dispatcher.js';
 import { progress } from '../harness/progress.js';
-import { firstBetween, StatementLog, StepTimes } from '../harness/statement-steps.js';
-import { percentile } from '../harness/stats.js';
+import {
+  firstBetween,
+  StatementLog,
+  StepTimes,
+  type OptionalRun,
+  type PathPoint,
+} from '../harness/statement-steps.js';
+import { formatNumber, percentile, summarize } from '../harness/stats.js';
 import { emptyEmmettTemplate, emptyGraphileTemplate } from '../harness/peer-templates.js';
 import { emptySluiceTemplate } from '../harness/templates.js';
 import { DeliveryTracker } from '../harness/tracker.js';
@@ -39,11 +45,12 @@ interface System {
   append(seq: number): Promise<number>;
   close(): Promise<void>;
   /**
-   * Diagnostic, Sluice from another pool with each statement timed: when an event's path reached
-   * each point of {@link SLUICE_STEPS} (the append call first, the handler last), given when its
-   * append was called, when it returned and when its handler ran; undefined unless it took every step.
+   * Diagnostic, Sluice from another pool with each statement timed: the points of an event's path
+   * (the append call first, the handler last, see {@link SLUICE_STEPS}), given when its append was
+   * called, when it returned and when its handler ran; undefined unless the points every path
+   * takes were found (the optional ones are in the path when it took them).
    */
-  path?(startedAt: number, committedAt: number, handledAt: number): number[] | undefined;
+  path?(startedAt: number, committedAt: number, handledAt: number): PathPoint<PathKind>[] | undefined;
   /**
    * The dispatcher runs in another process (started by start()): the handler times, the deliveries
    * and that process's allocation come from it once the run is finished.
@@ -55,22 +62,66 @@ interface System {
   };
 }
 
-/** The steps from an append call to its handler, Sluice from another pool. */
+/** The points of Sluice's path from an append call to its handler (statements by when they were sent). */
+type PathKind = 'append' | 'commit' | 'notify' | 'pre-check' | 'begin' | 'lock' | 'turn start' | 'handler';
+
+/**
+ * The steps from an append call to its handler, Sluice from another pool. The pre-check and the
+ * turn-start record are optional: a NOTIFY-woken pass skips the pre-check while the last full one
+ * is at most a poll interval old and found every consumer plain, unless NOTIFYs kept waking passes
+ * for nothing (docs/design.md §4.1); a turn records its start only without a clean view of its
+ * consumer (docs/design.md §4.7). A path without one takes the step that spans it.
+ */
 const SLUICE_STEPS = [
-  { label: 'append called → COMMIT sent: BEGIN, then the INSERT' },
+  { from: 'append', to: 'commit', label: 'append called → COMMIT sent: BEGIN, then the INSERT' },
   {
+    from: 'commit',
+    to: 'notify',
     label:
       'COMMIT sent → NOTIFY sent: the commit and its WAL flush (transaction() sends the NOTIFY once COMMIT is answered)',
   },
-  { label: 'NOTIFY sent → pre-check sent: the NOTIFY and its delivery to the LISTEN connection' },
-  { label: 'pre-check sent → BEGIN sent: the pre-check (every NOTIFY leads to one)' },
-  { label: 'BEGIN sent → lock sent: BEGIN' },
-  { label: 'lock sent → turn start sent: the lock, with the early fetch behind it' },
-  { label: 'turn start sent → handler: the committed turn-start record (crash accounting)' },
-] as const;
+  {
+    from: 'notify',
+    to: 'pre-check',
+    label: 'NOTIFY sent → pre-check sent: the NOTIFY, its delivery to the LISTEN connection, the pass',
+  },
+  {
+    from: 'pre-check',
+    to: 'begin',
+    label: 'pre-check sent → BEGIN sent: the idle pre-check, on the passes that took it',
+  },
+  {
+    from: 'notify',
+    to: 'begin',
+    label:
+      'NOTIFY sent → BEGIN sent, no pre-check: the NOTIFY, its delivery, a pass that skipped the pre-check',
+  },
+  { from: 'begin', to: 'lock', label: 'BEGIN sent → lock sent: BEGIN, until the lock goes out' },
+  {
+    from: 'lock',
+    to: 'turn start',
+    label: 'lock sent → turn start sent: the lock, with the early fetch behind it',
+  },
+  {
+    from: 'turn start',
+    to: 'handler',
+    label: 'turn start sent → handler: the committed turn-start record, on the turns that wrote one',
+  },
+  {
+    from: 'lock',
+    to: 'handler',
+    label: 'lock sent → handler, no turn-start record: the lock, with the early fetch behind it',
+  },
+] as const satisfies readonly { from: PathKind; to: PathKind; label: string }[];
+
+/** The optional points, and the span each one falls in. */
+const SLUICE_OPTIONAL = [
+  { via: 'pre-check', from: 'notify', to: 'begin' },
+  { via: 'turn start', from: 'lock', to: 'handler' },
+] as const satisfies readonly { via: PathKind; from: PathKind; to: PathKind }[];
 
 /**
- * Each statement log's room, per event appended: an event costs about eight statements on the
+ * Each statement log's room, per event appended: an event costs at most about eight statements on the
  * dispatcher's pool and four on the appender's; the rest leaves room for poll ticks and retries.
  */
 const LOG_PER_EVENT = 24;
@@ -93,7 +144,7 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
   const systems = Object.values(LATENCY_SYSTEMS);
   const warmup = Math.round(perSecond * warmupSeconds);
   const total = warmup + Math.round(perSecond * seconds);
-  const steps = new StepTimes(SLUICE_STEPS);
+  const steps = new StepTimes<PathKind>(SLUICE_STEPS, SLUICE_OPTIONAL);
   let stepsTimed = false;
 
   for (let run = 0; run < config.runs; run++) {
@@ -160,8 +211,8 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
           if (handled === 0) continue;
           appendToHandler.push(handled - (startedAt[seq] as number));
           commitToHandler.push(handled - (committedAt[seq] as number));
-          const points = system.path?.(startedAt[seq] as number, committedAt[seq] as number, handled);
-          if (points) steps.add(points);
+          const path = system.path?.(startedAt[seq] as number, committedAt[seq] as number, handled);
+          if (path) steps.add(path);
         }
         if (system.path) {
           steps.endRun(total - warmup);
@@ -256,18 +307,62 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
         'which is every batch at this rate; events appended with appendToStream from another event store instance.',
       ...(stepsTimed
         ? [
-            'Sluice from another pool, each statement timed: a diagnostic row that no target uses. It is the row "from another pool" with a postgres.js debug hook on both pools, ' +
+            'Sluice from another pool, each statement timed: a diagnostic row that no target uses. It is the row "from another pool of the same process" with a postgres.js debug hook on both pools, ' +
               'which notes when each statement is written to its connection; with a debug hook set, postgres.js also captures a stack trace for every query it creates, ' +
               'so this row is slower and allocates more than the one it times. Below, the time of each step of its path, from the moment the statement that starts the step was sent ' +
-              'to the moment the next one was sent, or the handler ran. The p50 and p99 of each step are taken over the events whose path took every step ' +
-              '(the others shared a step with an earlier event: a NOTIFY sent once for several commits, or a turn begun before theirs that delivered them too), ' +
+              'to the moment the next one was sent, or the handler ran. An event is timed when its path is found from the append call to the handler: its COMMIT, the NOTIFY sent after it, ' +
+              'and the BEGIN and the lock of the turn that delivered it (the others shared a step with an earlier event: a NOTIFY sent once for several commits, or a turn begun before theirs that delivered them too). ' +
+              'Two points are optional: the idle pre-check, which a NOTIFY-woken pass skips while the last full one is at most a poll interval old and found every consumer plain, ' +
+              'unless NOTIFYs kept waking passes for nothing (docs/design.md §4.1), and the turn-start record, which a turn writes only without a clean view of its consumer (docs/design.md §4.7). ' +
+              'A path that skipped one takes the step that spans it instead (NOTIFY sent → BEGIN sent, lock sent → handler). ' +
+              '"events that took this step": the share of the timed events whose path has that step; its p50 and p99 are taken over them, ' +
               'then the median (min–max) over the runs. The steps of one event add up to its append→handler; percentiles of the steps do not add up to a percentile of the whole.' +
-              `\n\n${steps.table()}`,
+              `\n\n${steps.table()}\n\n${decisionsOnThePath(steps)}`,
           ]
         : []),
     ],
   };
 }
+
+/**
+ * Which of the decisions of issue 28 moved which step of the timed path, from this run: the share
+ * of the timed events whose path skipped each optional point, and the span it falls in with and
+ * without it (medians over the runs).
+ */
+function decisionsOnThePath(steps: StepTimes<PathKind>): string {
+  const median = (values: readonly number[]) => summarize(values).median;
+  const ms = (value: number) => (Number.isFinite(value) ? `${formatNumber(value)} ms` : 'n/a');
+  const optional = (via: PathKind, span: string, skippedBy: string) => {
+    const runs: readonly OptionalRun[] = steps.optionalRuns(via);
+    const skipped = median(runs.map((r) => (r.of > 0 ? (100 * (r.of - r.took)) / r.of : Number.NaN)));
+    const without = ms(median(runs.map((r) => r.p50Without)));
+    const withIt = ms(median(runs.map((r) => r.p50With)));
+    const head = `${formatNumber(skipped)} % of the timed events (median over the runs) ${skippedBy}`;
+    if (runs.every((r) => r.took === 0))
+      return `${head}; ${span} p50 ${without} (no timed event's path took it)`;
+    if (runs.every((r) => r.took === r.of))
+      return `${head}; ${span} p50 ${withIt} (every timed event's path took it)`;
+    return `${head}; ${span} p50 ${without} for them, ${withIt} for the events whose path took it`;
+  };
+  const beginToLock = median(steps.p50Of('begin', 'lock'));
+  const pipelined = !Number.isFinite(beginToLock)
+    ? ''
+    : beginToLock < PIPELINED_MS
+      ? `: the lock went out with BEGIN, without waiting for its answer (under ${PIPELINED_MS} ms apart)`
+      : `: the lock waited for BEGIN's answer, a round trip (sent together, they go out under ${PIPELINED_MS} ms apart)`;
+  return [
+    'What the decisions of issue 28 changed on this path, in this run:',
+    '',
+    `- A NOTIFY-woken pass may skip the idle pre-check (decision 1, docs/design.md §4.1): ${optional('pre-check', 'NOTIFY sent → BEGIN sent', 'were delivered by a pass that skipped it')}.`,
+    `- The turn-start record only without a clean view of the consumer (decision 3, docs/design.md §4.7): ${optional('turn start', 'lock sent → handler', 'were delivered by a turn that wrote none')}.`,
+    `- BEGIN pipelined with the lock (decision 2): BEGIN sent → lock sent p50 ${ms(beginToLock)}${pipelined}.`,
+    '- One savepoint per transactional batch (decision 4, docs/design.md §4.6): not on this path (this consumer is not transactional); ' +
+      'the catch-up case "1 consumer, one row per event" counts its savepoints per 100 events.',
+  ].join('\n');
+}
+
+/** BEGIN sent → lock sent below this (ms, p50): the two went out together, no round trip between them. */
+const PIPELINED_MS = 0.05;
 
 /** What each statement of Sluice's path is, by its text (undefined: not one of the path's). */
 function appenderStatement(text: string): 'commit' | 'notify' | undefined {
@@ -349,28 +444,36 @@ async function makeSystem(name: LatencySystem, db: RunDatabase, total: number): 
         },
         ...(timed
           ? {
-              path(startedAt: number, committedAt: number, handledAt: number): number[] | undefined {
+              path(startedAt: number, committedAt: number, handledAt: number) {
                 kinds ??= {
                   appender: appenderLog.byKind(appenderStatement),
                   dispatcher: dispatcherLog.byKind(dispatcherStatement),
                 };
                 const { appender, dispatcher } = kinds;
-                const points = [startedAt];
-                const next = (times: number[] | undefined, to: number) => {
-                  const at = firstBetween(times, points[points.length - 1] as number, to);
-                  if (at !== undefined) points.push(at);
-                  return at !== undefined;
-                };
-                const complete =
-                  next(appender.get('commit'), committedAt) &&
-                  next(appender.get('notify'), handledAt) &&
-                  next(dispatcher.get('pre-check'), handledAt) &&
-                  next(dispatcher.get('begin'), handledAt) &&
-                  next(dispatcher.get('lock'), handledAt) &&
-                  next(dispatcher.get('turn start'), handledAt);
-                if (!complete) return undefined;
-                points.push(handledAt);
-                return points;
+                // Every path: the event's COMMIT, the NOTIFY sent after it, the BEGIN and the lock of
+                // the turn that delivered it (a turn begun before the NOTIFY delivered it, if at all,
+                // before that NOTIFY's turn began: then no BEGIN is found before the handler).
+                const commit = firstBetween(appender.get('commit'), startedAt, committedAt);
+                if (commit === undefined) return undefined;
+                const notify = firstBetween(appender.get('notify'), commit, handledAt);
+                if (notify === undefined) return undefined;
+                const begin = firstBetween(dispatcher.get('begin'), notify, handledAt);
+                if (begin === undefined) return undefined;
+                const lock = firstBetween(dispatcher.get('lock'), begin, handledAt);
+                if (lock === undefined) return undefined;
+                // The optional points, where the path took them.
+                const precheck = firstBetween(dispatcher.get('pre-check'), notify, begin);
+                const turnStart = firstBetween(dispatcher.get('turn start'), lock, handledAt);
+                const path: PathPoint<PathKind>[] = [
+                  { kind: 'append', at: startedAt },
+                  { kind: 'commit', at: commit },
+                  { kind: 'notify', at: notify },
+                ];
+                if (precheck !== undefined) path.push({ kind: 'pre-check', at: precheck });
+                path.push({ kind: 'begin', at: begin }, { kind: 'lock', at: lock });
+                if (turnStart !== undefined) path.push({ kind: 'turn start', at: turnStart });
+                path.push({ kind: 'handler', at: handledAt });
+                return path;
               },
             }
           : {}),
