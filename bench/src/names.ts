@@ -6,6 +6,8 @@ export const CATCH_UP_SYSTEMS = {
   sluice: 'Sluice',
   sluiceNoCrash: 'Sluice, countCrashedAttempts: false',
   sluiceOneSlot: 'Sluice, concurrency 1 (no read-ahead)',
+  minimalWriting: 'minimal loop writing the rows and its cursor in one transaction per batch',
+  sluiceTransactional: 'Sluice, transactional consumer writing each row through ctx.tx',
   emmett: 'Emmett',
   graphile: 'graphile-worker',
 } as const;

@@ -43,6 +43,23 @@ export class StatementLog {
   }
 }
 
+/** The statements of a Sluice dispatcher that the benchmark counts or times, by their text. */
+export type SluiceStatement = 'begin' | 'pre-check' | 'lock' | 'turn start' | 'savepoint';
+
+/**
+ * What a statement a dispatcher's pool sent is, by its text (undefined: none of these): BEGIN, the
+ * idle pre-check (queries/consumers.ts, precheckConsumers), the row lock of a turn (lockConsumer),
+ * the committed turn-start record (queries/turn-starts.ts, recordTurnStart), a SAVEPOINT.
+ */
+export function sluiceStatement(text: string): SluiceStatement | undefined {
+  if (text.startsWith('begin')) return 'begin';
+  if (text.startsWith('savepoint')) return 'savepoint';
+  if (text.includes(' as quiet')) return 'pre-check';
+  if (text.includes('for update of c skip locked')) return 'lock';
+  if (text.includes('async_commit') && text.includes('turn_starts')) return 'turn start';
+  return undefined;
+}
+
 /** The first of the ascending `times` at or after `from`, if it is at or before `to`. */
 export function firstBetween(
   times: readonly number[] | undefined,

@@ -109,7 +109,13 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
         } else {
           await registerCursors(sql, names, 100n);
           pollEvery('minimal loop', () =>
-            Promise.all(names.map((name) => minimalBatch(sql, name, DEFAULTS.batchSize, () => deliveries++))),
+            Promise.all(
+              names.map((name) =>
+                minimalBatch(sql, name, DEFAULTS.batchSize, () => {
+                  deliveries++;
+                }),
+              ),
+            ),
           );
         }
         const fullGcs = new FullGcWatch();

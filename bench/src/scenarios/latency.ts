@@ -5,6 +5,7 @@ import { RemoteDispatcher, type RemoteOutcome } from '../harness/remote-dispatch
 import { progress } from '../harness/progress.js';
 import {
   firstBetween,
+  sluiceStatement,
   StatementLog,
   StepTimes,
   type OptionalRun,
@@ -364,18 +365,13 @@ function decisionsOnThePath(steps: StepTimes<PathKind>): string {
 /** BEGIN sent → lock sent below this (ms, p50): the two went out together, no round trip between them. */
 const PIPELINED_MS = 0.05;
 
-/** What each statement of Sluice's path is, by its text (undefined: not one of the path's). */
+/**
+ * What each of the appender's statements on Sluice's path is, by its text (undefined: not one of
+ * the path's); the dispatcher's are told apart by sluiceStatement.
+ */
 function appenderStatement(text: string): 'commit' | 'notify' | undefined {
   if (text.trim() === 'commit') return 'commit';
   return text.includes('pg_notify(') ? 'notify' : undefined;
-}
-
-function dispatcherStatement(text: string): 'pre-check' | 'begin' | 'lock' | 'turn start' | undefined {
-  if (text.startsWith('begin')) return 'begin';
-  if (text.includes(' as quiet')) return 'pre-check';
-  if (text.includes('for update of c skip locked')) return 'lock';
-  if (text.includes('async_commit') && text.includes('turn_starts')) return 'turn start';
-  return undefined;
 }
 
 async function makeSystem(name: LatencySystem, db: RunDatabase, total: number): Promise<System> {
@@ -447,7 +443,7 @@ async function makeSystem(name: LatencySystem, db: RunDatabase, total: number): 
               path(startedAt: number, committedAt: number, handledAt: number) {
                 kinds ??= {
                   appender: appenderLog.byKind(appenderStatement),
-                  dispatcher: dispatcherLog.byKind(dispatcherStatement),
+                  dispatcher: dispatcherLog.byKind(sluiceStatement),
                 };
                 const { appender, dispatcher } = kinds;
                 // Every path: the event's COMMIT, the NOTIFY sent after it, the BEGIN and the lock of
