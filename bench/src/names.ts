@@ -12,6 +12,9 @@ export const CATCH_UP_SYSTEMS = {
   graphile: 'graphile-worker',
 } as const;
 
+/** The catch-up case of one consumer writing one row per event into a projection table. */
+export const PROJECTION_CASE = '1 consumer, one row per event';
+
 export const LATENCY_SYSTEMS = {
   otherProcess: 'Sluice, transaction() with the dispatcher in another process (after-commit NOTIFY)',
   otherPool: 'Sluice, transaction() from another pool of the same process (after-commit NOTIFY)',

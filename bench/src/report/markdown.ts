@@ -99,7 +99,8 @@ export function renderResultsMarkdown(input: ResultsInput): string {
   }
   out.push(
     '',
-    'Ratios are taken run by run (run i of Sluice against run i of the other system, which ran right next to it).',
+    'Ratios are taken run by run (run i of Sluice against run i of the other system, which ran right next to it). ' +
+      'The goals are those issue 28 (performance, round 2) restated, and the earlier ones it keeps.',
     '',
   );
 

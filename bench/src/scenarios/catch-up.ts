@@ -7,7 +7,7 @@ import { sluiceStatement } from '../harness/statement-steps.js';
 import { emmettTemplate, graphileTemplate } from '../harness/peer-templates.js';
 import { sluiceTemplate } from '../harness/templates.js';
 import { DeliveryTracker } from '../harness/tracker.js';
-import { CATCH_UP_SYSTEMS } from '../names.js';
+import { CATCH_UP_SYSTEMS, PROJECTION_CASE } from '../names.js';
 import { RowCollector, type ScenarioResult, type StatementProfile } from '../report/types.js';
 import {
   createProjection,
@@ -39,9 +39,6 @@ interface RunOutcome {
   /** Cases that write one row per event: the rows in the projection table afterwards. */
   readonly written?: number;
 }
-
-/** The case of one consumer writing one row per event into a projection table. */
-export const PROJECTION_CASE = '1 consumer, one row per event';
 
 /**
  * Scenario 1: a backlog drained by 1, 10 and 50 consumers with no-op handlers. Every consumer
