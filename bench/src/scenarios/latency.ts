@@ -133,7 +133,7 @@ const DISPATCHER_POOL = 6;
 /**
  * Scenario 2: append→handler latency at a steady rate from another connection, one consumer.
  * Latency runs from just before the append call to the handler's first line (the append's own
- * commit is included); commit→handler starts when the append call has returned.
+ * commit is included); commit→handler starts when the appending transaction's COMMIT returned.
  */
 export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
   const { config } = ctx;
@@ -281,7 +281,7 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
 
   return {
     scenario: 'latency',
-    title: `Latency: append→handler at ${perSecond} appends/s from another connection, one consumer`,
+    title: `Latency: commit→handler and append→handler at ${perSecond} appends/s from another connection, one consumer`,
     rows: rows.rows(),
     profiles: [],
     notes: [
