@@ -14,6 +14,11 @@ export interface BenchConfig {
     /** The peers drain smaller backlogs: at their rates a 100k backlog would not fit the time budget. */
     readonly emmettBacklog: number;
     readonly graphileBacklog: number;
+    /**
+     * The case with one consumer writing one row per event (a transactional consumer against the
+     * minimal loop writing the same rows): its backlog, one of the cases' above (no template of its own).
+     */
+    readonly projectionBacklog: number;
     /** Events per fetch (LIMIT) of the minimal loop and the raw scan: Sluice's default batchSize. Sluice runs at its defaults. */
     readonly batchSize: number;
     /** Concurrent turns (Sluice `concurrency`) = connections of the minimal loop / raw scan: min(consumers, cap). */
@@ -58,6 +63,7 @@ export const FULL: BenchConfig = {
     ],
     emmettBacklog: 10_000,
     graphileBacklog: 100_000,
+    projectionBacklog: 50_000,
     batchSize: DEFAULTS.batchSize,
     concurrencyCap: 8,
   },
@@ -78,6 +84,7 @@ export const QUICK: BenchConfig = {
     ],
     emmettBacklog: 1_000,
     graphileBacklog: 6_000,
+    projectionBacklog: 6_000,
     batchSize: DEFAULTS.batchSize,
     concurrencyCap: 8,
   },
@@ -99,6 +106,7 @@ export const TINY: BenchConfig = {
     ],
     emmettBacklog: 200,
     graphileBacklog: 1_000,
+    projectionBacklog: 2_000,
     batchSize: DEFAULTS.batchSize,
     concurrencyCap: 8,
   },

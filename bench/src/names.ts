@@ -6,12 +6,18 @@ export const CATCH_UP_SYSTEMS = {
   sluice: 'Sluice',
   sluiceNoCrash: 'Sluice, countCrashedAttempts: false',
   sluiceOneSlot: 'Sluice, concurrency 1 (no read-ahead)',
+  minimalWriting: 'minimal loop writing the rows and its cursor in one transaction per batch',
+  sluiceTransactional: 'Sluice, transactional consumer writing each row through ctx.tx',
   emmett: 'Emmett',
   graphile: 'graphile-worker',
 } as const;
 
+/** The catch-up case of one consumer writing one row per event into a projection table. */
+export const PROJECTION_CASE = '1 consumer, one row per event';
+
 export const LATENCY_SYSTEMS = {
-  otherPool: 'Sluice, transaction() from another pool (after-commit NOTIFY)',
+  otherProcess: 'Sluice, transaction() with the dispatcher in another process (after-commit NOTIFY)',
+  otherPool: 'Sluice, transaction() from another pool of the same process (after-commit NOTIFY)',
   otherPoolTimed: 'Sluice, from another pool, each statement timed (diagnostic: slower, see below)',
   inProcess: 'Sluice, transaction() on the dispatcher pool (in-process wake-up)',
   polling: 'Sluice, polling only (listen: false, wakeUp: none)',

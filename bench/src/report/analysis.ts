@@ -1,5 +1,14 @@
+import { availableParallelism } from 'node:os';
+import { DEFAULTS } from '@sluice/core';
 import { formatNumber, summarize } from '../harness/stats.js';
-import { APPEND_SYSTEMS, CATCH_UP_SYSTEMS as C, IDLE_SYSTEMS, LATENCY_SYSTEMS as L } from '../names.js';
+import {
+  APPEND_SYSTEMS,
+  CATCH_UP_SYSTEMS as C,
+  IDLE_SYSTEMS,
+  LATENCY_SYSTEMS as L,
+  PROJECTION_CASE,
+} from '../names.js';
+import { pairwise, runsOf } from './find.js';
 import { evaluateTargets } from './targets.js';
 import type { ScenarioId, ScenarioResult } from './types.js';
 
@@ -14,33 +23,21 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       .filter((t) => t.met === false)
       .map((t) => t.scenario),
   );
-  const runsOf = (
-    scenario: ScenarioId,
-    caseName: string,
-    system: string,
-    figure: string,
-  ): readonly number[] =>
-    results
-      .find((r) => r.scenario === scenario)
-      ?.rows.find((r) => r.case.startsWith(caseName) && r.system === system)
-      ?.figures.find((f) => f.name === figure)?.runs ?? [];
-  const med = (scenario: ScenarioId, caseName: string, system: string, figure: string): number =>
-    summarize(runsOf(scenario, caseName, system, figure)).median;
+  const find = (scenario: ScenarioId, caseName: string | undefined, system: string, figure: string) =>
+    runsOf(results, scenario, caseName, system, figure) ?? [];
+  const med = (scenario: ScenarioId, caseName: string | undefined, system: string, figure: string): number =>
+    summarize(find(scenario, caseName, system, figure)).median;
   // Ratios as the targets take them: run by run, then the median.
   const pairMedian = (
     scenario: ScenarioId,
-    caseName: string,
+    caseName: string | undefined,
     a: string,
     b: string,
     figure: string,
     op: (x: number, y: number) => number,
-  ): number => {
-    const ra = runsOf(scenario, caseName, a, figure);
-    const rb = runsOf(scenario, caseName, b, figure);
-    return summarize(
-      Array.from({ length: Math.min(ra.length, rb.length) }, (_, i) => op(ra[i] ?? NaN, rb[i] ?? NaN)),
-    ).median;
-  };
+  ): number =>
+    summarize(pairwise(find(scenario, caseName, a, figure), find(scenario, caseName, b, figure), op) ?? [])
+      .median;
   const ratio = (x: number, y: number) => x / y;
   const n = (value: number) => formatNumber(value);
   const x = (value: number) => (Number.isFinite(value) ? `${value.toFixed(2)}×` : 'n/a');
@@ -66,18 +63,30 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         'is in the statement table under the catch-up scenario.',
       `- **CPU.** PostgreSQL ${n(sl('PostgreSQL CPU per event'))} µs and Node ${n(sl('Node CPU per event'))} µs of CPU per event for Sluice, ` +
         `${n(ml('PostgreSQL CPU per event'))} µs and ${n(ml('Node CPU per event'))} µs for the minimal loop; during the drain the two used ${n(busy)} % ` +
-        'of the 200 % two cores offer (mind the load average in the header: other work competes for the same cores).',
+        `of the ${100 * availableParallelism()} % that ${availableParallelism()} cores offer (mind the load average in the header: other work competes for the same cores).`,
       `- **Start-up.** Sluice's first delivery came ${n(sl('first delivery after start'))} ms after start() (start() itself took ${n(sl('start() took'))} ms), ` +
         `the minimal loop's ${n(ml('first delivery after start'))} ms after its start; at this backlog that is about ${n((100 * sl('first delivery after start') * sl('total')) / (1000 * sl('backlog')))} % ` +
         'of the time Sluice took, and it is counted in its events/s.',
-      `- **The crash-accounting record.** Without it (countCrashedAttempts: false, diagnostic row) Sluice drained ${n(f(one, C.sluiceNoCrash, 'total'))} events/s, ` +
-        `${x(pairMedian('catch-up', one, C.sluiceNoCrash, C.minimal, 'total', ratio))} the minimal loop, against ${x(pairMedian('catch-up', one, C.sluice, C.minimal, 'total', ratio))} with it.`,
+      `- **The turn-start record.** Sluice wrote ${n(sl('turn-start records per 100 events'))} turn-start records per 100 events (a turn writes one only without a clean view of its consumer, docs/design.md §4.7). ` +
+        `Never writing one (countCrashedAttempts: false, diagnostic row) it drained ${n(f(one, C.sluiceNoCrash, 'total'))} events/s, ` +
+        `${x(pairMedian('catch-up', one, C.sluiceNoCrash, C.minimal, 'total', ratio))} the minimal loop, against ${x(pairMedian('catch-up', one, C.sluice, C.minimal, 'total', ratio))} with the default.`,
       `- **Read-ahead.** A turn whose batch came back full reads the next batch on another pool connection while it delivers and commits, ` +
         'while a turn slot is free (the read takes a connection beyond the turns). Sluice runs one consumer at its default concurrency; ' +
         `with one slot (diagnostic row) every turn fetches for itself: ${n(f(one, C.sluiceOneSlot, 'total'))} events/s, ` +
         `${x(pairMedian('catch-up', one, C.sluiceOneSlot, C.raw, 'total', ratio))} the raw scan.`,
-      '- **The fetch.** The snapshot and head come as one row of their own ahead of the events: as columns of every event row they made ' +
-        'the plan sort the wide rows again, which cost PostgreSQL about 50 % more CPU per event than the scan alone (10.4–11.4 µs against 6.9–7.1 µs, measured apart).',
+      `- **graphile-worker.** Sluice drained ${x(pairMedian('catch-up', one, C.sluice, C.graphile, 'total', ratio))} graphile-worker's rate ` +
+        `(${n(f(one, C.graphile, 'total'))} events/s); graphile-worker used ${n(f(one, C.graphile, 'PostgreSQL CPU per event'))} µs of PostgreSQL CPU and ` +
+        `${n(f(one, C.graphile, 'WAL per event'))} bytes of WAL per event (a job row per event, inserted before the drain, then locked and deleted), ` +
+        `Sluice ${n(sl('PostgreSQL CPU per event'))} µs and ${n(sl('WAL per event'))} bytes.`,
+      `- **One row per event.** Sluice's transactional consumer wrote ${n(f(PROJECTION_CASE, C.sluiceTransactional, 'total'))} events/s, ` +
+        `the minimal loop writing the same rows ${n(f(PROJECTION_CASE, C.minimalWriting, 'total'))} ` +
+        `(${x(pairMedian('catch-up', PROJECTION_CASE, C.sluiceTransactional, C.minimalWriting, 'total', ratio))}). Per 100 events Sluice sent ` +
+        `${n(f(PROJECTION_CASE, C.sluiceTransactional, 'statements sent per 100 events'))} statements, of them ${n(f(PROJECTION_CASE, C.sluiceTransactional, 'savepoints per 100 events'))} savepoints ` +
+        `(one per batch, docs/design.md §4.6) and ${n(f(PROJECTION_CASE, C.sluiceTransactional, 'turn-start records per 100 events'))} turn-start records, and ran ` +
+        `${n(f(PROJECTION_CASE, C.sluiceTransactional, 'write transactions per 100 events'))} write transactions; the minimal loop ` +
+        `${n(f(PROJECTION_CASE, C.minimalWriting, 'statements sent per 100 events'))} and ${n(f(PROJECTION_CASE, C.minimalWriting, 'write transactions per 100 events'))}. ` +
+        `Node CPU per event: Sluice ${n(f(PROJECTION_CASE, C.sluiceTransactional, 'Node CPU per event'))} µs, the minimal loop ${n(f(PROJECTION_CASE, C.minimalWriting, 'Node CPU per event'))} µs; ` +
+        `PostgreSQL ${n(f(PROJECTION_CASE, C.sluiceTransactional, 'PostgreSQL CPU per event'))} µs and ${n(f(PROJECTION_CASE, C.minimalWriting, 'PostgreSQL CPU per event'))} µs.`,
       `- **Ten consumers.** Sluice ${n(f('10 consumers', C.sluice, 'total'))} events/s in total, the minimal loop ${n(minimal10)}, ten raw scans ${n(raw10)} ` +
         `(one raw scan: ${n(f(one, C.raw, 'total'))}). Consumers of one dispatcher turning from the same cursor share each full batch ` +
         '(one fetch for all of them, dispatcher/shared-reads.ts), so Sluice is not bound by ten reads of the same events; ' +
@@ -112,95 +121,86 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
       '',
       `- ${side('1 event/tx')}; ${side('10 events/tx')}.`,
       `- The writers are CPU-bound: with 1 event/tx the bare insert kept PostgreSQL at ${n(f('1 event/tx', APPEND_SYSTEMS.bare, 'PostgreSQL CPU'))} % and Node at ` +
-        `${n(f('1 event/tx', APPEND_SYSTEMS.bare, 'Node CPU'))} % of a core on the two cores they share, so each µs per transaction shows in the rate, and the runs of one system vary ` +
-        "from one another by about as much as the margin to the target (min–max in the table; the systems take turns within each run, so a run's ratios compare like with like).",
+        `${n(f('1 event/tx', APPEND_SYSTEMS.bare, 'Node CPU'))} % of a core on the ${availableParallelism()} cores they share, so each µs per transaction shows in the rate ` +
+        "(min–max in the table for the spread between runs; the systems take turns within each run, so a run's ratios compare like with like).",
       '- What append() does beyond the bare insert: it validates each event (JSON.stringify, a byte count, a U+0000 check), sends metadata, and returns each event with its id and created_at ' +
-        '(RETURNING id, created_at; the data it returns is parsed from the JSON it sent). Up to 64 events go as one VALUES list, which with RETURNING costs the server no more than ' +
-        "the bare INSERT … SELECT FROM unnest() without it; Node's share is the validation and one bound parameter per field.",
-      "- Where Node's extra time goes, in scratch runs of 8 writers with 10 events per transaction (a CPU profile and V8's GC trace): append()'s own JavaScript took about as long as the " +
-        "bare insert's (its JSON.stringify calls and the array literals); most of the difference was garbage collection, about 80 µs more GC time per transaction in one pair of runs. " +
-        'The share of young objects that survive a scavenge (and are then copied, the costly part) differed from one process to the next on the same code: 2–3 % in some runs, ' +
-        '23–28 % in others, and so did a bare postgres.js loop without Sluice; a run of this benchmark gets whichever state its process settles in.',
+        "(RETURNING id, created_at), with one bound parameter per field instead of the bare insert's arrays.",
       `- In these runs, with 10 events/tx: append() (wakeUp none) allocated ${n(f('10 events/tx', APPEND_SYSTEMS.none, 'allocated per transaction'))} KiB per transaction and the bare insert ` +
         `${n(f('10 events/tx', APPEND_SYSTEMS.bare, 'allocated per transaction'))} KiB (it builds its unnest() arrays as text), but scavenges found ${n(f('10 events/tx', APPEND_SYSTEMS.none, 'found alive by scavenges'))} % ` +
         `of the young generation alive during append()'s slices against ${n(f('10 events/tx', APPEND_SYSTEMS.bare, 'found alive by scavenges'))} % during the bare insert's.`,
       `- The wake-up itself, 8 single-event writers: after-commit NOTIFY ${n(cost(APPEND_SYSTEMS.auto))} %, in-transaction NOTIFY ${n(cost(APPEND_SYSTEMS.inTx))} % ` +
         `of append()'s throughput (commit p99 ${n(f('1 event/tx', APPEND_SYSTEMS.inTx, 'commit p99'))} ms in-transaction, ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'commit p99'))} ms after commit, ` +
         `${n(f('1 event/tx', APPEND_SYSTEMS.none, 'commit p99'))} ms without). transaction() sends its NOTIFY at once unless 3 commits came in the 10 ms before, else at most one per 10 ms: ` +
-        `the LISTEN session heard ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'NOTIFYs heard/s'))} a second (the writers' commits arrive in groups, one per WAL flush, each group a few commits), ` +
+        `the LISTEN session heard ${n(f('1 event/tx', APPEND_SYSTEMS.auto, 'NOTIFYs heard/s'))} a second, ` +
         'each its own short write transaction (PostgreSQL gives a notifying transaction an xid).',
       '',
     );
   }
 
   if (missed.has('latency')) {
-    const f = (system: string, figure: string) => med('latency', '', system, figure);
-    const sluiceAppend = f(L.otherPool, 'p50') - f(L.otherPool, 'commit→handler p50');
-    const p50Goal = 0.6 * f(L.graphile, 'p50');
+    const f = (system: string, figure: string) => med('latency', undefined, system, figure);
+    const c50 = (system: string) => n(f(system, 'commit→handler p50'));
+    const c99 = (system: string) => n(f(system, 'commit→handler p99'));
+    const diff = (a: string, b: string, figure: string) => {
+      const ms = pairMedian('latency', undefined, a, b, figure, (p, q) => p - q);
+      return ms < 0 ? `${n(-ms)} ms less` : `${n(ms)} ms more`;
+    };
+    const share = (system: string) => n((100 * f(system, 'append→commit p50')) / f(system, 'p50'));
     out.push(
       '### Latency',
       '',
-      `- commit→handler p50 / p99: Sluice from another pool ${n(f(L.otherPool, 'commit→handler p50'))} / ${n(f(L.otherPool, 'commit→handler p99'))} ms, ` +
-        `in-process ${n(f(L.inProcess, 'commit→handler p50'))} / ${n(f(L.inProcess, 'commit→handler p99'))} ms, ` +
-        `minimal loop ${n(f(L.minimal, 'commit→handler p50'))} / ${n(f(L.minimal, 'commit→handler p99'))} ms, ` +
-        `graphile-worker ${n(f(L.graphile, 'commit→handler p50'))} / ${n(f(L.graphile, 'commit→handler p99'))} ms.`,
-      `- The in-process wake-up skips the NOTIFY round trip and the pre-check: the difference between the two Sluice rows (p50 ${n(pairMedian('latency', '', L.otherPool, L.inProcess, 'p50', (a, b) => a - b))} ms) ` +
-        'is the after-commit notification (the NOTIFY statement, then its delivery to the LISTEN connection) and the pre-check a NOTIFY always leads to (anyone who can connect may send one); ' +
-        'a pass woken in-process skips the pre-check while the last one, at most a poll interval old, found every consumer plain. The rest is the turn before the handler runs: ' +
-        'BEGIN, the lock with the fetch behind it, and the committed turn-start record (crash accounting, docs/design.md §4.7), each a round trip, against BEGIN, the lock and the fetch for the minimal loop, ' +
-        "which also hears of the commit from PostgreSQL itself (its NOTIFY is part of the producer's transaction).",
-      "- The table under the latency scenario times each step of Sluice's path from another pool, from the append call to the handler (on a diagnostic row: timing the statements slows it). " +
-        'After the commit, every step is a statement the design asks for, ' +
-        "each waiting for the one before it: the NOTIFY sent once the producer's transaction has committed (docs/design.md §3.3), the pre-check every NOTIFY leads to (docs/design.md §4.1, docs/reliability.md#x6), " +
-        'BEGIN, the lock with the fetch behind it, and the turn-start record committed before delivery (docs/design.md §4.7).',
-      `- append→handler includes the append's own commit: p50 append→handler minus commit→handler is ${n(sluiceAppend)} ms for Sluice's transaction() ` +
-        `and ${n(f(L.graphile, 'p50') - f(L.graphile, 'commit→handler p50'))} ms for graphile-worker's addJob. The p50 goal, 0.6 × graphile-worker's ${n(f(L.graphile, 'p50'))} ms = ${n(p50Goal)} ms, ` +
-        (p50Goal > sluiceAppend
-          ? `leaves ${n(p50Goal - sluiceAppend)} ms after Sluice's append for everything after the commit`
-          : `is ${n(sluiceAppend - p50Goal)} ms less than Sluice's append alone takes, before anything after the commit`) +
-        `; the minimal loop, with no round trip of its own after the commit, reached ${n(pairMedian('latency', '', L.minimal, L.graphile, 'p50', (a, b) => a / b))}× graphile-worker's p50 in the same runs.`,
-      `- The tails: Node paused for garbage collection ${n(f(L.otherPool, 'GC pause'))} ms a second (longest ${n(f(L.otherPool, 'longest GC pause'))} ms) in Sluice's runs from another pool, ` +
+      `- commit→handler p50 / p99: Sluice with the dispatcher in another process ${c50(L.otherProcess)} / ${c99(L.otherProcess)} ms, ` +
+        `from another pool of the same process ${c50(L.otherPool)} / ${c99(L.otherPool)} ms, in-process wake-up ${c50(L.inProcess)} / ${c99(L.inProcess)} ms, ` +
+        `minimal loop ${c50(L.minimal)} / ${c99(L.minimal)} ms, graphile-worker ${c50(L.graphile)} / ${c99(L.graphile)} ms (from the COMMIT of its adding transaction).`,
+      '- After the commit, Sluice woken from another pool or process waits for the NOTIFY transaction() sends once COMMIT is answered (a statement, then its delivery to the LISTEN connection), ' +
+        'then runs a pass and the turn: BEGIN, the lock with the fetch behind it; the pre-check and the turn-start record only on the paths the step table under the latency scenario shows taking them. ' +
+        "graphile-worker and the minimal loop hear of the commit from PostgreSQL itself (their NOTIFY is part of the producer's transaction). " +
+        `The in-process wake-up skips the NOTIFY: its commit→handler p50 took ${diff(L.inProcess, L.otherPool, 'commit→handler p50')} than from another pool of the same process (run by run, median); ` +
+        `the dispatcher in a process of its own ${diff(L.otherProcess, L.otherPool, 'commit→handler p50')} than in the appender's process.`,
+      `- The append's own share: append→commit p50 ${n(f(L.otherProcess, 'append→commit p50'))} ms of Sluice's append call→handler p50 ${n(f(L.otherProcess, 'p50'))} ms ` +
+        `(dispatcher in another process, ${share(L.otherProcess)} %), ${n(f(L.graphile, 'append→commit p50'))} ms of graphile-worker's ${n(f(L.graphile, 'p50'))} ms (${share(L.graphile)} %, BEGIN, add_job and COMMIT). ` +
+        'No dispatcher shortens the transaction that appends; the commit→handler goals leave it out.',
+      `- The tails: Node paused for garbage collection ${n(f(L.otherProcess, 'GC pause'))} ms a second (longest ${n(f(L.otherProcess, 'longest GC pause'))} ms) in Sluice's runs with the dispatcher in another process (both processes), ` +
+        `${n(f(L.otherPool, 'GC pause'))} ms a second (longest ${n(f(L.otherPool, 'longest GC pause'))} ms) from another pool of the same process, ` +
         `${n(f(L.minimal, 'GC pause'))} ms a second (longest ${n(f(L.minimal, 'longest GC pause'))} ms) in the minimal loop's and ${n(f(L.graphile, 'GC pause'))} ms a second (longest ${n(f(L.graphile, 'longest GC pause'))} ms) in graphile-worker's ` +
-        '(appender and consumer share the process). A pause holds up every event in flight. How often the process scavenges follows what it allocates: ' +
-        `${n(f(L.otherPool, 'allocated per event'))} KiB per event in Sluice's runs from another pool, ${n(f(L.minimal, 'allocated per event'))} KiB in the minimal loop's ` +
+        '(appender and consumer share the process). A pause holds up every event in flight in its process. How often a process scavenges follows what it allocates: ' +
+        `${n(f(L.otherProcess, 'allocated per event'))} KiB per event in Sluice's runs with the dispatcher in another process (${n(f(L.otherProcess, "of which the dispatcher's process"))} KiB of it in the dispatcher's process), ` +
+        `${n(f(L.otherPool, 'allocated per event'))} KiB from another pool of the same process, ${n(f(L.minimal, 'allocated per event'))} KiB in the minimal loop's ` +
         `and ${n(f(L.graphile, 'allocated per event'))} KiB in graphile-worker's. How long a scavenge pauses follows the share of the young generation it finds alive: ` +
-        `${n(f(L.otherPool, 'found alive by scavenges'))} %, ${n(f(L.minimal, 'found alive by scavenges'))} % and ${n(f(L.graphile, 'found alive by scavenges'))} % in the same runs. ` +
-        'Most of the allocation goes with the statements: Sluice sends about a dozen per event between the appender and the dispatcher ' +
-        '(a scratch count found 13.4 postgres.js query objects per event, fragments included), the minimal loop 9.',
-      `- Polling only: commit→handler p99 ${n(f(L.polling, 'commit→handler p99'))} ms, append→handler p99 ${n(f(L.polling, 'p99'))} ms and max ${n(f(L.polling, 'max'))} ms, with a 100 ms poll interval.`,
+        `${n(f(L.otherProcess, 'found alive by scavenges'))} %, ${n(f(L.otherPool, 'found alive by scavenges'))} %, ${n(f(L.minimal, 'found alive by scavenges'))} % and ${n(f(L.graphile, 'found alive by scavenges'))} % in the same runs.`,
+      `- Polling only: commit→handler p99 ${n(f(L.polling, 'commit→handler p99'))} ms, append→handler p99 ${n(f(L.polling, 'p99'))} ms and max ${n(f(L.polling, 'max'))} ms, with a ${DEFAULTS.pollIntervalMs} ms poll interval.`,
       '',
     );
   }
 
   if (missed.has('idle')) {
-    const f = (figure: string) => med('idle', '', IDLE_SYSTEMS.sluice, figure);
-    const m = (figure: string) => med('idle', '', IDLE_SYSTEMS.minimal, figure);
-    const fl = (figure: string) => med('idle', '', IDLE_SYSTEMS.floor, figure);
-    const sluiceCpu = runsOf('idle', '', IDLE_SYSTEMS.sluice, 'Node CPU');
-    const sluiceGc = runsOf('idle', '', IDLE_SYSTEMS.sluice, 'GC pause in the window');
-    const floorCpu = runsOf('idle', '', IDLE_SYSTEMS.floor, 'Node CPU');
-    const floorGc = runsOf('idle', '', IDLE_SYSTEMS.floor, 'GC pause in the window');
+    const f = (figure: string) => med('idle', undefined, IDLE_SYSTEMS.sluice, figure);
+    const m = (figure: string) => med('idle', undefined, IDLE_SYSTEMS.minimal, figure);
+    const fl = (figure: string) => med('idle', undefined, IDLE_SYSTEMS.floor, figure);
+    const sluiceCpu = find('idle', undefined, IDLE_SYSTEMS.sluice, 'Node CPU');
+    const sluiceGc = find('idle', undefined, IDLE_SYSTEMS.sluice, 'GC pause in the window');
+    const floorCpu = find('idle', undefined, IDLE_SYSTEMS.floor, 'Node CPU');
+    const floorGc = find('idle', undefined, IDLE_SYSTEMS.floor, 'GC pause in the window');
     out.push(
       '### Idle',
       '',
       `- Sluice: ${n(f('statements per poll tick'))} statement(s) per tick, ${n(f('write transactions'))} write transactions, PostgreSQL ${n(f('PostgreSQL CPU'))} % and Node ` +
-        `${n(f('Node CPU'))} % of a core (the minimal loop polling every consumer: ${n(m('statements per poll tick'))} statements per tick, ` +
-        `PostgreSQL ${n(m('PostgreSQL CPU'))} %, Node ${n(m('Node CPU'))} %).`,
+        `${n(f('Node CPU'))} % of a core, Node ${n(pairMedian('idle', undefined, IDLE_SYSTEMS.sluice, IDLE_SYSTEMS.floor, 'Node CPU', (a, b) => a - b))} % above the floor, run by run ` +
+        `(the minimal loop polling every consumer: ${n(m('statements per poll tick'))} statements per tick, PostgreSQL ${n(m('PostgreSQL CPU'))} %, Node ${n(m('Node CPU'))} %).`,
       `- The floor: \`select 1\` once per tick from the same kind of pool, with no consumer at all, cost PostgreSQL ${n(fl('PostgreSQL CPU'))} % and Node ${n(fl('Node CPU'))} % of a core in the same run. ` +
-        'That is the price of one statement every 100 ms on this machine (a timer, a round trip, a backend woken up), before the statement does anything.',
+        `That is the price of one statement every ${DEFAULTS.pollIntervalMs} ms on this machine (a timer, a round trip, a backend woken up), before the statement does anything.`,
       `- Node CPU run by run (runs 1 to ${sluiceCpu.length}): Sluice ${list(sluiceCpu)} %; the floor ${list(floorCpu)} %; ` +
         `GC pauses inside Sluice's window ${list(sluiceGc)} ms and inside the floor's ${list(floorGc)} ms. process.cpuUsage() counts the threads that mark and sweep for the collector as well as the main thread.`,
       '- While nothing commits anywhere in the cluster, a Sluice tick sends only `select pg_current_snapshot()::text`: an unchanged snapshot means no transaction has ended since the last full pre-check, which then stands (the statement table under the idle scenario shows it). ' +
-        'It is sent on the LISTEN connection: one backend that answers every tick. Sent on the pool, it went to each open connection in turn (postgres.js hands a statement to the connection idle longest), ' +
-        'so every tick woke a backend idle for about a second, which then also flushed its statistics; the floor pool has a single connection. ' +
-        'The held gap does not change the snapshot, so the 10 consumers waiting on it cost nothing more. What Node does above the floor is the pass around that statement.',
+        'It is sent on the LISTEN connection: one backend answers every tick. ' +
+        `The held gap does not change the snapshot, so the ${Math.round(f('consumers with a pending gap'))} consumers waiting on it cost no statement more. What Node does above the floor is the pass around that statement.`,
       '- A full pre-check (after any commit, or while a consumer is dead, disabled, retrying or behind) decides the trivially caught-up consumers in SQL and returns one row (their names, and the others as JSON).',
       '',
     );
   }
 
   if (missed.has('scale')) {
-    const f = (figure: string) => med('scale', '', 'Sluice', figure);
+    const f = (figure: string) => med('scale', undefined, 'Sluice', figure);
     out.push(
       '### Scale',
       '',

@@ -66,7 +66,7 @@ export function renderResultsMarkdown(input: ResultsInput): string {
         .join(', ')}. ` +
       'Each run gets a fresh database cloned (STRATEGY FILE_COPY, with a checkpoint) from a template holding the backlog, loaded once and vacuumed; it is dropped after the run. ' +
       'Events are ~1 KB jsonb objects (an order-like object padded with hex text), the same for every system. ' +
-      'PostgreSQL and Node share the same 2 cores, so a CPU-bound figure is a figure for the pair.',
+      `PostgreSQL and Node share the same ${env.cores} cores, so a CPU-bound figure is a figure for the pair.`,
     '',
   );
 
@@ -75,8 +75,8 @@ export function renderResultsMarkdown(input: ResultsInput): string {
     '',
     '```sh',
     'pnpm install',
-    'pnpm bench                         # full run, ~20 min, writes bench/RESULTS.md',
-    'pnpm bench -- --quick              # ~2 min, writes bench/results/RESULTS.quick.md',
+    'pnpm bench                         # full run, writes bench/RESULTS.md',
+    'pnpm bench -- --quick              # fewer and shorter runs, writes bench/results/RESULTS.quick.md',
     'SLUICE_BENCH_QUICK=1 pnpm bench    # the same, through an environment variable',
     'cd bench && pnpm bench -- --only=latency,idle   # a subset, printed only',
     'DATABASE_URL=postgres://… pnpm bench            # against another server (needs CREATE DATABASE)',
@@ -99,7 +99,8 @@ export function renderResultsMarkdown(input: ResultsInput): string {
   }
   out.push(
     '',
-    'Ratios are taken run by run (run i of Sluice against run i of the other system, which ran right next to it).',
+    'Ratios are taken run by run (run i of Sluice against run i of the other system, which ran right next to it). ' +
+      'The goals are those issue 28 (performance, round 2) restated, and the earlier ones it keeps.',
     '',
   );
 

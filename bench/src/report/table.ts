@@ -5,7 +5,7 @@ import type { ScenarioResult } from './types.js';
 /** Figures shown in the terminal table besides the headline (RESULTS.md has all of them). */
 const SHOWN: Record<string, readonly string[]> = {
   'catch-up': ['per consumer', 'PostgreSQL CPU', 'Node CPU', 'statements sent per 100 events'],
-  latency: ['p99', 'max'],
+  latency: ['p99', 'commit→handler p50', 'commit→handler p99', 'allocated per event'],
   append: ['transactions/s', 'commit p99'],
   idle: ['statements per poll tick', 'write transactions', 'PostgreSQL CPU', 'Node CPU'],
   scale: ['last quarter / first quarter', 'peak RSS'],

@@ -1,6 +1,13 @@
 import { DEFAULTS } from '@sluice/core';
 import { formatNumber, summarize, type Summary } from '../harness/stats.js';
-import { APPEND_SYSTEMS, CATCH_UP_SYSTEMS as SYSTEMS, IDLE_SYSTEMS, LATENCY_SYSTEMS } from '../names.js';
+import {
+  APPEND_SYSTEMS,
+  CATCH_UP_SYSTEMS as SYSTEMS,
+  IDLE_SYSTEMS,
+  LATENCY_SYSTEMS,
+  PROJECTION_CASE,
+} from '../names.js';
+import { pairwise, runsOf } from './find.js';
 import type { ScenarioId, ScenarioResult } from './types.js';
 
 export interface TargetResult {
@@ -14,33 +21,11 @@ export interface TargetResult {
   readonly met: boolean | undefined;
 }
 
-type Finder = (
-  scenario: ScenarioId,
-  caseName: string,
-  system: string,
-  figure: string,
-) => number[] | undefined;
-
-function finder(results: readonly ScenarioResult[]): Finder {
-  return (scenario, caseName, system, figure) => {
-    const row = results
-      .find((r) => r.scenario === scenario)
-      ?.rows.find((r) => r.case.startsWith(caseName) && r.system === system);
-    const runs = row?.figures.find((f) => f.name === figure)?.runs;
-    return runs && runs.length > 0 ? [...runs] : undefined;
-  };
-}
-
-function pairwise(a: number[] | undefined, b: number[] | undefined, op: (x: number, y: number) => number) {
-  if (!a || !b) return undefined;
-  const n = Math.min(a.length, b.length);
-  return Array.from({ length: n }, (_, i) => op(a[i] as number, b[i] as number));
-}
-
 const ratio = (x: number, y: number) => x / y;
 
 export function evaluateTargets(results: readonly ScenarioResult[]): TargetResult[] {
-  const find = finder(results);
+  const find = (scenario: ScenarioId, caseName: string | undefined, system: string, figure: string) =>
+    runsOf(results, scenario, caseName, system, figure);
   const targets: TargetResult[] = [];
   const add = (
     scenario: ScenarioId,
@@ -75,10 +60,10 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
   add(
     'catch-up',
     '1 consumer: Sluice ÷ raw scan at the same LIMIT',
-    '≥ 0.8×',
+    '≥ 0.9×',
     pairwise(total('1 consumer', SYSTEMS.sluice), total('1 consumer', SYSTEMS.raw), ratio),
     '×',
-    (m) => m >= 0.8,
+    (m) => m >= 0.9,
   );
   add(
     'catch-up',
@@ -96,17 +81,25 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
     '×',
     undefined,
   );
-  const peers = [SYSTEMS.emmett, SYSTEMS.graphile]
-    .map((system) => ({ system, runs: total('1 consumer', system) }))
-    .filter((p): p is { system: typeof p.system; runs: number[] } => p.runs !== undefined);
-  const bestPeer = peers.sort((a, b) => summarize(b.runs).median - summarize(a.runs).median)[0];
   add(
     'catch-up',
-    `1 consumer: Sluice ÷ best peer (${bestPeer?.system ?? 'n/a'})`,
-    '≥ 2×',
-    pairwise(total('1 consumer', SYSTEMS.sluice), bestPeer?.runs, ratio),
+    '1 consumer: Sluice ÷ graphile-worker',
+    '≥ 3×',
+    pairwise(total('1 consumer', SYSTEMS.sluice), total('1 consumer', SYSTEMS.graphile), ratio),
     '×',
-    (m) => m >= 2,
+    (m) => m >= 3,
+  );
+  add(
+    'catch-up',
+    `${PROJECTION_CASE}: Sluice's transactional consumer ÷ the minimal loop writing the same rows`,
+    '≥ 0.8×',
+    pairwise(
+      total(PROJECTION_CASE, SYSTEMS.sluiceTransactional),
+      total(PROJECTION_CASE, SYSTEMS.minimalWriting),
+      ratio,
+    ),
+    '×',
+    (m) => m >= 0.8,
   );
 
   // Append.
@@ -138,11 +131,86 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
     );
   }
 
-  // Latency.
-  const lat = (system: string, figure: string) => find('latency', '', system, figure);
+  // Latency. From the commit: what the dispatcher adds once the producer's transaction has
+  // committed, each system measured from the moment its adding transaction's COMMIT returned.
+  const lat = (system: string, figure: string) => find('latency', undefined, system, figure);
+  const vsGraphile = (system: string, figure: string) =>
+    pairwise(lat(system, figure), lat(LATENCY_SYSTEMS.graphile, figure), ratio);
   add(
     'latency',
-    'p99: Sluice (another pool) ÷ minimal loop woken by LISTEN',
+    "commit→handler p50: Sluice (dispatcher in another process) ÷ graphile-worker's (add→start from its commit)",
+    '≤ 1.0×',
+    vsGraphile(LATENCY_SYSTEMS.otherProcess, 'commit→handler p50'),
+    '×',
+    (m) => m <= 1.0,
+  );
+  add(
+    'latency',
+    "commit→handler p99: Sluice (dispatcher in another process) ÷ graphile-worker's",
+    '≤ 1.0×',
+    vsGraphile(LATENCY_SYSTEMS.otherProcess, 'commit→handler p99'),
+    '×',
+    (m) => m <= 1.0,
+  );
+  add(
+    'latency',
+    "commit→handler p50: Sluice (in-process wake-up) ÷ graphile-worker's",
+    '≤ 0.6×',
+    vsGraphile(LATENCY_SYSTEMS.inProcess, 'commit→handler p50'),
+    '×',
+    (m) => m <= 0.6,
+  );
+  // Where the goals lie against the smallest correct consumer, woken by a NOTIFY inside the
+  // producer's transaction (no round trip after the commit), in the same runs.
+  add(
+    'latency',
+    "commit→handler p50: minimal loop woken by LISTEN ÷ graphile-worker's",
+    '(shown)',
+    vsGraphile(LATENCY_SYSTEMS.minimal, 'commit→handler p50'),
+    '×',
+    undefined,
+  );
+  // From the append call, with the append's own share: the producer's transaction, which no
+  // dispatcher shortens.
+  add(
+    'latency',
+    "append call→handler p50: Sluice (dispatcher in another process) ÷ graphile-worker's",
+    '(shown)',
+    vsGraphile(LATENCY_SYSTEMS.otherProcess, 'p50'),
+    '×',
+    undefined,
+  );
+  const appendShare = (system: string) =>
+    pairwise(lat(system, 'append→commit p50'), lat(system, 'p50'), (a, b) => (100 * a) / b);
+  add(
+    'latency',
+    "the append's own share of it (append→commit p50 ÷ append call→handler p50): Sluice (dispatcher in another process)",
+    '(shown)',
+    appendShare(LATENCY_SYSTEMS.otherProcess),
+    '%',
+    undefined,
+  );
+  add(
+    'latency',
+    "the append's own share of it: graphile-worker (BEGIN, add_job, COMMIT)",
+    '(shown)',
+    appendShare(LATENCY_SYSTEMS.graphile),
+    '%',
+    undefined,
+  );
+  // Allocation on the latency path: appending and delivering one event, both of the dispatcher's
+  // and the appender's processes counted, against graphile-worker's one process doing both.
+  add(
+    'latency',
+    "allocated per delivered event: Sluice (dispatcher in another process, both processes) ÷ graphile-worker's",
+    '≤ 1.0×',
+    vsGraphile(LATENCY_SYSTEMS.otherProcess, 'allocated per event'),
+    '×',
+    (m) => m <= 1.0,
+  );
+  add(
+    'latency',
+    'p99: Sluice (another pool of the same process) ÷ minimal loop woken by LISTEN',
     '≤ 2×',
     pairwise(lat(LATENCY_SYSTEMS.otherPool, 'p99'), lat(LATENCY_SYSTEMS.minimal, 'p99'), ratio),
     '×',
@@ -156,32 +224,6 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
     '×',
     (m) => m <= 2,
   );
-  add(
-    'latency',
-    "p50: Sluice (another pool) ÷ graphile-worker's",
-    '≤ 0.6×',
-    pairwise(lat(LATENCY_SYSTEMS.otherPool, 'p50'), lat(LATENCY_SYSTEMS.graphile, 'p50'), ratio),
-    '×',
-    (m) => m <= 0.6,
-  );
-  // Where the p50 goal lies against the smallest correct consumer, woken by a NOTIFY inside the
-  // producer's transaction (no round trip after the commit), in the same runs.
-  add(
-    'latency',
-    "p50: minimal loop woken by LISTEN ÷ graphile-worker's",
-    '(shown)',
-    pairwise(lat(LATENCY_SYSTEMS.minimal, 'p50'), lat(LATENCY_SYSTEMS.graphile, 'p50'), ratio),
-    '×',
-    undefined,
-  );
-  add(
-    'latency',
-    "p99: Sluice (another pool) ÷ graphile-worker's",
-    '< 1× (lower p99)',
-    pairwise(lat(LATENCY_SYSTEMS.otherPool, 'p99'), lat(LATENCY_SYSTEMS.graphile, 'p99'), ratio),
-    '×',
-    (m) => m < 1,
-  );
   // The poll interval bounds the wait after the event is committed: the appender's own commit
   // (in append→handler) is not the dispatcher's, so this one is measured from the commit.
   add(
@@ -194,7 +236,7 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
   );
 
   // Idle.
-  const idle = (figure: string) => find('idle', '', IDLE_SYSTEMS.sluice, figure);
+  const idle = (figure: string) => find('idle', undefined, IDLE_SYSTEMS.sluice, figure);
   add(
     'idle',
     'statements per poll tick (one process)',
@@ -205,8 +247,10 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
   );
   add('idle', 'write transactions while idle', '0', idle('write transactions'), '', (m) => m === 0);
   add('idle', 'PostgreSQL CPU', '≤ 0.5 % of a core', idle('PostgreSQL CPU'), '%', (m) => m <= 0.5);
-  add('idle', 'Node CPU', '≤ 1 % of a core', idle('Node CPU'), '%', (m) => m <= 1);
-  const floor = (figure: string) => find('idle', '', IDLE_SYSTEMS.floor, figure);
+  // Shown, not a goal (issue 28): the floor itself (one statement per tick) swings past 1 % of a
+  // core from run to run on a shared machine; the goal is what Sluice adds above it.
+  add('idle', 'Node CPU', '(shown)', idle('Node CPU'), '%', undefined);
+  const floor = (figure: string) => find('idle', undefined, IDLE_SYSTEMS.floor, figure);
   const minus = (a: number, b: number) => a - b;
   add(
     'idle',
@@ -219,14 +263,14 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
   add(
     'idle',
     'Node CPU above the floor (Sluice − select 1 per tick)',
-    '(shown)',
+    '≤ 0.2 % of a core',
     pairwise(idle('Node CPU'), floor('Node CPU'), minus),
     '%',
-    undefined,
+    (m) => m <= 0.2,
   );
 
   // Scale.
-  const scaleFigure = (figure: string) => find('scale', '', 'Sluice', figure);
+  const scaleFigure = (figure: string) => find('scale', undefined, 'Sluice', figure);
   add(
     'scale',
     'throughput steady: last quarter ÷ first quarter of the run',

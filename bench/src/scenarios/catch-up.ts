@@ -1,13 +1,22 @@
-import { DEFAULTS } from '@sluice/core';
+import { DEFAULTS, type Consumer } from '@sluice/core';
+import type postgres from 'postgres';
 import type { Measurement } from '../harness/counters.js';
 import { statementProfile } from '../harness/counters.js';
 import { progress } from '../harness/progress.js';
+import { sluiceStatement } from '../harness/statement-steps.js';
 import { emmettTemplate, graphileTemplate } from '../harness/peer-templates.js';
 import { sluiceTemplate } from '../harness/templates.js';
 import { DeliveryTracker } from '../harness/tracker.js';
-import { CATCH_UP_SYSTEMS } from '../names.js';
+import { CATCH_UP_SYSTEMS, PROJECTION_CASE } from '../names.js';
 import { RowCollector, type ScenarioResult, type StatementProfile } from '../report/types.js';
-import { drainMinimal, drainRawScan, registerCursors } from '../systems/baselines.js';
+import {
+  createProjection,
+  drainMinimal,
+  drainRawScan,
+  projectedRows,
+  projectRow,
+  registerCursors,
+} from '../systems/baselines.js';
 import { EMMETT_SETTINGS, emmettConsumer, GRAPHILE_SETTINGS, graphileWorker } from '../systems/peers.js';
 import { benchDispatcher, consumerName, pool, trackingConsumers } from '../systems/sluice.js';
 import { rotate, runDatabase, type RunDatabase, type ScenarioContext } from './context.js';
@@ -25,6 +34,10 @@ interface RunOutcome {
   readonly sent: number | undefined;
   /** How long Sluice's start() took (the first pass runs after it). */
   readonly startMs?: number;
+  /** Sluice: its turn-start records and SAVEPOINTs among the statements sent (the debug hook). */
+  readonly sluice?: { readonly turnStarts: number; readonly savepoints: number };
+  /** Cases that write one row per event: the rows in the projection table afterwards. */
+  readonly written?: number;
 }
 
 /**
@@ -37,13 +50,33 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
   const rows = new RowCollector('catch-up');
   const profiles: StatementProfile[] = [];
 
-  for (const { consumers, backlog } of config.catchUp.cases) {
+  const cases: { caseName: string; consumers: number; backlog: number; systems: SystemName[] }[] = [
+    ...config.catchUp.cases.map(({ consumers, backlog }) => ({
+      caseName: `${consumers} consumer${consumers > 1 ? 's' : ''}`,
+      consumers,
+      backlog,
+      systems: [
+        SYSTEMS.raw,
+        SYSTEMS.minimal,
+        SYSTEMS.sluice,
+        ...(consumers === 1
+          ? [SYSTEMS.sluiceNoCrash, SYSTEMS.sluiceOneSlot, SYSTEMS.emmett, SYSTEMS.graphile]
+          : []),
+      ],
+    })),
+    {
+      caseName: PROJECTION_CASE,
+      consumers: 1,
+      backlog: config.catchUp.projectionBacklog,
+      systems: [SYSTEMS.minimalWriting, SYSTEMS.sluiceTransactional],
+    },
+  ];
+
+  for (const { caseName, consumers, backlog, systems } of cases) {
     const template = await sluiceTemplate(ctx, backlog);
-    const systems: SystemName[] = [SYSTEMS.raw, SYSTEMS.minimal, SYSTEMS.sluice];
-    if (consumers === 1)
-      systems.push(SYSTEMS.sluiceNoCrash, SYSTEMS.sluiceOneSlot, SYSTEMS.emmett, SYSTEMS.graphile);
-    const emmettTpl = consumers === 1 ? await emmettTemplate(ctx, config.catchUp.emmettBacklog) : '';
-    const graphileTpl = consumers === 1 ? await graphileTemplate(ctx, config.catchUp.graphileBacklog) : '';
+    const peers = systems.includes(SYSTEMS.emmett);
+    const emmettTpl = peers ? await emmettTemplate(ctx, config.catchUp.emmettBacklog) : '';
+    const graphileTpl = peers ? await graphileTemplate(ctx, config.catchUp.graphileBacklog) : '';
     const concurrency = Math.min(consumers, concurrencyCap);
 
     for (let run = 0; run < config.runs; run++) {
@@ -54,7 +87,6 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
             : system === SYSTEMS.graphile
               ? config.catchUp.graphileBacklog
               : backlog;
-        const caseName = `${consumers} consumer${consumers > 1 ? 's' : ''}`;
         const label = `${caseName}, ${size.toLocaleString('en')} events`;
         progress(`catch-up ${label}: ${system}, run ${run + 1}/${config.runs}`);
         const tpl =
@@ -111,10 +143,32 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
                     : outcome.tracker.firstDeliveryAt - m.startedAt,
               },
               { name: 'start() took', unit: 'ms', value: outcome.startMs },
+              ...(outcome.sluice
+                ? [
+                    {
+                      name: 'turn-start records per 100 events',
+                      unit: '',
+                      value: outcome.sluice.turnStarts / batches,
+                    },
+                  ]
+                : []),
+              ...(outcome.sluice && system === SYSTEMS.sluiceTransactional
+                ? [
+                    {
+                      name: 'savepoints per 100 events',
+                      unit: '',
+                      value: outcome.sluice.savepoints / batches,
+                    },
+                  ]
+                : []),
               { name: 'backlog', unit: 'events', value: size },
             ],
             {
-              lost: outcome.tracker.lost(),
+              // Writing cases: an event delivered without its row in the table is lost too.
+              lost: Math.max(
+                outcome.tracker.lost(),
+                outcome.written === undefined ? 0 : size * consumers - outcome.written,
+              ),
               duplicated: outcome.tracker.duplicated(),
             },
           );
@@ -145,7 +199,8 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
 
   return {
     scenario: 'catch-up',
-    title: 'Catch-up: a backlog drained by 1, 10 and 50 consumers (no-op handlers)',
+    title:
+      'Catch-up: a backlog drained by 1, 10 and 50 consumers (no-op handlers), and by one consumer writing one row per event',
     rows: rows.rows(),
     profiles,
     notes: [
@@ -160,8 +215,16 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
         '(rows pre-registered) and ends at the last delivery: events/s include start() itself ("start() took"), ' +
         'which weighs on the small backlogs of --quick (see "first delivery after start").',
       `Minimal loop and raw scan use min(consumers, ${concurrencyCap}) connections and LIMIT ${batchSize}, on the same events table.`,
-      'Sluice, countCrashedAttempts: false is a diagnostic row: the same dispatcher without the committed turn-start record (docs/design.md §4.7), to show what that step costs. ' +
+      'Sluice, countCrashedAttempts: false is a diagnostic row: the same dispatcher that never writes the committed turn-start record (docs/design.md §4.7). ' +
+        'With the default, a turn writes one only without a clean view of its consumer (its first turn in the process, after a failure, while isolating a crash, ' +
+        'or when the row shows someone else wrote it): "turn-start records per 100 events" counts those it still wrote, and the row shows what they cost. ' +
         'Sluice, concurrency 1 is another: one turn slot and a pool of 3, so no read-ahead (every turn fetches for itself).',
+      `${PROJECTION_CASE} (${config.catchUp.projectionBacklog.toLocaleString('en')} events): each event writes one row into a projection table (bench.projection, keyed by the event id, empty at the start), ` +
+        'with the same statement for both systems (an INSERT … ON CONFLICT DO NOTHING, idempotent as a handler must be), each awaited before the next event. ' +
+        `Sluice: a transactional consumer (default options, concurrency ${DEFAULTS.concurrency}, as the 1-consumer case) whose handler writes through ctx.tx, inside the turn's transaction; ` +
+        'its batch runs in one savepoint ("savepoints per 100 events", from the statements sent). ' +
+        'Minimal loop: its transaction per batch (lock the cursor row, fetch, one INSERT per event, move the cursor, COMMIT) on one connection. ' +
+        'An event whose row is missing from the table afterwards counts as lost.',
       `Emmett: postgreSQLEventStoreConsumer + one reactor, batchSize ${EMMETT_SETTINGS.batchSize}, pullingFrequencyInMs ${EMMETT_SETTINGS.pullingFrequencyInMs} (default 50), ` +
         `${config.catchUp.emmettBacklog.toLocaleString('en')} events appended through appendToStream (500 per stream). Its reactor stores a checkpoint per message.`,
       `graphile-worker: run() with concurrency ${GRAPHILE_SETTINGS.concurrency}, maxPoolSize ${GRAPHILE_SETTINGS.maxPoolSize}, localQueue.size ${GRAPHILE_SETTINGS.localQueue.size}, ` +
@@ -199,13 +262,20 @@ async function runOne(
   const timeoutMs = Math.max(60_000, (deliveries / 300) * 1000);
   const meter = db.meter();
   const names = Array.from({ length: consumers }, (_, i) => consumerName(i));
-  // Counts what postgres.js sends (pg_stat_statements does not see every COMMIT it sends).
-  const sent = { counting: false, count: 0 };
-  const debug = () => {
-    if (sent.counting) sent.count++;
+  // Counts what postgres.js sends (pg_stat_statements does not see every COMMIT it sends), and
+  // among Sluice's statements its turn-start records and savepoints.
+  const sent = { counting: false, count: 0, turnStarts: 0, savepoints: 0 };
+  const debug = (_connection: number, text: string) => {
+    if (!sent.counting) return;
+    sent.count++;
+    const kind = sluiceStatement(text);
+    if (kind === 'turn start') sent.turnStarts++;
+    else if (kind === 'savepoint') sent.savepoints++;
   };
   const startCounting = async () => {
     sent.count = 0;
+    sent.turnStarts = 0;
+    sent.savepoints = 0;
     sent.counting = true;
     await meter.start();
   };
@@ -243,28 +313,67 @@ async function runOne(
         await sql.end();
       }
     }
+    case SYSTEMS.minimalWriting: {
+      const sql = pool(db.url, concurrency, { debug });
+      try {
+        await registerCursors(sql, names);
+        await createProjection(sql);
+        await startCounting();
+        await drainMinimal(sql, names, batchSize, (c, row, tx) => {
+          tracker.record(c, row.data.seq);
+          return projectRow(tx, row.id, row.data);
+        });
+        const measurement = await stopCounting();
+        const written = await projectedRows(sql);
+        return { measurement, tracker, complete: true, deliveries, sent: sent.count, written };
+      } finally {
+        await sql.end();
+      }
+    }
     case SYSTEMS.sluice:
     case SYSTEMS.sluiceNoCrash:
-    case SYSTEMS.sluiceOneSlot: {
+    case SYSTEMS.sluiceOneSlot:
+    case SYSTEMS.sluiceTransactional: {
       const turns = sluiceConcurrency(system, consumers, concurrency);
       const sql = pool(db.url, turns + 2, { debug });
+      const writing = system === SYSTEMS.sluiceTransactional;
       // Sluice's own defaults (batch size and any batch growth included); the diagnostic rows turn
       // off the crash record, or run one turn slot.
-      const dispatcher = benchDispatcher(sql, trackingConsumers(consumers, tracker), {
-        concurrency: turns,
-        ...(system === SYSTEMS.sluiceNoCrash ? { countCrashedAttempts: false } : {}),
-      });
+      const dispatcher = benchDispatcher(
+        sql,
+        writing ? projectingConsumers(tracker) : trackingConsumers(consumers, tracker),
+        {
+          concurrency: turns,
+          ...(system === SYSTEMS.sluiceNoCrash ? { countCrashedAttempts: false } : {}),
+        },
+      );
+      // The writing case ends when the last row is committed, not when its handler ran: watched on a
+      // connection of its own (not counted), once every event was handed to the handler.
+      const watch = writing ? pool(db.url, 1) : undefined;
       try {
+        if (writing) await createProjection(sql);
+        if (watch) await watch`select 1`;
         await dispatcher.ensureRegistered();
         await startCounting();
         const startedAt = performance.now();
         await dispatcher.start();
         const startMs = performance.now() - startedAt;
-        const complete = await tracker.whenComplete(timeoutMs);
+        let complete = await tracker.whenComplete(timeoutMs);
+        if (watch && complete) complete = await cursorReached(watch, consumerName(0), backlog, timeoutMs);
         const measurement = await stopCounting();
-        return { measurement, tracker, complete, deliveries, sent: sent.count, startMs };
+        return {
+          measurement,
+          tracker,
+          complete,
+          deliveries,
+          sent: sent.count,
+          startMs,
+          sluice: { turnStarts: sent.turnStarts, savepoints: sent.savepoints },
+          ...(writing ? { written: await projectedRows(sql) } : {}),
+        };
       } finally {
         await dispatcher.stop();
+        await watch?.end();
         await sql.end();
       }
     }
@@ -304,4 +413,44 @@ function fmt(value: number | undefined): string {
 
 function formatRate(value: number): string {
   return Math.round(value).toLocaleString('en');
+}
+
+/**
+ * The consumer of the writing case: transactional, its handler writes the event's row through the
+ * turn's transaction (ctx.tx), the statement the minimal loop writes it with.
+ */
+function projectingConsumers(tracker: DeliveryTracker): Consumer[] {
+  return [
+    {
+      name: consumerName(0),
+      transactional: true,
+      handler: (event, context) => {
+        const data = event.data as { seq: number; orderId: string; totalCents: number };
+        tracker.record(0, data.seq);
+        if (!context.tx) throw new Error('a transactional consumer is given ctx.tx');
+        return projectRow(context.tx, event.id.toString(), data);
+      },
+    },
+  ];
+}
+
+/**
+ * Waits until the consumer's committed cursor is at `id` or beyond (checked every millisecond):
+ * the events up to it, and whatever their handler wrote in the same transaction, are committed.
+ * False after `timeoutMs`.
+ */
+async function cursorReached(
+  sql: postgres.Sql,
+  name: string,
+  id: number,
+  timeoutMs: number,
+): Promise<boolean> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const [row] = await sql<{ reached: boolean }[]>`
+      select cursor >= ${id} as reached from sluice.consumers where name = ${name}`;
+    if (row?.reached === true) return true;
+    if (performance.now() > deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
 }

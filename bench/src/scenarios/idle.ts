@@ -110,7 +110,13 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
         } else {
           await registerCursors(sql, names, 100n);
           pollEvery('minimal loop', () =>
-            Promise.all(names.map((name) => minimalBatch(sql, name, DEFAULTS.batchSize, () => deliveries++))),
+            Promise.all(
+              names.map((name) =>
+                minimalBatch(sql, name, DEFAULTS.batchSize, () => {
+                  deliveries++;
+                }),
+              ),
+            ),
           );
         }
         const fullGcs = new FullGcWatch();
@@ -201,7 +207,7 @@ export async function idleCost(ctx: ScenarioContext): Promise<ScenarioResult> {
         `Measured for ${seconds} s after ${SETTLE_MS / 1000} s of settling` +
         (gcQuietMs > 0
           ? `, once a full GC had run after the setup and none for ${gcQuietMs / 1000} s since (at most ${gcSettleMaxMs / 1000} s after the setup): V8's memory reducer collects a busy phase's garbage in full GCs once allocation slows down, ` +
-            "15 to 23 s after the setup in scratch runs, and in one of them the three it ran after Sluice's setup (the catch-up of 100 consumers) took 35 ms of the main thread plus marking threads, a one-off cost of the setup that would otherwise land in the window. " +
+            'seconds after it: a one-off cost of the setup (for Sluice, catching up the consumers) that would otherwise land in the window. How long each run waited is shown ("waited for GC to settle"). ' +
             'The GC that still ran inside the window is shown. Not for the minimal loop, which is busy polling every consumer and never quiet.'
           : " (this mode does not wait for the GC to settle: a full GC collecting the setup's garbage may land in the window)."),
       `One poll tick = ${pollIntervalMs} ms (${ticks} ticks in the window; per tick = statements ÷ the ticks that fit in the window's measured length, rounded up). Statements: pg_stat_statements calls in the run database; the client count is postgres.js' debug hook on the dispatcher's pool. ` +

@@ -6,7 +6,8 @@ export interface EventRow {
   id: string;
   stream_id: string;
   type: string;
-  data: { seq: number };
+  /** The bench payload (harness/payload.ts), of which the readers use these fields. */
+  data: { seq: number; orderId: string; totalCents: number };
   metadata: Record<string, unknown>;
   created_at: Date;
 }
@@ -24,6 +25,12 @@ export async function registerCursors(
 }
 
 /**
+ * What the minimal loop does with each event, inside its batch's transaction: a promise is awaited
+ * before the next event (a write through `tx`, as a transactional handler's).
+ */
+export type MinimalHandle = (row: EventRow, tx: postgres.TransactionSql) => unknown;
+
+/**
  * Minimal loop: the smallest correct consumer. One transaction per batch: lock the cursor row
  * (FOR UPDATE SKIP LOCKED), fetch the next `limit` events above it, handle them, move the cursor.
  * No gap tracking, no telemetry, no crash accounting. Returns the number of events handled, or
@@ -33,7 +40,7 @@ export function minimalBatch(
   sql: postgres.Sql,
   name: string,
   limit: number,
-  handle: (row: EventRow) => void,
+  handle: MinimalHandle,
 ): Promise<number | undefined> {
   return sql.begin<number | undefined>(async (tx) => {
     const [state] = await tx<{ cursor: string }[]>`
@@ -42,7 +49,10 @@ export function minimalBatch(
     const rows = await tx<EventRow[]>`
       select id, stream_id, type, data, metadata, created_at from sluice.events
       where id > ${state.cursor} order by id limit ${limit}`;
-    for (const row of rows) handle(row);
+    for (const row of rows) {
+      const handled = handle(row, tx);
+      if (handled instanceof Promise) await handled;
+    }
     const last = rows[rows.length - 1];
     if (last) await tx`update bench.cursors set cursor = ${last.id} where name = ${name}`;
     return rows.length;
@@ -54,14 +64,12 @@ export async function drainMinimal(
   sql: postgres.Sql,
   names: readonly string[],
   limit: number,
-  handle: (consumer: number, row: EventRow) => void,
+  handle: (consumer: number, row: EventRow, tx: postgres.TransactionSql) => unknown,
 ): Promise<void> {
   await Promise.all(
     names.map(async (name, index) => {
       for (;;) {
-        const n = await minimalBatch(sql, name, limit, (row) => {
-          handle(index, row);
-        });
+        const n = await minimalBatch(sql, name, limit, (row, tx) => handle(index, row, tx));
         if (n !== undefined && n < limit) return;
       }
     }),
@@ -143,4 +151,36 @@ export function minimalListener(
       await inFlight;
     },
   };
+}
+
+/**
+ * The projection table of the catch-up case that writes one row per event: what a transactional
+ * consumer keeps of an order, keyed by the event's id. Created empty in each run's database.
+ */
+export async function createProjection(sql: postgres.Sql): Promise<void> {
+  await sql`
+    create table bench.projection (
+      event_id bigint primary key, order_id text not null, total_cents bigint not null)`;
+}
+
+/**
+ * The one row an event writes, through the transaction it is handled in: the same statement for
+ * Sluice's transactional handler (ctx.tx) and the minimal loop. Idempotent, as a handler must be
+ * (a delivery may repeat).
+ */
+export function projectRow(
+  tx: postgres.TransactionSql,
+  id: string,
+  data: { orderId: string; totalCents: number },
+): Promise<unknown> {
+  return tx`
+    insert into bench.projection (event_id, order_id, total_cents)
+    values (${id}::bigint, ${data.orderId}, ${data.totalCents})
+    on conflict (event_id) do nothing`;
+}
+
+/** Rows in the projection table: one per event written. */
+export async function projectedRows(sql: postgres.Sql): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`select count(*)::int as n from bench.projection`;
+  return row?.n ?? 0;
 }
