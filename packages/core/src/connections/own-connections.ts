@@ -38,7 +38,8 @@ import { checkConnection } from '../connect-timeout.js';
 import { poolerHint } from '../dispatcher/classify-failure.js';
 import { ConnectTimeoutError, messageOf, sqlStateOf } from '../errors.js';
 import type { Logger } from '../logger.js';
-import type { Sql } from '../sql-types.js';
+import type { Sql, TransactionSql } from '../sql-types.js';
+import { pipelinedBegin, type PoolCloses } from './pipelined-begin.js';
 
 export interface OwnConnectionsSettings {
   /** Connections at most. */
@@ -49,6 +50,11 @@ export interface OwnConnectionsSettings {
   readonly retireAfterMs: number;
   /** Told, once, that the pool continues without prepared statements (see the top of this file). */
   readonly onUnprepared?: (error: unknown) => void;
+  /**
+   * `begin(fn)` pipelines BEGIN with fn's first statements (pipelined-begin.ts). Only for a pool of
+   * one connection: a close the pool reports abandons every transaction running on it.
+   */
+  readonly pipelinedTransactions?: boolean;
 }
 
 export interface OwnConnections {
@@ -82,6 +88,21 @@ interface Pool {
   idleTimer: NodeJS.Timeout | undefined;
   /** Renews the pool at the application's max_lifetime. */
   lifeTimer: NodeJS.Timeout | undefined;
+  /** Its transactions, told when one of its connections closes (pipelined-begin.ts). */
+  readonly closes: PoolCloses & { notify(): void };
+}
+
+function closeListeners(): PoolCloses & { notify(): void } {
+  const listeners = new Set<() => void>();
+  return {
+    listen(onClose) {
+      listeners.add(onClose);
+      return () => listeners.delete(onClose);
+    },
+    notify() {
+      for (const onClose of [...listeners]) onClose();
+    },
+  };
 }
 
 /** The template's `idle_timeout` or `max_lifetime` in milliseconds (seconds, or a function drawing them). */
@@ -134,6 +155,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
         application_name: settings.applicationName.slice(0, 63),
       },
       onclose: () => {
+        pool.closes.notify();
         if (pool === current && !ended) replace();
       },
     };
@@ -143,6 +165,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       whenIdle: [],
       idleTimer: undefined,
       lifeTimer: undefined,
+      closes: closeListeners(),
     };
     // Drawn per pool, as postgres.js draws its default per connection.
     const lifetimeMs = secondsOption(base['max_lifetime']);
@@ -259,8 +282,16 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       const pool = current;
       if (property === 'begin') {
         return (...args: unknown[]) => {
-          const begin = Reflect.get(pool.sql, 'begin') as (...a: unknown[]) => Promise<unknown>;
-          const begun = Reflect.apply(begin, pool.sql, args);
+          // With pipelinedTransactions, begin(fn) sends BEGIN with fn's first statements.
+          const [fn] = args;
+          const begun =
+            settings.pipelinedTransactions === true && args.length === 1 && typeof fn === 'function'
+              ? pipelinedBegin(pool.sql, pool.closes, fn as (tx: TransactionSql) => unknown)
+              : Reflect.apply(
+                  Reflect.get(pool.sql, 'begin') as (...a: unknown[]) => Promise<unknown>,
+                  pool.sql,
+                  args,
+                );
           track(pool, begun);
           return begun;
         };

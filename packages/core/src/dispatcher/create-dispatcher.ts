@@ -2,6 +2,7 @@ import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { DispatcherNotRegisteredError, DispatcherStoppedError, messageOf } from '../errors.js';
 import { checkConnection } from '../connect-timeout.js';
 import { logUnprepared, openOwnConnections } from '../connections/own-connections.js';
+import { TurnConnections } from '../connections/turn-connections.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
 import type { Sql } from '../sql-types.js';
@@ -63,7 +64,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   // for pre-checks and read-aheads.
   const appSql = options.sql;
   const own = openOwnConnections(appSql, {
-    max: options.concurrency + 2,
+    max: 2,
     applicationName: `sluice${options.instanceId === undefined ? '' : `:${options.instanceId}`}`,
     retireAfterMs: options.handlerTimeoutMs + options.statementTimeoutMs,
     onUnprepared: (error) => {
@@ -71,6 +72,20 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     },
   });
   const sql = own.sql;
+  // Turns run on pools of their own, one connection each, whose BEGIN goes out with the turn's
+  // first statements (docs/design.md §4.3); the pool above serves pre-checks, turn starts,
+  // read-aheads and bookkeeping.
+  const turnConnections = new TurnConnections(() =>
+    openOwnConnections(appSql, {
+      max: 1,
+      applicationName: `sluice${options.instanceId === undefined ? '' : `:${options.instanceId}`}`,
+      retireAfterMs: options.handlerTimeoutMs + options.statementTimeoutMs,
+      onUnprepared: (error) => {
+        logUnprepared(logger, error);
+      },
+      pipelinedTransactions: true,
+    }),
+  );
   const t = tables(sql, options.schema);
   const metrics = createMetrics(options.meterProvider);
   const tracer = createTracer(options.tracerProvider);
@@ -89,6 +104,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   let stoppingPromise: Promise<void> | undefined;
   const passes = new PassRunner({
     options: { ...options, sql },
+    turnConnections,
     tables: t,
     metrics,
     tracer,
@@ -196,7 +212,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     await listener?.stop();
     listener = undefined;
     await drain();
-    await own.end();
+    await Promise.all([own.end(), turnConnections.end()]);
   }
 
   async function drain(): Promise<void> {

@@ -26,6 +26,8 @@ import { IdleKnowledge, isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
 import { SharedReads } from './shared-reads.js';
 import { TurnSlots } from './slots.js';
+import type { TurnConnections } from '../connections/turn-connections.js';
+import type { Sql } from '../sql-types.js';
 import {
   runTurn,
   type SkipReason,
@@ -55,6 +57,8 @@ export interface PassResult {
 
 export interface PassEnvironment {
   readonly options: ResolvedOptions;
+  /** The pools turns run on, one per turn running at once. */
+  readonly turnConnections: TurnConnections;
   readonly tables: Tables;
   readonly metrics: DispatcherMetrics;
   readonly tracer: Tracer;
@@ -299,6 +303,20 @@ export class PassRunner {
     continueWhileMore: boolean,
     firstCursor: bigint | undefined,
   ): Promise<ConsumerPassResult> {
+    const connections = this.#env.turnConnections.acquire();
+    try {
+      return await this.#turnsOn(connections.sql, consumer, continueWhileMore, firstCursor);
+    } finally {
+      this.#env.turnConnections.release(connections);
+    }
+  }
+
+  async #turnsOn(
+    turnSql: Sql,
+    consumer: ResolvedConsumer,
+    continueWhileMore: boolean,
+    firstCursor: bigint | undefined,
+  ): Promise<ConsumerPassResult> {
     let processed = 0;
     let failed = 0;
     let outcome: TurnOutcome | undefined;
@@ -312,7 +330,13 @@ export class PassRunner {
         // The batch its next turn would read, fetched ahead while this one delivers. A read-ahead
         // takes a pool connection beyond the turns': only while a turn slot is free.
         const readAhead = this.#slots.running < this.#slots.size ? this.#grown(consumer, limit) : undefined;
-        outcome = await runTurn(this.#turnEnvironment(readAhead), consumer, limit, expectedCursor, progress);
+        outcome = await runTurn(
+          this.#turnEnvironment(turnSql, readAhead),
+          consumer,
+          limit,
+          expectedCursor,
+          progress,
+        );
       } catch (error) {
         this.#limits.delete(consumer.name);
         this.#known.forget(consumer.name);
@@ -358,10 +382,11 @@ export class PassRunner {
     return Math.min(limit * 2, consumer.maxBatchSize);
   }
 
-  #turnEnvironment(readAhead?: number): TurnEnvironment {
+  #turnEnvironment(turnSql: Sql, readAhead?: number): TurnEnvironment {
     const env = this.#env;
     return {
       options: env.options,
+      turnSql,
       tables: env.tables,
       metrics: env.metrics,
       tracer: env.tracer,

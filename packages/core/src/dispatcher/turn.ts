@@ -15,7 +15,7 @@ import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { selectRangesToRecheck } from '../queries/gaps.js';
 import type { Tables } from '../schema/tables.js';
-import type { TransactionSql } from '../sql-types.js';
+import type { Sql, TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startTurnSpan } from '../telemetry/tracing.js';
@@ -58,6 +58,11 @@ export interface TurnOutcome {
 
 export interface TurnEnvironment {
   readonly options: ResolvedOptions;
+  /**
+   * The pool of the turn's transaction (one connection, whose BEGIN goes out with the row lock:
+   * connections/turn-connections.ts); `options.sql` serves the statements made beside it.
+   */
+  readonly turnSql: Sql;
   readonly tables: Tables;
   readonly metrics: DispatcherMetrics;
   readonly tracer: Tracer;
@@ -120,7 +125,7 @@ export async function runTurn(
   try {
     // A guarded transaction: once its connection is lost, nothing of the turn runs on it any more
     // (see connections/guarded-transaction.ts).
-    const outcome = await guardedBegin(env.options.sql, (tx, live) => {
+    const outcome = await guardedBegin(env.turnSql, (tx, live) => {
       endTurn = () => {
         live.end();
       };

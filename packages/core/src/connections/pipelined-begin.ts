@@ -1,0 +1,129 @@
+// A transaction whose BEGIN goes out with its first statements (docs/design.md §4.3: no round trip
+// waits on BEGIN alone), on the postgres.js release users install.
+//
+// postgres.js 3.4.9's begin() sends BEGIN and waits for its answer before it calls the callback, so
+// a turn's row lock always waited one round trip for BEGIN. Here the transaction runs on a
+// connection reserved from Sluice's own pool: BEGIN is sent, and the callback is called at once,
+// so the statements it makes first are written behind BEGIN on the same connection and answered
+// in order. The rest is what begin() does: COMMIT when the callback returns, ROLLBACK when it
+// throws, savepoints on request; and what Sluice's guarded transactions need on a dying
+// connection (connections/guarded-transaction.ts):
+// - the pool reports every connection that closes; from then on no statement is sent through a
+//   transaction of that pool (postgres.js would write it from a timer that throws: the process
+//   stops), the transaction fails at once, and its connection is never handed back (3.4.9 would
+//   put a closed reserved connection back as open). The pool is replaced on any close and cut
+//   once its work has settled (own-connections.ts), so a healthy connection of it that a
+//   transaction abandons this way is closed with it, and the server rolls that transaction back.
+import type { ReservedSql, Sql, TransactionSql } from '../sql-types.js';
+import { isConnectionLoss } from '../dispatcher/classify-failure.js';
+
+/** Tells a transaction that a connection of its pool closed. */
+export interface PoolCloses {
+  /** Calls `onClose` at the next close of a connection of the pool; returns its unsubscription. */
+  listen(onClose: () => void): () => void;
+}
+
+/** A transaction's connection closed (or another of its pool's did): nothing more is sent. */
+export class TransactionConnectionClosedError extends Error {
+  readonly code = 'CONNECTION_CLOSED';
+
+  constructor() {
+    super("a connection of the transaction's pool closed: the transaction was abandoned (CONNECTION_CLOSED)");
+    this.name = 'TransactionConnectionClosedError';
+  }
+}
+
+type AnyFunction = (...args: unknown[]) => unknown;
+
+/**
+ * Pools whose connection has opened. postgres.js 3.4.9 never answers a reserve() that opens a
+ * connection of a pool without `fetch_types` (the connection forgets the reservation once it is
+ * ready): a pool's first reservation is made once a statement has opened its connection.
+ */
+const opened = new WeakSet<Sql>();
+
+/** Runs `fn` in a transaction on a connection reserved from `sql`, BEGIN pipelined with `fn`'s first statements. */
+export async function pipelinedBegin<T>(
+  sql: Sql,
+  closes: PoolCloses,
+  fn: (tx: TransactionSql) => T | Promise<T>,
+): Promise<T> {
+  if (!opened.has(sql)) {
+    await sql`select 1`;
+    opened.add(sql);
+  }
+  const connection = await sql.reserve();
+  const state = { gone: false };
+  let abandon: (error: Error) => void = () => undefined;
+  const abandoned = new Promise<never>((_, reject) => {
+    abandon = reject;
+  });
+  abandoned.catch(() => undefined);
+  const unsubscribe = closes.listen(() => {
+    state.gone = true;
+    abandon(new TransactionConnectionClosedError());
+  });
+  const send = <R>(statement: Promise<R>): Promise<R> => {
+    if (state.gone) return abandoned;
+    return Promise.race([statement, abandoned]);
+  };
+  const tx = transactionOn(connection, () => state.gone);
+  try {
+    const begin = connection`begin`;
+    begin.catch(() => undefined);
+    (begin as unknown as { execute: () => unknown }).execute(); // sent now, before fn's statements
+    let result: T;
+    try {
+      const body = (async () => fn(tx))();
+      body.catch(() => undefined);
+      await send(begin);
+      result = await send(body);
+    } catch (error) {
+      if (!state.gone && !isConnectionLoss(error)) await send(connection`rollback`).catch(() => undefined);
+      throw error;
+    }
+    // As with begin(): a transaction one of whose statements failed is rolled back by this COMMIT,
+    // silently; the caller learns it from that statement (a turn awaits its last writes).
+    await send(connection`commit`);
+    return result;
+  } catch (error) {
+    if (isConnectionLoss(error)) state.gone = true;
+    throw error;
+  } finally {
+    unsubscribe();
+    // A connection that closed (or may have) stays out of the pool's open connections.
+    if (!state.gone) connection.release();
+  }
+}
+
+/**
+ * The reserved connection as a transaction: the connection's own tagged function and helpers,
+ * with savepoints (SAVEPOINT, and ROLLBACK TO when the callback throws, as begin() does) and no
+ * prepare. A statement is refused once the pool has reported a close.
+ */
+function transactionOn(connection: ReservedSql, isGone: () => boolean): TransactionSql {
+  let savepoints = 0;
+  const tx = function transaction(this: unknown, ...args: unknown[]) {
+    if (isGone()) throw new TransactionConnectionClosedError();
+    return Reflect.apply(connection as unknown as AnyFunction, this, args);
+  };
+  Object.assign(tx, connection, {
+    async savepoint(nameOrFn: unknown, maybeFn?: unknown) {
+      const body = (typeof nameOrFn === 'function' ? nameOrFn : maybeFn) as (sp: TransactionSql) => unknown;
+      const name = `s${savepoints++}${typeof nameOrFn === 'string' ? `_${nameOrFn.replace(/[^a-z0-9_]/gi, '')}` : ''}`;
+      if (isGone()) throw new TransactionConnectionClosedError();
+      await connection`savepoint ${connection(name)}`;
+      try {
+        return await body(tx as unknown as TransactionSql);
+      } catch (error) {
+        if (!isGone() && !isConnectionLoss(error)) await connection`rollback to ${connection(name)}`;
+        throw error;
+      }
+    },
+    prepare() {
+      throw new Error('a turn cannot prepare its transaction (PREPARE TRANSACTION)');
+    },
+    release: undefined,
+  });
+  return tx as unknown as TransactionSql;
+}
