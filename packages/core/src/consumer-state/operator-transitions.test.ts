@@ -5,7 +5,7 @@ import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
 import { BelowRetentionFloorError, BeyondHeadError, NotAGapError, SkipMismatchError } from '../errors.js';
 import type { ConsumerState } from './consumer-state.js';
-import { idleState, NOW, stateArbitrary } from './generated-states.test-support.js';
+import { held, idleState, RULES, stateArbitrary } from './generated-states.test-support.js';
 import {
   disableConsumer,
   enableConsumer,
@@ -18,18 +18,7 @@ import {
   type RestartFrom,
   type RowChange,
 } from './operator-transitions.js';
-import { openTurn, planDelivery, type TurnRules } from './turn-machine.js';
-
-const RULES: TurnRules = {
-  maxAttempts: 3,
-  skipApplyErrors: false,
-  ordering: 'fast',
-  retryDelayMs: 1_000,
-  retryMaxDelayMs: 60_000,
-  rearmCooldownMs: 60_000,
-  maxRearmCount: 3,
-  shared: true,
-};
+import { openTurn, planDelivery } from './turn-machine.js';
 
 /** The row as queries/operator.ts applyOperatorChange leaves it (the model of that statement). */
 function applied(state: ConsumerState, row: RowChange): ConsumerState {
@@ -135,31 +124,12 @@ describe('skip', () => {
     const after = applied(dead, skipped.row);
     expect(after).toMatchObject({ status: 'idle', skipEventId: 10n, attempts: 0, stuckEventId: null });
 
-    const opening = openTurn(
-      {
-        state: after,
-        xid: 1_000n,
-        snapshot: { xmin: 900n, xmax: 1_000n, xip: [] },
-        now: NOW,
-        maxFence: null,
-        rowXmin: 1n,
-        marker: null,
-      },
-      'cluster-a',
-      RULES,
-    );
+    const turn = held(after, { rowXmin: 1n });
+    const opening = openTurn(turn, 'cluster-a', RULES);
     expect(opening.kind).toBe('open');
     if (opening.kind !== 'open') return;
     const plan = planDelivery(
-      {
-        state: after,
-        xid: 1_000n,
-        snapshot: { xmin: 900n, xmax: 1_000n, xip: [] },
-        now: NOW,
-        maxFence: null,
-        rowXmin: 1n,
-        marker: null,
-      },
+      turn,
       opening.state,
       false,
       [10n, 11n],
@@ -191,34 +161,38 @@ describe('skip', () => {
 describe('disable and enable', () => {
   test('properties: disable stops the consumer where it is; enable undoes a disable and re-arms a dead one', () => {
     fc.assert(
-      fc.property(stateArbitrary, fc.option(fc.date({ noInvalidDate: true }), { nil: null }), (state, until) => {
-        const disabled = applied(state, disableConsumer(state, until, 'maintenance').row);
-        expect(disabled).toMatchObject({ status: 'disabled', cursor: state.cursor, disabledUntil: until });
-        expect(disabled.attempts).toBe(state.attempts);
+      fc.property(
+        stateArbitrary,
+        fc.option(fc.date({ noInvalidDate: true }), { nil: null }),
+        (state, until) => {
+          const disabled = applied(state, disableConsumer(state, until, 'maintenance').row);
+          expect(disabled).toMatchObject({ status: 'disabled', cursor: state.cursor, disabledUntil: until });
+          expect(disabled.attempts).toBe(state.attempts);
 
-        const enabled = enableConsumer(state);
-        const after = applied(state, enabled.row);
-        expect(after.cursor).toBe(state.cursor);
-        expect(after.disabledUntil).toBeNull();
-        if (state.status === 'dead')
-          expect(after).toMatchObject({ status: 'idle', attempts: 0, rearmCount: 0 });
-        else if (state.status === 'disabled')
-          expect(after).toMatchObject({ status: 'idle', attempts: state.attempts });
-        else
-          expect(after).toMatchObject({
-            status: state.status,
-            attempts: state.attempts,
-            rearmCount: state.rearmCount,
+          const enabled = enableConsumer(state);
+          const after = applied(state, enabled.row);
+          expect(after.cursor).toBe(state.cursor);
+          expect(after.disabledUntil).toBeNull();
+          if (state.status === 'dead')
+            expect(after).toMatchObject({ status: 'idle', attempts: 0, rearmCount: 0 });
+          else if (state.status === 'disabled')
+            expect(after).toMatchObject({ status: 'idle', attempts: state.attempts });
+          else
+            expect(after).toMatchObject({
+              status: state.status,
+              attempts: state.attempts,
+              rearmCount: state.rearmCount,
+            });
+          // Enabling what was disabled gives back the consumer as it was, but for the disable, and
+          // idle (a dead one too: disabling it ended its death, not its attempts).
+          const roundTrip = applied(disabled, enableConsumer(disabled).row);
+          expect(roundTrip).toEqual({
+            ...state,
+            status: 'idle',
+            disabledUntil: null,
           });
-        // Enabling what was disabled gives back the consumer as it was, but for the disable, and
-        // idle (a dead one too: disabling it ended its death, not its attempts).
-        const roundTrip = applied(disabled, enableConsumer(disabled).row);
-        expect(roundTrip).toEqual({
-          ...state,
-          status: 'idle',
-          disabledUntil: null,
-        });
-      }),
+        },
+      ),
     );
   });
 });
