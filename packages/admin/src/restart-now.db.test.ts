@@ -6,9 +6,9 @@
 // xid above it. The window is widened on purpose: the operator connects as a role subject to
 // row-level security, and a policy parks the restart on the audit read it makes after its lock.
 import { randomBytes } from 'node:crypto';
-import { createDispatcher, migrate, prune, silentLogger, type Sql } from '@sluice/core';
-import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { prune, type Sql } from '@sluice/core';
+import { appendEvents, freshSchema, openTransaction, recordingConsumer, until } from '@sluice/testing';
+import { testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, beforeAll, expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
 
@@ -46,19 +46,10 @@ async function installParking(schema: string): Promise<void> {
 }
 
 test("restart from 'now' delivers an event whose writer began after the restart's lock and committed later", async () => {
-  const schema = `rnow_${randomBytes(4).toString('hex')}`;
-  await migrate(db.sql, { schema, logger: silentLogger });
+  const schema = await freshSchema(db.sql, 'rnow');
   await installParking(schema);
   const feed = recordingConsumer('feed');
-  const dispatcher = createDispatcher({
-    sql: db.sql,
-    schema,
-    consumers: [feed.consumer],
-    logger: silentLogger,
-    listen: false,
-    retryDelayMs: 0,
-  });
-  onTestFinished(() => dispatcher.stop());
+  const dispatcher = testDispatcher(db.sql, schema, [feed.consumer]);
   await dispatcher.ensureRegistered();
   await appendEvents(db.sql, 2, undefined, schema);
   await dispatcher.runOnce();
@@ -72,15 +63,16 @@ test("restart from 'now' delivers an event whose writer began after the restart'
   let lateId = 0n;
   try {
     const restarting = admin.restart('feed', { from: 'now' });
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      const [row] = await db.sql<{ n: number }[]>`
-        select count(*)::int as n from pg_stat_activity
-        where usename = ${role} and wait_event_type = 'Lock' and wait_event = 'advisory'`;
-      if ((row?.n ?? 0) > 0) break;
-      if (Date.now() > deadline) throw new Error('the restart never reached its audit read');
-      await new Promise((resolve) => setImmediate(resolve));
-    }
+    await until(
+      async () =>
+        (
+          await db.sql`
+            select 1 from pg_stat_activity
+            where usename = ${role} and wait_event_type = 'Lock' and wait_event = 'advisory'`
+        ).length > 0,
+      10_000,
+      'the restart to reach its audit read',
+    );
     // While the restart holds the row (and its xid) but has not read its snapshot yet: a writer
     // begins and holds an id, and a later id commits above it.
     await writer.xid();

@@ -9,7 +9,7 @@ export { recordNotifications } from './notification-recorder.js';
 export { holdGap, openTransaction } from './open-transaction.js';
 export { embeddedServer, EmbeddedServerError } from './providers/embedded.js';
 export { startPostgres } from './start-postgres.js';
-export { gate, until } from './until.js';
+export { gate, until, untilWaitingForConsumerRow } from './until.js';
 
 export type { ConsumerRow } from './consumer-row.js';
 export type { DrainOptions } from './drain.js';
