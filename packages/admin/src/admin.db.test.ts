@@ -11,15 +11,20 @@ import {
   until,
   untilWaitingForConsumerRow,
 } from '@sluice/testing';
-import { testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
-import { registered } from './test-support.js';
 
 const db = await useTestDatabase();
 
 async function setup(consumers: readonly Consumer[], extra: { instanceId?: string } = {}) {
-  const { schema, dispatcher } = await registered(db.sql, consumers, extra);
+  // No automatic re-arm while a test looks at a dead consumer.
+  const { schema, dispatcher } = await registeredDispatcher(
+    db.sql,
+    consumers,
+    { rearmCooldownMs: 3_600_000, ...extra },
+    'adm',
+  );
   const admin = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 5_000, defaultActor: 'test-operator' });
   return { schema, dispatcher, admin };
 }

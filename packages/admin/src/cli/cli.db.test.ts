@@ -7,6 +7,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Consumer } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { readFileSync } from 'node:fs';
 import {
@@ -18,9 +19,8 @@ import {
   holdGap,
   recordingConsumer,
 } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
-import { registered } from '../test-support.js';
 
 const PACKAGE_DIR = fileURLToPath(new URL('../../', import.meta.url));
 const MAIN = join(PACKAGE_DIR, 'dist', 'cli', 'main.js');
@@ -28,13 +28,13 @@ const BUILD_HINT =
   'build it first: cd packages/core && npx tsc -p tsconfig.build.json && cd ../admin && npx tsc -p tsconfig.build.json ' +
   "(turbo runs the build before this package's tests)";
 
-/** The newest modification time of the admin sources the binary is built from (not the tests'). */
+/** The newest modification time of the admin sources the binary is built from. */
 function newestSourceMs(dir: string): number {
   let newest = 0;
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
     if (entry.isDirectory()) newest = Math.max(newest, newestSourceMs(path));
-    else if (entry.name.endsWith('.ts') && !/\.test\.|test-support/.test(entry.name)) {
+    else if (entry.name.endsWith('.ts') && !entry.name.includes('.test.')) {
       newest = Math.max(newest, statSync(path).mtimeMs);
     }
   }
@@ -97,6 +97,10 @@ function sluice(schema: string, ...args: string[]): Promise<Run> {
   return run([...args, '--database-url', db.url, '--schema', schema]);
 }
 
+/** `consumers` registered in a fresh schema; no automatic re-arm while a test looks at a dead one. */
+const registered = (consumers: readonly Consumer[]) =>
+  registeredDispatcher(db.sql, consumers, { rearmCooldownMs: 3_600_000 }, 'cli');
+
 async function countOf(schema: string, table: 'audit' | 'deadLetters'): Promise<number> {
   const [row] = await db.sql<
     { n: number }[]
@@ -111,7 +115,7 @@ async function countOf(schema: string, table: 'audit' | 'deadLetters'): Promise<
 async function deadAndBehind() {
   const healthy = recordingConsumer('healthy');
   const mailer = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } });
-  const { schema, dispatcher } = await registered(db.sql, [healthy.consumer, mailer.consumer]);
+  const { schema, dispatcher } = await registered([healthy.consumer, mailer.consumer]);
   await appendEvents(db.sql, 3, undefined, schema);
   await drainUntilIdle(dispatcher);
   await appendEvents(db.sql, 2, undefined, schema);
@@ -130,7 +134,7 @@ async function withDeadLetter() {
   const indexer = failingOn('indexer', (e) => state.poisoned && e.id === 2n, {
     errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
   });
-  const { schema, dispatcher } = await registered(db.sql, [indexer.consumer]);
+  const { schema, dispatcher } = await registered([indexer.consumer]);
   await appendEvents(db.sql, 3, undefined, schema);
   await drainUntilIdle(dispatcher);
   expect(indexer.ids()).toEqual([1n, 3n]);
@@ -422,7 +426,7 @@ describe('fence', () => {
   /** `reader` has a pending gap at event 1, whose insert a transaction still holds open. */
   async function heldGap() {
     const reader = recordingConsumer('reader');
-    const { schema, dispatcher } = await registered(db.sql, [reader.consumer]);
+    const { schema, dispatcher } = await registered([reader.consumer]);
     const held = await holdGap(db.sql, { streamId: 's', type: 'Held', data: {} }, { schema }); // id 1
     onTestFinished(() => held.release({ commit: false }));
     await appendEvents(db.sql, 1, undefined, schema); // id 2

@@ -1,5 +1,5 @@
 import { appendEvents, consumerRow, freshSchema, gate, recordingConsumer, until } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { afterEach, describe, expect, onTestFinished, test, vi } from 'vitest';
 import { testDispatcher } from '../test-support.js';
 
@@ -155,13 +155,11 @@ test('a dead turn writes nothing after its connection is reopened for other work
 });
 
 test('a turn whose last write fails commits nothing and is an infra failure, though its COMMIT was already sent', async () => {
-  const schema = await freshSchema(db.sql);
   const consumer = recordingConsumer('c');
-  const dispatcher = testDispatcher(db.sql, schema, [consumer.consumer], {
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [consumer.consumer], {
     backoffInitialMs: 200,
     backoffMaxMs: 60_000,
   });
-  await dispatcher.ensureRegistered();
   await appendEvents(db.sql, 3, undefined, schema);
   // The turn's state write is its last statement before COMMIT: make the server refuse it.
   await db.sql.unsafe(`
@@ -195,10 +193,8 @@ describe('in-process waits follow a monotonic clock, not the wall clock', () => 
 
   /** A dispatcher whose one consumer has just failed a turn (its events table was away). */
   async function failedTurn(backoffInitialMs: number) {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('clocked');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { backoffInitialMs });
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], { backoffInitialMs });
     await appendEvents(db.sql, 2, undefined, schema);
     await db.sql`alter table ${db.sql(`${schema}.events`)} rename to events_away`;
     expect((await dispatcher.runOnce()).byConsumer['clocked']?.skipped).toBe('failed');

@@ -9,7 +9,7 @@ import {
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import type { EventRecord } from '../events.js';
 import type { Sql } from '../sql-types.js';
@@ -105,10 +105,8 @@ async function passUntil(
 
 describe('gaps', () => {
   test('an event committed late below the cursor is delivered once it commits', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('late');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     const writer = await openTransaction(db.sql);
     onTestFinished(() => writer.rollback());
     const [held] = await writer.append([event(1)], { schema });
@@ -123,10 +121,8 @@ describe('gaps', () => {
   });
 
   test('a rolled-back id is burnt only once pg_snapshot_xmin passes its fence; a held horizon keeps it', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('burn');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     // Holds the horizon: an xid older than any fence the dispatcher will take.
     const horizon = await openTransaction(db.sql);
     onTestFinished(() => horizon.rollback());
@@ -254,10 +250,8 @@ describe('gaps', () => {
   });
 
   test('a fetch cut short by batchSize burns nothing beyond its last id', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('limit', { batchSize: 2 });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await appendEvents(db.sql, 2, event, schema); // 1, 2
     const writer = await openTransaction(db.sql);
     onTestFinished(() => writer.rollback());
@@ -278,10 +272,8 @@ describe('gaps', () => {
   });
 
   test('a pruned stretch of 1,000,000 ids is one range, burnt in one go', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('stretch');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await db.sql.unsafe(`alter sequence "${schema}".events_id_seq restart with 1000001`);
     const only = await commitOne(schema, 1);
     await dispatcher.runOnce();
@@ -296,10 +288,8 @@ describe('gaps', () => {
   });
 
   test('delivered ids are carved out of their range, splitting it', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('carve');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     const writers = await Promise.all([1, 2, 3].map(() => openTransaction(db.sql)));
     onTestFinished(async () => {
       for (const w of writers) await w.rollback();
@@ -317,10 +307,8 @@ describe('gaps', () => {
   });
 
   test("ordering: 'strict' holds the cursor at the first unresolved gap", async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('strict', { ordering: 'strict' });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await appendEvents(db.sql, 2, event, schema); // 1, 2
     const writer = await openTransaction(db.sql);
     onTestFinished(() => writer.rollback());
@@ -335,10 +323,8 @@ describe('gaps', () => {
   });
 
   test("ordering: 'strict' passes a rolled-back id once it is burnt", async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('strict-burn', { ordering: 'strict' });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     const writer = await openTransaction(db.sql);
     await writer.append([event(1)], { schema });
     await appendEvents(db.sql, 2, event, schema); // 2, 3
@@ -350,10 +336,8 @@ describe('gaps', () => {
   });
 
   test("ordering: 'strict' crosses every rolled-back hole of a fetch after one fence, not one hole per wait", async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('strict-many', { ordering: 'strict' });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     for (let i = 0; i < 4; i++) {
       await commitOne(schema, i); // 1, 3, 5, 7
       const writer = await openTransaction(db.sql);
@@ -367,10 +351,8 @@ describe('gaps', () => {
   });
 
   test('ranges and deliveries across the 9/10-digit boundary keep numeric order', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('digits');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await db.sql.unsafe(`alter sequence "${schema}".events_id_seq restart with 999999997`);
     await commitOne(schema, 1); // 999999997
     const low = await openTransaction(db.sql);

@@ -7,6 +7,7 @@ import {
   type Sql,
 } from '@sluice/core';
 import { onTestFinished } from 'vitest';
+import { freshSchema } from '../consumer-row.js';
 
 /**
  * A dispatcher for one test: no LISTEN, no logs and retries without delay unless `extra` says
@@ -30,4 +31,20 @@ export function testDispatcher(
   });
   onTestFinished(() => dispatcher.stop());
   return dispatcher;
+}
+
+/**
+ * A fresh schema of its own (see freshSchema) with `consumers` registered in it by a
+ * {@link testDispatcher}: what most database tests start from.
+ */
+export async function registeredDispatcher(
+  sql: Sql,
+  consumers: readonly Consumer[],
+  extra: Partial<DispatcherOptions> = {},
+  prefix?: string,
+): Promise<{ readonly schema: string; readonly dispatcher: Dispatcher }> {
+  const schema = await freshSchema(sql, prefix);
+  const dispatcher = testDispatcher(sql, schema, consumers, extra);
+  await dispatcher.ensureRegistered();
+  return { schema, dispatcher };
 }
