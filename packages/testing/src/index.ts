@@ -3,7 +3,7 @@
 // packages only when they are used.
 export { consumerRow, freshSchema } from './consumer-row.js';
 export { withDatabase } from './database-url.js';
-export { drainUntilIdle } from './drain.js';
+export { drainUntilIdle, passUntil } from './drain.js';
 export { appendEvents, failingOn, recordingConsumer } from './fixtures.js';
 export { recordNotifications } from './notification-recorder.js';
 export { holdGap, openTransaction } from './open-transaction.js';

@@ -6,6 +6,7 @@ import {
   freshSchema,
   gate,
   openTransaction,
+  passUntil,
   recordingConsumer,
   until,
 } from '@sluice/testing';
@@ -449,13 +450,11 @@ describe('lifecycle', () => {
     expect((await consumerRow(db.sql, schema, 'starved')).lastError).toMatch(/turn start was not recorded/);
     // The late record still commits: the next turns count it as a crash (delivering one event at
     // a time through the batch), and nothing is lost.
-    await until(
-      async () => {
-        await dispatcher.runOnce();
-        return seen.ids().length === 2;
-      },
-      5_000,
+    await passUntil(
+      dispatcher,
+      () => seen.ids().length === 2,
       'delivery once the database answers again',
+      5_000,
     );
     expect(seen.ids()).toEqual([1n, 2n]);
   });
@@ -502,14 +501,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
     await dispatcher.runOnce();
     expect(c.ids()).toEqual([6n]);
     await inFlight.commit();
-    await until(
-      async () => {
-        await dispatcher.runOnce();
-        return c.ids().length === 2;
-      },
-      10_000,
-      'the straggler',
-    );
+    await passUntil(dispatcher, () => c.ids().length === 2, 'the straggler', 10_000);
     expect(c.ids()).toEqual([6n, straggler!.id]);
   });
 

@@ -19,6 +19,7 @@ import {
   freshSchema,
   gate,
   openTransaction,
+  passUntil,
   recordingConsumer,
   until,
 } from '@sluice/testing';
@@ -179,13 +180,11 @@ describe('lock takeover: a turn decides only on what it reads once its row is he
       await long.xid(); // holds the cluster's xmin below every fence of the test
     });
     await t.commitWriter();
-    await until(
-      async () => {
-        await t.a.runOnce();
-        return t.seen().includes(t.lateId);
-      },
-      5_000,
+    await passUntil(
+      t.a,
+      () => t.seen().includes(t.lateId),
       'the late event while the long transaction is open',
+      5_000,
     );
   });
 });

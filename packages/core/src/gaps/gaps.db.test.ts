@@ -6,6 +6,7 @@ import {
   freshSchema,
   openTransaction,
   type OpenTransaction,
+  passUntil,
   recordingConsumer,
   until,
 } from '@sluice/testing';
@@ -87,20 +88,30 @@ async function holdParkingLock(sql: Sql) {
   return release;
 }
 
-/** Runs passes until `condition` holds (other test files' transactions may hold the horizon briefly). */
-async function passUntil(
-  dispatcher: { runOnce(): Promise<unknown> },
-  condition: () => boolean | Promise<boolean>,
-  what: string,
-) {
-  await until(
-    async () => {
-      await dispatcher.runOnce();
-      return condition();
-    },
-    15_000,
-    what,
-  );
+/** A consumer in a schema whose inserts can park (see installParking), with the parking lock held. */
+async function parkingConsumer(name: string, options: { withoutXidTrigger?: boolean } = {}) {
+  const schema = await freshSchema(db.sql);
+  if (options.withoutXidTrigger) await db.sql.unsafe(`drop trigger events_assign_xid on "${schema}".events`);
+  await installParking(schema);
+  const c = recordingConsumer(name);
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+  await dispatcher.ensureRegistered();
+  const unpark = await holdParkingLock(db.sql);
+  return { schema, c, dispatcher, unpark };
+}
+
+/**
+ * E1's schedule: id 1 drawn and never used, id 2 drawn by a reserver whose insert is parked before
+ * its row is written (without the trigger, before it has an xid too), id 3 committed.
+ */
+async function e1Schedule(name: string, options: { withoutXidTrigger?: boolean } = {}) {
+  const parking = await parkingConsumer(name, options);
+  const reserver = await openTransaction(db.sql);
+  onTestFinished(() => reserver.rollback());
+  await drawOneId(parking.schema); // id 1, never used
+  const parked = await parkedAppend(parking.schema, reserver, 2);
+  const visible = await commitOne(parking.schema, 3);
+  return { ...parking, reserver, parked, visible };
 }
 
 describe('gaps', () => {
@@ -157,17 +168,7 @@ describe('gaps', () => {
   });
 
   test('E1, the reserver without an xid: with the xid-before-id trigger the late event is delivered', async () => {
-    const schema = await freshSchema(db.sql);
-    await installParking(schema);
-    const c = recordingConsumer('e1');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
-    const unpark = await holdParkingLock(db.sql);
-    const reserver = await openTransaction(db.sql);
-    onTestFinished(() => reserver.rollback());
-    await drawOneId(schema); // id 1, never used
-    const parked = await parkedAppend(schema, reserver, 2); // id 2 drawn, row not written
-    const visible = await commitOne(schema, 3);
+    const { schema, c, dispatcher, unpark, reserver, parked, visible } = await e1Schedule('e1');
 
     await dispatcher.runOnce(); // sees 3, hole {1..2}
     await dispatcher.runOnce(); // fence
@@ -183,18 +184,9 @@ describe('gaps', () => {
   });
 
   test('E1 control: without the trigger the same schedule burns the id and loses the event', async () => {
-    const schema = await freshSchema(db.sql);
-    await db.sql.unsafe(`drop trigger events_assign_xid on "${schema}".events`);
-    await installParking(schema);
-    const c = recordingConsumer('e1-control');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
-    const unpark = await holdParkingLock(db.sql);
-    const reserver = await openTransaction(db.sql);
-    onTestFinished(() => reserver.rollback());
-    await drawOneId(schema); // id 1, never used
-    const parked = await parkedAppend(schema, reserver, 2); // id 2 drawn, and no xid yet
-    const visible = await commitOne(schema, 3);
+    const { schema, c, dispatcher, unpark, reserver, parked, visible } = await e1Schedule('e1-control', {
+      withoutXidTrigger: true,
+    });
 
     await dispatcher.runOnce(); // hole {1..2}
     await dispatcher.runOnce(); // fenced by this turn's xid, while the reserver has none yet
@@ -213,12 +205,7 @@ describe('gaps', () => {
   });
 
   test('E2, the reserver above the snapshot xmax: the late event is delivered', async () => {
-    const schema = await freshSchema(db.sql);
-    await installParking(schema);
-    const c = recordingConsumer('e2');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
-    const unpark = await holdParkingLock(db.sql);
+    const { schema, c, dispatcher, unpark } = await parkingConsumer('e2');
     const older = await openTransaction(db.sql); // M: takes its xid first, writes later
     const unrelated = await openTransaction(db.sql); // A
     const reserver = await openTransaction(db.sql); // R

@@ -22,6 +22,7 @@ import {
   failingOn,
   freshSchema,
   openTransaction,
+  passUntil,
   recordingConsumer,
   until,
 } from '@sluice/testing';
@@ -29,7 +30,6 @@ import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from '../append.js';
-import type { Dispatcher } from '../dispatcher/create-dispatcher.js';
 import { testDispatcher } from '../test-support.js';
 import { ATTR, METRIC } from './attributes.js';
 import { HANDLER_DURATION_BOUNDARIES_SECONDS } from './metrics.js';
@@ -107,18 +107,6 @@ function telemetry() {
       return exporter.getFinishedSpans();
     },
   };
-}
-
-/** Runs passes until `condition` holds (other files' transactions may hold the xmin horizon briefly). */
-async function passUntil(dispatcher: Dispatcher, condition: () => boolean | Promise<boolean>, what: string) {
-  await until(
-    async () => {
-      await dispatcher.runOnce();
-      return condition();
-    },
-    15_000,
-    what,
-  );
 }
 
 describe('telemetry', () => {
