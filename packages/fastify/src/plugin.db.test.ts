@@ -1,10 +1,10 @@
-import { randomBytes } from 'node:crypto';
-import { migrate, silentLogger, type Consumer } from '@sluice/core';
+import { silentLogger, type Consumer } from '@sluice/core';
 import { appendEvents, failingOn, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import Fastify, { type FastifyInstance, type FastifyServerOptions, type InjectOptions } from 'fastify';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import sluice, { basicAuth, bearerAuth, type OpsOptions } from './index.js';
+import { pluginApp } from './test-support.js';
 
 const db = await useTestDatabase();
 const TOKEN = 'test-token-0123456789abcdef';
@@ -22,34 +22,24 @@ async function build(
   ops: OpsOptions | undefined = { auth: bearerAuth(TOKEN, 'alice') },
   host: Host = {},
 ) {
-  const schema = `f_${randomBytes(4).toString('hex')}`;
-  await migrate(db.sql, { schema, logger: silentLogger });
-  // Consumer names may be up to 200 bytes; Fastify's default maxParamLength is 100.
-  const app = Fastify({ logger: false, maxParamLength: 1000, ...host.server });
-  host.before?.(app);
   const routes: { method: string; url: string; write: boolean; shell: boolean; bodyFields: string[] }[] = [];
-  app.addHook('onRoute', (route) => {
-    const config = route.config as { write?: unknown; shell?: unknown } | undefined;
-    const write = config?.write === true;
-    const shell = config?.shell === true;
-    const body = route.schema?.body as { properties?: object } | undefined;
-    const bodyFields = Object.keys(body?.properties ?? {});
-    for (const method of [route.method].flat())
-      if (method !== 'HEAD') routes.push({ method, url: route.url, write, shell, bodyFields });
+  const { app, schema } = await pluginApp(db.sql, consumers, ops, {
+    // Consumer names may be up to 200 bytes; Fastify's default maxParamLength is 100.
+    server: { maxParamLength: 1000, ...host.server },
+    before: (app) => {
+      host.before?.(app);
+      app.addHook('onRoute', (route) => {
+        const config = route.config as { write?: unknown; shell?: unknown } | undefined;
+        const write = config?.write === true;
+        const shell = config?.shell === true;
+        const body = route.schema?.body as { properties?: object } | undefined;
+        const bodyFields = Object.keys(body?.properties ?? {});
+        for (const method of [route.method].flat())
+          if (method !== 'HEAD') routes.push({ method, url: route.url, write, shell, bodyFields });
+      });
+    },
+    options: { rearmCooldownMs: 3_600_000, retryDelayMs: 0 },
   });
-  await app.register(sluice, {
-    sql: db.sql,
-    schema,
-    consumers,
-    listen: false,
-    pollIntervalMs: 60_000,
-    logger: silentLogger,
-    rearmCooldownMs: 3_600_000,
-    retryDelayMs: 0,
-    ops,
-  });
-  onTestFinished(() => app.close());
-  await app.ready();
   return { app, schema, routes };
 }
 
