@@ -2,7 +2,6 @@
 // connections the turns already hold (pool exhaustion; max 1 + sql.reserve()). H2: a poison event
 // in the middle of a batch. H4: handlers that append derived events, in the turn's transaction and
 // on a connection of their own, in chains of depth 3.
-import { setTimeout as sleep } from 'node:timers/promises';
 import { createAdmin } from '@sluice/admin';
 import {
   append,
@@ -301,6 +300,7 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
       const calls: bigint[] = [];
       let inFlight = 0;
       let maxInFlight = 0;
+      let returned = 0;
       let terminatedPid = 0;
       const consumer: Consumer = {
         name: 'r1c-consumer',
@@ -321,6 +321,7 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
             await new Promise((resolve) => setTimeout(resolve, 200));
           } finally {
             inFlight -= 1;
+            returned += 1;
           }
         },
       };
@@ -345,7 +346,13 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
           'the consumer to reach the head',
           25,
         );
-        await sleep(1_500); // a stray caller would still be delivering the rest of the dead turn's batch
+        // A stray caller of the dead turn would still be delivering the rest of its batch, one call
+        // after another (each starts as the one before returns): wait until every call has returned.
+        await until(
+          () => inFlight === 0 && returned === calls.length,
+          10_000,
+          'every handler call to return',
+        );
       } finally {
         await dispatcher.stop();
       }

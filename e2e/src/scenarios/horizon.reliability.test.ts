@@ -161,9 +161,10 @@ test('G5: a horizon held in another database and by an orphan prepared transacti
         // 4. Release the foreign writer only: still held by the prepared transaction.
         await foreignTx`rollback`;
         foreignOpen = false;
+        // Three passes after the rollback (each takes its snapshot after it): each finds the gap pending.
         for (let i = 0; i < 3; i++) {
-          await dispatcher.runOnce();
-          await sleep(pollMs);
+          const pass = await dispatcher.runOnce();
+          expect(pass.byConsumer['g5-consumer']?.pendingGaps).toBe(1);
         }
         const stillHeld = await gapRows(db.sql, schema, 'g5-consumer');
         const afterForeign = await admin.diagnose('g5-consumer');

@@ -62,6 +62,7 @@ test('a turn whose connection dies under a handler calls no further handler and 
   const calls: bigint[] = [];
   let inFlight = 0;
   let maxInFlight = 0;
+  let returned = 0;
   let terminated = false;
   const consumer = recordingConsumer('shared', {
     handler: async (event) => {
@@ -79,6 +80,7 @@ test('a turn whose connection dies under a handler calls no further handler and 
         await new Promise((resolve) => setTimeout(resolve, 200));
       } finally {
         inFlight -= 1;
+        returned += 1;
       }
     },
   });
@@ -92,8 +94,10 @@ test('a turn whose connection dies under a handler calls no further handler and 
 
   const failed = await dispatcher.runOnce();
   expect(failed.byConsumer['shared']?.skipped).toBe('failed');
-  // Had the dead turn gone on, events 2..5 would be handled by now.
-  await new Promise((resolve) => setTimeout(resolve, 500));
+  // Had the dead turn gone on, it would call the handler for event 2 as soon as its call for
+  // event 1 returned: once that call has returned (and its continuation has run), nothing more.
+  await until(() => returned === 1, 10_000, "the dead turn's handler call to return");
+  await new Promise(setImmediate);
   expect(calls).toEqual([1n]);
 
   await until(
