@@ -43,6 +43,14 @@ async function build(
   return { app, schema, routes };
 }
 
+/** A request with the operator's bearer token. */
+const authed = (
+  app: FastifyInstance,
+  method: 'GET' | 'POST',
+  url: string,
+  payload?: InjectOptions['payload'],
+) => app.inject({ method, url, headers: auth, ...(payload === undefined ? {} : { payload }) });
+
 async function stateOf(schema: string) {
   return db.sql`select name, instance_id, cursor::text, status, attempts from ${db.sql(`${schema}.consumers`)} order by 1, 2`;
 }
@@ -159,11 +167,7 @@ describe('ops routes', () => {
     ]);
     const show = await app.inject({ method: 'GET', url: '/sluice/consumers/mailer', headers: auth });
     expect(show.json()).toMatchObject({ name: 'mailer', gaps: [] });
-    const diagnose = await app.inject({
-      method: 'GET',
-      url: '/sluice/consumers/mailer/diagnose',
-      headers: auth,
-    });
+    const diagnose = await authed(app, 'GET', '/sluice/consumers/mailer/diagnose');
     expect(diagnose.json<{ findings: string[] }>().findings[0]).toContain(
       'dead after 1 failed attempt(s) on event 2',
     );
@@ -175,21 +179,11 @@ describe('ops routes', () => {
     ]);
     await deadMailer(app, schema);
     const before = await stateOf(schema);
-    const wrong = await app.inject({
-      method: 'POST',
-      url: '/sluice/consumers/mailer/skip',
-      headers: auth,
-      payload: { eventId: '3' },
-    });
+    const wrong = await authed(app, 'POST', '/sluice/consumers/mailer/skip', { eventId: '3' });
     expect(wrong.statusCode).toBe(409);
     expect(wrong.json()).toMatchObject({ code: 'SLUICE_SKIP_MISMATCH' });
     expect(await stateOf(schema)).toEqual(before);
-    const right = await app.inject({
-      method: 'POST',
-      url: '/sluice/consumers/mailer/skip',
-      headers: auth,
-      payload: { eventId: '2' },
-    });
+    const right = await authed(app, 'POST', '/sluice/consumers/mailer/skip', { eventId: '2' });
     expect(right.statusCode).toBe(200);
     expect(right.json()).toMatchObject({ action: 'skip', eventId: '2', statusAfter: 'idle' });
     const audit = await app.inject({ method: 'GET', url: '/sluice/audit', headers: auth });
@@ -201,12 +195,7 @@ describe('ops routes', () => {
   test('a long or odd authenticated identity is audited cut to 200 bytes between characters, not refused', async () => {
     const identity = `alice\ud800${'é'.repeat(200)}`;
     const { app } = await build([recordingConsumer('feed').consumer], { auth: () => identity });
-    const response = await app.inject({
-      method: 'POST',
-      url: '/sluice/consumers/feed/disable',
-      headers: auth,
-      payload: {},
-    });
+    const response = await authed(app, 'POST', '/sluice/consumers/feed/disable', {});
     expect(response.statusCode, response.body).toBe(200);
     const audit = await app.inject({ method: 'GET', url: '/sluice/audit', headers: auth });
     const [entry] = audit.json<{ actor: string }[]>();
@@ -226,12 +215,7 @@ describe('ops routes', () => {
       expect(response.statusCode, url).toBe(404);
       expect(response.json()).toMatchObject({ code: 'SLUICE_CONSUMER_NOT_FOUND' });
     }
-    const disabled = await app.inject({
-      method: 'POST',
-      url: `/sluice/consumers/${encodeURIComponent(odd)}/disable`,
-      headers: auth,
-      payload: {},
-    });
+    const disabled = await authed(app, 'POST', `/sluice/consumers/${encodeURIComponent(odd)}/disable`, {});
     expect(disabled.statusCode).toBe(200);
     expect((await stateOf(schema))[0]).toMatchObject({ name: odd, status: 'disabled' });
   });
@@ -313,11 +297,9 @@ describe('ops routes', () => {
       'skip',
     ]);
     for (const route of writes) {
-      const response = await app.inject({
-        method: 'POST',
-        url: route.url.replace(':name', 'feed'),
-        headers: auth,
-        payload: { from: '0', eventId: '1' },
+      const response = await authed(app, 'POST', route.url.replace(':name', 'feed'), {
+        from: '0',
+        eventId: '1',
       });
       expect(response.statusCode, route.url).toBe(405);
     }
@@ -337,11 +319,7 @@ describe('ops routes', () => {
     });
     await appendEvents(db.sql, 1, undefined, schema);
     await app.sluice.dispatcher.runOnce();
-    const response = await app.inject({
-      method: 'GET',
-      url: '/sluice/consumers/mailer/dead-letters',
-      headers: auth,
-    });
+    const response = await authed(app, 'GET', '/sluice/consumers/mailer/dead-letters');
     expect(response.json()).toEqual([
       expect.objectContaining({ eventId: '1', data: { n: '[redacted]' }, metadata: {} }),
     ]);
@@ -393,12 +371,7 @@ describe('ops routes', () => {
     expect(seen).toEqual(['SignedUp customer-1', 'SignedUp customer-1']);
 
     // Skipped: its dead letter, by the id the list gives.
-    const skip = await app.inject({
-      method: 'POST',
-      url: '/sluice/consumers/mailer/skip',
-      headers: auth,
-      payload: { eventId: '2' },
-    });
+    const skip = await authed(app, 'POST', '/sluice/consumers/mailer/skip', { eventId: '2' });
     expect(skip.statusCode).toBe(200);
     const [listed] = (await get('/consumers/mailer/dead-letters')).json<{ id: string }[]>();
     const letter = await get(`/consumers/mailer/dead-letters/${listed?.id}`);
