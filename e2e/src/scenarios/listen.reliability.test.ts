@@ -64,6 +64,23 @@ async function appendElsewhere(
   return event!.id;
 }
 
+/** Ten events appended elsewhere 40–100 ms apart (a NOTIFY each), once all are delivered. */
+async function pacedRound(
+  writer: Sql,
+  schema: string,
+  committedAt: Map<bigint, number>,
+  latency: ReadonlyMap<bigint, number>,
+  what: string,
+): Promise<bigint[]> {
+  const ids: bigint[] = [];
+  for (let i = 0; i < 10; i++) {
+    ids.push(await appendElsewhere(writer, schema, committedAt));
+    await sleep(40 + ((i * 37) % 60));
+  }
+  await until(() => ids.every((id) => latency.has(id)), 10_000, what);
+  return ids;
+}
+
 async function listenBackends(): Promise<number[]> {
   const rows = await db.sql<{ pid: number }[]>`
     select pid from pg_stat_activity
@@ -118,12 +135,7 @@ test('C6a: LISTEN backend terminated: polling delivers, LISTEN reconnects and re
     try {
       await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
       // Baseline: NOTIFY wakes the dispatcher well within the poll interval.
-      const baseline: bigint[] = [];
-      for (let i = 0; i < 10; i++) {
-        baseline.push(await appendElsewhere(writer, schema, committedAt));
-        await sleep(40 + ((i * 37) % 60));
-      }
-      await until(() => baseline.every((id) => latency.has(id)), 10_000, 'baseline deliveries');
+      const baseline = await pacedRound(writer, schema, committedAt, latency, 'baseline deliveries');
 
       // Terminate only the LISTEN backend, several times, with appends every 50 ms throughout.
       const relisten: number[] = [];
@@ -154,12 +166,7 @@ test('C6a: LISTEN backend terminated: polling delivers, LISTEN reconnects and re
       const resync = await resyncProbe(await freshSchema(db.sql, 'c6r'));
 
       const lat = (ids: readonly bigint[]) => ids.map((id) => latency.get(id)!);
-      const post: bigint[] = [];
-      for (let i = 0; i < 10; i++) {
-        post.push(await appendElsewhere(writer, schema, committedAt));
-        await sleep(40 + ((i * 37) % 60));
-      }
-      await until(() => post.every((id) => latency.has(id)), 10_000, 'deliveries after recovery');
+      const post = await pacedRound(writer, schema, committedAt, latency, 'deliveries after recovery');
 
       figures['poll interval / maxTurnMs (ms)'] = `${POLL_MS} / ${MAX_TURN_MS}`;
       figures['listen backends terminated'] = kills;
@@ -256,12 +263,7 @@ test('C6b: blackholed (half-open) LISTEN socket: deliveries keep flowing by poll
         `${proxy.connections().length} (${listeners.length})`;
       expect(listeners).toHaveLength(1);
 
-      const baseline: bigint[] = [];
-      for (let i = 0; i < 10; i++) {
-        baseline.push(await appendElsewhere(writer, schema, committedAt));
-        await sleep(40 + ((i * 37) % 60));
-      }
-      await until(() => baseline.every((id) => latency.has(id)), 10_000, 'baseline deliveries');
+      const baseline = await pacedRound(writer, schema, committedAt, latency, 'baseline deliveries');
 
       // Blackhole the LISTEN connection: no bytes either way, no FIN, no RST.
       expect(proxy.blackhole((p) => isListen(p.applicationName))).toBe(1);
@@ -294,12 +296,7 @@ test('C6b: blackholed (half-open) LISTEN socket: deliveries keep flowing by poll
       figures['listenCheckMs'] = LISTEN_CHECK_MS;
       // The blackholed flow is still open at the proxy: reset it, so its backend goes away.
       proxy.reset((p) => p.held);
-      const post: bigint[] = [];
-      for (let i = 0; i < 10; i++) {
-        post.push(await appendElsewhere(writer, schema, committedAt));
-        await sleep(40 + ((i * 37) % 60));
-      }
-      await until(() => post.every((id) => latency.has(id)), 10_000, 'deliveries after the blackhole');
+      const post = await pacedRound(writer, schema, committedAt, latency, 'deliveries after the blackhole');
       figures['NOTIFY latency after the blackhole p50 (ms)'] = round(median(lat(post)));
       figures['LISTEN warnings logged during the blackhole'] = logger.lines.filter(
         (l) => l.level !== 'debug' && l.at > holeAt && /LISTEN/i.test(l.message),
