@@ -1,13 +1,13 @@
 // Shared by the scenario suites (docs/reliability.md §5): result recording, an on-demand
 // OpenTelemetry metric reader, a capturing logger, and child processes (fresh schemas, consumer
 // rows and waiting on conditions come from @sluice/testing).
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
-import { fileURLToPath } from 'node:url';
 import type { DispatcherOptions, Logger, Sql } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
+import { spawnScript } from '../rig/child.js';
 
 export type Figures = Record<string, number | string>;
 
@@ -188,7 +188,6 @@ export function metricsProbe(): MetricsProbe {
 // same process, so the pid we hold is the dispatcher's own and SIGKILL reaches it), each in its own
 // process group; every one still alive is killed by killChildren() (afterAll).
 
-const E2E_DIR = fileURLToPath(new URL('../../', import.meta.url));
 const live = new Set<ChildProcess>();
 
 export interface Child {
@@ -202,24 +201,7 @@ export interface Child {
 }
 
 export function startChild(script: URL, config: object): Child {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) {
-    if (key === 'NODE_OPTIONS' || key.startsWith('VITEST') || key === 'TEST') continue;
-    env[key] = value;
-  }
-  env['SCENARIO_CHILD'] = JSON.stringify({ ...config, parentPid: process.pid });
-  const child = spawn(
-    process.execPath,
-    ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(script)],
-    {
-      cwd: E2E_DIR,
-      env,
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  if (child.pid === undefined) throw new Error(`could not start ${fileURLToPath(script)}`);
-  const pid = child.pid;
+  const { child, pid } = spawnScript(script, { ...config, parentPid: process.pid }, 'pipe');
   live.add(child);
   let out = '';
   const waiters: { word: string; resolve: (line: string) => void }[] = [];
@@ -233,8 +215,8 @@ export function startChild(script: URL, config: object): Child {
       }
     }
   };
-  child.stdout.on('data', onData);
-  child.stderr.on('data', (chunk: Buffer) => {
+  child.stdout?.on('data', onData);
+  child.stderr?.on('data', (chunk: Buffer) => {
     out += chunk.toString('utf8');
   });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
