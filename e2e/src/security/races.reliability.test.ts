@@ -19,7 +19,7 @@ import {
   type EventRecord,
 } from '@sluice/core';
 import { wakeUpChannel } from '@sluice/core/internal';
-import { appendEvents, holdGap, until } from '@sluice/testing';
+import { appendEvents, consumerRow, holdGap, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, describe, expect, test } from 'vitest';
 import { EMPTY_NOTIFY_PASSES } from '../../../packages/core/src/dispatcher/idle-check.js';
@@ -181,10 +181,9 @@ describe('races', () => {
         const operated = { skips: 0 };
         const operator = (async () => {
           while (running.operator) {
-            const [row] = await db.sql<{ status: string; stuck: string | null }[]>`
-            select status, stuck_event_id::text as stuck from ${db.sql(`${schema}.consumers`)} where name = 'mailer'`;
-            if (row?.status === 'dead' && row.stuck !== null) {
-              const eventId = BigInt(row.stuck);
+            const row = await consumerRow(db.sql, schema, 'mailer');
+            if (row.status === 'dead' && row.stuckEventId !== null) {
+              const eventId = row.stuckEventId;
               try {
                 await admin.skip('mailer', { eventId, actor: 'p1-operator' });
                 processed.get('mailer')?.add(eventId);
@@ -444,7 +443,7 @@ describe('races', () => {
         meterProvider: probe.meterProvider,
       });
       const writerSql = db.connect({ max: 2 });
-      const cursors = new Set<string>();
+      const cursors = new Set<bigint>();
       const monitoring = { on: true };
       let monitor: Promise<void> | undefined;
       let flood: Child | undefined;
@@ -529,9 +528,7 @@ describe('races', () => {
         const { sent, commits, failed, startMs, endMs, lastPassAt } = await phase('flood', async () => {
           monitor = (async () => {
             while (monitoring.on) {
-              const [row] = await db.sql<{ cursor: string }[]>`
-                select cursor::text from ${db.sql(`${schema}.consumers`)} where name = 'watcher'`;
-              if (row) cursors.add(row.cursor);
+              cursors.add((await consumerRow(db.sql, schema, 'watcher')).cursor);
               await sleep(50);
             }
           })();
@@ -585,9 +582,8 @@ describe('races', () => {
           const realIds = new Set(real.map((r) => r.id));
           const phantoms = delivered.filter((d) => !realIds.has(d.id));
           const missing = real.filter((r) => !delivered.some((d) => d.id === r.id));
-          const beyond = [...cursors].filter((c) => c !== '0' && !realIds.has(BigInt(c)));
-          const [final] = await db.sql<{ cursor: string }[]>`
-            select cursor::text from ${db.sql(`${schema}.consumers`)} where name = 'watcher'`;
+          const beyond = [...cursors].filter((c) => c !== 0n && !realIds.has(c));
+          const final = (await consumerRow(db.sql, schema, 'watcher')).cursor;
           const latencies = real
             .slice(1)
             .map((r) => (delivered.find((d) => d.id === r.id)?.at ?? Infinity) - r.at);
@@ -620,7 +616,7 @@ describe('races', () => {
           figures['real events'] = real.length;
           figures['phantoms'] = phantoms.length;
           figures['cursor moves'] = beyond.length;
-          figures['final cursor'] = final?.cursor ?? '?';
+          figures['final cursor'] = final.toString();
           figures['statements per idle pass (calibration)'] = Number(perIdlePass.toFixed(2));
           figures[`statements per NOTIFY pass that turns (calibration, the first ${EMPTY_NOTIFY_PASSES})`] =
             Number(turnPassStatements.toFixed(2));
@@ -666,8 +662,8 @@ describe('races', () => {
           for (const p of phantoms) violations.add(`phantom delivery of ${p.id}`);
           for (const m of missing) violations.add(`real event ${m.id} not delivered`);
           for (const c of beyond) violations.add(`cursor at ${c}: not a real event`);
-          if (final?.cursor !== real[real.length - 1]?.id.toString()) {
-            violations.add(`final cursor ${final?.cursor ?? '?'}`);
+          if (final !== real[real.length - 1]?.id) {
+            violations.add(`final cursor ${final}`);
           }
           if (delivered.length !== real.length) {
             violations.add(`${delivered.length} deliveries of ${real.length} events`);
