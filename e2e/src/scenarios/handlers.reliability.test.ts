@@ -14,10 +14,17 @@ import {
   type HandlerContext,
 } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
-import { appendEvents, consumerRow, drainUntilIdle, freshSchema, until } from '@sluice/testing';
+import {
+  appendEvents,
+  capturingLogger,
+  consumerRow,
+  drainUntilIdle,
+  freshSchema,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
-import { capturingLogger, check, head, round, ScenarioRecorder } from './support.js';
+import { check, head, round, ScenarioRecorder } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-handlers');

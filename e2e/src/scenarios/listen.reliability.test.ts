@@ -15,11 +15,18 @@ import {
   type EventRecord,
   type Sql,
 } from '@sluice/core';
-import { freshSchema, recordingConsumer, type RecordingConsumer, until } from '@sluice/testing';
+import {
+  capturingLogger,
+  freshSchema,
+  listenBackends,
+  recordingConsumer,
+  type RecordingConsumer,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
-import { check, capturingLogger, metricsProbe, quantile, round, ScenarioRecorder } from './support.js';
+import { check, metricsProbe, quantile, round, ScenarioRecorder } from './support.js';
 import { BlackholeProxy } from './tcp-proxy.js';
 
 const db = await useTestDatabase();
@@ -81,13 +88,6 @@ async function pacedRound(
   return ids;
 }
 
-async function listenBackends(): Promise<number[]> {
-  const rows = await db.sql<{ pid: number }[]>`
-    select pid from pg_stat_activity
-    where datname = current_database() and application_name like 'sluice-listen%'`;
-  return rows.map((r) => r.pid);
-}
-
 /** Samples dispatcher.listenConnected every ms; keeps the disconnected intervals. */
 function connectionWatch(dispatcher: Dispatcher) {
   const run = { stopped: false };
@@ -142,7 +142,7 @@ test('C6a: LISTEN backend terminated: polling delivers, LISTEN reconnects and re
       const pids = new Set<number>();
       const during: bigint[] = [];
       for (let k = 0; k < kills; k++) {
-        const [pid] = await listenBackends();
+        const [pid] = await listenBackends(db.sql);
         expect(pid).toBeDefined();
         pids.add(pid!);
         const killedAt = performance.now();
@@ -159,7 +159,7 @@ test('C6a: LISTEN backend terminated: polling delivers, LISTEN reconnects and re
       }
       const phase = [...committedAt.keys()];
       await until(() => phase.every((id) => latency.has(id)), 10_000, 'every event');
-      const after = await listenBackends();
+      const after = await listenBackends(db.sql);
 
       // Resync: with a 60 s poll, an event committed (without any NOTIFY) while LISTEN is down is
       // delivered by the catch-up pass of the reconnect, not by the poll.
@@ -213,7 +213,7 @@ async function resyncProbe(schema: string): Promise<number> {
     await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
     await until(async () => (await dispatcher.runOnce()).processed === 0, 30_000, 'catching up first');
     for (let attempt = 0; attempt < 10; attempt++) {
-      const before = await listenBackends();
+      const before = await listenBackends(db.sql);
       for (const pid of before) await db.sql`select pg_terminate_backend(${pid})`;
       await until(() => !dispatcher.listenConnected, 5_000, 'the LISTEN close to be seen');
       const [event] = await db.sql.begin((tx) =>
@@ -315,7 +315,11 @@ test('C6b: blackholed (half-open) LISTEN socket: deliveries keep flowing by poll
       expect(c.ids()).toEqual(all);
       expect(median(lat(post))).toBeLessThan(POLL_MS / 2);
       // The reset backend goes away with its socket: one listener again.
-      await until(async () => (await listenBackends()).length === 1, 10_000, 'exactly one LISTEN backend');
+      await until(
+        async () => (await listenBackends(db.sql)).length === 1,
+        10_000,
+        'exactly one LISTEN backend',
+      );
     } finally {
       await watch.stop();
       await dispatcher.stop();

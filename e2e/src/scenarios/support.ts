@@ -1,10 +1,10 @@
 // Shared by the scenario suites (docs/reliability.md §5): result recording, an on-demand
-// OpenTelemetry metric reader, a capturing logger, and child processes (fresh schemas, consumer
-// rows and waiting on conditions come from @sluice/testing).
+// OpenTelemetry metric reader and child processes (fresh schemas, consumer rows, a capturing logger
+// and waiting on conditions come from @sluice/testing).
 import type { ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
-import type { DispatcherOptions, Logger, Sql } from '@sluice/core';
+import type { DispatcherOptions, Sql } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
 import { spawnScript } from '../rig/child.js';
@@ -108,17 +108,6 @@ export function quantile(values: readonly number[], q: number): number {
 }
 
 export const round = (value: number, digits = 0) => Number(value.toFixed(digits));
-
-/** A logger that keeps every line (level, message, fields) so scenarios can assert on warnings. */
-export function capturingLogger(): Logger & {
-  readonly lines: { level: string; message: string; fields: object; at: number }[];
-} {
-  const lines: { level: string; message: string; fields: object; at: number }[] = [];
-  const keep = (level: string) => (fields: object, message: string) => {
-    lines.push({ level, message, fields, at: performance.now() });
-  };
-  return { lines, debug: keep('debug'), info: keep('info'), warn: keep('warn'), error: keep('error') };
-}
 
 // ---------------------------------------------------------------------------------------------
 // OpenTelemetry: an in-memory MeterProvider from @opentelemetry/sdk-metrics with a reader that
