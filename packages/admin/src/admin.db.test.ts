@@ -6,12 +6,16 @@ import {
   failingOn,
   gate,
   holdGap,
-  openTransaction,
   recordingConsumer,
   until,
   untilWaitingForConsumerRow,
 } from '@sluice/testing';
-import { registeredDispatcher, testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import {
+  heldTransaction,
+  registeredDispatcher,
+  testDispatcher,
+  useTestDatabase,
+} from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
 
@@ -428,8 +432,7 @@ describe('actions', () => {
     await appendEvents(db.sql, 1, undefined, schema); // 1
     await db.sql`select nextval(${`${schema}.events_id_seq`}::regclass)`; // 2: drawn, never inserted
     await appendEvents(db.sql, 1, undefined, schema); // 3
-    const horizon = await openTransaction(db.sql); // holds the horizon: 2 cannot burn
-    onTestFinished(() => horizon.rollback());
+    const horizon = await heldTransaction(db.sql); // holds the horizon: 2 cannot burn
     await horizon.xid();
     for (let i = 0; i < 3; i++) await dispatcher.runOnce();
     expect(c.ids()).toEqual([1n]); // strict: waits at 2

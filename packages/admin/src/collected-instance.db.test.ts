@@ -4,14 +4,8 @@
 // nothing it had not received is lost (a pending gap is delivered from its lowest id; events
 // retention deleted meanwhile are reported).
 import { createDispatcher, prune, type Consumer } from '@sluice/core';
-import {
-  appendEvents,
-  capturingLogger,
-  freshSchema,
-  openTransaction,
-  recordingConsumer,
-} from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { appendEvents, capturingLogger, freshSchema, recordingConsumer } from '@sluice/testing';
+import { heldTransaction, useTestDatabase } from '@sluice/testing/vitest';
 import { MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
 import { expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
@@ -96,8 +90,7 @@ test('a live instance re-registers its collected row where it was, and says so i
 test("a collected row's pending gap is delivered once its writer commits", async () => {
   const feed = recordingConsumer('feed', { delivery: 'per-instance' });
   const s = await setup(feed.consumer);
-  const writer = await openTransaction(db.sql);
-  onTestFinished(() => writer.rollback());
+  const writer = await heldTransaction(db.sql);
   const [late] = await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema: s.schema });
   await appendEvents(db.sql, 2, undefined, s.schema);
   await s.dispatcher.runOnce();

@@ -7,9 +7,9 @@
 // row-level security, and a policy parks the restart on the audit read it makes after its lock.
 import { randomBytes } from 'node:crypto';
 import { prune, type Sql } from '@sluice/core';
-import { appendEvents, freshSchema, openTransaction, recordingConsumer, until } from '@sluice/testing';
-import { testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
-import { afterAll, beforeAll, expect, onTestFinished, test } from 'vitest';
+import { appendEvents, freshSchema, recordingConsumer, until } from '@sluice/testing';
+import { heldTransaction, testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { afterAll, beforeAll, expect, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
 
 const db = await useTestDatabase();
@@ -58,8 +58,7 @@ test("restart from 'now' delivers an event whose writer began after the restart'
 
   const holder = await db.sql.reserve();
   await holder`select pg_advisory_lock(${PARK_LOCK})`;
-  const writer = await openTransaction(db.sql);
-  onTestFinished(() => writer.rollback());
+  const writer = await heldTransaction(db.sql);
   let lateId = 0n;
   try {
     const restarting = admin.restart('feed', { from: 'now' });

@@ -5,12 +5,11 @@ import {
   failingOn,
   freshSchema,
   gate,
-  openTransaction,
   passUntil,
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append } from '../append.js';
 import type { EventRecord } from '../events.js';
@@ -489,8 +488,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
   test("startFrom: 'now' skips history but delivers events that were in flight when it registered", async () => {
     const schema = await freshSchema(db.sql);
     await appendEvents(db.sql, 3, undefined, schema); // 1..3: history
-    const inFlight = await openTransaction(db.sql);
-    onTestFinished(() => inFlight.rollback());
+    const inFlight = await heldTransaction(db.sql);
     const [straggler] = await inFlight.append([{ streamId: 's', type: 'InFlight', data: {} }], { schema }); // 4
     await appendEvents(db.sql, 1, undefined, schema); // 5, committed before registration
     const c = recordingConsumer('fresh', { startFrom: 'now' });

@@ -23,7 +23,7 @@ import {
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { heldTransaction, useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import type { Sql } from '../sql-types.js';
 import { rangesOf, testDispatcher } from '../test-support.js';
@@ -175,8 +175,7 @@ describe('lock takeover: a turn decides only on what it reads once its row is he
 
   test('the late event is delivered while an unrelated long transaction stays open', async () => {
     const t = await takeover(async () => {
-      const long = await openTransaction(db.sql);
-      onTestFinished(() => long.rollback());
+      const long = await heldTransaction(db.sql);
       await long.xid(); // holds the cluster's xmin below every fence of the test
     });
     await t.commitWriter();

@@ -10,7 +10,7 @@ import {
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import type { EventRecord } from '../events.js';
 import type { Sql } from '../sql-types.js';
@@ -106,8 +106,7 @@ async function parkingConsumer(name: string, options: { withoutXidTrigger?: bool
  */
 async function e1Schedule(name: string, options: { withoutXidTrigger?: boolean } = {}) {
   const parking = await parkingConsumer(name, options);
-  const reserver = await openTransaction(db.sql);
-  onTestFinished(() => reserver.rollback());
+  const reserver = await heldTransaction(db.sql);
   await drawOneId(parking.schema); // id 1, never used
   const parked = await parkedAppend(parking.schema, reserver, 2);
   const visible = await commitOne(parking.schema, 3);
@@ -118,8 +117,7 @@ describe('gaps', () => {
   test('an event committed late below the cursor is delivered once it commits', async () => {
     const c = recordingConsumer('late');
     const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
+    const writer = await heldTransaction(db.sql);
     const [held] = await writer.append([event(1)], { schema });
     const visible = await commitOne(schema, 2);
     await dispatcher.runOnce();
@@ -135,8 +133,7 @@ describe('gaps', () => {
     const c = recordingConsumer('burn');
     const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     // Holds the horizon: an xid older than any fence the dispatcher will take.
-    const horizon = await openTransaction(db.sql);
-    onTestFinished(() => horizon.rollback());
+    const horizon = await heldTransaction(db.sql);
     const horizonXid = await horizon.xid();
     const writer = await openTransaction(db.sql);
     const writerXid = await writer.xid();
@@ -240,8 +237,7 @@ describe('gaps', () => {
     const c = recordingConsumer('limit', { batchSize: 2 });
     const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await appendEvents(db.sql, 2, event, schema); // 1, 2
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
+    const writer = await heldTransaction(db.sql);
     await writer.append([3, 4, 5, 6, 7, 8].map(event), { schema }); // 3..8 in flight
     await commitOne(schema, 9);
     await dispatcher.runOnce(); // 1, 2
@@ -297,8 +293,7 @@ describe('gaps', () => {
     const c = recordingConsumer('strict', { ordering: 'strict' });
     const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await appendEvents(db.sql, 2, event, schema); // 1, 2
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
+    const writer = await heldTransaction(db.sql);
     await writer.append([event(3)], { schema }); // 3 in flight
     await appendEvents(db.sql, 2, event, schema); // 4, 5
     for (let i = 0; i < 3; i++) await dispatcher.runOnce();

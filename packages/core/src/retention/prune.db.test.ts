@@ -1,6 +1,6 @@
-import { appendEvents, drainUntilIdle, openTransaction, recordingConsumer } from '@sluice/testing';
-import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
-import { describe, expect, onTestFinished, test } from 'vitest';
+import { appendEvents, drainUntilIdle, recordingConsumer } from '@sluice/testing';
+import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { describe, expect, test } from 'vitest';
 import { PruneBlockedError } from '../errors.js';
 import { prune } from './prune.js';
 
@@ -30,8 +30,7 @@ describe('prune', () => {
   test('keeps events inside a consumer’s pending gap', async () => {
     const c = recordingConsumer('careful');
     const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
+    const writer = await heldTransaction(db.sql);
     await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema }); // id 1, in flight
     await appendEvents(db.sql, 3, undefined, schema); // 2..4
     await dispatcher.runOnce(); // cursor 4, gap {1}

@@ -21,12 +21,11 @@ import {
   drainUntilIdle,
   failingOn,
   freshSchema,
-  openTransaction,
   passUntil,
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from '../append.js';
@@ -225,8 +224,7 @@ describe('telemetry', () => {
     const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
       meterProvider: t.meterProvider,
     });
-    const holder = await openTransaction(db.sql);
-    onTestFinished(() => holder.rollback());
+    const holder = await heldTransaction(db.sql);
     await holder.append([event(1)], { schema });
     await appendEvents(db.sql, 1, event, schema);
 
@@ -256,8 +254,7 @@ describe('telemetry', () => {
     const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
       meterProvider: t.meterProvider,
     });
-    const holder = await openTransaction(db.sql);
-    onTestFinished(() => holder.rollback());
+    const holder = await heldTransaction(db.sql);
     const [held] = await holder.append([event(1)], { schema });
     await appendEvents(db.sql, 1, event, schema);
     await dispatcher.runOnce(); // delivers the visible event above the hole

@@ -8,6 +8,7 @@ import {
 } from '@sluice/core';
 import { onTestFinished } from 'vitest';
 import { freshSchema } from '../consumer-row.js';
+import { openTransaction, type OpenTransaction } from '../open-transaction.js';
 
 /**
  * A dispatcher for one test: no LISTEN, no logs and retries without delay unless `extra` says
@@ -47,4 +48,11 @@ export async function registeredDispatcher(
   const dispatcher = testDispatcher(sql, schema, consumers, extra);
   await dispatcher.ensureRegistered();
   return { schema, dispatcher };
+}
+
+/** A transaction held open on a connection of `sql` (see openTransaction), rolled back after the test if still open. */
+export async function heldTransaction(sql: Sql): Promise<OpenTransaction> {
+  const transaction = await openTransaction(sql);
+  onTestFinished(() => transaction.rollback());
+  return transaction;
 }
