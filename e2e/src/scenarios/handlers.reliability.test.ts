@@ -6,7 +6,6 @@ import { createAdmin } from '@sluice/admin';
 import {
   append,
   createDispatcher,
-  silentLogger,
   transaction,
   type Consumer,
   type Dispatcher,
@@ -24,7 +23,7 @@ import {
 } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
-import { check, head, round, ScenarioRecorder } from './support.js';
+import { check, head, quietDispatcher, round, ScenarioRecorder } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-handlers');
@@ -435,12 +434,7 @@ for (const variant of [
             }
           : {}),
       };
-      const dispatcher = createDispatcher({
-        sql: db.sql,
-        schema,
-        consumers: [consumer],
-        logger: silentLogger,
-        listen: false,
+      const dispatcher = quietDispatcher(db.sql, schema, [consumer], {
         retryDelayMs: 0,
         rearmCooldownMs: 3_600_000,
       });
@@ -590,12 +584,7 @@ test('H4: handlers append derived events (same transaction / own connection), ch
         },
       },
     ];
-    const dispatcher: Dispatcher = createDispatcher({
-      sql: pool,
-      schema,
-      consumers,
-      logger: silentLogger,
-      listen: false,
+    const dispatcher: Dispatcher = quietDispatcher(pool, schema, consumers, {
       retryDelayMs: 0,
       rearmCooldownMs: 3_600_000,
     });

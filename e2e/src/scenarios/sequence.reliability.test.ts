@@ -15,7 +15,7 @@ import { createAdmin } from '@sluice/admin';
 import { append, createDispatcher, migrate, silentLogger, type EventRecord, type Sql } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { afterAll, expect, test } from 'vitest';
-import { check, gapRows, head, round, ScenarioRecorder } from './support.js';
+import { check, gapRows, head, quietDispatcher, round, ScenarioRecorder } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-sequence');
@@ -91,13 +91,7 @@ test('G6: a sequence with CACHE 20 makes start() and migrate() refuse with SLUIC
 
     // The guard is exactly the cache: back to CACHE 1, the same schema starts.
     await db.sql`alter sequence ${db.sql(seq)} cache 1`;
-    const fixed = createDispatcher({
-      sql: db.sql,
-      schema,
-      consumers: [c.consumer],
-      logger: silentLogger,
-      listen: false,
-    });
+    const fixed = quietDispatcher(db.sql, schema, [c.consumer]);
     try {
       await fixed.start();
       await until(() => c.seen.length === drawn.length, 10_000, 'delivery after CACHE 1');
@@ -144,14 +138,7 @@ async function watchedConsumer(id: string, options: { pollIntervalMs: number; ba
   const t = tables(db.sql, schema);
   const c = recordingConsumer(`${id}-consumer`);
   const pool = db.connect({ max: 6 });
-  const dispatcher = createDispatcher({
-    sql: pool,
-    schema,
-    consumers: [c.consumer],
-    logger: silentLogger,
-    listen: false,
-    ...options,
-  });
+  const dispatcher = quietDispatcher(pool, schema, [c.consumer], options);
   await dispatcher.start();
   const cursors = cursorWatch(db.sql, schema, `${id}-consumer`);
   return { schema, seq, t, c, dispatcher, cursors };

@@ -4,7 +4,14 @@
 import type { ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
-import type { DispatcherOptions, Sql } from '@sluice/core';
+import {
+  createDispatcher,
+  silentLogger,
+  type Consumer,
+  type Dispatcher,
+  type DispatcherOptions,
+  type Sql,
+} from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
 import { spawnScript } from '../rig/child.js';
@@ -65,6 +72,16 @@ export class ScenarioRecorder {
       scenarios: this.#scenarios,
     });
   }
+}
+
+/** A dispatcher without logs and, unless `extra` asks for it, without LISTEN. */
+export function quietDispatcher(
+  sql: Sql,
+  schema: string,
+  consumers: readonly Consumer[],
+  extra: Partial<DispatcherOptions> = {},
+): Dispatcher {
+  return createDispatcher({ sql, schema, consumers, logger: silentLogger, listen: false, ...extra });
 }
 
 /** Throws `message` (with the figures' context) when `condition` is false: an invariant check. */

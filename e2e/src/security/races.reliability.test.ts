@@ -24,7 +24,7 @@ import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, describe, expect, test } from 'vitest';
 import { EMPTY_NOTIFY_PASSES } from '../../../packages/core/src/dispatcher/idle-check.js';
 import { profile } from '../report/results.js';
-import { killChildren, metricsProbe, startChild, type Child } from '../scenarios/support.js';
+import { type Child, killChildren, metricsProbe, quietDispatcher, startChild } from '../scenarios/support.js';
 import type { FloodConfig, FloodReport } from './notify-flood.js';
 import { phase } from '../rig/phase.js';
 import { SuiteRecorder, Violations } from './recorder.js';
@@ -107,15 +107,10 @@ describe('races', () => {
         await migrate(db.sql, { schema, logger: silentLogger });
         const pools = [db.connect({ max: 8 }), db.connect({ max: 8 })];
         const dispatchers = pools.map((sql) =>
-          createDispatcher({
-            sql,
-            schema,
-            consumers: consumers(),
-            listen: false,
+          quietDispatcher(sql, schema, consumers(), {
             // A long poll keeps a committed gap id unfetched for a while: the window prune must respect.
             pollIntervalMs: 200,
             rearmCooldownMs: 3_600_000,
-            logger: silentLogger,
           }),
         );
         await Promise.all(dispatchers.map((d) => d.start()));
@@ -334,14 +329,14 @@ describe('races', () => {
       await migrate(db.sql, { schema, logger: silentLogger });
       const seen: bigint[] = [];
       const sql = db.connect({ max: 6 });
-      const dispatcher = createDispatcher({
+      const dispatcher = quietDispatcher(
         sql,
         schema,
-        consumers: [{ name: 'reader', handler: (e) => void seen.push(e.id) }],
-        listen: false,
-        pollIntervalMs: 3_600_000,
-        logger: silentLogger,
-      });
+        [{ name: 'reader', handler: (e) => void seen.push(e.id) }],
+        {
+          pollIntervalMs: 3_600_000,
+        },
+      );
       // Not started: a start's pass could still be finishing a turn that fetched before the third
       // event committed when runOnce() below runs, and runOnce() would join that turn.
       await dispatcher.ensureRegistered();
