@@ -32,6 +32,15 @@ afterAll(async () => {
   await recorder.write(db.sql);
 });
 
+/** R1's dispatchers: no LISTEN, a 50 ms poll, retries at once and short backoffs, so a stall shows in seconds. */
+const R1_PACE = {
+  listen: false,
+  pollIntervalMs: 50,
+  retryDelayMs: 0,
+  backoffInitialMs: 200,
+  backoffMaxMs: 1_000,
+} as const;
+
 /** Settles with `promise`, or with 'timeout' after `ms`. */
 async function within<T>(promise: Promise<T>, ms: number): Promise<T | 'timeout'> {
   let timer: NodeJS.Timeout | undefined;
@@ -120,13 +129,9 @@ test('R1a: pool max 2, five consumers whose handlers append through the same poo
       schema,
       consumers,
       logger,
-      listen: false,
-      pollIntervalMs: 50,
+      ...R1_PACE,
       handlerTimeoutMs,
       statementTimeoutMs,
-      retryDelayMs: 0,
-      backoffInitialMs: 200,
-      backoffMaxMs: 1_000,
       rearmCooldownMs: 3_600_000,
     });
     await appendEvents(db.sql, roots, () => ({ streamId: 'r1', type: 'Root', data: {} }), schema);
@@ -233,13 +238,9 @@ test('R1b: pool max 1 and a handler that calls sql.reserve(): accepted with defa
           schema,
           consumers: [consumer],
           logger,
-          listen: false,
-          pollIntervalMs: 50,
+          ...R1_PACE,
           handlerTimeoutMs,
           statementTimeoutMs,
-          retryDelayMs: 0,
-          backoffInitialMs: 200,
-          backoffMaxMs: 1_000,
           rearmCooldownMs: 3_600_000,
         });
       } catch (error) {
@@ -337,11 +338,7 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
         consumers: [consumer],
         instanceId,
         logger,
-        listen: false,
-        pollIntervalMs: 50,
-        retryDelayMs: 0,
-        backoffInitialMs: 200,
-        backoffMaxMs: 1_000,
+        ...R1_PACE,
       });
       const ids = (await appendEvents(db.sql, 6, undefined, schema)).map((e) => e.id);
       try {
