@@ -61,6 +61,19 @@ async function auditCount(schema: string): Promise<number> {
 }
 
 /** A consumer dead on event 2 (cursor 1). */
+/** Registers the plugin with `ops` on a host app of its own (closed after the test), up to ready. */
+async function boot(ops: OpsOptions) {
+  const app = Fastify({ logger: false });
+  onTestFinished(() => app.close());
+  await app.register(sluice, {
+    sql: db.sql,
+    consumers: [recordingConsumer('a').consumer],
+    listen: false,
+    ops,
+  });
+  await app.ready();
+}
+
 async function deadMailer(app: FastifyInstance, schema: string) {
   await appendEvents(db.sql, 3, undefined, schema);
   await app.sluice.dispatcher.runOnce();
@@ -68,18 +81,7 @@ async function deadMailer(app: FastifyInstance, schema: string) {
 
 describe('plugin lifecycle', () => {
   test('refuses to register ops routes without auth and without insecure', async () => {
-    const app = Fastify({ logger: false });
-    onTestFinished(() => app.close());
-    const boot = async () => {
-      await app.register(sluice, {
-        sql: db.sql,
-        consumers: [recordingConsumer('a').consumer],
-        listen: false,
-        ops: {},
-      });
-      await app.ready();
-    };
-    await expect(boot()).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'ops.auth' });
+    await expect(boot({})).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'ops.auth' });
   });
 
   test('insecure ops routes are allowed but logged loudly at boot', async () => {
@@ -771,18 +773,9 @@ describe('cross-site writes, body types and caching', () => {
     ['not a string', [42]],
     ['not an array', 'https://ops.example.com'],
   ])('ops.allowedOrigins with %s is refused at registration', async (_label, allowedOrigins) => {
-    const app = Fastify({ logger: false });
-    onTestFinished(() => app.close());
-    const boot = async () => {
-      await app.register(sluice, {
-        sql: db.sql,
-        consumers: [recordingConsumer('a').consumer],
-        listen: false,
-        ops: { auth: basicAuth(OPERATOR), allowedOrigins: allowedOrigins as string[] },
-      });
-      await app.ready();
-    };
-    await expect(boot()).rejects.toMatchObject({
+    await expect(
+      boot({ auth: basicAuth(OPERATOR), allowedOrigins: allowedOrigins as string[] }),
+    ).rejects.toMatchObject({
       code: 'SLUICE_INVALID_OPTION',
       option: 'ops.allowedOrigins',
     });
