@@ -627,23 +627,9 @@ async function offlineCheck(
     ordering: s.ordering,
     transactional: s.transactional,
   }));
-  const report = check({
-    consumers: consumersInfo,
-    committedIds,
-    deliveries,
-    writes,
-    samples: watch.samples,
-    transactionalRows,
-  });
-  const clean = check({
-    consumers: consumersInfo,
-    committedIds,
-    deliveries,
-    writes,
-    samples: [],
-    transactionalRows,
-    afterId: cleanAfterId,
-  });
+  const input = { consumers: consumersInfo, committedIds, deliveries, writes, transactionalRows };
+  const report = check({ ...input, samples: watch.samples });
+  const clean = check({ ...input, samples: [], afterId: cleanAfterId });
   const recovery = recoveryFigures(faults, histories);
   const duplicates = duplicatesByTurn(deliveries, faults);
   const checkMs = now() - checkStartedAt;
