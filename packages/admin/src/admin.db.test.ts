@@ -48,6 +48,19 @@ async function twoInstances() {
   return { admin, schema };
 }
 
+/** A consumer whose handler waits for `held` to open; `inHandler()` once a call has begun. */
+function heldConsumer(name: string) {
+  const held = gate();
+  let entered = false;
+  const { consumer } = recordingConsumer(name, {
+    handler: async () => {
+      entered = true;
+      await held.promise;
+    },
+  });
+  return { consumer, held, inHandler: () => entered };
+}
+
 async function auditActions(schema: string): Promise<string[]> {
   const rows = await db.sql<
     { action: string }[]
@@ -235,18 +248,11 @@ describe('actions', () => {
   });
 
   test('a restart issued during a turn waits for it and is neither lost nor undone by its commit', async () => {
-    const held = gate();
-    let inHandler = false;
-    const c = recordingConsumer('busy', {
-      handler: async () => {
-        inHandler = true;
-        await held.promise;
-      },
-    });
-    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    const { consumer, held, inHandler } = heldConsumer('busy');
+    const { dispatcher, admin, schema } = await setup([consumer]);
     await appendEvents(db.sql, 3, undefined, schema);
     const turn = dispatcher.runOnce();
-    await until(() => inHandler);
+    await until(inHandler);
     const restarting = admin.restart('busy', { from: 'beginning' });
     // The restart waits on the row lock the turn holds: wait until it is blocked, then let the turn go.
     await untilWaitingForConsumerRow(db.sql);
@@ -294,19 +300,12 @@ describe('actions', () => {
   });
 
   test('a row held longer than lockTimeoutMs is reported busy and nothing changes', async () => {
-    const held = gate();
-    let inHandler = false;
-    const c = recordingConsumer('held', {
-      handler: async () => {
-        inHandler = true;
-        await held.promise;
-      },
-    });
-    const { dispatcher, schema } = await setup([c.consumer]);
+    const { consumer, held, inHandler } = heldConsumer('held');
+    const { dispatcher, schema } = await setup([consumer]);
     const impatient = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 100 });
     await appendEvents(db.sql, 1, undefined, schema);
     const turn = dispatcher.runOnce();
-    await until(() => inHandler);
+    await until(inHandler);
     await expect(impatient.disable('held')).rejects.toMatchObject({ code: 'SLUICE_CONSUMER_BUSY' });
     held.open();
     await turn;
