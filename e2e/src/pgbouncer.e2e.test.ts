@@ -5,7 +5,6 @@
 import {
   append,
   createDispatcher,
-  migrate,
   prune,
   silentLogger,
   transaction,
@@ -16,9 +15,8 @@ import {
   type TransactionSql,
 } from '@sluice/core';
 import { createAdmin } from '@sluice/admin';
-import { holdGap, until } from '@sluice/testing';
+import { capturingLogger, freshSchema, holdGap, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
-import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { hasPgBouncer, startPgBouncer, type PgBouncer } from './rig/pgbouncer.js';
@@ -45,17 +43,6 @@ function poolThrough(bouncer: PgBouncer, max = 10): Sql {
   return sql;
 }
 
-function capturingLogger() {
-  const lines: { level: string; message: string; fields: Record<string, unknown> }[] = [];
-  const keep = (level: string) => (fields: object, message: string) => {
-    lines.push({ level, message, fields: fields as Record<string, unknown> });
-  };
-  return {
-    lines,
-    logger: { debug: keep('debug'), info: keep('info'), warn: keep('warn'), error: keep('error') },
-  };
-}
-
 describe.skipIf(!available).each(['transaction', 'session'] as const)(
   'behind PgBouncer, pool_mode=%s',
   (mode) => {
@@ -71,8 +58,7 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
       const app = poolThrough(bouncer);
       const writerPool = poolThrough(bouncer); // another process's pool: its commits wake the others by NOTIFY
       const direct = db.connect({ max: 1, fetch_types: false });
-      const schema = `pgb_${randomBytes(4).toString('hex')}`;
-      await migrate(app, { schema, logger: silentLogger });
+      const schema = await freshSchema(app, 'pgb');
       await app`create table ${app(`${schema}.projection`)} (event_id bigint primary key)`;
 
       const seen = new Map<string, bigint[]>();
@@ -210,8 +196,7 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
 
     test('operator actions and prune go through the pooler: skip, disable, enable, restart, replay, fence, prune', async () => {
       const app = poolThrough(bouncer);
-      const schema = `pgb_${randomBytes(4).toString('hex')}`;
-      await migrate(app, { schema, logger: silentLogger });
+      const schema = await freshSchema(app, 'pgb');
       const seen: bigint[] = [];
       const poison = new Set<bigint>();
       const dispatcher = createDispatcher({
@@ -301,8 +286,7 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
           onnotice: () => undefined,
         }) as unknown as Sql;
         onTestFinished(() => misconfigured.end({ timeout: 2 }));
-        const schema = `pgb_${randomBytes(4).toString('hex')}`;
-        await migrate(fixed, { schema, logger: silentLogger });
+        const schema = await freshSchema(fixed, 'pgb');
         await fixed`create table ${fixed(`${schema}.projection`)} (event_id bigint primary key)`;
         const seen = new Set<bigint>();
         const consumers: Consumer[] = [
@@ -337,7 +321,7 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
           schema,
           consumers,
           ...timing,
-          logger: first.logger,
+          logger: first,
         });
         onTestFinished(() => before.stop());
         await before.start();
@@ -380,7 +364,7 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
 
         // The application follows the hint: every committed event reaches both consumers.
         const second = capturingLogger();
-        const after = createDispatcher({ sql: fixed, schema, consumers, ...timing, logger: second.logger });
+        const after = createDispatcher({ sql: fixed, schema, consumers, ...timing, logger: second });
         onTestFinished(() => after.stop());
         await after.start();
         const committed = (
@@ -409,9 +393,9 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
       'without listenSql, LISTEN through the transaction pooler: one warning, and polling delivers',
       async () => {
         const app = poolThrough(bouncer);
-        const schema = `pgb_${randomBytes(4).toString('hex')}`;
-        await migrate(app, { schema, logger: silentLogger });
-        const { lines, logger } = capturingLogger();
+        const schema = await freshSchema(app, 'pgb');
+        const logger = capturingLogger();
+        const { lines } = logger;
         const seen: bigint[] = [];
         const dispatcher = createDispatcher({
           sql: app,

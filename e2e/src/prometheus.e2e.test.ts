@@ -6,11 +6,12 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer, type AddressInfo } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildApp, OPS_PREFIX } from '@sluice/demo/app';
 import { until } from '@sluice/testing';
+import { freePort } from '@sluice/testing/processes';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
 
@@ -29,16 +30,6 @@ const db = await useTestDatabase();
 const PASSWORD = 'e2e-ops-password';
 const ops = { authorization: `Basic ${Buffer.from(`ops:${PASSWORD}`).toString('base64')}` };
 const OPENMETRICS = 'application/openmetrics-text; version=1.0.0; charset=utf-8';
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  server.close();
-  await once(server, 'close');
-  return port;
-}
 
 /** A Prometheus server of this test: scrapes `target` every second, stopped (by its pid) after the test. */
 async function startPrometheus(

@@ -1,13 +1,50 @@
-// Shared by the chaos child processes (dispatchers and writers).
+// Shared by the child processes of the e2e suites (the chaos run's dispatchers and writers, the
+// scenarios' crash and storm dispatchers, X6's flood) and the two launchers that start them
+// (rig/processes.ts, scenarios/support.ts).
+import { spawn, type StdioNull, type StdioPipe } from 'node:child_process';
 import { setTimeout as delay } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import { isAlive } from '@sluice/testing/processes';
 
-/** The child's configuration, passed by the supervisor as JSON in CHAOS_CHILD. */
-export function childConfig(): unknown {
-  const raw = process.env['CHAOS_CHILD'];
-  if (raw === undefined)
-    throw new Error('CHAOS_CHILD is not set: this file is started by the chaos supervisor');
-  return JSON.parse(raw);
+const E2E_DIR = fileURLToPath(new URL('../../', import.meta.url));
+
+/**
+ * Starts `node --conditions=@sluice/source --import tsx <script>` (Node itself with tsx's loader: the
+ * pid we signal is the script's, so SIGTERM reaches its handler) in a process group of its own, with
+ * this process's environment but vitest's worker setup and `config` in CHILD_CONFIG.
+ */
+export function spawnScript(script: URL, config: object, stderr: StdioPipe | number) {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) {
+    if (key === 'NODE_OPTIONS' || key.startsWith('VITEST') || key === 'TEST') continue;
+    env[key] = value;
+  }
+  env['CHILD_CONFIG'] = JSON.stringify(config);
+  const stdio: [StdioNull, StdioPipe, StdioPipe | number] = ['ignore', 'pipe', stderr];
+  const child = spawn(
+    process.execPath,
+    ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(script)],
+    {
+      cwd: E2E_DIR,
+      env,
+      detached: true,
+      stdio,
+    },
+  );
+  if (child.pid === undefined) throw new Error(`could not start ${fileURLToPath(script)}`);
+  return { child, pid: child.pid };
+}
+
+/**
+ * The child's configuration, passed by its launcher as JSON in CHILD_CONFIG; from then on the child
+ * exits once the test process that started it is gone.
+ */
+export function childConfig(): { readonly parentPid: number } {
+  const raw = process.env['CHILD_CONFIG'];
+  if (raw === undefined) throw new Error('CHILD_CONFIG is not set: this file is started by an e2e test');
+  const config = JSON.parse(raw) as { readonly parentPid: number };
+  exitWithParent(config.parentPid);
+  return config;
 }
 
 /**

@@ -1,12 +1,12 @@
 // A chaos dispatcher process (`disp-N`), started by the supervisor with
-// `tsx --conditions=@sluice/source dispatcher-process.ts` and CHAOS_CHILD set. Every delivery is
+// `tsx --conditions=@sluice/source dispatcher-process.ts` and CHILD_CONFIG set. Every delivery is
 // appended to this incarnation's JSONL file before the handler returns; transactional consumers
 // also record it in chaos.deliveries through the turn's transaction. SIGTERM stops it cleanly
 // (dispatcher.stop(), exit 0); SIGKILL is the fault under test.
 import { consoleLogger, createDispatcher, type Consumer, type EventRecord } from '@sluice/core';
 import { pgArray } from '@sluice/core/internal';
 import postgres from 'postgres';
-import { childConfig, exitWithParent, sleep } from './child.js';
+import { childConfig, sleep } from './child.js';
 import { now } from './clock.js';
 import { chaosConsumers } from './consumers.js';
 import { JsonlWriter } from './jsonl.js';
@@ -45,7 +45,6 @@ export interface DeliveryLine {
 }
 
 const config = childConfig() as DispatcherChildConfig;
-exitWithParent(config.parentPid);
 const tag = `${config.instanceId}#${config.generation}`;
 const out = new JsonlWriter(config.file);
 const specs = chaosConsumers(config.consumers);

@@ -1,12 +1,9 @@
 // Child processes of a chaos run: `tsx --conditions=@sluice/source <file>`, each in a process group
 // of its own. tsx runs the script in a second node process (and esbuild in a third), so a SIGKILL
 // must go to the whole group: killing only the tsx pid would leave the real dispatcher running.
-import { spawn } from 'node:child_process';
 import { closeSync, createWriteStream, openSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { spawnScript } from './child.js';
 import { now } from './clock.js';
-
-const E2E_DIR = fileURLToPath(new URL('../../', import.meta.url));
 
 export interface ChildExit {
   readonly code: number | null;
@@ -45,30 +42,11 @@ export function startChild(options: {
   config: object;
   logFile: string;
 }): ChildHandle {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) {
-    // Nothing of vitest's worker setup leaks into the children.
-    if (key === 'NODE_OPTIONS' || key.startsWith('VITEST') || key === 'TEST') continue;
-    env[key] = value;
-  }
-  env['CHAOS_CHILD'] = JSON.stringify(options.config);
   const stderrFile = openSync(options.logFile, 'a');
-  // Node itself with tsx's loader: the pid we signal is the script's, so SIGTERM reaches its handler.
-  const child = spawn(
-    process.execPath,
-    [
-      '--conditions=@sluice/source',
-      '--import',
-      'tsx',
-      fileURLToPath(new URL(options.script, import.meta.url)),
-    ],
-    // stderr (the dispatcher's warnings and errors, bursts of them in a backend-kill storm) goes
-    // straight to the log file: writes to a pipe are synchronous on Linux, so a supervisor slow to
-    // drain it would freeze the child's event loop and leave its turns idle in transaction.
-    { cwd: E2E_DIR, env, detached: true, stdio: ['ignore', 'pipe', stderrFile] },
-  );
-  if (child.pid === undefined) throw new Error(`could not start ${options.name}`);
-  const pid = child.pid;
+  // stderr (the dispatcher's warnings and errors, bursts of them in a backend-kill storm) goes
+  // straight to the log file: writes to a pipe are synchronous on Linux, so a supervisor slow to
+  // drain it would freeze the child's event loop and leave its turns idle in transaction.
+  const { child, pid } = spawnScript(new URL(options.script, import.meta.url), options.config, stderrFile);
   const log = createWriteStream(options.logFile, { flags: 'a' });
   const announcements = new Map<string, string[]>();
   const latest = new Map<string, string[]>();

@@ -1,5 +1,5 @@
 // A chaos writer process (`writer-N`), started by the supervisor with
-// `tsx --conditions=@sluice/source writer-process.ts` and CHAOS_CHILD set. Several sessions append
+// `tsx --conditions=@sluice/source writer-process.ts` and CHILD_CONFIG set. Several sessions append
 // 1–5 events per transaction until the process's quota of appended events is reached: a share of
 // the transactions roll back after their insert, a share hold the transaction open before
 // committing, the rest sleep 0–50 ms between insert and commit. Each outcome is appended to the
@@ -13,7 +13,7 @@
 // destroyed (so it cannot commit later) and the session goes on with a new one.
 import { append, transaction, type NewEvent } from '@sluice/core';
 import postgres from 'postgres';
-import { childConfig, exitWithParent, random, sleep } from './child.js';
+import { childConfig, random, sleep } from './child.js';
 import { now } from './clock.js';
 import { JsonlWriter } from './jsonl.js';
 
@@ -50,7 +50,6 @@ export interface WriteLine {
 class IntendedRollback extends Error {}
 
 const config = childConfig() as WriterChildConfig;
-exitWithParent(config.parentPid);
 const out = new JsonlWriter(config.file);
 const rand = random(config.seed);
 const TRANSACTION_WATCHDOG_MS = 30_000;

@@ -5,12 +5,12 @@
 import { consumerRow, freshSchema } from '@sluice/testing';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { cpus, loadavg } from 'node:os';
-import { createDispatcher, silentLogger, type EventRecord } from '@sluice/core';
+import { type EventRecord } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
-import { check, machineLoaded, round, ScenarioRecorder } from './support.js';
+import { check, machineLoaded, quietDispatcher, round, ScenarioRecorder } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-backlog');
@@ -51,13 +51,7 @@ test(`S1: a backlog of ${EVENTS} events drained by one no-op consumer (batchSize
         delivered += 1;
       },
     };
-    const dispatcher = createDispatcher({
-      sql: db.sql,
-      schema,
-      consumers: [consumer],
-      logger: silentLogger,
-      listen: false,
-    });
+    const dispatcher = quietDispatcher(db.sql, schema, [consumer]);
     const loadBefore = loadavg()[0] ?? 0;
     const loaded = machineLoaded();
     const rssBefore = process.memoryUsage().rss;

@@ -1,5 +1,5 @@
 // A dispatcher process for the crash scenarios (C7, C8), started by crash.reliability.test.ts with
-// `node --conditions=@sluice/source --import tsx crash-child.ts` and SCENARIO_CHILD set. Every
+// `node --conditions=@sluice/source --import tsx crash-child.ts` and CHILD_CONFIG set. Every
 // handler call first writes a side-effect record (fs.writeSync: it survives a SIGKILL) to `file`;
 // then, on the marked event, C7 SIGKILLs the process and C8 calls process.exit(1). SIGTERM stops
 // the dispatcher cleanly (exit 0).
@@ -12,7 +12,7 @@ import {
   type HandlerContext,
 } from '@sluice/core';
 import postgres from 'postgres';
-import { exitWithParent } from '../rig/child.js';
+import { childConfig } from '../rig/child.js';
 
 export interface CrashChildConfig {
   readonly url: string;
@@ -42,12 +42,7 @@ export interface EffectLine {
   readonly a: number;
 }
 
-const raw = process.env['SCENARIO_CHILD'];
-if (raw === undefined)
-  throw new Error('SCENARIO_CHILD is not set: crash.reliability.test.ts starts this file');
-const config = JSON.parse(raw) as CrashChildConfig;
-
-exitWithParent(config.parentPid); // never outlive the test process
+const config = childConfig() as CrashChildConfig; // and never outlive the test process
 
 const fd = openSync(config.file, 'a');
 const effect = (consumer: string, event: EventRecord, ctx: HandlerContext) => {

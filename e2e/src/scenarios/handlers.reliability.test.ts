@@ -2,12 +2,10 @@
 // connections the turns already hold (pool exhaustion; max 1 + sql.reserve()). H2: a poison event
 // in the middle of a batch. H4: handlers that append derived events, in the turn's transaction and
 // on a connection of their own, in chains of depth 3.
-import { setTimeout as sleep } from 'node:timers/promises';
 import { createAdmin } from '@sluice/admin';
 import {
   append,
   createDispatcher,
-  silentLogger,
   transaction,
   type Consumer,
   type Dispatcher,
@@ -15,10 +13,17 @@ import {
   type HandlerContext,
 } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
-import { appendEvents, consumerRow, drainUntilIdle, freshSchema, until } from '@sluice/testing';
+import {
+  appendEvents,
+  capturingLogger,
+  consumerRow,
+  drainUntilIdle,
+  freshSchema,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
-import { capturingLogger, check, head, round, ScenarioRecorder } from './support.js';
+import { check, head, quietDispatcher, round, ScenarioRecorder } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-handlers');
@@ -26,6 +31,15 @@ const recorder = new ScenarioRecorder('scenarios-handlers');
 afterAll(async () => {
   await recorder.write(db.sql);
 });
+
+/** R1's dispatchers: no LISTEN, a 50 ms poll, retries at once and short backoffs, so a stall shows in seconds. */
+const R1_PACE = {
+  listen: false,
+  pollIntervalMs: 50,
+  retryDelayMs: 0,
+  backoffInitialMs: 200,
+  backoffMaxMs: 1_000,
+} as const;
 
 /** Settles with `promise`, or with 'timeout' after `ms`. */
 async function within<T>(promise: Promise<T>, ms: number): Promise<T | 'timeout'> {
@@ -115,13 +129,9 @@ test('R1a: pool max 2, five consumers whose handlers append through the same poo
       schema,
       consumers,
       logger,
-      listen: false,
-      pollIntervalMs: 50,
+      ...R1_PACE,
       handlerTimeoutMs,
       statementTimeoutMs,
-      retryDelayMs: 0,
-      backoffInitialMs: 200,
-      backoffMaxMs: 1_000,
       rearmCooldownMs: 3_600_000,
     });
     await appendEvents(db.sql, roots, () => ({ streamId: 'r1', type: 'Root', data: {} }), schema);
@@ -228,13 +238,9 @@ test('R1b: pool max 1 and a handler that calls sql.reserve(): accepted with defa
           schema,
           consumers: [consumer],
           logger,
-          listen: false,
-          pollIntervalMs: 50,
+          ...R1_PACE,
           handlerTimeoutMs,
           statementTimeoutMs,
-          retryDelayMs: 0,
-          backoffInitialMs: 200,
-          backoffMaxMs: 1_000,
           rearmCooldownMs: 3_600_000,
         });
       } catch (error) {
@@ -301,6 +307,7 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
       const calls: bigint[] = [];
       let inFlight = 0;
       let maxInFlight = 0;
+      let returned = 0;
       let terminatedPid = 0;
       const consumer: Consumer = {
         name: 'r1c-consumer',
@@ -321,6 +328,7 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
             await new Promise((resolve) => setTimeout(resolve, 200));
           } finally {
             inFlight -= 1;
+            returned += 1;
           }
         },
       };
@@ -330,11 +338,7 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
         consumers: [consumer],
         instanceId,
         logger,
-        listen: false,
-        pollIntervalMs: 50,
-        retryDelayMs: 0,
-        backoffInitialMs: 200,
-        backoffMaxMs: 1_000,
+        ...R1_PACE,
       });
       const ids = (await appendEvents(db.sql, 6, undefined, schema)).map((e) => e.id);
       try {
@@ -345,7 +349,13 @@ test('R1c: a turn whose connection dies mid-batch (what the idle-in-transaction 
           'the consumer to reach the head',
           25,
         );
-        await sleep(1_500); // a stray caller would still be delivering the rest of the dead turn's batch
+        // A stray caller of the dead turn would still be delivering the rest of its batch, one call
+        // after another (each starts as the one before returns): wait until every call has returned.
+        await until(
+          () => inFlight === 0 && returned === calls.length,
+          10_000,
+          'every handler call to return',
+        );
       } finally {
         await dispatcher.stop();
       }
@@ -421,12 +431,7 @@ for (const variant of [
             }
           : {}),
       };
-      const dispatcher = createDispatcher({
-        sql: db.sql,
-        schema,
-        consumers: [consumer],
-        logger: silentLogger,
-        listen: false,
+      const dispatcher = quietDispatcher(db.sql, schema, [consumer], {
         retryDelayMs: 0,
         rearmCooldownMs: 3_600_000,
       });
@@ -576,12 +581,7 @@ test('H4: handlers append derived events (same transaction / own connection), ch
         },
       },
     ];
-    const dispatcher: Dispatcher = createDispatcher({
-      sql: pool,
-      schema,
-      consumers,
-      logger: silentLogger,
-      listen: false,
+    const dispatcher: Dispatcher = quietDispatcher(pool, schema, consumers, {
       retryDelayMs: 0,
       rearmCooldownMs: 3_600_000,
     });

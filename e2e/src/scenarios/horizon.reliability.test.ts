@@ -6,7 +6,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { randomBytes } from 'node:crypto';
 import { createAdmin } from '@sluice/admin';
-import { ATTR, createDispatcher, METRIC, silentLogger, type Consumer, type EventRecord } from '@sluice/core';
+import { ATTR, METRIC, type Consumer, type EventRecord } from '@sluice/core';
 import {
   appendEvents,
   consumerRow,
@@ -20,7 +20,16 @@ import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
-import { check, gapRows, head, metricsProbe, quantile, round, ScenarioRecorder } from './support.js';
+import {
+  check,
+  gapRows,
+  head,
+  metricsProbe,
+  quantile,
+  quietDispatcher,
+  round,
+  ScenarioRecorder,
+} from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-horizon');
@@ -80,12 +89,7 @@ test('G5: a horizon held in another database and by an orphan prepared transacti
         // writer then rolls back, so from here on only the two holders keep the gap from burning.
         const probe = metricsProbe();
         const c = recordingConsumer('g5-consumer');
-        const dispatcher = createDispatcher({
-          sql: pool,
-          schema,
-          consumers: [c.consumer],
-          logger: silentLogger,
-          listen: false,
+        const dispatcher = quietDispatcher(pool, schema, [c.consumer], {
           meterProvider: probe.meterProvider,
         });
         await dispatcher.ensureRegistered();
@@ -161,9 +165,10 @@ test('G5: a horizon held in another database and by an orphan prepared transacti
         // 4. Release the foreign writer only: still held by the prepared transaction.
         await foreignTx`rollback`;
         foreignOpen = false;
+        // Three passes after the rollback (each takes its snapshot after it): each finds the gap pending.
         for (let i = 0; i < 3; i++) {
-          await dispatcher.runOnce();
-          await sleep(pollMs);
+          const pass = await dispatcher.runOnce();
+          expect(pass.byConsumer['g5-consumer']?.pendingGaps).toBe(1);
         }
         const stillHeld = await gapRows(db.sql, schema, 'g5-consumer');
         const afterForeign = await admin.diagnose('g5-consumer');
@@ -280,12 +285,7 @@ for (const kind of [
         },
       });
       const pool = db.connect({ max: 8, connection: { application_name: application } });
-      const dispatcher = createDispatcher({
-        sql: pool,
-        schema,
-        consumers: [hung, bystander.consumer],
-        logger: silentLogger,
-        listen: false,
+      const dispatcher = quietDispatcher(pool, schema, [hung, bystander.consumer], {
         pollIntervalMs: 50,
         handlerTimeoutMs,
         statementTimeoutMs,

@@ -15,11 +15,18 @@ import {
   type EventRecord,
   type Sql,
 } from '@sluice/core';
-import { freshSchema, recordingConsumer, type RecordingConsumer, until } from '@sluice/testing';
+import {
+  capturingLogger,
+  freshSchema,
+  listenBackends,
+  recordingConsumer,
+  type RecordingConsumer,
+  until,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, expect, test } from 'vitest';
 import { profile } from '../report/results.js';
-import { check, capturingLogger, metricsProbe, quantile, round, ScenarioRecorder } from './support.js';
+import { check, metricsProbe, quantile, round, ScenarioRecorder } from './support.js';
 import { BlackholeProxy } from './tcp-proxy.js';
 
 const db = await useTestDatabase();
@@ -64,11 +71,21 @@ async function appendElsewhere(
   return event!.id;
 }
 
-async function listenBackends(): Promise<number[]> {
-  const rows = await db.sql<{ pid: number }[]>`
-    select pid from pg_stat_activity
-    where datname = current_database() and application_name like 'sluice-listen%'`;
-  return rows.map((r) => r.pid);
+/** Ten events appended elsewhere 40–100 ms apart (a NOTIFY each), once all are delivered. */
+async function pacedRound(
+  writer: Sql,
+  schema: string,
+  committedAt: Map<bigint, number>,
+  latency: ReadonlyMap<bigint, number>,
+  what: string,
+): Promise<bigint[]> {
+  const ids: bigint[] = [];
+  for (let i = 0; i < 10; i++) {
+    ids.push(await appendElsewhere(writer, schema, committedAt));
+    await sleep(40 + ((i * 37) % 60));
+  }
+  await until(() => ids.every((id) => latency.has(id)), 10_000, what);
+  return ids;
 }
 
 /** Samples dispatcher.listenConnected every ms; keeps the disconnected intervals. */
@@ -118,19 +135,14 @@ test('C6a: LISTEN backend terminated: polling delivers, LISTEN reconnects and re
     try {
       await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
       // Baseline: NOTIFY wakes the dispatcher well within the poll interval.
-      const baseline: bigint[] = [];
-      for (let i = 0; i < 10; i++) {
-        baseline.push(await appendElsewhere(writer, schema, committedAt));
-        await sleep(40 + ((i * 37) % 60));
-      }
-      await until(() => baseline.every((id) => latency.has(id)), 10_000, 'baseline deliveries');
+      const baseline = await pacedRound(writer, schema, committedAt, latency, 'baseline deliveries');
 
       // Terminate only the LISTEN backend, several times, with appends every 50 ms throughout.
       const relisten: number[] = [];
       const pids = new Set<number>();
       const during: bigint[] = [];
       for (let k = 0; k < kills; k++) {
-        const [pid] = await listenBackends();
+        const [pid] = await listenBackends(db.sql);
         expect(pid).toBeDefined();
         pids.add(pid!);
         const killedAt = performance.now();
@@ -147,19 +159,14 @@ test('C6a: LISTEN backend terminated: polling delivers, LISTEN reconnects and re
       }
       const phase = [...committedAt.keys()];
       await until(() => phase.every((id) => latency.has(id)), 10_000, 'every event');
-      const after = await listenBackends();
+      const after = await listenBackends(db.sql);
 
       // Resync: with a 60 s poll, an event committed (without any NOTIFY) while LISTEN is down is
       // delivered by the catch-up pass of the reconnect, not by the poll.
       const resync = await resyncProbe(await freshSchema(db.sql, 'c6r'));
 
       const lat = (ids: readonly bigint[]) => ids.map((id) => latency.get(id)!);
-      const post: bigint[] = [];
-      for (let i = 0; i < 10; i++) {
-        post.push(await appendElsewhere(writer, schema, committedAt));
-        await sleep(40 + ((i * 37) % 60));
-      }
-      await until(() => post.every((id) => latency.has(id)), 10_000, 'deliveries after recovery');
+      const post = await pacedRound(writer, schema, committedAt, latency, 'deliveries after recovery');
 
       figures['poll interval / maxTurnMs (ms)'] = `${POLL_MS} / ${MAX_TURN_MS}`;
       figures['listen backends terminated'] = kills;
@@ -206,7 +213,7 @@ async function resyncProbe(schema: string): Promise<number> {
     await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
     await until(async () => (await dispatcher.runOnce()).processed === 0, 30_000, 'catching up first');
     for (let attempt = 0; attempt < 10; attempt++) {
-      const before = await listenBackends();
+      const before = await listenBackends(db.sql);
       for (const pid of before) await db.sql`select pg_terminate_backend(${pid})`;
       await until(() => !dispatcher.listenConnected, 5_000, 'the LISTEN close to be seen');
       const [event] = await db.sql.begin((tx) =>
@@ -256,12 +263,7 @@ test('C6b: blackholed (half-open) LISTEN socket: deliveries keep flowing by poll
         `${proxy.connections().length} (${listeners.length})`;
       expect(listeners).toHaveLength(1);
 
-      const baseline: bigint[] = [];
-      for (let i = 0; i < 10; i++) {
-        baseline.push(await appendElsewhere(writer, schema, committedAt));
-        await sleep(40 + ((i * 37) % 60));
-      }
-      await until(() => baseline.every((id) => latency.has(id)), 10_000, 'baseline deliveries');
+      const baseline = await pacedRound(writer, schema, committedAt, latency, 'baseline deliveries');
 
       // Blackhole the LISTEN connection: no bytes either way, no FIN, no RST.
       expect(proxy.blackhole((p) => isListen(p.applicationName))).toBe(1);
@@ -294,12 +296,7 @@ test('C6b: blackholed (half-open) LISTEN socket: deliveries keep flowing by poll
       figures['listenCheckMs'] = LISTEN_CHECK_MS;
       // The blackholed flow is still open at the proxy: reset it, so its backend goes away.
       proxy.reset((p) => p.held);
-      const post: bigint[] = [];
-      for (let i = 0; i < 10; i++) {
-        post.push(await appendElsewhere(writer, schema, committedAt));
-        await sleep(40 + ((i * 37) % 60));
-      }
-      await until(() => post.every((id) => latency.has(id)), 10_000, 'deliveries after the blackhole');
+      const post = await pacedRound(writer, schema, committedAt, latency, 'deliveries after the blackhole');
       figures['NOTIFY latency after the blackhole p50 (ms)'] = round(median(lat(post)));
       figures['LISTEN warnings logged during the blackhole'] = logger.lines.filter(
         (l) => l.level !== 'debug' && l.at > holeAt && /LISTEN/i.test(l.message),
@@ -318,7 +315,11 @@ test('C6b: blackholed (half-open) LISTEN socket: deliveries keep flowing by poll
       expect(c.ids()).toEqual(all);
       expect(median(lat(post))).toBeLessThan(POLL_MS / 2);
       // The reset backend goes away with its socket: one listener again.
-      await until(async () => (await listenBackends()).length === 1, 10_000, 'exactly one LISTEN backend');
+      await until(
+        async () => (await listenBackends(db.sql)).length === 1,
+        10_000,
+        'exactly one LISTEN backend',
+      );
     } finally {
       await watch.stop();
       await dispatcher.stop();

@@ -15,7 +15,7 @@ import { createAdmin } from '@sluice/admin';
 import { append, createDispatcher, migrate, silentLogger, type EventRecord, type Sql } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { afterAll, expect, test } from 'vitest';
-import { check, gapRows, head, round, ScenarioRecorder } from './support.js';
+import { check, gapRows, head, quietDispatcher, round, ScenarioRecorder } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-sequence');
@@ -91,13 +91,7 @@ test('G6: a sequence with CACHE 20 makes start() and migrate() refuse with SLUIC
 
     // The guard is exactly the cache: back to CACHE 1, the same schema starts.
     await db.sql`alter sequence ${db.sql(seq)} cache 1`;
-    const fixed = createDispatcher({
-      sql: db.sql,
-      schema,
-      consumers: [c.consumer],
-      logger: silentLogger,
-      listen: false,
-    });
+    const fixed = quietDispatcher(db.sql, schema, [c.consumer]);
     try {
       await fixed.start();
       await until(() => c.seen.length === drawn.length, 10_000, 'delivery after CACHE 1');
@@ -134,6 +128,22 @@ function cursorWatch(sql: Sql, schema: string, name: string) {
   };
 }
 
+/**
+ * `<id>-consumer` in a fresh schema, on a started dispatcher of its own pool, with its cursor
+ * watched from the start (cursorWatch); `seq` is the schema's events id sequence.
+ */
+async function watchedConsumer(id: string, options: { pollIntervalMs: number; batchSize?: number }) {
+  const schema = await freshSchema(db.sql, id);
+  const seq = await sequenceOf(db.sql, schema);
+  const t = tables(db.sql, schema);
+  const c = recordingConsumer(`${id}-consumer`);
+  const pool = db.connect({ max: 6 });
+  const dispatcher = quietDispatcher(pool, schema, [c.consumer], options);
+  await dispatcher.start();
+  const cursors = cursorWatch(db.sql, schema, `${id}-consumer`);
+  return { schema, seq, t, c, dispatcher, cursors };
+}
+
 /** Out-of-order deliveries (ids compared as bigint). */
 function inversions(c: RecordingConsumer): number {
   const ids = c.ids();
@@ -142,21 +152,7 @@ function inversions(c: RecordingConsumer): number {
 
 test('G7: setval(+1e6) mid-stream leaves one pending range that burns; delivery goes on', async () => {
   await recorder.run('G7', 'Sequence jumps (setval +1e6)', ['I1', 'I9'], async (figures) => {
-    const schema = await freshSchema(db.sql, 'g7');
-    const seq = await sequenceOf(db.sql, schema);
-    const t = tables(db.sql, schema);
-    const c = recordingConsumer('g7-consumer');
-    const pool = db.connect({ max: 6 });
-    const dispatcher = createDispatcher({
-      sql: pool,
-      schema,
-      consumers: [c.consumer],
-      logger: silentLogger,
-      listen: false,
-      pollIntervalMs: 50,
-    });
-    await dispatcher.start();
-    const cursors = cursorWatch(db.sql, schema, 'g7-consumer');
+    const { schema, seq, t, c, dispatcher, cursors } = await watchedConsumer('g7', { pollIntervalMs: 50 });
 
     // Sample the consumer's gap rows and its state row's size while the writer runs.
     const sampling = { on: true };
@@ -252,22 +248,10 @@ test('G7: setval(+1e6) mid-stream leaves one pending range that burns; delivery 
 
 test('G8: ids across 999 999 999 → 1 000 000 000 and 2^53 arrive exact and in order', async () => {
   await recorder.run('G8', 'Big ids (9/10 digits, 2^53)', ['I2', 'I4'], async (figures) => {
-    const schema = await freshSchema(db.sql, 'g8');
-    const seq = await sequenceOf(db.sql, schema);
-    const t = tables(db.sql, schema);
-    const c = recordingConsumer('g8-consumer');
-    const pool = db.connect({ max: 6 });
-    const dispatcher = createDispatcher({
-      sql: pool,
-      schema,
-      consumers: [c.consumer],
-      logger: silentLogger,
-      listen: false,
+    const { schema, seq, t, c, dispatcher, cursors } = await watchedConsumer('g8', {
       pollIntervalMs: 20,
       batchSize: 7, // several turns inside each boundary region
     });
-    await dispatcher.start();
-    const cursors = cursorWatch(db.sql, schema, 'g8-consumer');
     const writer = db.connect({ max: 1 });
     const appended: EventRecord[] = [];
     const one = async (n: number) => {

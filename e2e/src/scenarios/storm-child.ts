@@ -1,5 +1,5 @@
 // A dispatcher process for the backend-kill storm (storm.reliability.test.ts), started with
-// `node --conditions=@sluice/source --import tsx storm-child.ts` and SCENARIO_CHILD set. It runs
+// `node --conditions=@sluice/source --import tsx storm-child.ts` and CHILD_CONFIG set. It runs
 // the stock postgres.js release users install: no patch, default pool options. Every delivery is
 // written to `file` as a JSON line (fs.writeSync: nothing is lost if the process dies). SIGTERM
 // stops the dispatcher and exits 0, printing how long stop() took.
@@ -13,14 +13,10 @@ import {
   type TransactionSql,
 } from '@sluice/core';
 import postgres from 'postgres';
-import { exitWithParent } from '../rig/child.js';
+import { childConfig } from '../rig/child.js';
 import type { StormChildConfig, StormDelivery } from './storm-shared.js';
 
-const raw = process.env['SCENARIO_CHILD'];
-if (raw === undefined)
-  throw new Error('SCENARIO_CHILD is not set: storm.reliability.test.ts starts this file');
-const config = JSON.parse(raw) as StormChildConfig;
-exitWithParent(config.parentPid);
+const config = childConfig() as StormChildConfig;
 
 const fd = openSync(config.file, 'a');
 const record = (consumer: string, event: EventRecord) => {

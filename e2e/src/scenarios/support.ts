@@ -1,13 +1,20 @@
 // Shared by the scenario suites (docs/reliability.md §5): result recording, an on-demand
-// OpenTelemetry metric reader, a capturing logger, and child processes (fresh schemas, consumer
-// rows and waiting on conditions come from @sluice/testing).
-import { spawn, type ChildProcess } from 'node:child_process';
+// OpenTelemetry metric reader and child processes (fresh schemas, consumer rows, a capturing logger
+// and waiting on conditions come from @sluice/testing).
+import type { ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
-import { fileURLToPath } from 'node:url';
-import type { DispatcherOptions, Logger, Sql } from '@sluice/core';
+import {
+  createDispatcher,
+  silentLogger,
+  type Consumer,
+  type Dispatcher,
+  type DispatcherOptions,
+  type Sql,
+} from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
+import { spawnScript } from '../rig/child.js';
 
 export type Figures = Record<string, number | string>;
 
@@ -67,6 +74,16 @@ export class ScenarioRecorder {
   }
 }
 
+/** A dispatcher without logs and, unless `extra` asks for it, without LISTEN. */
+export function quietDispatcher(
+  sql: Sql,
+  schema: string,
+  consumers: readonly Consumer[],
+  extra: Partial<DispatcherOptions> = {},
+): Dispatcher {
+  return createDispatcher({ sql, schema, consumers, logger: silentLogger, listen: false, ...extra });
+}
+
 /** Throws `message` (with the figures' context) when `condition` is false: an invariant check. */
 export function check(condition: boolean, message: string): asserts condition {
   if (!condition) throw new Error(message);
@@ -108,17 +125,6 @@ export function quantile(values: readonly number[], q: number): number {
 }
 
 export const round = (value: number, digits = 0) => Number(value.toFixed(digits));
-
-/** A logger that keeps every line (level, message, fields) so scenarios can assert on warnings. */
-export function capturingLogger(): Logger & {
-  readonly lines: { level: string; message: string; fields: object; at: number }[];
-} {
-  const lines: { level: string; message: string; fields: object; at: number }[] = [];
-  const keep = (level: string) => (fields: object, message: string) => {
-    lines.push({ level, message, fields, at: performance.now() });
-  };
-  return { lines, debug: keep('debug'), info: keep('info'), warn: keep('warn'), error: keep('error') };
-}
 
 // ---------------------------------------------------------------------------------------------
 // OpenTelemetry: an in-memory MeterProvider from @opentelemetry/sdk-metrics with a reader that
@@ -188,7 +194,6 @@ export function metricsProbe(): MetricsProbe {
 // same process, so the pid we hold is the dispatcher's own and SIGKILL reaches it), each in its own
 // process group; every one still alive is killed by killChildren() (afterAll).
 
-const E2E_DIR = fileURLToPath(new URL('../../', import.meta.url));
 const live = new Set<ChildProcess>();
 
 export interface Child {
@@ -202,24 +207,7 @@ export interface Child {
 }
 
 export function startChild(script: URL, config: object): Child {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) {
-    if (key === 'NODE_OPTIONS' || key.startsWith('VITEST') || key === 'TEST') continue;
-    env[key] = value;
-  }
-  env['SCENARIO_CHILD'] = JSON.stringify({ ...config, parentPid: process.pid });
-  const child = spawn(
-    process.execPath,
-    ['--conditions=@sluice/source', '--import', 'tsx', fileURLToPath(script)],
-    {
-      cwd: E2E_DIR,
-      env,
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  if (child.pid === undefined) throw new Error(`could not start ${fileURLToPath(script)}`);
-  const pid = child.pid;
+  const { child, pid } = spawnScript(script, { ...config, parentPid: process.pid }, 'pipe');
   live.add(child);
   let out = '';
   const waiters: { word: string; resolve: (line: string) => void }[] = [];
@@ -233,8 +221,8 @@ export function startChild(script: URL, config: object): Child {
       }
     }
   };
-  child.stdout.on('data', onData);
-  child.stderr.on('data', (chunk: Buffer) => {
+  child.stdout?.on('data', onData);
+  child.stderr?.on('data', (chunk: Buffer) => {
     out += chunk.toString('utf8');
   });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {

@@ -1,11 +1,11 @@
 // X6's attacker, a child process (its own event loop, its own connection) started by
-// races.reliability.test.ts through startChild() (scenarios/support.ts), so with SCENARIO_CHILD set:
+// races.reliability.test.ts through startChild() (scenarios/support.ts), so with CHILD_CONFIG set:
 // an unprivileged role floods pg_notify on the Sluice channel with hostile payloads, `batch`
 // notifications per autocommit statement (one commit each). Prints one line,
 // `FLOOD {"sent","commits","failed","startMs","endMs"}` (epoch milliseconds), and exits.
 import { setTimeout as sleep } from 'node:timers/promises';
 import postgres from 'postgres';
-import { exitWithParent } from '../rig/child.js';
+import { childConfig } from '../rig/child.js';
 
 export interface FloodConfig {
   /** Connection URL of the unprivileged role. */
@@ -32,12 +32,7 @@ export interface FloodReport {
   readonly endMs: number;
 }
 
-const raw = process.env['SCENARIO_CHILD'];
-if (raw === undefined)
-  throw new Error('SCENARIO_CHILD is not set: races.reliability.test.ts starts this file');
-const config = JSON.parse(raw) as FloodConfig;
-
-exitWithParent(config.parentPid); // never outlive the test process
+const config = childConfig() as FloodConfig; // and never outlive the test process
 
 /** One hostile payload per batch (±2^63, a JSON bomb, 7,999 bytes, SQL text, …). */
 function hostile(seq: number): string {

@@ -6,7 +6,7 @@
 // the plugin (their parsers are what a cross-site form relies on); the races once, on the bare one.
 import { gzipSync } from 'node:zlib';
 import type { Consumer, EventRecord } from '@sluice/core';
-import { appendEvents, until } from '@sluice/testing';
+import { appendEvents, consumerRow, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import type { InjectOptions, LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -73,14 +73,6 @@ function differences(before: TableState, after: TableState): string[] {
   return Object.keys(before).filter((table) => before[table] !== after[table]);
 }
 
-async function consumerRow(schema: string, name: string) {
-  const [row] = await db.sql<
-    { status: string; cursor: string; disabled_reason: string | null; stuck: string | null }[]
-  >`select status, cursor::text, disabled_reason, stuck_event_id::text as stuck
-    from ${db.sql(`${schema}.consumers`)} where name = ${name}`;
-  return row;
-}
-
 describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
   let recorder: SuiteRecorder;
   let ops: OpsApp;
@@ -109,10 +101,11 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
       ops.schema,
     );
     await ops.app.sluice.dispatcher.runOnce();
-    const [mailer] = await db.sql<{ status: string; stuck: string; cursor: string }[]>`
-    select status, stuck_event_id::text as stuck, cursor::text from ${db.sql(`${ops.schema}.consumers`)}
-    where name = 'mailer'`;
-    expect(mailer).toEqual({ status: 'dead', stuck: STUCK.toString(), cursor: FIRST.toString() });
+    expect(await consumerRow(db.sql, ops.schema, 'mailer')).toMatchObject({
+      status: 'dead',
+      stuckEventId: STUCK,
+      cursor: FIRST,
+    });
   });
 
   afterAll(async () => {
@@ -367,13 +360,11 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
           violations.add(`GET ${JSON.stringify(name)}: ${shown.response.statusCode} ${shownName ?? ''}`);
         }
         const disabled = await ops.request(post(`/consumers/${encodeComponent(name)}/disable`, {}));
-        const own = await consumerRow(ops.schema, name);
-        const other = await consumerRow(ops.schema, twin);
-        if (disabled.response.statusCode !== 200 || own?.status !== 'disabled' || other?.status !== 'idle') {
+        const own = await consumerRow(db.sql, ops.schema, name);
+        const other = await consumerRow(db.sql, ops.schema, twin);
+        if (disabled.response.statusCode !== 200 || own.status !== 'disabled' || other.status !== 'idle') {
           collisions++;
-          violations.add(
-            `disable ${JSON.stringify(name)}: ${own?.status ?? '?'} / twin ${other?.status ?? '?'}`,
-          );
+          violations.add(`disable ${JSON.stringify(name)}: ${own.status} / twin ${other.status}`);
         }
         await ops.request(post(`/consumers/${encodeComponent(name)}/enable`, {}));
       }
@@ -474,8 +465,8 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
           verify: async (p) => {
             const [audit] = await db.sql<{ reason: string | null }[]>`
               select details->>'reason' as reason from ${db.sql(`${ops.schema}.audit`)} order by id desc limit 1`;
-            const row = await consumerRow(ops.schema, 'scribe');
-            return audit?.reason === p && row?.disabled_reason === p
+            const row = await consumerRow(db.sql, ops.schema, 'scribe');
+            return audit?.reason === p && row.disabledReason === p
               ? undefined
               : `reason not stored verbatim: audit ${String(audit?.reason).slice(0, 40)}`;
           },
@@ -1048,9 +1039,8 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
           violations.add(`${label}: changed ${changed.join(', ')}`);
         }
       }
-      const mailer = await consumerRow(ops.schema, 'mailer');
-      if (mailer?.status !== 'dead' || mailer.stuck !== STUCK.toString())
-        violations.add('mailer was un-stuck');
+      const mailer = await consumerRow(db.sql, ops.schema, 'mailer');
+      if (mailer.status !== 'dead' || mailer.stuckEventId !== STUCK) violations.add('mailer was un-stuck');
       recorder.faults['body tricks'] = cases.length;
       figures['cases'] = cases.length;
       figures['statuses'] = tally(statuses);
@@ -1190,9 +1180,8 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
           violations.add(`${route.url}: changed ${changed.join(', ')}`);
         }
       }
-      const mailer = await consumerRow(ops.schema, 'mailer');
-      if (mailer?.status !== 'dead' || mailer.stuck !== STUCK.toString())
-        violations.add('mailer was un-stuck');
+      const mailer = await consumerRow(db.sql, ops.schema, 'mailer');
+      if (mailer.status !== 'dead' || mailer.stuckEventId !== STUCK) violations.add('mailer was un-stuck');
       recorder.faults['cross-site form requests'] = requests;
       figures['forms the host app parses'] = parsed.join(', ') || 'none';
       figures['write routes'] = writes.length;
@@ -1299,9 +1288,9 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
 
         // The next turn passes the skipped event, delivers the next one and dies on the second poison.
         await ops.app.sluice.dispatcher.runOnce();
-        expect(await consumerRow(ops.schema, 'racer')).toMatchObject({
+        expect(await consumerRow(db.sql, ops.schema, 'racer')).toMatchObject({
           status: 'dead',
-          stuck: SECOND_POISON.toString(),
+          stuckEventId: SECOND_POISON,
         });
         const ten = await race(10, SECOND_POISON);
         figures['10 concurrent: 200/409'] =
@@ -1417,9 +1406,9 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
             cursorBefore: first!.id.toString(),
             statusAfter: 'disabled',
           });
-          expect(await consumerRow(quick.schema, 'slowpoke')).toMatchObject({
+          expect(await consumerRow(db.sql, quick.schema, 'slowpoke')).toMatchObject({
             status: 'disabled',
-            cursor: first!.id.toString(),
+            cursor: first!.id,
           });
 
           // 3. The same for a restart: the turn commits its cursor, then the operator's cursor wins.
@@ -1436,10 +1425,9 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
           expect(restarted.statusCode, restarted.body).toBe(200);
           expect(restarted.json()).toMatchObject({ cursorBefore: second!.id.toString(), cursorAfter: '0' });
           await quick.app.sluice.dispatcher.drain();
-          const final = await consumerRow(quick.schema, 'slowpoke');
-          figures['operator state kept after the turn'] =
-            `status ${final?.status ?? '?'}, cursor ${final?.cursor ?? '?'}`;
-          expect(final).toMatchObject({ status: 'idle', cursor: '0' });
+          const final = await consumerRow(db.sql, quick.schema, 'slowpoke');
+          figures['operator state kept after the turn'] = `status ${final.status}, cursor ${final.cursor}`;
+          expect(final).toMatchObject({ status: 'idle', cursor: 0n });
         } finally {
           release();
           await patient.close();

@@ -1,38 +1,65 @@
 import postgres from 'postgres';
-import { createDispatcher, migrate, prune, silentLogger, type Consumer, type Dispatcher } from '@sluice/core';
+import { prune, type Consumer, type Dispatcher } from '@sluice/core';
 import {
   appendEvents,
   consumerRow,
   drainUntilIdle,
   failingOn,
-  openTransaction,
+  gate,
+  holdGap,
   recordingConsumer,
   until,
+  untilWaitingForConsumerRow,
 } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import {
+  heldTransaction,
+  registeredDispatcher,
+  testDispatcher,
+  useTestDatabase,
+} from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
 
 const db = await useTestDatabase();
-let schemaCounter = 0;
 
 async function setup(consumers: readonly Consumer[], extra: { instanceId?: string } = {}) {
-  const schema = `adm_${process.pid}_${schemaCounter++}`;
-  await migrate(db.sql, { schema, logger: silentLogger });
-  const dispatcher = createDispatcher({
-    sql: db.sql,
-    schema,
+  // No automatic re-arm while a test looks at a dead consumer.
+  const { schema, dispatcher } = await registeredDispatcher(
+    db.sql,
     consumers,
-    logger: silentLogger,
-    listen: false,
-    rearmCooldownMs: 3_600_000,
-    retryDelayMs: 0,
-    ...extra,
-  });
-  onTestFinished(() => dispatcher.stop());
-  await dispatcher.ensureRegistered();
+    { rearmCooldownMs: 3_600_000, ...extra },
+    'adm',
+  );
   const admin = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 5_000, defaultActor: 'test-operator' });
   return { schema, dispatcher, admin };
+}
+
+/** A gap at event 1 whose writer's transaction stays open (rolled back after the test). */
+async function openGap(schema: string, type = 'Held') {
+  const gap = await holdGap(db.sql, { streamId: 's', type, data: {} }, { schema });
+  onTestFinished(() => gap.release({ commit: false }));
+  return gap;
+}
+
+/** A per-instance consumer registered by pod-a (the admin's dispatcher) and by pod-b. */
+async function twoInstances() {
+  const feed: Consumer = { name: 'sse', delivery: 'per-instance', handler: () => undefined };
+  const { admin, schema } = await setup([feed], { instanceId: 'pod-a' });
+  await testDispatcher(db.sql, schema, [feed], { instanceId: 'pod-b' }).ensureRegistered();
+  return { admin, schema };
+}
+
+/** A consumer whose handler waits for `held` to open; `inHandler()` once a call has begun. */
+function heldConsumer(name: string) {
+  const held = gate();
+  let entered = false;
+  const { consumer } = recordingConsumer(name, {
+    handler: async () => {
+      entered = true;
+      await held.promise;
+    },
+  });
+  return { consumer, held, inHandler: () => entered };
 }
 
 async function auditActions(schema: string): Promise<string[]> {
@@ -75,10 +102,8 @@ describe('read models', () => {
   test('diagnose names the backend whose open transaction keeps the oldest gap pending', async () => {
     const c = recordingConsumer('waiting');
     const { dispatcher, admin, schema } = await setup([c.consumer]);
-    const holder = await openTransaction(db.sql);
-    onTestFinished(() => holder.rollback());
+    const { transaction: holder } = await openGap(schema);
     await holder.sql`set application_name = 'forgotten-batch-job'`;
-    await holder.append([{ streamId: 's', type: 'Held', data: {} }], { schema });
     await appendEvents(db.sql, 1, undefined, schema);
     await stuck(dispatcher, 2); // observe, then fence
     const diagnosis = await admin.diagnose('waiting');
@@ -232,30 +257,15 @@ describe('actions', () => {
   });
 
   test('a restart issued during a turn waits for it and is neither lost nor undone by its commit', async () => {
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let inHandler = false;
-    const c = recordingConsumer('busy', {
-      handler: async () => {
-        inHandler = true;
-        await gate;
-      },
-    });
-    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    const { consumer, held, inHandler } = heldConsumer('busy');
+    const { dispatcher, admin, schema } = await setup([consumer]);
     await appendEvents(db.sql, 3, undefined, schema);
     const turn = dispatcher.runOnce();
-    await until(() => inHandler);
+    await until(inHandler);
     const restarting = admin.restart('busy', { from: 'beginning' });
     // The restart waits on the row lock the turn holds: wait until it is blocked, then let the turn go.
-    for (;;) {
-      const [waiting] = await db.sql`
-        select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like '%for update of c%' and state = 'active'`;
-      if (waiting) break;
-      await new Promise((resolve) => setTimeout(resolve, 5));
-    }
-    release();
+    await untilWaitingForConsumerRow(db.sql);
+    held.open();
     await turn;
     const result = await restarting;
     expect(result.cursorBefore).toBe(3n); // it saw the turn's committed cursor…
@@ -263,10 +273,7 @@ describe('actions', () => {
   });
 
   test('a skip issued while a turn delivers the stuck event decides on the row that turn committed: refused, nothing recorded', async () => {
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const retry = gate();
     let calls = 0;
     let inRetry = false;
     const c = recordingConsumer('flaky', {
@@ -275,7 +282,7 @@ describe('actions', () => {
         calls += 1;
         if (calls === 1) throw new Error('transient');
         inRetry = true;
-        await gate; // the retry succeeds, once the skip waits for the row
+        await retry.promise; // the retry succeeds, once the skip waits for the row
       },
     });
     const { dispatcher, admin, schema } = await setup([c.consumer]);
@@ -286,13 +293,8 @@ describe('actions', () => {
     await until(() => inRetry);
     const skipping = admin.skip('flaky', { eventId: 2n });
     skipping.catch(() => undefined);
-    for (;;) {
-      const [waiting] = await db.sql`
-        select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like '%for update of c%' and state = 'active'`;
-      if (waiting) break;
-      await new Promise((resolve) => setTimeout(resolve, 5));
-    }
-    release();
+    await untilWaitingForConsumerRow(db.sql);
+    retry.open();
     await turn;
     // The turn delivered event 2: the skip, whose lock waited for that commit, must see it.
     await expect(skipping).rejects.toMatchObject({ code: 'SLUICE_SKIP_MISMATCH' });
@@ -307,24 +309,14 @@ describe('actions', () => {
   });
 
   test('a row held longer than lockTimeoutMs is reported busy and nothing changes', async () => {
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let inHandler = false;
-    const c = recordingConsumer('held', {
-      handler: async () => {
-        inHandler = true;
-        await gate;
-      },
-    });
-    const { dispatcher, schema } = await setup([c.consumer]);
+    const { consumer, held, inHandler } = heldConsumer('held');
+    const { dispatcher, schema } = await setup([consumer]);
     const impatient = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 100 });
     await appendEvents(db.sql, 1, undefined, schema);
     const turn = dispatcher.runOnce();
-    await until(() => inHandler);
+    await until(inHandler);
     await expect(impatient.disable('held')).rejects.toMatchObject({ code: 'SLUICE_CONSUMER_BUSY' });
-    release();
+    held.open();
     await turn;
     expect((await consumerRow(db.sql, schema, 'held')).status).toBe('idle');
     expect(await auditActions(schema)).toEqual([]);
@@ -379,12 +371,10 @@ describe('actions', () => {
   test('skip of a late gap event that is poison removes it from the gaps without moving the cursor', async () => {
     const c = failingOn('indexer', (e) => e.type === 'Poison', { errorPolicy: { maxAttempts: 1 } });
     const { dispatcher, admin, schema } = await setup([c.consumer]);
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
-    await writer.append([{ streamId: 's', type: 'Poison', data: {} }], { schema }); // id 1
+    const late = await openGap(schema, 'Poison'); // id 1
     await appendEvents(db.sql, 2, undefined, schema); // 2, 3
     await dispatcher.runOnce(); // cursor 3, gap {1}
-    await writer.commit();
+    await late.release({ commit: true });
     for (let i = 0; i < 5 && (await consumerRow(db.sql, schema, 'indexer')).status !== 'dead'; i++)
       await dispatcher.runOnce();
     expect(await consumerRow(db.sql, schema, 'indexer')).toMatchObject({ status: 'dead', cursor: 3n });
@@ -450,8 +440,7 @@ describe('actions', () => {
     await appendEvents(db.sql, 1, undefined, schema); // 1
     await db.sql`select nextval(${`${schema}.events_id_seq`}::regclass)`; // 2: drawn, never inserted
     await appendEvents(db.sql, 1, undefined, schema); // 3
-    const horizon = await openTransaction(db.sql); // holds the horizon: 2 cannot burn
-    onTestFinished(() => horizon.rollback());
+    const horizon = await heldTransaction(db.sql); // holds the horizon: 2 cannot burn
     await horizon.xid();
     for (let i = 0; i < 3; i++) await dispatcher.runOnce();
     expect(c.ids()).toEqual([1n]); // strict: waits at 2
@@ -473,9 +462,7 @@ describe('actions', () => {
     const c = recordingConsumer('waiting');
     const { dispatcher, schema } = await setup([c.consumer]);
     const admin = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 200 });
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
-    await writer.append([{ streamId: 's', type: 'Held', data: {} }], { schema }); // 1, uncommitted
+    await openGap(schema); // 1, uncommitted
     await appendEvents(db.sql, 1, undefined, schema);
     await dispatcher.runOnce();
     await expect(admin.fenceGap('waiting', { eventId: 1n })).rejects.toMatchObject({
@@ -485,17 +472,7 @@ describe('actions', () => {
   });
 
   test('collectStaleInstances removes per-instance rows of instances gone longer than the threshold', async () => {
-    const feed: Consumer = { name: 'sse', delivery: 'per-instance', handler: () => undefined };
-    const { admin, schema } = await setup([feed], { instanceId: 'pod-a' });
-    const other = createDispatcher({
-      sql: db.sql,
-      schema,
-      consumers: [feed],
-      instanceId: 'pod-b',
-      logger: silentLogger,
-      listen: false,
-    });
-    await other.ensureRegistered();
+    const { admin, schema } = await twoInstances();
     await db.sql`update ${db.sql(`${schema}.consumers`)} set last_seen_at = now() - interval '2 hours' where instance_id = 'pod-b'`;
     const { removed } = await admin.collectStaleInstances({ olderThanMs: 3_600_000 });
     expect(removed.map((r) => r.instanceId)).toEqual(['pod-b']);
@@ -506,17 +483,7 @@ describe('actions', () => {
   });
 
   test('per-instance consumers need an instanceId when there are several rows', async () => {
-    const feed: Consumer = { name: 'sse', delivery: 'per-instance', handler: () => undefined };
-    const { admin, schema } = await setup([feed], { instanceId: 'pod-a' });
-    const other = createDispatcher({
-      sql: db.sql,
-      schema,
-      consumers: [feed],
-      instanceId: 'pod-b',
-      logger: silentLogger,
-      listen: false,
-    });
-    await other.ensureRegistered();
+    const { admin } = await twoInstances();
     await expect(admin.disable('sse')).rejects.toMatchObject({
       code: 'SLUICE_INVALID_OPTION',
       option: 'instanceId',

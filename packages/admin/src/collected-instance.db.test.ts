@@ -3,15 +3,14 @@
 // dispatcher re-registers the row where it was, audits it, logs it and counts it in a metric, and
 // nothing it had not received is lost (a pending gap is delivered from its lowest id; events
 // retention deleted meanwhile are reported).
-import { createDispatcher, migrate, prune, silentLogger, type Consumer, type Logger } from '@sluice/core';
-import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { createDispatcher, prune, type Consumer } from '@sluice/core';
+import { appendEvents, capturingLogger, freshSchema, recordingConsumer } from '@sluice/testing';
+import { heldTransaction, useTestDatabase } from '@sluice/testing/vitest';
 import { MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
 import { expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
 
 const db = await useTestDatabase();
-let counter = 0;
 
 class ManualReader extends MetricReader {
   protected override onShutdown(): Promise<void> {
@@ -22,21 +21,10 @@ class ManualReader extends MetricReader {
   }
 }
 
-function capturingLogger() {
-  const lines: { level: string; message: string; fields: Record<string, unknown> }[] = [];
-  const at =
-    (level: string) =>
-    (fields: Record<string, unknown>, message: string): void => {
-      lines.push({ level, message, fields });
-    };
-  const logger: Logger = { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
-  return { logger, lines };
-}
-
 async function setup(consumer: Consumer) {
-  const schema = `collected_${process.pid}_${counter++}`;
-  await migrate(db.sql, { schema, logger: silentLogger });
-  const { logger, lines } = capturingLogger();
+  const schema = await freshSchema(db.sql, 'collected');
+  const logger = capturingLogger();
+  const { lines } = logger;
   const reader = new ManualReader();
   const meterProvider = new MeterProvider({ readers: [reader] });
   const dispatcher = createDispatcher({
@@ -102,8 +90,7 @@ test('a live instance re-registers its collected row where it was, and says so i
 test("a collected row's pending gap is delivered once its writer commits", async () => {
   const feed = recordingConsumer('feed', { delivery: 'per-instance' });
   const s = await setup(feed.consumer);
-  const writer = await openTransaction(db.sql);
-  onTestFinished(() => writer.rollback());
+  const writer = await heldTransaction(db.sql);
   const [late] = await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema: s.schema });
   await appendEvents(db.sql, 2, undefined, s.schema);
   await s.dispatcher.runOnce();

@@ -5,34 +5,20 @@
 // that snapshot was taken, and a writer that began in between is in flight at the snapshot with an
 // xid above it. The window is widened on purpose: the operator connects as a role subject to
 // row-level security, and a policy parks the restart on the audit read it makes after its lock.
-import { randomBytes } from 'node:crypto';
-import { createDispatcher, migrate, prune, silentLogger, type Sql } from '@sluice/core';
-import { appendEvents, openTransaction, recordingConsumer } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
-import { afterAll, beforeAll, expect, onTestFinished, test } from 'vitest';
+import { prune } from '@sluice/core';
+import { appendEvents, freshSchema, recordingConsumer, until } from '@sluice/testing';
+import { heldTransaction, testDispatcher, useLoginRole, useTestDatabase } from '@sluice/testing/vitest';
+import { expect, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
 
 const db = await useTestDatabase();
 const PARK_LOCK = 773_001;
-const role = `sluice_operator_${randomBytes(4).toString('hex')}`;
-const password = randomBytes(12).toString('hex');
-let operatorPool: Sql;
-
-beforeAll(async () => {
-  await db.sql.unsafe(`create role "${role}" login password '${password}'`);
-  operatorPool = db.connect({ user: role, password, max: 4 });
-});
-
-afterAll(async () => {
-  await operatorPool.end({ timeout: 1 });
-  await db.sql.unsafe(`drop owned by "${role}"; drop role if exists "${role}"`).catch(() => undefined);
-});
+const operator = useLoginRole(db, 'sluice_operator');
+const role = operator.name;
 
 async function installParking(schema: string): Promise<void> {
+  await operator.grant(schema);
   await db.sql.unsafe(`
-    grant usage on schema "${schema}" to "${role}";
-    grant select, insert, update, delete on all tables in schema "${schema}" to "${role}";
-    grant usage, select on all sequences in schema "${schema}" to "${role}";
     create function "${schema}".park_audit_read() returns boolean volatile language plpgsql as $$
     begin
       if current_user = '${role}' and current_query() ilike '%action = ''prune''%' then
@@ -46,41 +32,23 @@ async function installParking(schema: string): Promise<void> {
 }
 
 test("restart from 'now' delivers an event whose writer began after the restart's lock and committed later", async () => {
-  const schema = `rnow_${randomBytes(4).toString('hex')}`;
-  await migrate(db.sql, { schema, logger: silentLogger });
+  const schema = await freshSchema(db.sql, 'rnow');
   await installParking(schema);
   const feed = recordingConsumer('feed');
-  const dispatcher = createDispatcher({
-    sql: db.sql,
-    schema,
-    consumers: [feed.consumer],
-    logger: silentLogger,
-    listen: false,
-    retryDelayMs: 0,
-  });
-  onTestFinished(() => dispatcher.stop());
+  const dispatcher = testDispatcher(db.sql, schema, [feed.consumer]);
   await dispatcher.ensureRegistered();
   await appendEvents(db.sql, 2, undefined, schema);
   await dispatcher.runOnce();
   await prune(db.sql, { before: 1n, schema }); // an audited prune: the restart reads its floor
-  const admin = createAdmin({ sql: operatorPool, schema, lockTimeoutMs: 5_000 });
+  const admin = createAdmin({ sql: operator.sql(), schema, lockTimeoutMs: 5_000 });
 
   const holder = await db.sql.reserve();
   await holder`select pg_advisory_lock(${PARK_LOCK})`;
-  const writer = await openTransaction(db.sql);
-  onTestFinished(() => writer.rollback());
+  const writer = await heldTransaction(db.sql);
   let lateId = 0n;
   try {
     const restarting = admin.restart('feed', { from: 'now' });
-    const deadline = Date.now() + 10_000;
-    for (;;) {
-      const [row] = await db.sql<{ n: number }[]>`
-        select count(*)::int as n from pg_stat_activity
-        where usename = ${role} and wait_event_type = 'Lock' and wait_event = 'advisory'`;
-      if ((row?.n ?? 0) > 0) break;
-      if (Date.now() > deadline) throw new Error('the restart never reached its audit read');
-      await new Promise((resolve) => setImmediate(resolve));
-    }
+    await until(async () => (await operator.parked()) > 0, 10_000, 'the restart to reach its audit read');
     // While the restart holds the row (and its xid) but has not read its snapshot yet: a writer
     // begins and holds an id, and a later id commits above it.
     await writer.xid();

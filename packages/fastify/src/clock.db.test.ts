@@ -4,13 +4,12 @@
 // decided there too; a consumer's stagnation and a gap's age are measured against the times the
 // database wrote. These tests step this process's wall clock an hour away (only Date; timers and
 // the monotonic clock keep running).
-import { randomBytes } from 'node:crypto';
-import { migrate, silentLogger, type Consumer } from '@sluice/core';
+import { type Consumer } from '@sluice/core';
 import { appendEvents, holdGap, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
-import Fastify from 'fastify';
 import { afterEach, expect, onTestFinished, test, vi } from 'vitest';
-import sluice, { bearerAuth } from './index.js';
+import { bearerAuth } from './index.js';
+import { pluginApp } from './test-support.js';
 
 const db = await useTestDatabase();
 const TOKEN = 'clock-token-0123456789abcdef';
@@ -21,23 +20,8 @@ afterEach(() => {
   vi.useRealTimers();
 });
 
-async function build(consumers: readonly Consumer[]) {
-  const schema = `clk_${randomBytes(4).toString('hex')}`;
-  await migrate(db.sql, { schema, logger: silentLogger });
-  const app = Fastify({ logger: false });
-  await app.register(sluice, {
-    sql: db.sql,
-    schema,
-    consumers,
-    listen: false,
-    pollIntervalMs: 60_000,
-    logger: silentLogger,
-    ops: { auth: bearerAuth(TOKEN, 'alice') },
-  });
-  onTestFinished(() => app.close());
-  await app.ready();
-  return { app, schema };
-}
+const build = (consumers: readonly Consumer[]) =>
+  pluginApp(db.sql, consumers, { auth: bearerAuth(TOKEN, 'alice') }, { prefix: 'clk' });
 
 function stepWallClock(ms: number): void {
   vi.useFakeTimers({ toFake: ['Date'], shouldAdvanceTime: true });

@@ -1,13 +1,13 @@
-import { randomBytes } from 'node:crypto';
 import { createServer as createHttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { migrate, silentLogger, type Consumer, type Sql } from '@sluice/core';
+import { silentLogger, type Consumer, type Sql } from '@sluice/core';
 import { appendEvents, failingOn, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import Fastify, { type FastifyInstance, type FastifyServerOptions, type InjectOptions } from 'fastify';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import sluice, { basicAuth, bearerAuth, type OpsOptions } from './index.js';
+import { pluginApp } from './test-support.js';
 
 const db = await useTestDatabase();
 const TOKEN = 'test-token-0123456789abcdef';
@@ -25,36 +25,34 @@ async function build(
   ops: OpsOptions | undefined = { auth: bearerAuth(TOKEN, 'alice') },
   host: Host = {},
 ) {
-  const schema = `f_${randomBytes(4).toString('hex')}`;
-  await migrate(db.sql, { schema, logger: silentLogger });
-  // Consumer names may be up to 200 bytes; Fastify's default maxParamLength is 100.
-  const app = Fastify({ logger: false, maxParamLength: 1000, ...host.server });
-  host.before?.(app);
   const routes: { method: string; url: string; write: boolean; shell: boolean; bodyFields: string[] }[] = [];
-  app.addHook('onRoute', (route) => {
-    const config = route.config as { write?: unknown; shell?: unknown } | undefined;
-    const write = config?.write === true;
-    const shell = config?.shell === true;
-    const body = route.schema?.body as { properties?: object } | undefined;
-    const bodyFields = Object.keys(body?.properties ?? {});
-    for (const method of [route.method].flat())
-      if (method !== 'HEAD') routes.push({ method, url: route.url, write, shell, bodyFields });
+  const { app, schema } = await pluginApp(db.sql, consumers, ops, {
+    // Consumer names may be up to 200 bytes; Fastify's default maxParamLength is 100.
+    server: { maxParamLength: 1000, ...host.server },
+    before: (app) => {
+      host.before?.(app);
+      app.addHook('onRoute', (route) => {
+        const config = route.config as { write?: unknown; shell?: unknown } | undefined;
+        const write = config?.write === true;
+        const shell = config?.shell === true;
+        const body = route.schema?.body as { properties?: object } | undefined;
+        const bodyFields = Object.keys(body?.properties ?? {});
+        for (const method of [route.method].flat())
+          if (method !== 'HEAD') routes.push({ method, url: route.url, write, shell, bodyFields });
+      });
+    },
+    options: { rearmCooldownMs: 3_600_000, retryDelayMs: 0 },
   });
-  await app.register(sluice, {
-    sql: db.sql,
-    schema,
-    consumers,
-    listen: false,
-    pollIntervalMs: 60_000,
-    logger: silentLogger,
-    rearmCooldownMs: 3_600_000,
-    retryDelayMs: 0,
-    ops,
-  });
-  onTestFinished(() => app.close());
-  await app.ready();
   return { app, schema, routes };
 }
+
+/** A request with the operator's bearer token. */
+const authed = (
+  app: FastifyInstance,
+  method: 'GET' | 'POST',
+  url: string,
+  payload?: InjectOptions['payload'],
+) => app.inject({ method, url, headers: auth, ...(payload === undefined ? {} : { payload }) });
 
 async function stateOf(schema: string) {
   return db.sql`select name, instance_id, cursor::text, status, attempts from ${db.sql(`${schema}.consumers`)} order by 1, 2`;
@@ -66,6 +64,19 @@ async function auditCount(schema: string): Promise<number> {
 }
 
 /** A consumer dead on event 2 (cursor 1). */
+/** Registers the plugin with `ops` on a host app of its own (closed after the test), up to ready. */
+async function boot(ops: OpsOptions) {
+  const app = Fastify({ logger: false });
+  onTestFinished(() => app.close());
+  await app.register(sluice, {
+    sql: db.sql,
+    consumers: [recordingConsumer('a').consumer],
+    listen: false,
+    ops,
+  });
+  await app.ready();
+}
+
 async function deadMailer(app: FastifyInstance, schema: string) {
   await appendEvents(db.sql, 3, undefined, schema);
   await app.sluice.dispatcher.runOnce();
@@ -73,18 +84,7 @@ async function deadMailer(app: FastifyInstance, schema: string) {
 
 describe('plugin lifecycle', () => {
   test('refuses to register ops routes without auth and without insecure', async () => {
-    const app = Fastify({ logger: false });
-    onTestFinished(() => app.close());
-    const boot = async () => {
-      await app.register(sluice, {
-        sql: db.sql,
-        consumers: [recordingConsumer('a').consumer],
-        listen: false,
-        ops: {},
-      });
-      await app.ready();
-    };
-    await expect(boot()).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'ops.auth' });
+    await expect(boot({})).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'ops.auth' });
   });
 
   test('insecure ops routes are allowed but logged loudly at boot', async () => {
@@ -252,11 +252,7 @@ describe('ops routes', () => {
     ]);
     const show = await app.inject({ method: 'GET', url: '/sluice/consumers/mailer', headers: auth });
     expect(show.json()).toMatchObject({ name: 'mailer', gaps: [] });
-    const diagnose = await app.inject({
-      method: 'GET',
-      url: '/sluice/consumers/mailer/diagnose',
-      headers: auth,
-    });
+    const diagnose = await authed(app, 'GET', '/sluice/consumers/mailer/diagnose');
     expect(diagnose.json<{ findings: string[] }>().findings[0]).toContain(
       'dead after 1 failed attempt(s) on event 2',
     );
@@ -268,21 +264,11 @@ describe('ops routes', () => {
     ]);
     await deadMailer(app, schema);
     const before = await stateOf(schema);
-    const wrong = await app.inject({
-      method: 'POST',
-      url: '/sluice/consumers/mailer/skip',
-      headers: auth,
-      payload: { eventId: '3' },
-    });
+    const wrong = await authed(app, 'POST', '/sluice/consumers/mailer/skip', { eventId: '3' });
     expect(wrong.statusCode).toBe(409);
     expect(wrong.json()).toMatchObject({ code: 'SLUICE_SKIP_MISMATCH' });
     expect(await stateOf(schema)).toEqual(before);
-    const right = await app.inject({
-      method: 'POST',
-      url: '/sluice/consumers/mailer/skip',
-      headers: auth,
-      payload: { eventId: '2' },
-    });
+    const right = await authed(app, 'POST', '/sluice/consumers/mailer/skip', { eventId: '2' });
     expect(right.statusCode).toBe(200);
     expect(right.json()).toMatchObject({ action: 'skip', eventId: '2', statusAfter: 'idle' });
     const audit = await app.inject({ method: 'GET', url: '/sluice/audit', headers: auth });
@@ -294,12 +280,7 @@ describe('ops routes', () => {
   test('a long or odd authenticated identity is audited cut to 200 bytes between characters, not refused', async () => {
     const identity = `alice\ud800${'é'.repeat(200)}`;
     const { app } = await build([recordingConsumer('feed').consumer], { auth: () => identity });
-    const response = await app.inject({
-      method: 'POST',
-      url: '/sluice/consumers/feed/disable',
-      headers: auth,
-      payload: {},
-    });
+    const response = await authed(app, 'POST', '/sluice/consumers/feed/disable', {});
     expect(response.statusCode, response.body).toBe(200);
     const audit = await app.inject({ method: 'GET', url: '/sluice/audit', headers: auth });
     const [entry] = audit.json<{ actor: string }[]>();
@@ -319,12 +300,7 @@ describe('ops routes', () => {
       expect(response.statusCode, url).toBe(404);
       expect(response.json()).toMatchObject({ code: 'SLUICE_CONSUMER_NOT_FOUND' });
     }
-    const disabled = await app.inject({
-      method: 'POST',
-      url: `/sluice/consumers/${encodeURIComponent(odd)}/disable`,
-      headers: auth,
-      payload: {},
-    });
+    const disabled = await authed(app, 'POST', `/sluice/consumers/${encodeURIComponent(odd)}/disable`, {});
     expect(disabled.statusCode).toBe(200);
     expect((await stateOf(schema))[0]).toMatchObject({ name: odd, status: 'disabled' });
   });
@@ -406,11 +382,9 @@ describe('ops routes', () => {
       'skip',
     ]);
     for (const route of writes) {
-      const response = await app.inject({
-        method: 'POST',
-        url: route.url.replace(':name', 'feed'),
-        headers: auth,
-        payload: { from: '0', eventId: '1' },
+      const response = await authed(app, 'POST', route.url.replace(':name', 'feed'), {
+        from: '0',
+        eventId: '1',
       });
       expect(response.statusCode, route.url).toBe(405);
     }
@@ -430,11 +404,7 @@ describe('ops routes', () => {
     });
     await appendEvents(db.sql, 1, undefined, schema);
     await app.sluice.dispatcher.runOnce();
-    const response = await app.inject({
-      method: 'GET',
-      url: '/sluice/consumers/mailer/dead-letters',
-      headers: auth,
-    });
+    const response = await authed(app, 'GET', '/sluice/consumers/mailer/dead-letters');
     expect(response.json()).toEqual([
       expect.objectContaining({ eventId: '1', data: { n: '[redacted]' }, metadata: {} }),
     ]);
@@ -486,12 +456,7 @@ describe('ops routes', () => {
     expect(seen).toEqual(['SignedUp customer-1', 'SignedUp customer-1']);
 
     // Skipped: its dead letter, by the id the list gives.
-    const skip = await app.inject({
-      method: 'POST',
-      url: '/sluice/consumers/mailer/skip',
-      headers: auth,
-      payload: { eventId: '2' },
-    });
+    const skip = await authed(app, 'POST', '/sluice/consumers/mailer/skip', { eventId: '2' });
     expect(skip.statusCode).toBe(200);
     const [listed] = (await get('/consumers/mailer/dead-letters')).json<{ id: string }[]>();
     const letter = await get(`/consumers/mailer/dead-letters/${listed?.id}`);
@@ -891,18 +856,9 @@ describe('cross-site writes, body types and caching', () => {
     ['not a string', [42]],
     ['not an array', 'https://ops.example.com'],
   ])('ops.allowedOrigins with %s is refused at registration', async (_label, allowedOrigins) => {
-    const app = Fastify({ logger: false });
-    onTestFinished(() => app.close());
-    const boot = async () => {
-      await app.register(sluice, {
-        sql: db.sql,
-        consumers: [recordingConsumer('a').consumer],
-        listen: false,
-        ops: { auth: basicAuth(OPERATOR), allowedOrigins: allowedOrigins as string[] },
-      });
-      await app.ready();
-    };
-    await expect(boot()).rejects.toMatchObject({
+    await expect(
+      boot({ auth: basicAuth(OPERATOR), allowedOrigins: allowedOrigins as string[] }),
+    ).rejects.toMatchObject({
       code: 'SLUICE_INVALID_OPTION',
       option: 'ops.allowedOrigins',
     });

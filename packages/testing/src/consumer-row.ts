@@ -18,6 +18,7 @@ export interface ConsumerRow {
   readonly skipEventId: bigint | null;
   readonly lastError: string | null;
   readonly failureCategory: string | null;
+  readonly disabledReason: string | null;
   readonly rearmCount: number;
   readonly gapCount: number;
 }
@@ -39,12 +40,13 @@ export async function consumerRow(
       skip_event_id: string | null;
       last_error: string | null;
       failure_category: string | null;
+      disabled_reason: string | null;
       rearm_count: number;
       gap_count: number;
     }[]
   >`
     select cursor::text, status, attempts, stuck_event_id::text, skip_event_id::text, last_error, failure_category,
-           rearm_count, gap_count
+           disabled_reason, rearm_count, gap_count
     from ${t.consumers} where name = ${name} and instance_id = ${instanceId}`;
   if (!row) throw new Error(`no consumer row ${schema}.${name}/${instanceId}`);
   const big = (text: string | null) => (text === null ? null : BigInt(text));
@@ -56,6 +58,7 @@ export async function consumerRow(
     skipEventId: big(row.skip_event_id),
     lastError: row.last_error,
     failureCategory: row.failure_category,
+    disabledReason: row.disabled_reason,
     rearmCount: row.rearm_count,
     gapCount: row.gap_count,
   };

@@ -1,5 +1,6 @@
 import type { Dispatcher, PassResult } from '@sluice/core';
 import { setTimeout as delay } from 'node:timers/promises';
+import { until } from './until.js';
 
 export interface DrainOptions {
   /** Give up (and throw) after this long. @defaultValue 10_000 */
@@ -64,4 +65,25 @@ async function explain(dispatcher: Dispatcher, names: readonly string[]): Promis
     }
   }
   return lines.join('\n');
+}
+
+/**
+ * Runs passes until `condition` holds, then resolves; throws naming `what` after `timeoutMs` (other
+ * sessions' transactions may hold the xmin horizon a moment, so a burn or a late commit can take a
+ * few passes).
+ */
+export async function passUntil(
+  dispatcher: { runOnce(): Promise<unknown> },
+  condition: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 15_000,
+): Promise<void> {
+  await until(
+    async () => {
+      await dispatcher.runOnce();
+      return condition();
+    },
+    timeoutMs,
+    what,
+  );
 }

@@ -1,3 +1,5 @@
+import type { Sql } from '@sluice/core';
+
 /**
  * Resolves with the first value of `probe` that is neither false, undefined nor null, asking every
  * `everyMs` (on the monotonic clock); rejects, naming `what` (a function: read when it fails), after
@@ -31,4 +33,21 @@ export function gate(): { readonly promise: Promise<void>; readonly open: () => 
     open = resolve;
   });
   return { promise, open };
+}
+
+/**
+ * Resolves once a session waits on a consumer's row lock (the `for update of c` an operator action
+ * or a turn takes): the action was issued and is now behind the turn that holds the row.
+ */
+export async function untilWaitingForConsumerRow(sql: Sql, timeoutMs = 10_000): Promise<void> {
+  await until(
+    async () =>
+      (
+        await sql`
+          select 1 from pg_stat_activity
+          where wait_event_type = 'Lock' and state = 'active' and query like '%for update of c%'`
+      ).length > 0,
+    timeoutMs,
+    'a session to wait for the consumer row',
+  );
 }

@@ -7,7 +7,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createDispatcher, silentLogger, type Consumer, type Dispatcher } from '@sluice/core';
+import type { Consumer } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { readFileSync } from 'node:fs';
 import {
@@ -16,10 +16,10 @@ import {
   drainUntilIdle,
   failingOn,
   freshSchema,
-  openTransaction,
+  holdGap,
   recordingConsumer,
 } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 
 const PACKAGE_DIR = fileURLToPath(new URL('../../', import.meta.url));
@@ -97,20 +97,9 @@ function sluice(schema: string, ...args: string[]): Promise<Run> {
   return run([...args, '--database-url', db.url, '--schema', schema]);
 }
 
-function dispatcherFor(schema: string, consumers: readonly Consumer[]): Dispatcher {
-  const dispatcher = createDispatcher({
-    sql: db.sql,
-    schema,
-    consumers,
-    logger: silentLogger,
-    listen: false,
-    // No automatic re-arm while a test looks at a dead consumer; retries without delay.
-    rearmCooldownMs: 3_600_000,
-    retryDelayMs: 0,
-  });
-  onTestFinished(() => dispatcher.stop());
-  return dispatcher;
-}
+/** `consumers` registered in a fresh schema; no automatic re-arm while a test looks at a dead one. */
+const registered = (consumers: readonly Consumer[]) =>
+  registeredDispatcher(db.sql, consumers, { rearmCooldownMs: 3_600_000 }, 'cli');
 
 async function countOf(schema: string, table: 'audit' | 'deadLetters'): Promise<number> {
   const [row] = await db.sql<
@@ -124,11 +113,9 @@ async function countOf(schema: string, table: 'audit' | 'deadLetters'): Promise<
  * behind a head of 5.
  */
 async function deadAndBehind() {
-  const schema = await freshSchema(db.sql, 'cli');
   const healthy = recordingConsumer('healthy');
   const mailer = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } });
-  const dispatcher = dispatcherFor(schema, [healthy.consumer, mailer.consumer]);
-  await dispatcher.ensureRegistered();
+  const { schema, dispatcher } = await registered([healthy.consumer, mailer.consumer]);
   await appendEvents(db.sql, 3, undefined, schema);
   await drainUntilIdle(dispatcher);
   await appendEvents(db.sql, 2, undefined, schema);
@@ -143,13 +130,11 @@ async function deadAndBehind() {
 
 /** `indexer` skipped event 2 with skipApplyErrors (a dead letter) while `poisoned` is true. */
 async function withDeadLetter() {
-  const schema = await freshSchema(db.sql, 'cli');
   const state = { poisoned: true };
   const indexer = failingOn('indexer', (e) => state.poisoned && e.id === 2n, {
     errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
   });
-  const dispatcher = dispatcherFor(schema, [indexer.consumer]);
-  await dispatcher.ensureRegistered();
+  const { schema, dispatcher } = await registered([indexer.consumer]);
   await appendEvents(db.sql, 3, undefined, schema);
   await drainUntilIdle(dispatcher);
   expect(indexer.ids()).toEqual([1n, 3n]);
@@ -440,20 +425,17 @@ describe('disable and enable', () => {
 describe('fence', () => {
   /** `reader` has a pending gap at event 1, whose insert a transaction still holds open. */
   async function heldGap() {
-    const schema = await freshSchema(db.sql, 'cli');
     const reader = recordingConsumer('reader');
-    const dispatcher = dispatcherFor(schema, [reader.consumer]);
-    await dispatcher.ensureRegistered();
-    const holder = await openTransaction(db.sql);
-    onTestFinished(() => holder.rollback());
-    await holder.append([{ streamId: 's', type: 'Held', data: {} }], { schema }); // id 1
+    const { schema, dispatcher } = await registered([reader.consumer]);
+    const held = await holdGap(db.sql, { streamId: 's', type: 'Held', data: {} }, { schema }); // id 1
+    onTestFinished(() => held.release({ commit: false }));
     await appendEvents(db.sql, 1, undefined, schema); // id 2
     await dispatcher.runOnce(); // delivers 2, records the gap {1}
     await dispatcher.runOnce(); // fences it
     const [gap] = await db.sql<{ from_id: string }[]>`
       select from_id::text from ${tables(db.sql, schema).gaps} where consumer_name = 'reader'`;
     expect(gap?.from_id).toBe('1');
-    return { schema, dispatcher, reader, holder };
+    return { schema, dispatcher, reader, holder: held.transaction };
   }
 
   test('refused while a transaction owns the id, or when the id is no pending gap (exit 4); then a tombstone takes it', async () => {
@@ -480,9 +462,7 @@ describe('fence', () => {
     });
     await drainUntilIdle(dispatcher);
     expect(reader.ids()).toEqual([2n]);
-    const [row] = await db.sql<{ gap_count: number }[]>`
-      select gap_count from ${tables(db.sql, schema).consumers} where name = 'reader'`;
-    expect(row?.gap_count).toBe(0);
+    expect((await consumerRow(db.sql, schema, 'reader')).gapCount).toBe(0);
   });
 });
 

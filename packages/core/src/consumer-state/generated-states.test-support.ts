@@ -1,7 +1,9 @@
 // Consumer rows for the unit tests of the state machine (turn-machine.test.ts and
-// operator-transitions.test.ts): a plain idle row, and generated rows of every kind.
+// operator-transitions.test.ts): a plain idle row, the row as a turn holds it, the rules both use,
+// and generated rows of every kind.
 import fc from 'fast-check';
-import type { ConsumerState } from './consumer-state.js';
+import type { ConsumerState, HeldState } from './consumer-state.js';
+import type { TurnRules } from './turn-machine.js';
 
 export const NOW = new Date('2026-12-02T12:00:00.000Z');
 export const ago = (ms: number) => new Date(NOW.getTime() - ms);
@@ -25,6 +27,32 @@ export function idleState(fields: Partial<ConsumerState> = {}): ConsumerState {
     start: null,
     systemIdentifier: 'cluster-a',
     replaysPending: false,
+    ...fields,
+  };
+}
+
+/** The consumer options both suites run the machine under. */
+export const RULES: TurnRules = {
+  maxAttempts: 3,
+  skipApplyErrors: false,
+  ordering: 'fast',
+  retryDelayMs: 1_000,
+  retryMaxDelayMs: 60_000,
+  rearmCooldownMs: 60_000,
+  maxRearmCount: 3,
+  shared: true,
+};
+
+/** `state` as a turn holds it: locked by xid 1000, at NOW, with no fence and no crash marker. */
+export function held(state: ConsumerState, fields: Partial<HeldState> = {}): HeldState {
+  return {
+    state,
+    xid: 1_000n,
+    snapshot: { xmin: 900n, xmax: 1_000n, xip: [] },
+    now: NOW,
+    maxFence: null,
+    rowXmin: 900n,
+    marker: null,
     ...fields,
   };
 }

@@ -5,7 +5,7 @@ import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
 import { BelowRetentionFloorError, BeyondHeadError, NotAGapError, SkipMismatchError } from '../errors.js';
 import type { ConsumerState } from './consumer-state.js';
-import { idleState, NOW, stateArbitrary } from './generated-states.test-support.js';
+import { held, idleState, RULES, stateArbitrary } from './generated-states.test-support.js';
 import {
   disableConsumer,
   enableConsumer,
@@ -18,18 +18,7 @@ import {
   type RestartFrom,
   type RowChange,
 } from './operator-transitions.js';
-import { openTurn, planDelivery, type TurnRules } from './turn-machine.js';
-
-const RULES: TurnRules = {
-  maxAttempts: 3,
-  skipApplyErrors: false,
-  ordering: 'fast',
-  retryDelayMs: 1_000,
-  retryMaxDelayMs: 60_000,
-  rearmCooldownMs: 60_000,
-  maxRearmCount: 3,
-  shared: true,
-};
+import { openTurn, planDelivery } from './turn-machine.js';
 
 /** The row as queries/operator.ts applyOperatorChange leaves it (the model of that statement). */
 function applied(state: ConsumerState, row: RowChange): ConsumerState {
@@ -135,31 +124,12 @@ describe('skip', () => {
     const after = applied(dead, skipped.row);
     expect(after).toMatchObject({ status: 'idle', skipEventId: 10n, attempts: 0, stuckEventId: null });
 
-    const opening = openTurn(
-      {
-        state: after,
-        xid: 1_000n,
-        snapshot: { xmin: 900n, xmax: 1_000n, xip: [] },
-        now: NOW,
-        maxFence: null,
-        rowXmin: 1n,
-        marker: null,
-      },
-      'cluster-a',
-      RULES,
-    );
+    const turn = held(after, { rowXmin: 1n });
+    const opening = openTurn(turn, 'cluster-a', RULES);
     expect(opening.kind).toBe('open');
     if (opening.kind !== 'open') return;
     const plan = planDelivery(
-      {
-        state: after,
-        xid: 1_000n,
-        snapshot: { xmin: 900n, xmax: 1_000n, xip: [] },
-        now: NOW,
-        maxFence: null,
-        rowXmin: 1n,
-        marker: null,
-      },
+      turn,
       opening.state,
       false,
       [10n, 11n],

@@ -5,8 +5,8 @@
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
 import { deliverableIds, settleTurn, type GapRange, type TurnInput } from '../gaps/gaps.js';
-import type { ConsumerState, CrashMarker, HeldState } from './consumer-state.js';
-import { ago, idleState, NOW, stateArbitrary } from './generated-states.test-support.js';
+import type { ConsumerState, CrashMarker } from './consumer-state.js';
+import { ago, held, idleState, NOW, RULES, stateArbitrary } from './generated-states.test-support.js';
 import {
   closeTurn,
   fenced,
@@ -19,36 +19,10 @@ import {
   type TurnRules,
 } from './turn-machine.js';
 
-const RULES: TurnRules = {
-  maxAttempts: 3,
-  skipApplyErrors: false,
-  ordering: 'fast',
-  retryDelayMs: 1_000,
-  retryMaxDelayMs: 60_000,
-  rearmCooldownMs: 60_000,
-  maxRearmCount: 3,
-  shared: true,
-};
-
-function held(state: ConsumerState, fields: Partial<HeldState> = {}): HeldState {
-  return {
-    state,
-    xid: 1_000n,
-    snapshot: { xmin: 900n, xmax: 1_000n, xip: [] },
-    now: NOW,
-    maxFence: null,
-    rowXmin: 900n,
-    marker: null,
-    ...fields,
-  };
-}
-
 const open = (opening: Opening) => {
   if (opening.kind !== 'open') throw new Error(`expected an open turn, got ${opening.reason}`);
   return opening;
 };
-
-// ---- generated rows -----------------------------------------------------------------------
 
 // ---- openTurn ----------------------------------------------------------------------------
 

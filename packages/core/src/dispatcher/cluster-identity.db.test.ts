@@ -1,20 +1,17 @@
 // Cluster identity (docs/design.md §5.8): fences are xids of the cluster that took them. After a
 // restore onto another cluster, no transaction of the old one can still commit, so one fresh fetch
 // resolves every pending range, and the event is audited.
-import { appendEvents, consumerRow, freshSchema, openTransaction, recordingConsumer } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
-import { expect, onTestFinished, test } from 'vitest';
-import { rangesOf, testDispatcher } from '../test-support.js';
+import { appendEvents, consumerRow, recordingConsumer } from '@sluice/testing';
+import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { expect, test } from 'vitest';
+import { rangesOf } from '../test-support.js';
 
 const db = await useTestDatabase();
 
 test('a consumer whose gaps were fenced on another cluster resolves them with one fetch and audits it', async () => {
-  const schema = await freshSchema(db.sql);
   const c = recordingConsumer('restored');
-  const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-  await dispatcher.ensureRegistered();
-  const writer = await openTransaction(db.sql);
-  onTestFinished(() => writer.rollback());
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
+  const writer = await heldTransaction(db.sql);
   await writer.append([{ streamId: 's', type: 'InFlight', data: {} }], { schema }); // id 1, held open
   await appendEvents(db.sql, 1, undefined, schema); // id 2
   await dispatcher.runOnce(); // hole {1}

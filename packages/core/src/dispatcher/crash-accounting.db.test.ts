@@ -4,7 +4,7 @@
 // (turn_starts rows with started_count > 0) and check how the next turn counts them. The real
 // kill -9 of a dispatcher process is exercised by the e2e suites.
 import { appendEvents, consumerRow, freshSchema, recordingConsumer, until } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import type { HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
@@ -101,7 +101,6 @@ test("a transactional consumer's turns keep the clean view too: the row's xmin i
 });
 
 test('crashed starts count as attempts; the next turns deliver one event at a time through the crashed batch, the crashes moving on with them', async () => {
-  const schema = await freshSchema(db.sql);
   const deliveries: { ids: bigint[]; attempt: number }[] = [];
   const c = recordingConsumer('mailer', {
     errorPolicy: { maxAttempts: 5 },
@@ -109,8 +108,7 @@ test('crashed starts count as attempts; the next turns deliver one event at a ti
       deliveries.push({ ids: [event.id], attempt: context.attempt });
     },
   });
-  const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-  await dispatcher.ensureRegistered();
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
   await appendEvents(db.sql, 4, undefined, schema);
   await leaveCrashedStarts(schema, 'mailer', 1n, 3n, 2); // the process died twice delivering 1..3
 
@@ -132,7 +130,6 @@ test('crashed starts count as attempts; the next turns deliver one event at a ti
 });
 
 test('after maxAttempts crashed starts the consumer is dead without calling the handler again', async () => {
-  const schema = await freshSchema(db.sql);
   let calls = 0;
   const c = recordingConsumer('mailer', {
     errorPolicy: { maxAttempts: 3 },
@@ -140,8 +137,9 @@ test('after maxAttempts crashed starts the consumer is dead without calling the 
       calls += 1;
     },
   });
-  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 3_600_000 });
-  await dispatcher.ensureRegistered();
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+    rearmCooldownMs: 3_600_000,
+  });
   await appendEvents(db.sql, 2, undefined, schema);
   await leaveCrashedStarts(schema, 'mailer', 1n, 1n, 3);
   await dispatcher.runOnce();
@@ -152,10 +150,8 @@ test('after maxAttempts crashed starts the consumer is dead without calling the 
 });
 
 test('with skipApplyErrors, the crash-poison event goes to dead_letters and the rest flows', async () => {
-  const schema = await freshSchema(db.sql);
   const c = recordingConsumer('mailer', { errorPolicy: { maxAttempts: 2, skipApplyErrors: true } });
-  const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-  await dispatcher.ensureRegistered();
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
   await appendEvents(db.sql, 3, undefined, schema);
   await leaveCrashedStarts(schema, 'mailer', 1n, 1n, 2);
   for (let i = 0; i < 3; i++) await dispatcher.runOnce();
@@ -167,7 +163,6 @@ test('with skipApplyErrors, the crash-poison event goes to dead_letters and the 
 });
 
 test('a turn that fails before it records its start leaves the crashes recorded before it as they are', async () => {
-  const schema = await freshSchema(db.sql);
   const attempts: number[] = [];
   const c = recordingConsumer('mailer', {
     errorPolicy: { maxAttempts: 5 },
@@ -175,8 +170,7 @@ test('a turn that fails before it records its start leaves the crashes recorded 
       attempts.push(context.attempt);
     },
   });
-  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { backoffInitialMs: 1 });
-  await dispatcher.ensureRegistered();
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], { backoffInitialMs: 1 });
   await appendEvents(db.sql, 1, undefined, schema);
   await leaveCrashedStarts(schema, 'mailer', 1n, 1n, 2); // the process died twice on event 1
   // The turn's fetch fails (its table is away for a moment): an infrastructure failure in a process

@@ -6,11 +6,11 @@ import {
   failingOn,
   freshSchema,
   gate,
-  openTransaction,
+  passUntil,
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append } from '../append.js';
 import type { HandlerContext } from '../consumers/consumer.js';
@@ -22,11 +22,9 @@ const db = await useTestDatabase();
 
 describe('cursors and poison', () => {
   test('a poisoned consumer never holds back another', async () => {
-    const schema = await freshSchema(db.sql);
     const poisoned = failingOn('poisoned', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 100 } });
     const healthy = recordingConsumer('healthy');
-    const dispatcher = testDispatcher(db.sql, schema, [poisoned.consumer, healthy.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [poisoned.consumer, healthy.consumer]);
     await appendEvents(db.sql, 5, undefined, schema);
     for (let i = 0; i < 3; i++) await dispatcher.runOnce();
     expect(healthy.ids()).toEqual([1n, 2n, 3n, 4n, 5n]);
@@ -35,10 +33,10 @@ describe('cursors and poison', () => {
   });
 
   test('keeps the cursor before a failing event, counts attempts, and is dead with last_error at maxAttempts', async () => {
-    const schema = await freshSchema(db.sql);
     const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 3 } });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 3_600_000 });
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+      rearmCooldownMs: 3_600_000,
+    });
     await appendEvents(db.sql, 3, undefined, schema);
     await dispatcher.runOnce();
     expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({
@@ -62,12 +60,10 @@ describe('cursors and poison', () => {
   });
 
   test('skipApplyErrors records the event in dead_letters and continues past it', async () => {
-    const schema = await freshSchema(db.sql);
     const c = failingOn('indexer', (e) => e.id === 2n, {
       errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
     });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await appendEvents(db.sql, 4, undefined, schema);
     await drainUntilIdle(dispatcher);
     expect(c.ids()).toEqual([1n, 3n, 4n]);
@@ -89,7 +85,6 @@ describe('cursors and poison', () => {
   });
 
   test('a throwing batchHandler falls back to per-event delivery', async () => {
-    const schema = await freshSchema(db.sql);
     const batches: number[] = [];
     const c = recordingConsumer('batchy', {
       batchHandler: (events) => {
@@ -97,8 +92,7 @@ describe('cursors and poison', () => {
         throw new Error('bulk index refused');
       },
     });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await appendEvents(db.sql, 5, undefined, schema);
     await drainUntilIdle(dispatcher);
     expect(batches).toEqual([5]);
@@ -106,7 +100,6 @@ describe('cursors and poison', () => {
   });
 
   test('a batchHandler that succeeds handles the whole batch in one call', async () => {
-    const schema = await freshSchema(db.sql);
     const batches: bigint[][] = [];
     const c = recordingConsumer('bulk', {
       batchSize: 3,
@@ -114,8 +107,7 @@ describe('cursors and poison', () => {
         batches.push(events.map((e) => e.id));
       },
     });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await appendEvents(db.sql, 5, undefined, schema);
     await drainUntilIdle(dispatcher);
     expect(batches).toEqual([
@@ -177,7 +169,6 @@ describe('batch growth', () => {
 
 describe('rearm', () => {
   test('re-arms after the cooldown, stays dead after maxRearmCount re-arms without progress, and reports it once', async () => {
-    const schema = await freshSchema(db.sql);
     const c = failingOn('flaky', (e) => e.id === 1n, { errorPolicy: { maxAttempts: 1 } });
     const warnings: string[] = [];
     const errors: string[] = [];
@@ -187,12 +178,11 @@ describe('rearm', () => {
       warn: (_: object, message: string) => warnings.push(message),
       error: (_: object, message: string) => errors.push(message),
     };
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
       rearmCooldownMs: 0,
       maxRearmCount: 2,
       logger,
     });
-    await dispatcher.ensureRegistered();
     await appendEvents(db.sql, 2, undefined, schema);
     await dispatcher.runOnce(); // dead after 1 attempt
     expect((await consumerRow(db.sql, schema, 'flaky')).status).toBe('dead');
@@ -207,10 +197,10 @@ describe('rearm', () => {
   });
 
   test('a dead consumer does not re-arm before its cooldown', async () => {
-    const schema = await freshSchema(db.sql);
     const c = failingOn('cooling', () => true, { errorPolicy: { maxAttempts: 1 } });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 3_600_000 });
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+      rearmCooldownMs: 3_600_000,
+    });
     await appendEvents(db.sql, 1, undefined, schema);
     for (let i = 0; i < 3; i++) await dispatcher.runOnce();
     expect(await consumerRow(db.sql, schema, 'cooling')).toMatchObject({ status: 'dead', rearmCount: 0 });
@@ -218,11 +208,12 @@ describe('rearm', () => {
   });
 
   test('a turn that advances the cursor after a re-arm restores the budget', async () => {
-    const schema = await freshSchema(db.sql);
     let failing = true;
     const c = failingOn('recovers', (e) => failing && e.id === 1n, { errorPolicy: { maxAttempts: 1 } });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 0, maxRearmCount: 3 });
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+      rearmCooldownMs: 0,
+      maxRearmCount: 3,
+    });
     await appendEvents(db.sql, 2, undefined, schema);
     await dispatcher.runOnce(); // dead
     await dispatcher.runOnce(); // re-arm 1, dead again
@@ -435,14 +426,12 @@ describe('lifecycle', () => {
   });
 
   test('a turn start not recorded within statementTimeoutMs is an infra failure, not a hang', async () => {
-    const schema = await freshSchema(db.sql);
     const seen = recordingConsumer('starved');
-    const dispatcher = testDispatcher(db.sql, schema, [seen.consumer], {
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [seen.consumer], {
       statementTimeoutMs: 300,
       backoffInitialMs: 1,
       backoffMaxMs: 1,
     });
-    await dispatcher.ensureRegistered();
     await appendEvents(db.sql, 2, undefined, schema);
     // The database takes longer than statementTimeoutMs to record the start (a slow trigger).
     await db.sql.unsafe(`
@@ -462,22 +451,18 @@ describe('lifecycle', () => {
     expect((await consumerRow(db.sql, schema, 'starved')).lastError).toMatch(/turn start was not recorded/);
     // The late record still commits: the next turns count it as a crash (delivering one event at
     // a time through the batch), and nothing is lost.
-    await until(
-      async () => {
-        await dispatcher.runOnce();
-        return seen.ids().length === 2;
-      },
-      5_000,
+    await passUntil(
+      dispatcher,
+      () => seen.ids().length === 2,
       'delivery once the database answers again',
+      5_000,
     );
     expect(seen.ids()).toEqual([1n, 2n]);
   });
 
   test('ensureRegistered() re-creates rows a test truncated, without moving existing cursors', async () => {
-    const schema = await freshSchema(db.sql);
     const a = recordingConsumer('kept');
-    const dispatcher = testDispatcher(db.sql, schema, [a.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [a.consumer]);
     await appendEvents(db.sql, 2, undefined, schema);
     await drainUntilIdle(dispatcher);
     await dispatcher.ensureRegistered();
@@ -488,10 +473,8 @@ describe('lifecycle', () => {
   });
 
   test('a pass re-creates a row deleted under it, as at start, and audits it', async () => {
-    const schema = await freshSchema(db.sql);
     const a = recordingConsumer('kept');
-    const dispatcher = testDispatcher(db.sql, schema, [a.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [a.consumer]);
     await appendEvents(db.sql, 2, undefined, schema);
     await drainUntilIdle(dispatcher);
     await db.sql`delete from ${db.sql(`${schema}.consumers`)}`;
@@ -507,8 +490,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
   test("startFrom: 'now' skips history but delivers events that were in flight when it registered", async () => {
     const schema = await freshSchema(db.sql);
     await appendEvents(db.sql, 3, undefined, schema); // 1..3: history
-    const inFlight = await openTransaction(db.sql);
-    onTestFinished(() => inFlight.rollback());
+    const inFlight = await heldTransaction(db.sql);
     const [straggler] = await inFlight.append([{ streamId: 's', type: 'InFlight', data: {} }], { schema }); // 4
     await appendEvents(db.sql, 1, undefined, schema); // 5, committed before registration
     const c = recordingConsumer('fresh', { startFrom: 'now' });
@@ -519,22 +501,13 @@ describe('startFrom, feature gate, transactional consumers', () => {
     await dispatcher.runOnce();
     expect(c.ids()).toEqual([6n]);
     await inFlight.commit();
-    await until(
-      async () => {
-        await dispatcher.runOnce();
-        return c.ids().length === 2;
-      },
-      10_000,
-      'the straggler',
-    );
+    await passUntil(dispatcher, () => c.ids().length === 2, 'the straggler', 10_000);
     expect(c.ids()).toEqual([6n, straggler!.id]);
   });
 
   test('startFrom never clobbers an existing cursor', async () => {
-    const schema = await freshSchema(db.sql);
     const first = recordingConsumer('stable');
-    const d1 = testDispatcher(db.sql, schema, [first.consumer]);
-    await d1.ensureRegistered();
+    const { schema, dispatcher: d1 } = await registeredDispatcher(db.sql, [first.consumer]);
     await appendEvents(db.sql, 2, undefined, schema);
     await drainUntilIdle(d1);
     await appendEvents(db.sql, 2, undefined, schema);
@@ -546,13 +519,11 @@ describe('startFrom, feature gate, transactional consumers', () => {
   });
 
   test('the feature gate makes the cursor wait and then resume with nothing lost', async () => {
-    const schema = await freshSchema(db.sql);
     let enabled = false;
     const c = recordingConsumer('gated', { featureName: 'search' });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
       isFeatureEnabled: (name) => name === 'search' && enabled,
     });
-    await dispatcher.ensureRegistered();
     await appendEvents(db.sql, 3, undefined, schema);
     const off = await dispatcher.runOnce();
     expect(off.byConsumer['gated']?.skipped).toBe('feature-off');

@@ -6,13 +6,17 @@
 // database is ended before the count is read (a backend flushes its statistics when it exits), the
 // count is read only once no other session is connected, and this file never touches the shared
 // `db.sql` pool.
-import { randomBytes } from 'node:crypto';
-import { appendEvents, openTransaction, recordingConsumer, until, withDatabase } from '@sluice/testing';
+import {
+  appendEvents,
+  freshSchema,
+  openTransaction,
+  recordingConsumer,
+  until,
+  withDatabase,
+} from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import { afterAll, expect, onTestFinished, test } from 'vitest';
-import { silentLogger } from '../logger.js';
-import { migrate } from '../schema/migrate.js';
 import type { Sql } from '../sql-types.js';
 import { testDispatcher } from '../test-support.js';
 
@@ -145,8 +149,7 @@ async function measureIdlePass(warm: Warm, consumerNames: readonly string[]) {
 
 async function warmUp(consumerNames: readonly string[], holdGap: boolean): Promise<Warm> {
   const setup = db.connect({ max: 6 });
-  const schema = `idle_${randomBytes(4).toString('hex')}`;
-  await migrate(setup, { schema, logger: silentLogger });
+  const schema = await freshSchema(setup, 'idle');
   const dispatcher = testDispatcher(
     setup,
     schema,

@@ -1,5 +1,5 @@
 import { appendEvents, consumerRow, freshSchema, gate, recordingConsumer, until } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { afterEach, describe, expect, onTestFinished, test, vi } from 'vitest';
 import { testDispatcher } from '../test-support.js';
 
@@ -62,6 +62,7 @@ test('a turn whose connection dies under a handler calls no further handler and 
   const calls: bigint[] = [];
   let inFlight = 0;
   let maxInFlight = 0;
+  let returned = 0;
   let terminated = false;
   const consumer = recordingConsumer('shared', {
     handler: async (event) => {
@@ -79,6 +80,7 @@ test('a turn whose connection dies under a handler calls no further handler and 
         await new Promise((resolve) => setTimeout(resolve, 200));
       } finally {
         inFlight -= 1;
+        returned += 1;
       }
     },
   });
@@ -92,8 +94,10 @@ test('a turn whose connection dies under a handler calls no further handler and 
 
   const failed = await dispatcher.runOnce();
   expect(failed.byConsumer['shared']?.skipped).toBe('failed');
-  // Had the dead turn gone on, events 2..5 would be handled by now.
-  await new Promise((resolve) => setTimeout(resolve, 500));
+  // Had the dead turn gone on, it would call the handler for event 2 as soon as its call for
+  // event 1 returned: once that call has returned (and its continuation has run), nothing more.
+  await until(() => returned === 1, 10_000, "the dead turn's handler call to return");
+  await new Promise(setImmediate);
   expect(calls).toEqual([1n]);
 
   await until(
@@ -155,13 +159,11 @@ test('a dead turn writes nothing after its connection is reopened for other work
 });
 
 test('a turn whose last write fails commits nothing and is an infra failure, though its COMMIT was already sent', async () => {
-  const schema = await freshSchema(db.sql);
   const consumer = recordingConsumer('c');
-  const dispatcher = testDispatcher(db.sql, schema, [consumer.consumer], {
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [consumer.consumer], {
     backoffInitialMs: 200,
     backoffMaxMs: 60_000,
   });
-  await dispatcher.ensureRegistered();
   await appendEvents(db.sql, 3, undefined, schema);
   // The turn's state write is its last statement before COMMIT: make the server refuse it.
   await db.sql.unsafe(`
@@ -195,10 +197,8 @@ describe('in-process waits follow a monotonic clock, not the wall clock', () => 
 
   /** A dispatcher whose one consumer has just failed a turn (its events table was away). */
   async function failedTurn(backoffInitialMs: number) {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('clocked');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { backoffInitialMs });
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], { backoffInitialMs });
     await appendEvents(db.sql, 2, undefined, schema);
     await db.sql`alter table ${db.sql(`${schema}.events`)} rename to events_away`;
     expect((await dispatcher.runOnce()).byConsumer['clocked']?.skipped).toBe('failed');

@@ -12,36 +12,24 @@
 // security, and a policy function parks B's lock statement on an advisory lock the test holds, at
 // the last table that statement reads before it locks the row. The statement then resumes when the
 // test lets it, exactly once, whatever the timing.
-import { randomBytes } from 'node:crypto';
 import {
   appendEvents,
   consumerRow,
   freshSchema,
   gate,
   openTransaction,
+  passUntil,
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
-import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
-import type { Sql } from '../sql-types.js';
+import { heldTransaction, useLoginRole, useTestDatabase } from '@sluice/testing/vitest';
+import { describe, expect, onTestFinished, test } from 'vitest';
 import { rangesOf, testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 const PARK_LOCK = 771_001;
-const role = `sluice_parked_${randomBytes(4).toString('hex')}`;
-const password = randomBytes(12).toString('hex');
-let parkedPool: Sql;
-
-beforeAll(async () => {
-  await db.sql.unsafe(`create role "${role}" login password '${password}'`);
-  parkedPool = db.connect({ user: role, password, max: 6 });
-});
-
-afterAll(async () => {
-  await parkedPool.end({ timeout: 1 });
-  await db.sql.unsafe(`drop owned by "${role}"; drop role if exists "${role}"`).catch(() => undefined);
-});
+const parked = useLoginRole(db, 'sluice_parked', { max: 6 });
+const role = parked.name;
 
 /**
  * Which statement of the parked role parks: its turn's lock statement (on the gaps table when that
@@ -60,10 +48,8 @@ async function installParking(
   schema: string,
   statement: keyof typeof PARKED_STATEMENT = 'lock',
 ): Promise<void> {
+  await parked.grant(schema);
   await db.sql.unsafe(`
-    grant usage on schema "${schema}" to "${role}";
-    grant select, insert, update, delete on all tables in schema "${schema}" to "${role}";
-    grant usage, select on all sequences in schema "${schema}" to "${role}";
     create function "${schema}".park_lock_statement(relation text) returns boolean
       volatile language plpgsql as $$
     begin
@@ -78,13 +64,6 @@ async function installParking(
       using ("${schema}".park_lock_statement('consumers')) with check (true);
     create policy park on "${schema}".gaps to "${role}"
       using ("${schema}".park_lock_statement('gaps')) with check (true);`);
-}
-
-async function backendsParked(): Promise<number> {
-  const [row] = await db.sql<{ n: number }[]>`
-    select count(*)::int as n from pg_stat_activity
-    where usename = ${role} and wait_event_type = 'Lock' and wait_event = 'advisory'`;
-  return row?.n ?? 0;
 }
 
 interface Takeover {
@@ -107,7 +86,7 @@ async function takeover(beforeB?: () => Promise<void>): Promise<Takeover> {
   await installParking(schema);
   const consumer = recordingConsumer('projection');
   const a = testDispatcher(db.sql, schema, [consumer.consumer]);
-  const b = testDispatcher(parkedPool, schema, [consumer.consumer]);
+  const b = testDispatcher(parked.sql(), schema, [consumer.consumer]);
   await a.ensureRegistered();
   await b.ensureRegistered();
 
@@ -125,7 +104,7 @@ async function takeover(beforeB?: () => Promise<void>): Promise<Takeover> {
   await holder`select pg_advisory_lock(${PARK_LOCK})`;
   try {
     const turnB = b.runOnce();
-    await until(async () => (await backendsParked()) === 1, 10_000, "B's lock statement to park");
+    await until(async () => (await parked.parked()) === 1, 10_000, "B's lock statement to park");
 
     // While B waits: a writer younger than B's statement holds event 3, event 4 commits, and A takes
     // a whole turn (delivers 4, records the hole at 3) and commits.
@@ -174,18 +153,15 @@ describe('lock takeover: a turn decides only on what it reads once its row is he
 
   test('the late event is delivered while an unrelated long transaction stays open', async () => {
     const t = await takeover(async () => {
-      const long = await openTransaction(db.sql);
-      onTestFinished(() => long.rollback());
+      const long = await heldTransaction(db.sql);
       await long.xid(); // holds the cluster's xmin below every fence of the test
     });
     await t.commitWriter();
-    await until(
-      async () => {
-        await t.a.runOnce();
-        return t.seen().includes(t.lateId);
-      },
-      5_000,
+    await passUntil(
+      t.a,
+      () => t.seen().includes(t.lateId),
       'the late event while the long transaction is open',
+      5_000,
     );
   });
 });
@@ -198,7 +174,7 @@ describe('a failure recorded after its turn ended lands only on the row that tur
     onTestFinished(hanging.open);
     // Instance A's handler overruns its time: its turn is rolled back, and its attempt is recorded
     // afterwards, by a statement that parks before it reaches the row.
-    const a = testDispatcher(parkedPool, schema, [
+    const a = testDispatcher(parked.sql(), schema, [
       {
         name: 'projection',
         transactional: true,
@@ -217,7 +193,7 @@ describe('a failure recorded after its turn ended lands only on the row that tur
     await holder`select pg_advisory_lock(${PARK_LOCK})`;
     try {
       const turnA = a.runOnce();
-      await until(async () => (await backendsParked()) === 1, 10_000, "A's failure record to park");
+      await until(async () => (await parked.parked()) === 1, 10_000, "A's failure record to park");
       // Meanwhile B takes the row (A's turn has rolled back) and delivers the event.
       await b.runOnce();
       expect(atB.ids()).toEqual([1n]);

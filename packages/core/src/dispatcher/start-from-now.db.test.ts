@@ -2,9 +2,9 @@
 // skips history but must receive the events those writers commit later ("stragglers"). Delivering
 // them keeps every promise a normal turn keeps: each ctx.tx write applied once, a crash counted
 // towards maxAttempts, and a turn bounded by its batch and by maxTurnMs.
-import { appendEvents, consumerRow, freshSchema, openTransaction, recordingConsumer } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
-import { expect, onTestFinished, test } from 'vitest';
+import { appendEvents, consumerRow, freshSchema, recordingConsumer } from '@sluice/testing';
+import { heldTransaction, useTestDatabase } from '@sluice/testing/vitest';
+import { expect, test } from 'vitest';
 import type { HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
 import type { Sql } from '../sql-types.js';
@@ -18,8 +18,7 @@ const db = await useTestDatabase();
  */
 async function withStragglers(schema: string, count: number) {
   await appendEvents(db.sql, 2, undefined, schema); // history: never delivered
-  const writer = await openTransaction(db.sql);
-  onTestFinished(() => writer.rollback());
+  const writer = await heldTransaction(db.sql);
   const stragglers = await writer.append(
     Array.from({ length: count }, (_, n) => ({ streamId: `s-${n}`, type: 'InFlight', data: { n } })),
     { schema },

@@ -1,7 +1,7 @@
 // docs/design.md §4.3: a turn holds the cluster's horizon while its handlers run, so it is bounded in time
 // (maxTurnMs) as well as in events, and every handler call is bounded (handlerTimeoutMs).
 import { appendEvents, consumerRow, drainUntilIdle, freshSchema, recordingConsumer } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import { testDispatcher } from '../test-support.js';
 
@@ -27,7 +27,6 @@ test('maxTurnMs: a turn commits what it has done when its time is up, and the ne
 });
 
 test('handlerTimeoutMs: a handler that never settles counts as a failed attempt and the turn ends', async () => {
-  const schema = await freshSchema(db.sql);
   const signals: AbortSignal[] = [];
   const c = recordingConsumer('hung', {
     handlerTimeoutMs: 100,
@@ -37,8 +36,9 @@ test('handlerTimeoutMs: a handler that never settles counts as a failed attempt 
       return new Promise(() => undefined); // never settles
     },
   });
-  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { rearmCooldownMs: 3_600_000 });
-  await dispatcher.ensureRegistered();
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+    rearmCooldownMs: 3_600_000,
+  });
   await appendEvents(db.sql, 2, undefined, schema);
   await dispatcher.runOnce();
   const row = await consumerRow(db.sql, schema, 'hung');
@@ -74,7 +74,6 @@ test('handlerTimeoutMs on a transactional consumer rolls its turn back and still
 });
 
 test('a failed event is retried after a delay that doubles with each attempt, for every instance alike', async () => {
-  const schema = await freshSchema(db.sql);
   let calls = 0;
   const c = recordingConsumer('patient', {
     errorPolicy: { maxAttempts: 5 },
@@ -83,11 +82,10 @@ test('a failed event is retried after a delay that doubles with each attempt, fo
       throw new Error('downstream unavailable');
     },
   });
-  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
     retryDelayMs: 300,
     retryMaxDelayMs: 600,
   });
-  await dispatcher.ensureRegistered();
   await appendEvents(db.sql, 1, undefined, schema);
   await dispatcher.runOnce();
   expect(calls).toBe(1);

@@ -3,6 +3,7 @@ import {
   consumerRow,
   embeddedServer,
   freshSchema,
+  listenBackends,
   recordingConsumer,
   until,
 } from '@sluice/testing';
@@ -22,12 +23,6 @@ import { EMPTY_NOTIFY_PASSES } from './idle-check.js';
 
 const db = await useTestDatabase();
 
-async function listenBackends(): Promise<number[]> {
-  const rows = await db.sql<{ pid: number }[]>`
-    select pid from pg_stat_activity where datname = current_database() and application_name like 'sluice-listen%'`;
-  return rows.map((r) => r.pid);
-}
-
 /** A started dispatcher with one recording consumer, once LISTEN is connected, and its LISTEN backend. */
 async function listeningDispatcher(
   name: string,
@@ -41,7 +36,7 @@ async function listeningDispatcher(
   });
   await dispatcher.start();
   await until(() => dispatcher.listenConnected, 5_000, 'LISTEN');
-  const [pid] = await listenBackends();
+  const [pid] = await listenBackends(db.sql);
   if (pid === undefined) throw new Error('no LISTEN backend');
   return { schema, c, dispatcher, pid };
 }
@@ -151,7 +146,7 @@ test('with its LISTEN connection terminated, polling still delivers and the conn
   expect(sawDisconnected).toBe(true);
   await until(() => c.ids().length === 3, 5_000, 'polling to deliver');
   await until(() => dispatcher.listenConnected, 5_000, 'LISTEN to reconnect');
-  const after = await listenBackends();
+  const after = await listenBackends(db.sql);
   expect(after).toHaveLength(1); // one listener, never duplicated
   expect(after[0]).not.toBe(pid);
 });
@@ -187,7 +182,7 @@ test('a LISTEN backend that stops answering without closing its socket is detect
   try {
     await until(() => !dispatcher.listenConnected, 5_000, 'the check to notice the silent LISTEN connection');
     await until(
-      async () => dispatcher.listenConnected && (await listenBackends()).some((p) => p !== pid),
+      async () => dispatcher.listenConnected && (await listenBackends(db.sql)).some((p) => p !== pid),
       10_000,
       'a new LISTEN connection',
     );

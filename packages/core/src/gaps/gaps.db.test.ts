@@ -6,10 +6,11 @@ import {
   freshSchema,
   openTransaction,
   type OpenTransaction,
+  passUntil,
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import type { EventRecord } from '../events.js';
 import type { Sql } from '../sql-types.js';
@@ -87,30 +88,36 @@ async function holdParkingLock(sql: Sql) {
   return release;
 }
 
-/** Runs passes until `condition` holds (other test files' transactions may hold the horizon briefly). */
-async function passUntil(
-  dispatcher: { runOnce(): Promise<unknown> },
-  condition: () => boolean | Promise<boolean>,
-  what: string,
-) {
-  await until(
-    async () => {
-      await dispatcher.runOnce();
-      return condition();
-    },
-    15_000,
-    what,
-  );
+/** A consumer in a schema whose inserts can park (see installParking), with the parking lock held. */
+async function parkingConsumer(name: string, options: { withoutXidTrigger?: boolean } = {}) {
+  const schema = await freshSchema(db.sql);
+  if (options.withoutXidTrigger) await db.sql.unsafe(`drop trigger events_assign_xid on "${schema}".events`);
+  await installParking(schema);
+  const c = recordingConsumer(name);
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+  await dispatcher.ensureRegistered();
+  const unpark = await holdParkingLock(db.sql);
+  return { schema, c, dispatcher, unpark };
+}
+
+/**
+ * E1's schedule: id 1 drawn and never used, id 2 drawn by a reserver whose insert is parked before
+ * its row is written (without the trigger, before it has an xid too), id 3 committed.
+ */
+async function e1Schedule(name: string, options: { withoutXidTrigger?: boolean } = {}) {
+  const parking = await parkingConsumer(name, options);
+  const reserver = await heldTransaction(db.sql);
+  await drawOneId(parking.schema); // id 1, never used
+  const parked = await parkedAppend(parking.schema, reserver, 2);
+  const visible = await commitOne(parking.schema, 3);
+  return { ...parking, reserver, parked, visible };
 }
 
 describe('gaps', () => {
   test('an event committed late below the cursor is delivered once it commits', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('late');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
+    const writer = await heldTransaction(db.sql);
     const [held] = await writer.append([event(1)], { schema });
     const visible = await commitOne(schema, 2);
     await dispatcher.runOnce();
@@ -123,13 +130,10 @@ describe('gaps', () => {
   });
 
   test('a rolled-back id is burnt only once pg_snapshot_xmin passes its fence; a held horizon keeps it', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('burn');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     // Holds the horizon: an xid older than any fence the dispatcher will take.
-    const horizon = await openTransaction(db.sql);
-    onTestFinished(() => horizon.rollback());
+    const horizon = await heldTransaction(db.sql);
     const horizonXid = await horizon.xid();
     const writer = await openTransaction(db.sql);
     const writerXid = await writer.xid();
@@ -161,17 +165,7 @@ describe('gaps', () => {
   });
 
   test('E1, the reserver without an xid: with the xid-before-id trigger the late event is delivered', async () => {
-    const schema = await freshSchema(db.sql);
-    await installParking(schema);
-    const c = recordingConsumer('e1');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
-    const unpark = await holdParkingLock(db.sql);
-    const reserver = await openTransaction(db.sql);
-    onTestFinished(() => reserver.rollback());
-    await drawOneId(schema); // id 1, never used
-    const parked = await parkedAppend(schema, reserver, 2); // id 2 drawn, row not written
-    const visible = await commitOne(schema, 3);
+    const { schema, c, dispatcher, unpark, reserver, parked, visible } = await e1Schedule('e1');
 
     await dispatcher.runOnce(); // sees 3, hole {1..2}
     await dispatcher.runOnce(); // fence
@@ -187,18 +181,9 @@ describe('gaps', () => {
   });
 
   test('E1 control: without the trigger the same schedule burns the id and loses the event', async () => {
-    const schema = await freshSchema(db.sql);
-    await db.sql.unsafe(`drop trigger events_assign_xid on "${schema}".events`);
-    await installParking(schema);
-    const c = recordingConsumer('e1-control');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
-    const unpark = await holdParkingLock(db.sql);
-    const reserver = await openTransaction(db.sql);
-    onTestFinished(() => reserver.rollback());
-    await drawOneId(schema); // id 1, never used
-    const parked = await parkedAppend(schema, reserver, 2); // id 2 drawn, and no xid yet
-    const visible = await commitOne(schema, 3);
+    const { schema, c, dispatcher, unpark, reserver, parked, visible } = await e1Schedule('e1-control', {
+      withoutXidTrigger: true,
+    });
 
     await dispatcher.runOnce(); // hole {1..2}
     await dispatcher.runOnce(); // fenced by this turn's xid, while the reserver has none yet
@@ -217,12 +202,7 @@ describe('gaps', () => {
   });
 
   test('E2, the reserver above the snapshot xmax: the late event is delivered', async () => {
-    const schema = await freshSchema(db.sql);
-    await installParking(schema);
-    const c = recordingConsumer('e2');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
-    const unpark = await holdParkingLock(db.sql);
+    const { schema, c, dispatcher, unpark } = await parkingConsumer('e2');
     const older = await openTransaction(db.sql); // M: takes its xid first, writes later
     const unrelated = await openTransaction(db.sql); // A
     const reserver = await openTransaction(db.sql); // R
@@ -254,13 +234,10 @@ describe('gaps', () => {
   });
 
   test('a fetch cut short by batchSize burns nothing beyond its last id', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('limit', { batchSize: 2 });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await appendEvents(db.sql, 2, event, schema); // 1, 2
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
+    const writer = await heldTransaction(db.sql);
     await writer.append([3, 4, 5, 6, 7, 8].map(event), { schema }); // 3..8 in flight
     await commitOne(schema, 9);
     await dispatcher.runOnce(); // 1, 2
@@ -278,10 +255,8 @@ describe('gaps', () => {
   });
 
   test('a pruned stretch of 1,000,000 ids is one range, burnt in one go', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('stretch');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await db.sql.unsafe(`alter sequence "${schema}".events_id_seq restart with 1000001`);
     const only = await commitOne(schema, 1);
     await dispatcher.runOnce();
@@ -296,10 +271,8 @@ describe('gaps', () => {
   });
 
   test('delivered ids are carved out of their range, splitting it', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('carve');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     const writers = await Promise.all([1, 2, 3].map(() => openTransaction(db.sql)));
     onTestFinished(async () => {
       for (const w of writers) await w.rollback();
@@ -317,13 +290,10 @@ describe('gaps', () => {
   });
 
   test("ordering: 'strict' holds the cursor at the first unresolved gap", async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('strict', { ordering: 'strict' });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await appendEvents(db.sql, 2, event, schema); // 1, 2
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
+    const writer = await heldTransaction(db.sql);
     await writer.append([event(3)], { schema }); // 3 in flight
     await appendEvents(db.sql, 2, event, schema); // 4, 5
     for (let i = 0; i < 3; i++) await dispatcher.runOnce();
@@ -335,10 +305,8 @@ describe('gaps', () => {
   });
 
   test("ordering: 'strict' passes a rolled-back id once it is burnt", async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('strict-burn', { ordering: 'strict' });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     const writer = await openTransaction(db.sql);
     await writer.append([event(1)], { schema });
     await appendEvents(db.sql, 2, event, schema); // 2, 3
@@ -350,10 +318,8 @@ describe('gaps', () => {
   });
 
   test("ordering: 'strict' crosses every rolled-back hole of a fetch after one fence, not one hole per wait", async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('strict-many', { ordering: 'strict' });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     for (let i = 0; i < 4; i++) {
       await commitOne(schema, i); // 1, 3, 5, 7
       const writer = await openTransaction(db.sql);
@@ -367,10 +333,8 @@ describe('gaps', () => {
   });
 
   test('ranges and deliveries across the 9/10-digit boundary keep numeric order', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('digits');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await db.sql.unsafe(`alter sequence "${schema}".events_id_seq restart with 999999997`);
     await commitOne(schema, 1); // 999999997
     const low = await openTransaction(db.sql);

@@ -1,14 +1,7 @@
-import {
-  appendEvents,
-  drainUntilIdle,
-  freshSchema,
-  openTransaction,
-  recordingConsumer,
-} from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
-import { describe, expect, onTestFinished, test } from 'vitest';
+import { appendEvents, drainUntilIdle, recordingConsumer } from '@sluice/testing';
+import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { describe, expect, test } from 'vitest';
 import { PruneBlockedError } from '../errors.js';
-import { testDispatcher } from '../test-support.js';
 import { prune } from './prune.js';
 
 const db = await useTestDatabase();
@@ -22,10 +15,8 @@ async function eventIds(schema: string): Promise<bigint[]> {
 
 describe('prune', () => {
   test('refuses, naming the consumer, while a registered consumer still needs the events; then succeeds', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('archiver');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
     await appendEvents(db.sql, 10, undefined, schema);
     const error = await prune(db.sql, { before: 6n, schema }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(PruneBlockedError);
@@ -37,12 +28,9 @@ describe('prune', () => {
   });
 
   test('keeps events inside a consumer’s pending gap', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('careful');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
-    await dispatcher.ensureRegistered();
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
+    const writer = await heldTransaction(db.sql);
     await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema }); // id 1, in flight
     await appendEvents(db.sql, 3, undefined, schema); // 2..4
     await dispatcher.runOnce(); // cursor 4, gap {1}
@@ -54,10 +42,10 @@ describe('prune', () => {
   });
 
   test('stale per-instance rows do not hold retention back', async () => {
-    const schema = await freshSchema(db.sql);
     const c = recordingConsumer('feed', { delivery: 'per-instance' });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { instanceId: 'gone-instance' });
-    await dispatcher.ensureRegistered();
+    const { schema } = await registeredDispatcher(db.sql, [c.consumer], {
+      instanceId: 'gone-instance',
+    });
     await appendEvents(db.sql, 4, undefined, schema);
     await expect(prune(db.sql, { before: 3n, schema })).rejects.toBeInstanceOf(PruneBlockedError);
     await db.sql`update ${db.sql(`${schema}.consumers`)} set last_seen_at = now() - interval '2 days'`;

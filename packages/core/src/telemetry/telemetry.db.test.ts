@@ -21,15 +21,14 @@ import {
   drainUntilIdle,
   failingOn,
   freshSchema,
-  openTransaction,
+  passUntil,
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from '../append.js';
-import type { Dispatcher } from '../dispatcher/create-dispatcher.js';
 import { testDispatcher } from '../test-support.js';
 import { ATTR, METRIC } from './attributes.js';
 import { HANDLER_DURATION_BOUNDARIES_SECONDS } from './metrics.js';
@@ -109,18 +108,6 @@ function telemetry() {
   };
 }
 
-/** Runs passes until `condition` holds (other files' transactions may hold the xmin horizon briefly). */
-async function passUntil(dispatcher: Dispatcher, condition: () => boolean | Promise<boolean>, what: string) {
-  await until(
-    async () => {
-      await dispatcher.runOnce();
-      return condition();
-    },
-    15_000,
-    what,
-  );
-}
-
 describe('telemetry', () => {
   beforeAll(() => {
     // trace.getActiveSpan() at append needs a context manager; the providers stay local to each test.
@@ -131,15 +118,13 @@ describe('telemetry', () => {
   });
 
   test('processed events, handler durations, passes and the lag and gap gauges are recorded per consumer', async () => {
-    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const shared = recordingConsumer('shared');
     const local = recordingConsumer('local', { delivery: 'per-instance' });
-    const dispatcher = testDispatcher(db.sql, schema, [shared.consumer, local.consumer], {
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [shared.consumer, local.consumer], {
       instanceId: 'node-a',
       meterProvider: t.meterProvider,
     });
-    await dispatcher.ensureRegistered();
     await appendEvents(db.sql, 5, event, schema);
 
     await dispatcher.runOnce(); // its pre-check saw both cursors 5 events behind the head
@@ -211,11 +196,11 @@ describe('telemetry', () => {
   });
 
   test('handler failures count in sluice.events.failed and a consumer at maxAttempts shows as dead', async () => {
-    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = failingOn('poisoned', () => true, { errorPolicy: { maxAttempts: 2 } });
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { meterProvider: t.meterProvider });
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+      meterProvider: t.meterProvider,
+    });
     await appendEvents(db.sql, 1, event, schema);
 
     await dispatcher.runOnce(); // attempt 1 fails
@@ -234,13 +219,12 @@ describe('telemetry', () => {
   });
 
   test('a pending gap shows in sluice.gaps.pending, and a rolled-back id counts in sluice.gaps.burnt', async () => {
-    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = recordingConsumer('burning');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { meterProvider: t.meterProvider });
-    await dispatcher.ensureRegistered();
-    const holder = await openTransaction(db.sql);
-    onTestFinished(() => holder.rollback());
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+      meterProvider: t.meterProvider,
+    });
+    const holder = await heldTransaction(db.sql);
     await holder.append([event(1)], { schema });
     await appendEvents(db.sql, 1, event, schema);
 
@@ -265,13 +249,12 @@ describe('telemetry', () => {
   });
 
   test('an event committed late below the cursor counts in sluice.events.late', async () => {
-    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = recordingConsumer('late');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { meterProvider: t.meterProvider });
-    await dispatcher.ensureRegistered();
-    const holder = await openTransaction(db.sql);
-    onTestFinished(() => holder.rollback());
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+      meterProvider: t.meterProvider,
+    });
+    const holder = await heldTransaction(db.sql);
     const [held] = await holder.append([event(1)], { schema });
     await appendEvents(db.sql, 1, event, schema);
     await dispatcher.runOnce(); // delivers the visible event above the hole
@@ -305,11 +288,11 @@ describe('telemetry', () => {
   });
 
   test('turn and handler spans carry the messaging attributes; the handler span links to the appending request', async () => {
-    const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = recordingConsumer('traced');
-    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { tracerProvider: t.tracerProvider });
-    await dispatcher.ensureRegistered();
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+      tracerProvider: t.tracerProvider,
+    });
 
     const request = t.tracerProvider.getTracer('test-app').startSpan('POST /orders');
     const [linked] = await context.with(trace.setSpan(context.active(), request), () =>

@@ -1,11 +1,10 @@
-import { randomBytes } from 'node:crypto';
 import { readdirSync } from 'node:fs';
-import { migrate, silentLogger, type Consumer } from '@sluice/core';
+import { type Consumer } from '@sluice/core';
 import { failingOn, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
-import Fastify from 'fastify';
-import { describe, expect, onTestFinished, test } from 'vitest';
-import sluice, { basicAuth, bearerAuth, type OpsAuth, type OpsOptions } from '../index.js';
+import { describe, expect, test } from 'vitest';
+import { basicAuth, bearerAuth, type OpsAuth, type OpsOptions } from '../index.js';
+import { pluginApp } from '../test-support.js';
 
 const db = await useTestDatabase();
 const TOKEN = 'test-token-0123456789abcdef';
@@ -34,26 +33,10 @@ const ASSETS = [
   ...MODULES.map((path) => ({ path, type: JS })),
 ] as const;
 
-async function build(
+const build = (
   consumers: readonly Consumer[] = [recordingConsumer('feed').consumer],
   ops: OpsOptions = { auth: bearerAuth(TOKEN, 'alice') },
-) {
-  const schema = `d_${randomBytes(4).toString('hex')}`;
-  await migrate(db.sql, { schema, logger: silentLogger });
-  const app = Fastify({ logger: false });
-  await app.register(sluice, {
-    sql: db.sql,
-    schema,
-    consumers,
-    listen: false,
-    pollIntervalMs: 60_000,
-    logger: silentLogger,
-    ops,
-  });
-  onTestFinished(() => app.close());
-  await app.ready();
-  return { app, schema };
-}
+) => pluginApp(db.sql, consumers, ops, { prefix: 'd' });
 
 /** Every file of the page, by path (under the given prefix). */
 async function assets(prefix = '/sluice') {

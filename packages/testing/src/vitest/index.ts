@@ -1,5 +1,8 @@
-// `@sluice/testing/vitest`: the helpers that need vitest (its inject() and afterAll()). The root
-// entry never imports vitest, so `startPostgres()` works in any script or test runner.
+// `@sluice/testing/vitest`: the helpers that need vitest (its inject(), afterAll() and
+// onTestFinished()). The root entry never imports vitest, so `startPostgres()` works in any script or
+// test runner.
+export { useLoginRole } from './login-role.js';
+export { heldTransaction, registeredDispatcher, testDispatcher } from './test-dispatcher.js';
 export { useTestDatabase } from './test-database.js';
 
 export type { TestDatabase } from './test-database.js';
