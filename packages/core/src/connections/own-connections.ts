@@ -51,6 +51,14 @@ export interface OwnConnectionsSettings {
   /** Told, once, that the pool continues without prepared statements (see the top of this file). */
   readonly onUnprepared?: (error: unknown) => void;
   /**
+   * Shared by the pools of one dispatcher: once one of them learns that prepared statements do not
+   * survive (a transaction pooler), all of them continue without. A turn's pipelined statements
+   * may fail in ways that do not say so (postgres.js 3.4.9 re-prepares the first one while the
+   * others are already on the wire, and misreads the answers), so the turns' pools learn it from
+   * the pool of the pre-checks. Absent: the pool decides alone.
+   */
+  readonly preparing?: PreparingSwitch;
+  /**
    * `begin(fn)` pipelines BEGIN with fn's first statements (pipelined-begin.ts). Only for a pool of
    * one connection: a close the pool reports abandons every transaction running on it.
    */
@@ -122,7 +130,13 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   let renewals = 0;
   let ended = false;
   const idleMs = secondsOption(base['idle_timeout']);
-  let prepare = base['prepare'] !== false;
+  const preparing = settings.preparing ?? preparingSwitch(base['prepare'] !== false);
+  let prepare = preparing.enabled;
+  const stopListening = preparing.onOff(() => {
+    if (!prepare || ended) return;
+    prepare = false;
+    replace();
+  });
 
   const create = (): Pool => {
     const options = {
@@ -192,9 +206,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     if (!prepare || pool !== current || ended) return;
     const state = sqlStateOf(error);
     if (state !== '26000' && state !== '42P05') return;
-    prepare = false;
-    replace();
-    settings.onUnprepared?.(error);
+    if (preparing.off()) settings.onUnprepared?.(error);
   }
 
   /** A planned renewal of `pool`, when it is still the current one. */
@@ -334,12 +346,40 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     async end() {
       if (!ended) {
         ended = true;
+        stopListening();
         retire(current, 0);
       }
       while (retiring.size > 0) await Promise.all([...retiring]);
     },
   };
   return own;
+}
+
+/** Whether the pools sharing it prepare statements: on, until one of them turns it off. */
+export interface PreparingSwitch {
+  readonly enabled: boolean;
+  /** Turns it off; true the first time (the caller says so once). */
+  off(): boolean;
+  /** Calls `listener` when it is turned off; returns its unsubscription. */
+  onOff(listener: () => void): () => void;
+}
+
+export function preparingSwitch(enabled: boolean): PreparingSwitch {
+  const listeners = new Set<() => void>();
+  const state = {
+    enabled,
+    off() {
+      if (!state.enabled) return false;
+      state.enabled = false;
+      for (const listener of [...listeners]) listener();
+      return true;
+    },
+    onOff(listener: () => void) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+  };
+  return state;
 }
 
 /** What a pool that continues without prepared statements logs (once per pool of Sluice's). */

@@ -1,7 +1,7 @@
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { DispatcherNotRegisteredError, DispatcherStoppedError, messageOf } from '../errors.js';
 import { checkConnection } from '../connect-timeout.js';
-import { logUnprepared, openOwnConnections } from '../connections/own-connections.js';
+import { logUnprepared, openOwnConnections, preparingSwitch } from '../connections/own-connections.js';
 import { TurnConnections } from '../connections/turn-connections.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
@@ -63,7 +63,11 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   // those options (connections/own-connections.ts): one per turn, one to record turn starts and one
   // for pre-checks and read-aheads.
   const appSql = options.sql;
+  // One switch for all of them: once a pool learns that prepared statements do not survive (a
+  // transaction pooler), every pool of the dispatcher continues without.
+  const preparing = preparingSwitch((appSql.options as { prepare?: boolean }).prepare !== false);
   const own = openOwnConnections(appSql, {
+    preparing,
     max: 2,
     applicationName: `sluice${options.instanceId === undefined ? '' : `:${options.instanceId}`}`,
     retireAfterMs: options.handlerTimeoutMs + options.statementTimeoutMs,
@@ -77,6 +81,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   // read-aheads and bookkeeping.
   const turnConnections = new TurnConnections(() =>
     openOwnConnections(appSql, {
+      preparing,
       max: 1,
       applicationName: `sluice${options.instanceId === undefined ? '' : `:${options.instanceId}`}`,
       retireAfterMs: options.handlerTimeoutMs + options.statementTimeoutMs,
