@@ -628,6 +628,11 @@ describe('races', () => {
           figures['extra statements/s during flood'] = Math.round(
             statementTimes.filter((t) => t >= startMs && t < endMs).length / seconds,
           );
+          // Before NOTIFY-woken passes could skip the pre-check (docs/design.md §3.3), each of them
+          // read it and no more: what this run's passes would have cost so, at the calibrated cost
+          // of an idle pass, beside what they cost (the statements from flood start to quiet).
+          figures['statements had every pass read the pre-check (passes × statements per idle pass)'] =
+            Math.ceil(afterStart * perIdlePass);
           figures['passes with a pre-check / counted by sluice.passes'] = `${timedPasses}/${metricPasses}`;
           figures['drain after flood ms'] = Math.round(Math.max(0, lastPassAt - endMs));
           figures['real event latency max ms'] = Math.round(Math.max(...latencies));
