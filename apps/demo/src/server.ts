@@ -65,11 +65,13 @@ async function main(): Promise<void> {
     logger: process.env['DEMO_LOG'] === '1',
   }).catch(giveUp);
 
-  // Ctrl+C reaches every process of the terminal's foreground group: pnpm, tsx and this one, but
-  // not PostgreSQL, which the embedded provider starts in a session of its own. So the order is
-  // ours: the running handlers finish (app.close() stops the dispatcher), the app says it stopped,
-  // and only then does PostgreSQL stop. `pnpm start` execs tsx (no shell in between), so pnpm
-  // exits with this process's code: 0.
+  // Ctrl+C reaches every process of the terminal's foreground group: pnpm and this one, but not
+  // PostgreSQL, which the embedded provider starts in a session of its own. So the order is ours:
+  // the running handlers finish (app.close() stops the dispatcher), the app says it stopped, and
+  // only then does PostgreSQL stop. `pnpm start` execs node with tsx as a loader (no shell and no
+  // tsx CLI in between: the CLI relays a signal to its child, and when the child's acknowledgement
+  // misses two 30 ms windows it kills the child and exits 130; a CI run ended Ctrl+C with 130
+  // under it), so pnpm exits with this process's code: 0.
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
