@@ -73,3 +73,35 @@ test("restart from 'now' delivers an event whose writer began after the restart'
   }
   expect(feed.ids()).toContain(lateId);
 });
+
+test("restart from 'now' on a pool of one connection draws its fence on that connection and returns", async () => {
+  const schema = await freshSchema(db.sql, 'rnow1');
+  const feed = recordingConsumer('feed');
+  const dispatcher = testDispatcher(db.sql, schema, [feed.consumer]);
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 2, undefined, schema);
+  await dispatcher.runOnce();
+  // An event in flight at the restart: the restart must fence it, with an xid drawn after its
+  // snapshot. Drawn through a second connection of the operator's pool, it waited for ever here:
+  // the pool's only connection holds the consumer row.
+  const writer = await heldTransaction(db.sql);
+  const [held] = await writer.append([{ streamId: 's', type: 'InFlight', data: {} }], { schema });
+  await appendEvents(db.sql, 1, undefined, schema);
+  const admin = createAdmin({ sql: db.connect({ max: 1 }), schema, lockTimeoutMs: 5_000 });
+  const result = await Promise.race([
+    admin.restart('feed', { from: 'now' }),
+    new Promise<never>((_, reject) => {
+      setTimeout(() => {
+        reject(new Error('the restart did not return within 10 s'));
+      }, 10_000).unref();
+    }),
+  ]);
+  expect(result.cursorAfter).toBe(4n);
+
+  await writer.commit();
+  for (let i = 0; i < 3; i++) {
+    await db.sql`select pg_current_xact_id()`;
+    await dispatcher.runOnce();
+  }
+  expect(feed.ids()).toContain(held?.id);
+});

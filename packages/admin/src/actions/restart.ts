@@ -42,7 +42,8 @@ export async function restart(
     name,
     optionalName(options.instanceId),
     async ({ tx, state, instanceId }) => {
-      const facts = await readRestartFacts(tx, ctx.sql, ctx.tables, ctx.schema, from === 'now');
+      const target = from === 'now' ? { name, instanceId } : null;
+      const facts = await readRestartFacts(tx, ctx.tables, ctx.schema, target);
       const change = restartConsumer(state, from, facts);
       await applyOperatorChange(tx, ctx.tables, { name, instanceId, ...who }, change);
       return resultOf(name, instanceId, change);

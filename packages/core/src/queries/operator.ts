@@ -4,16 +4,21 @@
 import type { InFlightAt, OperatorChange } from '../consumer-state/operator-transitions.js';
 import { TOMBSTONE_TYPE } from '../events.js';
 import { GapHeldError, NotAGapError, sqlStateOf } from '../errors.js';
+import { parseSnapshot } from '../gaps/snapshot.js';
 import type { Tables } from '../schema/tables.js';
-import type { Sql, TransactionSql } from '../sql-types.js';
+import type { TransactionSql } from '../sql-types.js';
 import { retentionFloor, writeAudit } from './audit.js';
 import { RETENTION_LOCK_CLASS } from './consumers.js';
 import { pgArray } from './pg-array.js';
 
-/** One consumer row, and who acts on it. */
-export interface OperatorTarget {
+/** One consumer row. */
+export interface ConsumerKey {
   readonly name: string;
   readonly instanceId: string;
+}
+
+/** One consumer row, and who acts on it. */
+export interface OperatorTarget extends ConsumerKey {
   readonly actor: string;
   readonly reason: string | null;
 }
@@ -90,16 +95,18 @@ export interface RestartFacts {
 /**
  * Reads a restart's facts under the shared retention lock (no prune deletes what the new cursor
  * needs meanwhile). With `inFlight`, the events in flight at this transaction's snapshot are
- * fenced by an xid drawn after it: the transaction's own xid is not one (its row lock drew it
- * before the snapshot, and a writer that began in between would have a higher one), so a fresh
- * xid is drawn by an autocommit statement on `sql` (docs/guarantees.md).
+ * fenced by an xid allocated after that snapshot (docs/design.md §5.4). The transaction's own xid
+ * is not one: its row lock drew it before the snapshot, and a writer that began in between has a
+ * higher one. So a subtransaction draws one: a savepoint whose rewrite of the held row is given an
+ * xid of its own at that moment. It is drawn on this connection: an autocommit statement on the
+ * pool would wait for a free connection while this one holds the row, for ever once every
+ * connection of the pool is held that way.
  */
 export async function readRestartFacts(
   tx: TransactionSql,
-  sql: Sql,
   t: Tables,
   schema: string,
-  inFlight: boolean,
+  inFlight: ConsumerKey | null,
 ): Promise<RestartFacts> {
   await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
   const floor = await retentionFloor(tx, t);
@@ -108,14 +115,33 @@ export async function readRestartFacts(
   if (!state) throw new Error('the restart read returned no row');
   let fenced: InFlightAt | null = null;
   if (inFlight) {
-    const [drawn] = await sql<{ fence: string; in_flight: boolean }[]>`
-      select pg_current_xact_id()::text as fence,
-             exists (select 1 from pg_snapshot_xip(${state.snap}::pg_snapshot))
-             or pg_snapshot_xmax(${state.snap}::pg_snapshot) < pg_current_xact_id() as in_flight`;
-    if (drawn?.in_flight)
-      fenced = { snapshot: state.snap, fence: BigInt(drawn.fence), upto: BigInt(state.head) };
+    const fence = await drawSubtransactionXid(tx, t, inFlight);
+    const snapshot = parseSnapshot(state.snap);
+    if (snapshot.xip.length > 0 || snapshot.xmax < fence)
+      fenced = { snapshot: state.snap, fence, upto: BigInt(state.head) };
   }
   return { floor, head: BigInt(state.head), inFlight: fenced };
+}
+
+/**
+ * An xid allocated now, in this transaction: a savepoint rewrites the held consumer row (changing
+ * nothing), which assigns the subtransaction its xid, and reads it back as the new version's xmin.
+ * xmin is the 32-bit xid; its epoch is the top-level xid's, or the next one when the 32-bit
+ * counter wrapped since that was drawn (a subtransaction's xid is allocated after its parent's).
+ */
+async function drawSubtransactionXid(tx: TransactionSql, t: Tables, target: ConsumerKey): Promise<bigint> {
+  const [drawn] = await tx.savepoint(
+    (sp) => sp<{ sub: string; top: string }[]>`
+      update ${t.consumers} c set updated_at = c.updated_at
+      where c.name = ${target.name} and c.instance_id = ${target.instanceId}
+      returning c.xmin::text as sub, pg_current_xact_id()::text as top`,
+  );
+  if (!drawn) throw new Error(`the held consumer row ${target.name}/${target.instanceId} was not found`);
+  const top = BigInt(drawn.top);
+  const sub = BigInt(drawn.sub);
+  const epoch = top >> 32n;
+  const xid = (epoch << 32n) | sub;
+  return xid > top ? xid : xid + (1n << 32n);
 }
 
 /**
