@@ -4,13 +4,15 @@
 // nothing it had not received is lost (a pending gap is delivered from its lowest id; events
 // retention deleted meanwhile are reported).
 import { createDispatcher, prune, type Consumer } from '@sluice/core';
-import { appendEvents, capturingLogger, freshSchema, recordingConsumer } from '@sluice/testing';
-import { heldTransaction, useTestDatabase } from '@sluice/testing/vitest';
+import { appendEvents, capturingLogger, freshSchema, recordingConsumer, until } from '@sluice/testing';
+import { heldTransaction, useLoginRole, useTestDatabase } from '@sluice/testing/vitest';
 import { MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
 import { expect, onTestFinished, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
 
 const db = await useTestDatabase();
+const operator = useLoginRole(db, 'sluice_collector');
+const PARK_LOCK = 773_002;
 
 class ManualReader extends MetricReader {
   protected override onShutdown(): Promise<void> {
@@ -115,4 +117,54 @@ test('events pruned while the row was gone are reported, not skipped silently', 
   expect(feed.ids()).toEqual([1n, 2n, 5n]);
   const error = s.lines.find((l) => l.level === 'error' && /pruned/.test(l.message));
   expect(error?.fields).toMatchObject({ consumer: 'feed', prunedThrough: 4n });
+});
+
+test("what a collection records is read once the rows are held: an operator's restart that committed while it waited is what it records", async () => {
+  const feed = recordingConsumer('feed', { delivery: 'per-instance' });
+  const s = await setup(feed.consumer);
+  // The collection's locking statement parks on a row-level-security policy after its snapshot and
+  // before it locks the row (the window widened on purpose).
+  await operator.grant(s.schema);
+  const role = operator.name;
+  await db.sql.unsafe(`
+    create function "${s.schema}".park_collection() returns boolean volatile language plpgsql as $$
+    begin
+      if current_user = '${role}' and current_query() ilike '%for update skip locked%' then
+        perform pg_advisory_xact_lock_shared(${PARK_LOCK});
+      end if;
+      return true;
+    end $$;
+    alter table "${s.schema}".consumers enable row level security;
+    create policy park on "${s.schema}".consumers to "${role}" using ("${s.schema}".park_collection());`);
+  const writer = await heldTransaction(db.sql);
+  await writer.append([{ streamId: 's', type: 'Abandoned', data: {} }], { schema: s.schema });
+  await appendEvents(db.sql, 2, undefined, s.schema);
+  await s.dispatcher.runOnce();
+  expect(feed.ids()).toEqual([2n, 3n]); // 1 is a pending gap
+  await db.sql`update ${db.sql(`${s.schema}.consumers`)} set last_seen_at = now() - interval '2 hours'`;
+
+  const holder = await db.sql.reserve();
+  await holder`select pg_advisory_lock(${PARK_LOCK})`;
+  try {
+    const collector = createAdmin({ sql: operator.sql(), schema: s.schema, lockTimeoutMs: 5_000 });
+    const collecting = collector.collectStaleInstances({ olderThanMs: 3_600_000 });
+    await until(async () => (await operator.parked()) > 0, 10_000, 'the collection to park before its lock');
+    // Meanwhile an operator gives id 1 up: the cursor stays at 3, the gap goes.
+    await s.admin.restart('feed', { instanceId: 'pod-a', from: 3n });
+    await holder`select pg_advisory_unlock(${PARK_LOCK})`;
+    expect((await collecting).removed.map((r) => r.cursor)).toEqual([3n]);
+  } finally {
+    await holder`select pg_advisory_unlock_all()`;
+    holder.release();
+  }
+  const [audit] = await db.sql<{ details: { lowestPendingId: string | null } }[]>`
+    select details from ${db.sql(`${s.schema}.audit`)} where action = 'collect-stale-instance'`;
+  expect(audit?.details.lowestPendingId).toBeNull();
+
+  // The instance comes back where the restart left it: from 3, without 2 and 3 again.
+  await writer.rollback();
+  await appendEvents(db.sql, 1, undefined, s.schema);
+  await s.dispatcher.runOnce();
+  await s.dispatcher.runOnce();
+  expect(feed.ids()).toEqual([2n, 3n, 4n]);
 });
