@@ -341,7 +341,7 @@ describe('telemetry', () => {
     expect(second!.links).toEqual([]);
   });
 
-  test('a pass woken by a commit inside a request runs outside the request: the turn has no parent, the handler links to the request', async () => {
+  test('a pass woken by a commit inside a request runs outside the request: the turn has no parent, the turn and the handler link to the request', async () => {
     const schema = await freshSchema(db.sql);
     const t = telemetry();
     const c = recordingConsumer('woken');
@@ -378,6 +378,8 @@ describe('telemetry', () => {
     expect(handler!.spanContext().traceId).not.toBe(traceId);
     const turn = turns.find((s) => s.spanContext().spanId === handler!.parentSpanContext?.spanId);
     expect(turn).toBeDefined(); // the handler's parent is its turn, not the request
+    // The turn that delivered the event links to the request, once.
+    expect(turn!.links.map((l) => [l.context.traceId, l.context.spanId])).toEqual([[traceId, spanId]]);
     // Nothing the dispatcher did was recorded as part of the request's trace.
     expect(spans.filter((s) => s.spanContext().traceId === traceId).map((s) => s.name)).toEqual([
       'POST /orders',

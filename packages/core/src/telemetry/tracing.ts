@@ -76,11 +76,13 @@ export function startHandlerSpan(
   const context = turnContext(parent);
   if (!context) return NO_SPAN;
   const first = events[0];
+  const links = linksFromMetadata(events.map((e) => e.metadata));
+  linkTurn(parent, links);
   return tracer.startSpan(
     `process ${consumer}`,
     {
       kind: SpanKind.CONSUMER,
-      links: linksFromMetadata(events.map((e) => e.metadata)),
+      links,
       attributes: {
         [ATTR.messagingSystem]: MESSAGING_SYSTEM,
         [ATTR.messagingOperationType]: 'process',
@@ -113,6 +115,26 @@ function turnContext(turnSpan: Span): Context | undefined {
     : undefined;
   turnContexts.set(turnSpan, context);
   return context;
+}
+
+/** The appending spans a turn span already links to (a span is linked once per turn). */
+const turnLinks = new WeakMap<Span, Set<string>>();
+
+/**
+ * Links the turn span to the spans that appended the events it delivers: the turn runs outside
+ * any request (docs/design.md §7), so a trace reaches its turn through these links, never as a
+ * parent.
+ */
+function linkTurn(turnSpan: Span, links: readonly Link[]): void {
+  let linked = turnLinks.get(turnSpan);
+  if (!linked) turnLinks.set(turnSpan, (linked = new Set()));
+  const fresh = links.filter((l) => {
+    const key = `${l.context.traceId}-${l.context.spanId}`;
+    if (linked.has(key)) return false;
+    linked.add(key);
+    return true;
+  });
+  if (fresh.length > 0) turnSpan.addLinks(fresh);
 }
 
 export function endSpanWithError(span: Span, error: unknown): void {
