@@ -22,7 +22,7 @@ if (values.help) {
 Places orders at --rate per second for --duration seconds (or until --orders orders were placed);
 ~70% are paid and ~15% cancelled. A --bounce fraction of the orders come from customers whose
 address does not exist: the demo's mail provider refuses every mail to them (a hard bounce), and
-the mailer copies each such mail to its dead letters after 3 attempts and goes on. --seed replays
+the mailer copies each such mail to its dead letters at once and goes on. --seed replays
 the same order mix.`);
   process.exit(0);
 }

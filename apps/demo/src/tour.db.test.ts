@@ -129,7 +129,8 @@ test(
     expect(await stats()).toEqual(await expectedStats());
 
     // The mailer's dead letters: exactly one per mail to a bouncing customer (the load's summary
-    // counts them), each with the provider's hard bounce after MAILER_MAX_ATTEMPTS attempts.
+    // counts them), each with the provider's hard bounce, refused once: a permanent error uses up
+    // every attempt at once (the dead letter records MAILER_MAX_ATTEMPTS).
     const letters = await ops<DeadLetterView[]>('/consumers/mailer/dead-letters?limit=1000');
     expect(letters).toHaveLength(traffic.counts.mailsToBouncing);
     expect(new Set(letters.map((l) => l.streamId))).toEqual(
@@ -141,6 +142,8 @@ test(
         /^550 5\.1\.1 <bounce-\d+@example\.com>: mailbox does not exist \(hard bounce\)$/,
       );
     }
+    const bounced = mails.refused.filter((m) => m.permanent);
+    expect(bounced).toHaveLength(traffic.counts.mailsToBouncing); // one refusal each, no retry
     // Greylisted first deliveries were refused (451) and went through on the mailer's retry: every
     // mail to a customer whose address exists was sent, once.
     expect(retriesSeen, 'the dashboard never showed the mailer retrying').toBeGreaterThan(0);

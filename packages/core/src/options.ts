@@ -1,6 +1,7 @@
 import type { MeterProvider } from '@opentelemetry/api';
 import type { TracerProvider } from '@opentelemetry/api';
 import type { Consumer } from './consumers/consumer.js';
+import type { EventRecord } from './events.js';
 import { InvalidOptionError } from './errors.js';
 import type { Ordering } from './gaps/gaps.js';
 import { consoleLogger, type Logger } from './logger.js';
@@ -127,6 +128,8 @@ export interface ResolvedConsumer {
   readonly instanceId: string;
   readonly maxAttempts: number;
   readonly skipApplyErrors: boolean;
+  /** errorPolicy.isPermanent, or a predicate that says no. */
+  readonly isPermanent: (error: unknown, event: EventRecord) => boolean;
   readonly startFrom: 'beginning' | 'now';
   readonly ordering: Ordering;
   readonly transactional: boolean;
@@ -273,6 +276,10 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     if (typeof skipApplyErrors !== 'boolean') {
       throw new InvalidOptionError(`${where}.errorPolicy.skipApplyErrors`, 'must be a boolean');
     }
+    const isPermanent = policyFields['isPermanent'] ?? NEVER_PERMANENT;
+    if (typeof isPermanent !== 'function') {
+      throw new InvalidOptionError(`${where}.errorPolicy.isPermanent`, 'must be a function');
+    }
     const transactional = c['transactional'] ?? false;
     if (typeof transactional !== 'boolean')
       throw new InvalidOptionError(`${where}.transactional`, 'must be a boolean');
@@ -297,6 +304,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
       instanceId: delivery === 'shared' ? SHARED_INSTANCE_ID : (instanceId as string),
       maxAttempts,
       skipApplyErrors,
+      isPermanent: isPermanent as ResolvedConsumer['isPermanent'],
       startFrom,
       ordering,
       transactional,
@@ -309,6 +317,27 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     } satisfies ResolvedConsumer;
   });
   return { ...options, consumers };
+}
+
+const NEVER_PERMANENT = (): boolean => false;
+
+/**
+ * The attempts a failure counts as: every one of `consumer`'s attempts when its error policy says
+ * the error is permanent (a predicate that throws says it is not), else `attempt`.
+ */
+export function attemptsCharged(
+  consumer: ResolvedConsumer,
+  attempt: number,
+  error: unknown,
+  event: EventRecord,
+): number {
+  let permanent = false;
+  try {
+    permanent = consumer.isPermanent(error, event) === true;
+  } catch {
+    permanent = false;
+  }
+  return permanent ? Math.max(attempt, consumer.maxAttempts) : attempt;
 }
 
 /**

@@ -86,20 +86,20 @@ function hashShare(address: string): number {
 
 /**
  * Attempts on one mail before the mailer gives up on it. A transient refusal is retried after the
- * dispatcher's retry delay (100 ms, then 200 ms) and normally goes through on the next attempt; a
- * hard bounce fails all three the same way and goes to the dead letters.
+ * dispatcher's retry delay (100 ms, then 200 ms) and normally goes through on the next attempt. A
+ * hard bounce is not retried at all: its error policy calls it permanent (see mailer()).
  */
 export const MAILER_MAX_ATTEMPTS = 3;
 
 /**
  * A reactor: an e-mail per order event, through a provider that can refuse it. Its error policy is
- * the one a mailer needs: a refused mail is retried (the consumer's normal retry, with its delay),
- * and one that still fails after MAILER_MAX_ATTEMPTS is copied to the consumer's dead letters with
- * the provider's answer, so that one bad address never holds back the customers after it. An
- * operator reads the bounces there and can replay them once the addresses are fixed. Few attempts
- * suffice and keep the cost of a hard bounce small (each retry holds up the mails behind it): this
- * provider's transient refusals pass on the first retry. Against a real provider, an outage longer
- * than the retries would also land mails in the dead letters, to be replayed once it is over.
+ * the one a mailer needs: a transient refusal (4xx) is retried (the consumer's normal retry, with
+ * its delay); a permanent one (5xx, a hard bounce: the address does not exist) cannot succeed on a
+ * retry, so `isPermanent` sends it to the consumer's dead letters on its first refusal, with the
+ * provider's answer, and the customers after it are not held up by retries. A transient refusal
+ * that still fails after MAILER_MAX_ATTEMPTS lands there too (against a real provider, an outage
+ * longer than the retries). An operator reads the bounces there and replays them once the
+ * addresses are fixed.
  */
 export function mailer(
   transport: MailTransport,
@@ -107,7 +107,11 @@ export function mailer(
 ): Consumer {
   return {
     name: 'mailer',
-    errorPolicy: { maxAttempts: MAILER_MAX_ATTEMPTS, skipApplyErrors: true },
+    errorPolicy: {
+      maxAttempts: MAILER_MAX_ATTEMPTS,
+      skipApplyErrors: true,
+      isPermanent: (error) => error instanceof MailRefusedError && error.permanent,
+    },
     handler: async (event) => {
       const shop = asShopEvent(event);
       if (!shop) return;

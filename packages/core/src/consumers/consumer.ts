@@ -23,6 +23,14 @@ export interface ErrorPolicy {
   readonly maxAttempts?: number;
   /** At maxAttempts, record the event in dead_letters and go on instead of stopping. @defaultValue false */
   readonly skipApplyErrors?: boolean;
+  /**
+   * Says that a handler's error is permanent: retrying the event cannot help (a mail provider's
+   * hard bounce, a 4xx answer of an API). Such a failure uses up every attempt at once: the event
+   * goes to the dead letters (with skipApplyErrors) or the consumer is dead, without waiting out
+   * the retries. Must not throw; one that throws counts as "not permanent". @defaultValue none:
+   * every failure is retried up to maxAttempts
+   */
+  readonly isPermanent?: (error: unknown, event: EventRecord) => boolean;
 }
 
 export interface Consumer {

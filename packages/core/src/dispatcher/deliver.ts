@@ -2,7 +2,7 @@ import type { Span, Tracer } from '@opentelemetry/api';
 import type { HandlerContext } from '../consumers/consumer.js';
 import { messageOf } from '../errors.js';
 import type { EventRecord } from '../events.js';
-import type { ResolvedConsumer } from '../options.js';
+import { attemptsCharged, type ResolvedConsumer } from '../options.js';
 import type { DeadLetterInput } from '../queries/dead-letters.js';
 import type { TransactionSql } from '../sql-types.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
@@ -121,11 +121,12 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
       continue;
     }
     failed += 1;
-    const failure: HandlerFailure = { event, error: outcome.error, attempts: attempt };
-    if (attempt < consumer.maxAttempts)
+    const attempts = attemptsCharged(consumer, attempt, outcome.error, event);
+    const failure: HandlerFailure = { event, error: outcome.error, attempts };
+    if (attempts < consumer.maxAttempts)
       return { resolved, deadLetters, failure, dead: false, handled, failed };
     if (!consumer.skipApplyErrors) return { resolved, deadLetters, failure, dead: true, handled, failed };
-    deadLetters.push({ event, reason: 'apply-error', error: messageOf(outcome.error), attempts: attempt });
+    deadLetters.push({ event, reason: 'apply-error', error: messageOf(outcome.error), attempts });
     resolved.push(event);
   }
   return { resolved, deadLetters, failure: undefined, dead: false, handled, failed };
@@ -165,8 +166,9 @@ async function inSavepoints(input: DeliveryInput): Promise<DeliveryResult> {
     handled += run.handled;
     if (!failure) break;
     const event = rest[failure.index] as EventRecord;
-    const halted: HandlerFailure = { event, error: failure.error, attempts: failure.attempts };
-    if (failure.attempts < consumer.maxAttempts)
+    const attempts = attemptsCharged(consumer, failure.attempts, failure.error, event);
+    const halted: HandlerFailure = { event, error: failure.error, attempts };
+    if (attempts < consumer.maxAttempts)
       return { resolved, deadLetters, failure: halted, dead: false, handled, failed };
     if (!consumer.skipApplyErrors)
       return { resolved, deadLetters, failure: halted, dead: true, handled, failed };
@@ -174,7 +176,7 @@ async function inSavepoints(input: DeliveryInput): Promise<DeliveryResult> {
       event,
       reason: 'apply-error',
       error: messageOf(failure.error),
-      attempts: failure.attempts,
+      attempts,
     });
     resolved.push(event);
     rest = rest.slice(failure.index + 1);

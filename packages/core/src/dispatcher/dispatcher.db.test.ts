@@ -84,6 +84,64 @@ describe('cursors and poison', () => {
     expect(copy).toEqual({ kind: 'object', n: 1 }); // the event copied as a jsonb object, not a string
   });
 
+  test('errorPolicy.isPermanent: a permanent failure uses up every attempt at once, a transient one is retried', async () => {
+    class Refused extends Error {
+      readonly permanent: boolean;
+      constructor(permanent: boolean) {
+        super(permanent ? '550 mailbox does not exist' : '451 try again later');
+        this.permanent = permanent;
+      }
+    }
+    const calls: bigint[] = [];
+    let transientLeft = 1;
+    const mailer = recordingConsumer('mailer', {
+      errorPolicy: {
+        maxAttempts: 5,
+        skipApplyErrors: true,
+        isPermanent: (error) => error instanceof Refused && error.permanent,
+      },
+      handler: (event) => {
+        calls.push(event.id);
+        if (event.id === 2n) throw new Refused(true);
+        if (event.id === 3n && transientLeft-- > 0) throw new Refused(false);
+      },
+    });
+    // Without skipApplyErrors a permanent failure makes the consumer dead on its first attempt; a
+    // predicate that throws says "not permanent".
+    const strict = failingOn('strict', (e) => e.id === 2n, {
+      errorPolicy: { maxAttempts: 5, isPermanent: () => true },
+    });
+    const unsure = failingOn('unsure', (e) => e.id === 2n, {
+      errorPolicy: {
+        maxAttempts: 5,
+        isPermanent: () => {
+          throw new Error('cannot tell');
+        },
+      },
+    });
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [
+      mailer.consumer,
+      strict.consumer,
+      unsure.consumer,
+    ]);
+    await appendEvents(db.sql, 4, undefined, schema);
+    await drainUntilIdle(dispatcher);
+
+    expect(calls).toEqual([1n, 2n, 3n, 3n, 4n]); // 2 once, 3 again after its transient failure
+    const letters = await db.sql<{ consumer_name: string; event_id: string; attempts: number }[]>`
+      select consumer_name, event_id::text, attempts from ${db.sql(`${schema}.dead_letters`)}`;
+    expect(letters).toEqual([{ consumer_name: 'mailer', event_id: '2', attempts: 5 }]);
+    expect(await consumerRow(db.sql, schema, 'strict')).toMatchObject({
+      status: 'dead',
+      attempts: 5,
+      cursor: 1n,
+      stuckEventId: 2n,
+    });
+    expect(strict.failures.get(2n)).toBe(1);
+    expect(await consumerRow(db.sql, schema, 'unsure')).toMatchObject({ status: 'dead', attempts: 5 });
+    expect(unsure.failures.get(2n)).toBe(5); // every attempt was made
+  });
+
   test('a throwing batchHandler falls back to per-event delivery', async () => {
     const batches: number[] = [];
     const c = recordingConsumer('batchy', {

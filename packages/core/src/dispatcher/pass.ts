@@ -2,7 +2,12 @@ import { context, ROOT_CONTEXT, type Tracer } from '@opentelemetry/api';
 import { messageOf } from '../errors.js';
 import { parseSnapshot, type Snapshot } from '../gaps/snapshot.js';
 import type { Logger } from '../logger.js';
-import { SHARED_INSTANCE_ID, type ResolvedConsumer, type ResolvedOptions } from '../options.js';
+import {
+  attemptsCharged,
+  SHARED_INSTANCE_ID,
+  type ResolvedConsumer,
+  type ResolvedOptions,
+} from '../options.js';
 import {
   currentSnapshot,
   heartbeat,
@@ -498,9 +503,10 @@ export class PassRunner {
   async #recordTimeout(consumer: ResolvedConsumer, outcome: TurnOutcome, turn: FailedTurn): Promise<void> {
     const failure = outcome.timedOut;
     if (!failure) return;
-    const dead = failure.attempts >= consumer.maxAttempts;
+    const attempts = attemptsCharged(consumer, failure.attempts, failure.error, failure.event);
+    const dead = attempts >= consumer.maxAttempts;
     this.#env.logger.warn(
-      { consumer: consumer.name, eventId: failure.event.id, attempts: failure.attempts },
+      { consumer: consumer.name, eventId: failure.event.id, attempts },
       'transactional handler timed out; its turn was rolled back',
     );
     try {
@@ -511,7 +517,7 @@ export class PassRunner {
         consumer.instanceId,
         {
           eventId: failure.event.id,
-          attempts: failure.attempts,
+          attempts,
           message: messageOf(failure.error),
           dead,
           turn,
