@@ -142,10 +142,11 @@ test.skipIf(!hasChromium)(
     const orderStats = page.locator('tr[data-consumer="order-stats"]');
     await expect.poll(() => status(orderStats), { timeout: 30_000 }).toBe('dead');
 
-    // Actions only where they apply: a dead consumer can be skipped and re-armed (Enable), a
-    // healthy one neither; Disable only when not disabled; Replay and Fence need dead letters and
-    // gaps, which nobody has yet.
+    // Actions only where they apply: a dead consumer can be skipped and re-armed (the enable
+    // request, labelled Re-arm), a healthy one neither; Disable only when not disabled; Replay and
+    // Fence need dead letters and gaps, which nobody has yet.
     expect(await offered(orderStats)).toEqual(['skip', 'enable', 'disable', 'restart']);
+    expect(await orderStats.locator('[data-action="enable"]').textContent()).toBe('Re-arm');
     await expect.poll(() => offered(mailer), { timeout: 10_000 }).toEqual(['disable', 'restart']);
     expect(await orderStats.locator('[data-error-state]').getAttribute('data-error-state')).toBe('current');
 
@@ -176,6 +177,7 @@ test.skipIf(!hasChromium)(
     await dialog.locator('[data-confirm]').click();
     await expect.poll(() => status(searchIndex), { timeout: 10_000 }).toBe('disabled');
     expect(await offered(searchIndex)).toEqual(['enable', 'restart']);
+    expect(await searchIndex.locator('[data-action="enable"]').textContent()).toBe('Enable');
 
     // Skip: the dialog is pre-filled with the event order-stats is stuck on.
     await orderStats.locator('[data-action="skip"]').click();

@@ -2,7 +2,7 @@
 // error counts as past, and the lag and throughput samples behind the charts.
 import { describe, expect, test } from 'vitest';
 import { History, HISTORY_MS, slices, spanOf, summarize } from './static/ui/history.js';
-import { applicableActions, errorState, isStuck } from './static/ui/policy.js';
+import { actionLabel, applicableActions, errorState, isStuck } from './static/ui/policy.js';
 import type { ConsumerSummary } from './static/ui/types.js';
 
 function row(fields: Partial<ConsumerSummary> = {}): ConsumerSummary {
@@ -26,14 +26,14 @@ describe('actions offered', () => {
     expect(applicableActions(row({ status: 'processing', lagEvents: '5' }))).toEqual(['disable', 'restart']);
   });
 
-  test('Enable only when disabled or dead; Disable only when not disabled', () => {
-    expect(applicableActions(row({ status: 'disabled' }))).toEqual(['enable', 'restart']);
-    expect(applicableActions(row({ status: 'dead', attempts: 3, stuckEventId: '11' }))).toEqual([
-      'skip',
-      'enable',
-      'disable',
-      'restart',
-    ]);
+  test('Enable only when disabled, Re-arm (the same request) only when dead; Disable only when not disabled', () => {
+    const disabled = row({ status: 'disabled' });
+    expect(applicableActions(disabled)).toEqual(['enable', 'restart']);
+    expect(actionLabel('enable', disabled)).toBe('Enable');
+    const dead = row({ status: 'dead', attempts: 3, stuckEventId: '11' });
+    expect(applicableActions(dead)).toEqual(['skip', 'enable', 'disable', 'restart']);
+    expect(actionLabel('enable', dead)).toBe('Re-arm');
+    expect(actionLabel('skip', dead)).toBe('Skip');
   });
 
   test('Skip only while stuck: retrying or dead on an event', () => {

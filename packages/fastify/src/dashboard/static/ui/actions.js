@@ -4,7 +4,7 @@ import { api, consumerPath, describeError, instanceBody, queryOf } from './api.j
 import { field, linkChoice, openDialog, radioGroup, setDialogError } from './dialog.js';
 import { el } from './dom.js';
 import { labelOf, plural, truncate } from './format.js';
-import { isStuck } from './policy.js';
+import { actionLabel, isStuck } from './policy.js';
 import { DEAD_LETTER_LIMIT } from './state.js';
 
 /** @typedef {import('./types.js').ConsumerSummary} ConsumerSummary */
@@ -136,14 +136,15 @@ export function enableAction(c, opener) {
     c.status === 'dead'
       ? `Re-arms it by hand: the next turn retries event ${c.stuckEventId ?? '?'} with fresh attempts.`
       : 'Resumes its turns from its cursor.';
+  const verb = actionLabel('enable', c);
   openDialog({
-    title: `Enable ${label}`,
+    title: `${verb} ${label}`,
     description,
-    confirmLabel: 'Enable',
+    confirmLabel: verb,
     opener,
     onConfirm: async (extra) => {
       const r = await post(consumerPath(c, '/enable'), { ...instanceBody(c), ...extra });
-      return `Enabled ${label}: ${movement(r)}.`;
+      return `${c.status === 'dead' ? 'Re-armed' : 'Enabled'} ${label}: ${movement(r)}.`;
     },
   });
 }

@@ -20,7 +20,7 @@ export function isStuck(c) {
 
 /**
  * The write actions that apply to a consumer row right now, in display order: Skip only while it
- * is stuck, Enable only when disabled or dead (it re-arms a dead one), Disable only when not
+ * is stuck, Enable only when disabled or dead (offered as Re-arm: see actionLabel), Disable only when not
  * disabled, Replay only with dead letters waiting, Fence only with pending gaps, Restart always.
  * @param {ConsumerSummary} c
  * @returns {WriteAction[]}
@@ -37,6 +37,28 @@ export function applicableActions(c) {
   };
   return WRITE_ACTIONS.filter((action) => applies[action]);
 }
+
+/**
+ * The label of a write action's button: Enable on a dead consumer is offered as Re-arm (the same
+ * request, which re-arms it by hand); every other action keeps its name.
+ * @param {WriteAction} action
+ * @param {ConsumerSummary} c
+ * @returns {string}
+ */
+export function actionLabel(action, c) {
+  if (action === 'enable' && c.status === 'dead') return 'Re-arm';
+  return ACTION_NAMES[action];
+}
+
+/** @type {Record<WriteAction, string>} */
+const ACTION_NAMES = {
+  skip: 'Skip',
+  enable: 'Enable',
+  disable: 'Disable',
+  replay: 'Replay',
+  fence: 'Fence',
+  restart: 'Restart',
+};
 
 /**
  * The state of the row's last error: none, current (the consumer is failing, or has not moved

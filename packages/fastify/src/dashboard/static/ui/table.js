@@ -4,23 +4,13 @@
 import { byId, el, nextId, present } from './dom.js';
 import { clockTime, formatDuration, keyOf, labelOf, plural, timeAgo, truncate } from './format.js';
 import { trendCell } from './charts.js';
-import { applicableActions, errorState, isStuck, WRITE_ACTIONS } from './policy.js';
+import { actionLabel, applicableActions, errorState, isStuck, WRITE_ACTIONS } from './policy.js';
 import { readOnly, state } from './state.js';
 
 /** @typedef {import('./types.js').ConsumerSummary} ConsumerSummary */
 
 const ERROR_PREVIEW_CHARS = 90;
 const COLUMNS = 9;
-
-/** The write actions' button labels. @type {Record<import('./policy.js').WriteAction, string>} */
-const ACTION_LABELS = {
-  skip: 'Skip',
-  enable: 'Enable',
-  disable: 'Disable',
-  replay: 'Replay',
-  fence: 'Fence',
-  restart: 'Restart',
-};
 
 /**
  * @typedef {object} Row
@@ -151,7 +141,7 @@ function createRow(c) {
   };
   add('diagnose', 'Diagnose', false);
   add('dead-letters', 'Dead letters', false);
-  if (!readOnly) for (const action of WRITE_ACTIONS) add(action, ACTION_LABELS[action], true);
+  if (!readOnly) for (const action of WRITE_ACTIONS) add(action, actionLabel(action, c), true);
   cells.actions.append(group);
 
   tr.append(...Object.values(cells));
@@ -245,7 +235,13 @@ function updateRow(row, c, key, now) {
   const applicable = new Set(applicableActions(c));
   for (const action of WRITE_ACTIONS) {
     const button = row.buttons[action];
-    if (button) button.hidden = !applicable.has(action);
+    if (!button) continue;
+    button.hidden = !applicable.has(action);
+    const text = actionLabel(action, c);
+    if (button.textContent !== text) {
+      button.textContent = text;
+      button.setAttribute('aria-label', `${text} ${label}`);
+    }
   }
   const skip = row.buttons['skip'];
   if (skip && c.stuckEventId) skip.title = `Skip event ${c.stuckEventId}`;
