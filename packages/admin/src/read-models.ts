@@ -1,4 +1,4 @@
-import { DeadLetterNotFoundError, EventNotFoundError } from '@sluice/core';
+import { ConsumerNotFoundError, DeadLetterNotFoundError, EventNotFoundError } from '@sluice/core';
 import { listRanges, type StoredRange } from '@sluice/core/internal';
 import { resolveInstance, type AdminContext } from './context.js';
 import { checkEventId, checkLimit, checkName, checkText } from './validate.js';
@@ -162,7 +162,8 @@ export async function showConsumer(
   const name = checkName(nameInput, 'name');
   const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
   const summary = (await summaries(ctx, name)).find((s) => s.instanceId === instanceId);
-  if (!summary) throw new Error(`consumer ${name} vanished while being read`);
+  // Deleted between the two reads (a collection of stale instances, say): not found, as after it.
+  if (!summary) throw new ConsumerNotFoundError(name, instanceId);
   const gaps = (await listRanges(ctx.sql, ctx.tables, name, instanceId)).slice(0, 100);
   return { ...summary, gaps };
 }

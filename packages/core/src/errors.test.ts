@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { describe, expect, test } from 'vitest';
-import { ERROR_CODES, InvalidOptionError, SluiceError } from './errors.js';
+import { ERROR_CODES, InvalidOptionError, PostgresUnsupportedError, SluiceError } from './errors.js';
 
 describe('error codes', () => {
   test('every code has a heading in docs/errors.md, in the part for where it comes from, and every heading is a code', async () => {
@@ -31,5 +31,13 @@ describe('error codes', () => {
       option: 'batchSize',
     });
     expect(error.message).toBe('Invalid option `batchSize`: must be at least 1');
+  });
+
+  // A server older than the minimum cannot be started here (the test servers are new): the error
+  // verifySchema() throws for one, by itself.
+  test('an unsupported server version is named with the minimum, under its code', () => {
+    const error = new PostgresUnsupportedError(120_000, 130_000);
+    expect(error).toMatchObject({ code: 'SLUICE_POSTGRES_UNSUPPORTED', serverVersionNum: 120_000 });
+    expect(error.message).toBe('PostgreSQL 120000 is not supported: Sluice needs 130000 or newer');
   });
 });

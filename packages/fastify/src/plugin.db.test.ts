@@ -387,11 +387,23 @@ describe('ops routes', () => {
         eventId: '1',
       });
       expect(response.statusCode, route.url).toBe(405);
+      expect(response.json<{ code: string }>().code, route.url).toBe('SLUICE_READ_ONLY');
     }
     expect((await app.inject({ method: 'GET', url: '/sluice/consumers', headers: auth })).statusCode).toBe(
       200,
     );
     expect(await auditCount(schema)).toBe(0);
+  });
+
+  test('an unexpected failure is a 500 with SLUICE_INTERNAL and no detail', async () => {
+    const { app, schema } = await build([recordingConsumer('feed').consumer]);
+    // Something the ops routes do not expect: a column of the audit table renamed under them.
+    await db.sql`alter table ${db.sql(`${schema}.audit`)} rename column actor to renamed_actor`;
+    const response = await authed(app, 'GET', '/sluice/audit');
+    expect(response.statusCode).toBe(500);
+    const body = response.json<{ code: string; message: string }>();
+    expect(body).toMatchObject({ code: 'SLUICE_INTERNAL', message: 'Internal error; see the server log' });
+    expect(response.body).not.toContain('actor'); // no SQL or column name reaches the client
   });
 
   test('dead-letter payloads pass through the redaction option', async () => {

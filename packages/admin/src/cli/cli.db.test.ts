@@ -646,6 +646,12 @@ describe('failures and exit codes', () => {
       code: 'SLUICE_SCHEMA_NOT_MIGRATED',
       exitCode: 5,
     });
+    // A failure the CLI does not expect (a column of the audit table renamed under it).
+    const broken = await freshSchema(db.sql, 'cli');
+    await db.sql`alter table ${db.sql(`${broken}.audit`)} rename column actor to renamed_actor`;
+    const unexpected = await sluice(broken, 'audit', '--json');
+    expect(unexpected.code).toBe(1);
+    expect(JSON.parse(unexpected.stderr)).toMatchObject({ code: 'SLUICE_UNEXPECTED', exitCode: 1 });
     // Without --json the same failures stay one line of text.
     expect((await sluice(schema, 'diagnose', 'nobody')).stderr).toBe(
       'sluice: No consumer "nobody" is registered\n',

@@ -16,7 +16,7 @@ import { append } from '../append.js';
 import type { HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
 import { testDispatcher } from '../test-support.js';
-import { DispatcherNotRegisteredError } from '../errors.js';
+import { DispatcherNotRegisteredError, DispatcherStoppedError } from '../errors.js';
 
 const db = await useTestDatabase();
 
@@ -398,6 +398,14 @@ describe('lifecycle', () => {
     const dispatcher = testDispatcher(db.sql, schema, [recordingConsumer('early').consumer]);
     await expect(dispatcher.runOnce()).rejects.toBeInstanceOf(DispatcherNotRegisteredError);
     await expect(dispatcher.runOnce()).rejects.toMatchObject({ code: 'SLUICE_NOT_REGISTERED' });
+  });
+
+  test('a stopped dispatcher cannot start again: a typed error', async () => {
+    const { dispatcher } = await registeredDispatcher(db.sql, [recordingConsumer('once').consumer]);
+    await dispatcher.start();
+    await dispatcher.stop();
+    await expect(dispatcher.start()).rejects.toBeInstanceOf(DispatcherStoppedError);
+    await expect(dispatcher.start()).rejects.toMatchObject({ code: 'SLUICE_DISPATCHER_STOPPED' });
   });
 
   test('stop() resolves only after the in-flight handler finishes; then the pool ends cleanly', async () => {

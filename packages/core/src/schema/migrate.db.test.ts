@@ -1,6 +1,6 @@
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
-import { MigrationModifiedError } from '../errors.js';
+import { MigrationFailedError, MigrationModifiedError } from '../errors.js';
 import { silentLogger } from '../logger.js';
 import { loadMigrations } from './load-migrations.js';
 import { migrate } from './migrate.js';
@@ -38,6 +38,18 @@ describe('migrate', () => {
     await expect(migrate(db.sql, { schema: 'edited', ...quiet })).rejects.toBeInstanceOf(
       MigrationModifiedError,
     );
+  });
+
+  test('a migration that fails is a typed error naming it, and nothing of the run stays', async () => {
+    // A table of the same name, not Sluice's, already in the schema: migration 1 cannot create it.
+    await db.sql`create schema occupied`;
+    await db.sql`create table occupied.events (note text)`;
+    const failing = migrate(db.sql, { schema: 'occupied', ...quiet });
+    await expect(failing).rejects.toBeInstanceOf(MigrationFailedError);
+    await expect(failing).rejects.toMatchObject({ code: 'SLUICE_MIGRATION_FAILED' });
+    const [left] = await db.sql<{ migrations: string | null }[]>`
+      select to_regclass('occupied.migrations')::text as migrations`;
+    expect(left?.migrations).toBeNull(); // rolled back with the run
   });
 
   test('accepts an applied migration whose file changed only in whole-line comments since', async () => {
