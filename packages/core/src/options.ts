@@ -128,8 +128,8 @@ export interface ResolvedConsumer {
   readonly instanceId: string;
   readonly maxAttempts: number;
   readonly skipApplyErrors: boolean;
-  /** errorPolicy.isPermanent, or a predicate that says no. */
-  readonly isPermanent: (error: unknown, event: EventRecord) => boolean;
+  /** errorPolicy.isPermanent, or a predicate that says no; only `true` counts (plain JS may return anything). */
+  readonly isPermanent: (error: unknown, event: EventRecord) => unknown;
   readonly startFrom: 'beginning' | 'now';
   readonly ordering: Ordering;
   readonly transactional: boolean;
