@@ -28,6 +28,8 @@ export const ERROR_CODES = {
   SLUICE_NOT_A_GAP: 'thrown',
   SLUICE_GAP_HELD: 'thrown',
   SLUICE_CONNECT_TIMEOUT: 'thrown',
+  SLUICE_LANE_CHANGE_IN_PROGRESS: 'thrown',
+  SLUICE_KEY_NOT_PARKED: 'thrown',
   SLUICE_INVALID_REQUEST: 'ops-route',
   SLUICE_UNAUTHORIZED: 'ops-route',
   SLUICE_CROSS_SITE_REQUEST: 'ops-route',
@@ -265,6 +267,34 @@ export class ConsumerBusyError extends SluiceError {
       `Consumer "${consumer}" is in a turn that held its row for more than ${lockTimeoutMs} ms; nothing was changed. Try again.`,
     );
     this.consumer = consumer;
+  }
+}
+
+/**
+ * A change of the consumer's lane count has switched over and its old lanes still drain their
+ * pending gaps (docs/design.md §11.3): another change must wait until they are gone.
+ */
+export class LaneChangeInProgressError extends SluiceError {
+  readonly consumer: string;
+
+  constructor(consumer: string, from: number, to: number) {
+    super(
+      'SLUICE_LANE_CHANGE_IN_PROGRESS',
+      `Consumer "${consumer}" is still changing from ${from} to ${to} lanes: its old lanes resolve their pending gaps first. Try again once the change is done (diagnose shows it).`,
+    );
+    this.consumer = consumer;
+  }
+}
+
+/** An operator named a key that is not parked for the consumer; nothing changed. */
+export class KeyNotParkedError extends SluiceError {
+  readonly consumer: string;
+  readonly key: string;
+
+  constructor(consumer: string, key: string) {
+    super('SLUICE_KEY_NOT_PARKED', `Consumer "${consumer}" has no parked key ${JSON.stringify(key)}`);
+    this.consumer = consumer;
+    this.key = key;
   }
 }
 

@@ -51,3 +51,18 @@ export const RESERVED_TYPE_PREFIX = '$sluice';
  * Dispatchers resolve tombstones without calling handlers.
  */
 export const TOMBSTONE_TYPE = '$sluice.tombstone';
+
+/**
+ * The type of an event a filtered fetch does not keep for its consumer (another lane's, or of a
+ * type it does not handle, docs/design.md §11): a stub with only its id, never handed to a handler,
+ * resolved as passed.
+ */
+export const PASSED_TYPE = '$sluice.passed';
+
+const NOTHING: JsonObject = Object.freeze({});
+const EPOCH = new Date(0);
+
+/** The stub of an event passed without being read whole (see PASSED_TYPE). */
+export function passedStub(id: bigint): EventRecord {
+  return { id, streamId: '', type: PASSED_TYPE, data: NOTHING, metadata: NOTHING, createdAt: EPOCH };
+}

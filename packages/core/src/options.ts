@@ -3,6 +3,14 @@ import type { TracerProvider } from '@opentelemetry/api';
 import type { Consumer } from './consumers/consumer.js';
 import type { EventRecord } from './events.js';
 import { InvalidOptionError } from './errors.js';
+import {
+  isSharedInstanceId,
+  MAX_LANES,
+  parseLaneInstanceId,
+  STREAM_KEY,
+  type Lane,
+  type LaneKey,
+} from './lanes/lanes.js';
 import type { Ordering } from './gaps/gaps.js';
 import { consoleLogger, type Logger } from './logger.js';
 import { resolveSchemaName } from './schema/schema-name.js';
@@ -136,6 +144,20 @@ export interface ResolvedConsumer {
   readonly handlerTimeoutMs: number;
   readonly batchSize: number;
   readonly maxBatchSize: number;
+  /** The lanes this consumer is configured with (1 for per-instance consumers). */
+  readonly lanes: number;
+  readonly laneKey: LaneKey;
+  /** The event types it handles; null: all. */
+  readonly types: readonly string[] | null;
+  /** errorPolicy.parkKey */
+  readonly parkKey: boolean;
+  /**
+   * The row a dispatcher turns: `name` for a consumer's own row (its shared row '*' or this
+   * process's per-instance row), or name and lane instance id for one lane of a laned consumer.
+   */
+  readonly unit: string;
+  /** The lane this row is: null for a per-instance row; lane 0 of 1 for a shared consumer's '*'. */
+  readonly lane: Lane | null;
 }
 
 export interface ResolvedOptions extends Omit<
@@ -177,8 +199,11 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
         'must be a non-empty string of at most 200 bytes without NUL or lone UTF-16 surrogates',
       );
     }
-    if (instanceId === SHARED_INSTANCE_ID) {
-      throw new InvalidOptionError('instanceId', `'${SHARED_INSTANCE_ID}' is reserved for shared consumers`);
+    if (isSharedInstanceId(instanceId)) {
+      throw new InvalidOptionError(
+        'instanceId',
+        `must not start with '${SHARED_INSTANCE_ID}': instance ids starting with it are reserved for shared consumers and their lanes`,
+      );
     }
   }
   const positive = (name: keyof typeof DEFAULTS, min = 1): number => {
@@ -276,6 +301,16 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     if (typeof skipApplyErrors !== 'boolean') {
       throw new InvalidOptionError(`${where}.errorPolicy.skipApplyErrors`, 'must be a boolean');
     }
+    const parkKey = policyFields['parkKey'] ?? false;
+    if (typeof parkKey !== 'boolean') {
+      throw new InvalidOptionError(`${where}.errorPolicy.parkKey`, 'must be a boolean');
+    }
+    if (parkKey && skipApplyErrors) {
+      throw new InvalidOptionError(
+        `${where}.errorPolicy.parkKey`,
+        'cannot be combined with skipApplyErrors: an exhausted event either parks its key or goes to the dead letters',
+      );
+    }
     const isPermanent = policyFields['isPermanent'] ?? NEVER_PERMANENT;
     if (typeof isPermanent !== 'function') {
       throw new InvalidOptionError(`${where}.errorPolicy.isPermanent`, 'must be a function');
@@ -294,6 +329,16 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
         `must be at least the batchSize of consumer "${name}" (${batchSize})`,
       );
     }
+    const lanes = integer(c['lanes'] ?? 1, `${where}.lanes`);
+    if (lanes > MAX_LANES) throw new InvalidOptionError(`${where}.lanes`, `must be at most ${MAX_LANES}`);
+    if (lanes > 1 && delivery === 'per-instance') {
+      throw new InvalidOptionError(
+        `${where}.lanes`,
+        'is for shared consumers: a per-instance consumer has one lane',
+      );
+    }
+    const laneKey = resolveLaneKey(c['laneKey'], `${where}.laneKey`);
+    const types = resolveTypes(c['types'], `${where}.types`);
     const featureName = c['featureName'];
     if (featureName !== undefined && (typeof featureName !== 'string' || featureName === '')) {
       throw new InvalidOptionError(`${where}.featureName`, 'must be a non-empty string');
@@ -314,12 +359,75 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
       ),
       batchSize,
       maxBatchSize,
+      lanes,
+      laneKey,
+      types,
+      parkKey,
+      unit: name,
+      lane: delivery === 'shared' ? { index: 0, count: 1 } : null,
     } satisfies ResolvedConsumer;
   });
   return { ...options, consumers };
 }
 
 const NEVER_PERMANENT = (): boolean => false;
+
+function resolveLaneKey(value: unknown, where: string): LaneKey {
+  if (value === undefined || value === 'streamId') return STREAM_KEY;
+  if (typeof value === 'object' && value !== null) {
+    const fields = Object.keys(value);
+    const [from] = fields;
+    const field = (value as Record<string, unknown>)[from ?? ''];
+    if (
+      fields.length === 1 &&
+      (from === 'data' || from === 'metadata') &&
+      typeof field === 'string' &&
+      field !== '' &&
+      Buffer.byteLength(field) <= 200 &&
+      isStorableText(field)
+    ) {
+      return { from, field };
+    }
+  }
+  throw new InvalidOptionError(
+    where,
+    "must be 'streamId', { data: '<field>' } or { metadata: '<field>' } (a field name of at most 200 bytes)",
+  );
+}
+
+function resolveTypes(value: unknown, where: string): readonly string[] | null {
+  if (value === undefined) return null;
+  if (
+    !Array.isArray(value) ||
+    value.length === 0 ||
+    value.some((t) => typeof t !== 'string' || t === '' || Buffer.byteLength(t) > 1000 || !isStorableText(t))
+  ) {
+    throw new InvalidOptionError(where, 'must be a non-empty array of event types (non-empty strings)');
+  }
+  return Object.freeze([...new Set(value as string[])]);
+}
+
+/**
+ * One lane of `consumer` (a shared consumer): the row its lanes keep under `instanceId` ('*' for
+ * one lane, '*k/N' for lane k of N). The lane count is the one its rows have in the database, which
+ * may differ from the configured one while a change of lanes is in progress.
+ */
+export function laneOf(consumer: ResolvedConsumer, instanceId: string): ResolvedConsumer {
+  const lane = parseLaneInstanceId(instanceId);
+  if (lane === null) throw new Error(`${instanceId} is not a lane's instance id`);
+  if (lane.count === 1)
+    return consumer.lane?.count === 1 ? consumer : { ...consumer, instanceId, lane, unit: consumer.name };
+  // A lane's fetch reads every event and keeps its own, about one in `count`: its batch counts the
+  // events it reads, so that a turn still delivers about batchSize of its own.
+  return {
+    ...consumer,
+    instanceId,
+    lane,
+    unit: `${consumer.name}\u0000${instanceId}`,
+    batchSize: consumer.batchSize * lane.count,
+    maxBatchSize: consumer.maxBatchSize * lane.count,
+  };
+}
 
 /**
  * The attempts a failure counts as: every one of `consumer`'s attempts when its error policy says

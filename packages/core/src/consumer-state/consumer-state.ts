@@ -67,6 +67,20 @@ export interface HeldState {
   /** The 32-bit xid that last wrote the row (see {@link cleanViewOf}). */
   readonly rowXmin: bigint;
   readonly marker: CrashMarker | null;
+  /** A change of the consumer's lane count in progress (docs/design.md §11.3). */
+  readonly laneChange: LaneChange | null;
+  /** Some parked key of the consumer is to be replayed. */
+  readonly parkedReplays: boolean;
+}
+
+/** A change of a laned consumer's lane count in progress (lane_changes). */
+export interface LaneChange {
+  readonly from: number;
+  readonly to: number;
+  /** The old lanes deliver up to here; the new ones start from here. */
+  readonly barrier: bigint;
+  /** The new lanes exist: the old ones only resolve their pending gaps, then go. */
+  readonly switched: boolean;
 }
 
 const big = (text: string | null): bigint | null => (text === null ? null : BigInt(text));
@@ -122,6 +136,16 @@ export function heldStateOf(row: LockedRow): HeldState {
             started: row.marker_started ?? 0,
             isolateUntil: big(row.marker_isolate_until),
           },
+    laneChange:
+      row.lane_from === null || row.lane_to === null || row.lane_barrier === null
+        ? null
+        : {
+            from: row.lane_from,
+            to: row.lane_to,
+            barrier: BigInt(row.lane_barrier),
+            switched: row.lane_switched === true,
+          },
+    parkedReplays: row.parked_replays,
   };
 }
 

@@ -53,6 +53,8 @@ export function held(state: ConsumerState, fields: Partial<HeldState> = {}): Hel
     maxFence: null,
     rowXmin: 900n,
     marker: null,
+    laneChange: null,
+    parkedReplays: false,
     ...fields,
   };
 }

@@ -125,8 +125,8 @@ export function fenced(ranges: readonly GapRange[], xid: bigint): GapRange[] {
 
 /**
  * Whether a turn that found nothing to deliver has nothing to write either: a shared consumer
- * already idle, with no failed attempt, pending gap, skip, replay, start, crash record or re-arm,
- * and a row written in this cluster. (A per-instance row still writes: its last_seen_at says the
+ * already idle, with no failed attempt, pending gap, skip, replay, start, crash record, re-arm or
+ * change of lane count in progress, and a row written in this cluster. (A per-instance row still writes: its last_seen_at says the
  * instance lives.) Its COMMIT then has no xid to flush.
  */
 export function hasNothingToRecord(
@@ -151,6 +151,7 @@ export function hasNothingToRecord(
     !state.gapsRecheck &&
     recheckedCount === 0 &&
     held.marker === null &&
+    held.laneChange === null &&
     (systemIdentifier === null || state.systemIdentifier === systemIdentifier)
   );
 }

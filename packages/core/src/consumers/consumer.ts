@@ -31,6 +31,14 @@ export interface ErrorPolicy {
    * every failure is retried up to maxAttempts
    */
   readonly isPermanent?: (error: unknown, event: EventRecord) => boolean;
+  /**
+   * When an event uses up its attempts, park its key (see Consumer.laneKey, by default the stream
+   * id) instead of stopping the consumer: that event and every later event of the key are set
+   * aside, in order, and the consumer goes on with the other keys. An operator lists the parked
+   * keys, replays one in order or drops it (docs/operating.md#parked-keys). Not with
+   * skipApplyErrors. @defaultValue false
+   */
+  readonly parkKey?: boolean;
 }
 
 export interface Consumer {
@@ -67,6 +75,25 @@ export interface Consumer {
   readonly batchSize?: number;
   /** Overrides the dispatcher's maxBatchSize for this consumer. */
   readonly maxBatchSize?: number;
+  /**
+   * Runs the consumer as this many lanes (docs/design.md §11): every event belongs to exactly one
+   * lane, by a stable hash of its key (laneKey); each lane has its own cursor, gaps, status and
+   * row lock, so lanes run at once, on this process's turn slots and on every instance's. Order
+   * is kept per key, not across keys. Shared consumers only. Changing it for a consumer already
+   * registered with another count re-lanes it at start (nothing lost, order per key kept).
+   * @defaultValue 1
+   */
+  readonly lanes?: number;
+  /**
+   * What an event is keyed by, for lanes and parked keys: its stream id, or a top-level field of
+   * its data or metadata (a missing field is the key ''). @defaultValue 'streamId'
+   */
+  readonly laneKey?: 'streamId' | { readonly data: string } | { readonly metadata: string };
+  /**
+   * Only these event types reach the handler; the fetch returns only them (the cursor still moves
+   * past the others). @defaultValue every type
+   */
+  readonly types?: readonly string[];
 }
 
 /** Identity for defining consumers with checked types. */

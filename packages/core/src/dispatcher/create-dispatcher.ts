@@ -7,6 +7,8 @@ import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions } from '../options.js';
 import type { Sql } from '../sql-types.js';
 import { registerConsumers } from '../queries/consumers.js';
+import { laneCountsOf, requestLaneChange } from '../queries/lanes.js';
+import { laneInstanceIds } from '../lanes/lanes.js';
 import { tables } from '../schema/tables.js';
 import { verifySchema } from '../schema/verify-schema.js';
 import { createMetrics } from '../telemetry/metrics.js';
@@ -95,6 +97,8 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   const metrics = createMetrics(options.meterProvider);
   const tracer = createTracer(options.tracerProvider);
   const notifier = wakeUpNotifierFor(appSql, options.schema, { logger });
+  /** Who asks for what this dispatcher asks for (a change of lanes), in the audit. */
+  const actor = `sluice-dispatcher${options.instanceId === undefined ? '' : `:${options.instanceId}`}`;
 
   let registered = false;
   let started = false;
@@ -145,17 +149,46 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       await arrayTypes;
     }
     systemIdentifier ??= await readSystemIdentifier();
-    await registerConsumers(
+    const families = await registerConsumers(
       sql,
       t,
       options.schema,
-      options.consumers.map((c) => ({
-        name: c.name,
-        instanceId: c.instanceId,
-        startFrom: c.startFrom,
-        perInstance: c.instanceId !== '*',
-      })),
+      options.consumers.flatMap((c) =>
+        (c.lane === null ? [c.instanceId] : laneInstanceIds(c.lanes)).map((instanceId) => ({
+          name: c.name,
+          instanceId,
+          startFrom: c.startFrom,
+          perInstance: c.lane === null,
+        })),
+      ),
     );
+    // A consumer registered with another lane count: change it to the configured one (nothing is
+    // lost and order per key is kept: docs/design.md §11.3).
+    for (const c of options.consumers) {
+      if (c.lane === null) continue;
+      const counts = laneCountsOf(families.get(c.name) ?? []);
+      if (counts.length === 1 && counts[0] === c.lanes) continue;
+      try {
+        const change = await requestLaneChange(sql, t, options.schema, c.name, c.lanes, actor);
+        if (change.outcome !== 'unchanged') {
+          logger.warn(
+            {
+              consumer: c.name,
+              from: change.from,
+              to: c.lanes,
+              barrier: change.barrier,
+              outcome: change.outcome,
+            },
+            'the consumer is registered with another lane count: changing it to the configured one',
+          );
+        }
+      } catch (error) {
+        logger.warn(
+          { consumer: c.name, lanes: c.lanes, error: messageOf(error) },
+          'the consumer is registered with another lane count and could not be changed now; its rows keep their lanes',
+        );
+      }
+    }
     registered = true;
   }
 

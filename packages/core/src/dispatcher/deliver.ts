@@ -19,11 +19,31 @@ export interface DeliveryInput {
   readonly priorAttempts: (eventId: bigint) => number;
   /** Stop starting new handlers after this time (performance.now() ms); the turn commits what it did. */
   readonly deadlineMs: number;
-  /** Events resolved without a handler call: operator skips and tombstones. */
+  /** Events resolved without a handler call: operator skips, tombstones, another lane's events. */
   readonly resolvesUnhandled: (event: EventRecord) => boolean;
+  /** A consumer whose error policy parks keys (docs/design.md §11.4). */
+  readonly parking?: Parking;
   readonly tracer: Tracer;
   readonly turnSpan: Span;
   readonly metrics: DispatcherMetrics;
+}
+
+/**
+ * Parked keys during a delivery: an event of a parked key is set aside (not handed to the handler);
+ * an event that uses up its attempts parks its key, and the delivery goes on.
+ */
+export interface Parking {
+  readonly keyOf: (event: EventRecord) => string | undefined;
+  /** The keys parked so far: those parked before the turn, and those it parks. */
+  readonly keys: Set<string>;
+}
+
+/** An event set aside under its parked key; `error` on the one whose failure parked the key. */
+export interface ParkedInput {
+  readonly event: EventRecord;
+  readonly key: string;
+  readonly error: string | null;
+  readonly attempts: number;
 }
 
 export interface HandlerFailure {
@@ -37,6 +57,8 @@ export interface DeliveryResult {
   /** Events handled, or skipped into dead letters, in id order: the turn resolves these. */
   readonly resolved: readonly EventRecord[];
   readonly deadLetters: readonly DeadLetterInput[];
+  /** Events set aside under a parked key (among `resolved`), in id order. */
+  readonly parked: readonly ParkedInput[];
   /** The event the turn halted on (docs/design.md §4.4), if any. */
   readonly failure: HandlerFailure | undefined;
   /** The failure used up maxAttempts and skipApplyErrors is off. */
@@ -74,19 +96,25 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   const { consumer, events } = input;
   const resolved: EventRecord[] = [];
   const deadLetters: DeadLetterInput[] = [];
+  const parked: ParkedInput[] = [];
   let handled = 0;
   let failed = 0;
 
   const batchHandler = consumer.definition.batchHandler;
-  const toHandle = events.filter((e) => !input.resolvesUnhandled(e));
+  const toHandle = events.filter((e) => !input.resolvesUnhandled(e) && setAsideKey(input, e) === undefined);
   if (batchHandler && toHandle.length > 1) {
     assertLive(input.tx);
     const attempt = Math.max(...toHandle.map((e) => input.priorAttempts(e.id))) + 1;
     const outcome = await invoke(input, toHandle, attempt, batchHandler);
     if (outcome.ok) {
+      for (const event of events) {
+        const key = input.resolvesUnhandled(event) ? undefined : setAsideKey(input, event);
+        if (key !== undefined) parked.push({ event, key, error: null, attempts: 0 });
+      }
       return {
         resolved: [...events],
         deadLetters,
+        parked,
         failure: undefined,
         dead: false,
         handled: toHandle.length,
@@ -110,6 +138,12 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
       resolved.push(event);
       continue;
     }
+    const asideKey = setAsideKey(input, event);
+    if (asideKey !== undefined) {
+      parked.push({ event, key: asideKey, error: null, attempts: 0 });
+      resolved.push(event);
+      continue;
+    }
     assertLive(input.tx);
     const attempt = input.priorAttempts(event.id) + 1;
     // A handler that returns no promise is settled without a microtask hop.
@@ -124,12 +158,35 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
     const attempts = attemptsCharged(consumer, attempt, outcome.error, event);
     const failure: HandlerFailure = { event, error: outcome.error, attempts };
     if (attempts < consumer.maxAttempts)
-      return { resolved, deadLetters, failure, dead: false, handled, failed };
-    if (!consumer.skipApplyErrors) return { resolved, deadLetters, failure, dead: true, handled, failed };
+      return { resolved, deadLetters, parked, failure, dead: false, handled, failed };
+    const parkedKey = parkKey(input, event);
+    if (parkedKey !== undefined) {
+      parked.push({ event, key: parkedKey, error: messageOf(outcome.error), attempts });
+      resolved.push(event);
+      continue;
+    }
+    if (!consumer.skipApplyErrors)
+      return { resolved, deadLetters, parked, failure, dead: true, handled, failed };
     deadLetters.push({ event, reason: 'apply-error', error: messageOf(outcome.error), attempts });
     resolved.push(event);
   }
-  return { resolved, deadLetters, failure: undefined, dead: false, handled, failed };
+  return { resolved, deadLetters, parked, failure: undefined, dead: false, handled, failed };
+}
+
+/** The key `event` is set aside under: its key is parked. */
+function setAsideKey(input: DeliveryInput, event: EventRecord): string | undefined {
+  const parking = input.parking;
+  if (parking === undefined || parking.keys.size === 0) return undefined;
+  const key = parking.keyOf(event);
+  return key !== undefined && parking.keys.has(key) ? key : undefined;
+}
+
+/** Parks the key of `event`, which used up its attempts, when the consumer parks keys. */
+function parkKey(input: DeliveryInput, event: EventRecord): string | undefined {
+  if (!input.consumer.parkKey || input.parking === undefined) return undefined;
+  const key = input.parking.keyOf(event);
+  if (key !== undefined) input.parking.keys.add(key);
+  return key;
 }
 
 /**
@@ -149,6 +206,7 @@ async function inSavepoints(input: DeliveryInput): Promise<DeliveryResult> {
   const { consumer } = input;
   const resolved: EventRecord[] = [];
   const deadLetters: DeadLetterInput[] = [];
+  const parked: ParkedInput[] = [];
   let handled = 0;
   let failed = 0;
   let rest = input.events;
@@ -163,15 +221,23 @@ async function inSavepoints(input: DeliveryInput): Promise<DeliveryResult> {
         failure.index === 0 ? NOTHING_RUN : await inOneSavepoint(input, rest.slice(0, failure.index), false);
     }
     resolved.push(...run.resolved);
+    parked.push(...run.parked);
     handled += run.handled;
     if (!failure) break;
     const event = rest[failure.index] as EventRecord;
     const attempts = attemptsCharged(consumer, failure.attempts, failure.error, event);
     const halted: HandlerFailure = { event, error: failure.error, attempts };
     if (attempts < consumer.maxAttempts)
-      return { resolved, deadLetters, failure: halted, dead: false, handled, failed };
+      return { resolved, deadLetters, parked, failure: halted, dead: false, handled, failed };
+    const parkedKey = parkKey(input, event);
+    if (parkedKey !== undefined) {
+      parked.push({ event, key: parkedKey, error: messageOf(failure.error), attempts });
+      resolved.push(event);
+      rest = rest.slice(failure.index + 1);
+      continue;
+    }
     if (!consumer.skipApplyErrors)
-      return { resolved, deadLetters, failure: halted, dead: true, handled, failed };
+      return { resolved, deadLetters, parked, failure: halted, dead: true, handled, failed };
     deadLetters.push({
       event,
       reason: 'apply-error',
@@ -181,7 +247,7 @@ async function inSavepoints(input: DeliveryInput): Promise<DeliveryResult> {
     resolved.push(event);
     rest = rest.slice(failure.index + 1);
   }
-  return { resolved, deadLetters, failure: undefined, dead: false, handled, failed };
+  return { resolved, deadLetters, parked, failure: undefined, dead: false, handled, failed };
 }
 
 /** The call of a series that failed: its index in the series, its error and its attempt. */
@@ -194,11 +260,13 @@ interface SeriesFailure {
 /** What one savepoint's series of calls did; with a failure, the savepoint undid all of it. */
 interface SeriesRun {
   readonly resolved: readonly EventRecord[];
+  /** Set aside under a parked key (among `resolved`). */
+  readonly parked: readonly ParkedInput[];
   readonly handled: number;
   readonly failure?: SeriesFailure;
 }
 
-const NOTHING_RUN: SeriesRun = { resolved: [], handled: 0 };
+const NOTHING_RUN: SeriesRun = { resolved: [], parked: [], handled: 0 };
 
 /** Thrown inside the series' savepoint to roll it back. */
 class SeriesFailed extends Error {
@@ -223,12 +291,19 @@ async function inOneSavepoint(
 ): Promise<SeriesRun> {
   const { consumer } = input;
   const resolved: EventRecord[] = [];
+  const parked: ParkedInput[] = [];
   let handled = 0;
   try {
     await input.tx.savepoint(async (savepoint) => {
       for (const [index, event] of events.entries()) {
         if (deadline && resolved.length > 0 && performance.now() > input.deadlineMs) break;
         if (input.resolvesUnhandled(event)) {
+          resolved.push(event);
+          continue;
+        }
+        const asideKey = setAsideKey(input, event);
+        if (asideKey !== undefined) {
+          parked.push({ event, key: asideKey, error: null, attempts: 0 });
           resolved.push(event);
           continue;
         }
@@ -273,9 +348,9 @@ async function inOneSavepoint(
     if (!(error instanceof SeriesFailed)) throw error;
     // If the turn's connection died with the call, that is the turn's failure, not the handler's.
     if (isConnectionLoss(error.failure.error)) throw error.failure.error;
-    return { resolved: [], handled: 0, failure: error.failure };
+    return { resolved: [], parked: [], handled: 0, failure: error.failure };
   }
-  return { resolved, handled };
+  return { resolved, parked, handled };
 }
 
 type Outcome = { ok: true } | { ok: false; error: unknown };

@@ -38,6 +38,8 @@ function row(changes: Partial<PrecheckRow> = {}): PrecheckRow {
     snapshot: '800:905:800',
     now: NOW,
     lag_seconds: null,
+    lane_changing: false,
+    parked_replays: false,
     ...changes,
   };
 }
@@ -45,6 +47,7 @@ function row(changes: Partial<PrecheckRow> = {}): PrecheckRow {
 const precheckOf = (...rows: PrecheckRow[]): Precheck => ({
   quiet: new Set(['q']),
   rows: new Map(rows.map((r, i) => [`c${i}`, r])),
+  lanes: new Map(),
   snapshot: '800:905:800',
   head: '10',
 });

@@ -1,6 +1,6 @@
 import { lowestEnded, parseSnapshot, parseXidList, type Snapshot } from '../gaps/snapshot.js';
 import type { ResolvedConsumer } from '../options.js';
-import type { ConsumerStateRow, Precheck } from '../queries/consumers.js';
+import type { ConsumerStateRow, Precheck, PrecheckRow } from '../queries/consumers.js';
 import type { PassResult } from './pass.js';
 import { isWaitingToRetry, retryStateOf } from '../consumer-state/consumer-state.js';
 import { rearmDecision } from './rearm.js';
@@ -14,7 +14,7 @@ import { rearmDecision } from './rearm.js';
  *   none flagged for a recheck, and every transaction watched since the last check still runs.
  */
 export function isProvablyIdle(
-  row: ConsumerStateRow,
+  row: PrecheckRow,
   consumer: ResolvedConsumer,
   head: bigint,
   snapshot: Snapshot,
@@ -28,12 +28,20 @@ export function isProvablyIdle(
       rearmDecision({ rearmCount: row.rearm_count, lastWriteAt: row.updated_at }, now, rules) !== 'rearm'
     );
   }
+  // An old lane of a change of lane count drains to its barrier, hands over and goes: every pass.
+  if (row.lane_changing) return false;
   if (row.start_fence !== null && snapshot.xmin > BigInt(row.start_fence)) return false;
   // Waiting before retrying a failed event: nothing to do until then (the turn checks it too).
-  if (isWaitingToRetry(retryStateOf(row), now, rules) && row.skip_event_id === null && !row.replays_pending)
+  if (
+    isWaitingToRetry(retryStateOf(row), now, rules) &&
+    row.skip_event_id === null &&
+    !row.replays_pending &&
+    !row.parked_replays
+  )
     return true;
-  // An operator skipped an event or asked for replays: the next turn acts on it.
-  if (row.skip_event_id !== null || row.replays_pending) return false;
+  // An operator skipped an event or asked for replays (of dead letters or parked keys): the next
+  // turn acts on it.
+  if (row.skip_event_id !== null || row.replays_pending || row.parked_replays) return false;
   // Gaps fenced on another cluster (a restore): the next turn resolves them.
   if (
     row.gap_count > 0 &&
@@ -76,14 +84,16 @@ export function canStand(precheck: Precheck): boolean {
  * A consumer a commit can only put behind: idle or processing, no failed attempt, no pending gap,
  * no operator skip or replay, no start fence. Its next turn delivers the events after its cursor.
  */
-export function isPlain(row: ConsumerStateRow): boolean {
+export function isPlain(row: PrecheckRow): boolean {
   return (
     (row.status === 'idle' || row.status === 'processing') &&
     row.attempts === 0 &&
     row.gap_count === 0 &&
     row.skip_event_id === null &&
     !row.replays_pending &&
-    row.start_fence === null
+    row.start_fence === null &&
+    !row.lane_changing &&
+    !row.parked_replays
   );
 }
 
@@ -167,19 +177,22 @@ export class IdleKnowledge {
     return this.#cursors.get(name);
   }
 
-  /** A full pre-check was read: it replaces what was known. */
+  /**
+   * A full pre-check was read: it replaces what was known. `consumers`: the rows the process turns
+   * (each consumer's own row, or each of its lanes), known by their unit key.
+   */
   precheckRead(precheck: Precheck, consumers: readonly ResolvedConsumer[], nowMs: number): void {
     this.#standing = canStand(precheck) ? precheck : undefined;
     let plain = true;
     for (const consumer of consumers) {
-      const row = precheck.rows.get(consumer.name);
+      const row = precheck.rows.get(consumer.unit);
       if (row) {
-        this.#setCursor(consumer.name, row.gap_count === 0 ? BigInt(row.cursor) : undefined);
+        this.#setCursor(consumer.unit, row.gap_count === 0 ? BigInt(row.cursor) : undefined);
         if (!isPlain(row)) plain = false;
-      } else if (precheck.quiet.has(consumer.name)) {
-        this.#cursors.set(consumer.name, BigInt(precheck.head));
+      } else if (precheck.quiet.has(consumer.unit)) {
+        this.#cursors.set(consumer.unit, BigInt(precheck.head));
       } else {
-        this.#cursors.delete(consumer.name);
+        this.#cursors.delete(consumer.unit);
         plain = false;
       }
     }

@@ -5,7 +5,7 @@ import type { Precheck, PrecheckRow } from '../queries/consumers.js';
 import { EMPTY_NOTIFY_PASSES, IdleKnowledge } from './idle-check.js';
 import type { PassResult } from './pass.js';
 
-const consumers = ['a', 'b'].map((name) => ({ name }) as ResolvedConsumer);
+const consumers = ['a', 'b'].map((name) => ({ name, unit: name }) as ResolvedConsumer);
 const POLL_MS = 1_000;
 
 function row(fields: Partial<PrecheckRow>): PrecheckRow {
@@ -23,7 +23,13 @@ function row(fields: Partial<PrecheckRow>): PrecheckRow {
 }
 
 function precheck(rows: Record<string, PrecheckRow>, quiet: string[] = []): Precheck {
-  return { quiet: new Set(quiet), rows: new Map(Object.entries(rows)), snapshot: '10:10:', head: '9' };
+  return {
+    quiet: new Set(quiet),
+    rows: new Map(Object.entries(rows)),
+    lanes: new Map(),
+    snapshot: '10:10:',
+    head: '9',
+  };
 }
 
 const RESULT: PassResult = { processed: 0, failed: 0, byConsumer: {} };

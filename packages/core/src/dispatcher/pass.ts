@@ -4,10 +4,12 @@ import { parseSnapshot, type Snapshot } from '../gaps/snapshot.js';
 import type { Logger } from '../logger.js';
 import {
   attemptsCharged,
+  laneOf,
   SHARED_INSTANCE_ID,
   type ResolvedConsumer,
   type ResolvedOptions,
 } from '../options.js';
+import { laneInstanceIds } from '../lanes/lanes.js';
 import {
   currentSnapshot,
   heartbeat,
@@ -52,6 +54,8 @@ export interface ConsumerPassResult {
   readonly pendingGaps: number;
   /** Its cursor is below the log head. */
   readonly behind: boolean;
+  /** A consumer run as lanes: each lane's result, by the lane's instance id ('*k/N'). */
+  readonly lanes?: Readonly<Record<string, ConsumerPassResult>>;
 }
 
 export interface PassResult {
@@ -100,6 +104,12 @@ export class PassRunner {
   /** Whether some consumer runs only while its feature is enabled (decided per pass, by the app). */
   readonly #featureGated: boolean;
   #lastHeartbeatMs = Number.NEGATIVE_INFINITY;
+  /** Each shared consumer's rows as the last pre-check found them ('*', or its lanes). */
+  readonly #laneIds = new Map<string, readonly string[]>();
+  /** The lanes as consumers, made once per consumer and lane (a turn's key into every map here). */
+  readonly #laneUnits = new Map<string, ResolvedConsumer>();
+  /** The rows the last pass turned or judged, each consumer's and each lane's. */
+  #unitsSeen: readonly ResolvedConsumer[] = [];
 
   constructor(env: PassEnvironment) {
     this.#env = env;
@@ -147,30 +157,30 @@ export class PassRunner {
       return allIdle;
     }
     this.#known.passJudged(undefined, undefined);
-    const byConsumer: Record<string, ConsumerPassResult> = {};
+    const byUnit = new Map<string, ConsumerPassResult>();
     const turns: Promise<void>[] = [];
-    for (const consumer of options.consumers) {
-      const row = precheck?.rows.get(consumer.name);
+    for (const consumer of this.#unitsOf(precheck)) {
+      const row = precheck?.rows.get(consumer.unit);
       const skip = (skipped: ConsumerSkip) => {
-        this.#limits.delete(consumer.name); // caught up or stopped: the next batch starts small
-        byConsumer[consumer.name] = {
+        this.#limits.delete(consumer.unit); // caught up or stopped: the next batch starts small
+        byUnit.set(consumer.unit, {
           processed: 0,
           failed: 0,
           skipped,
           pendingGaps: row?.gap_count ?? 0,
           behind: row ? BigInt(row.cursor) < BigInt(row.head) : false,
-        };
+        });
       };
       const feature = consumer.definition.featureName;
       if (feature !== undefined && !options.isFeatureEnabled(feature)) {
         skip('feature-off');
         continue;
       }
-      if (this.#backoff.size > 0 && isBackingOff(this.#backoff.get(consumer.name), nowMs)) {
+      if (this.#backoff.size > 0 && isBackingOff(this.#backoff.get(consumer.unit), nowMs)) {
         skip('backoff');
         continue;
       }
-      if (precheck?.quiet.has(consumer.name)) {
+      if (precheck?.quiet.has(consumer.unit)) {
         skip('idle');
         continue;
       }
@@ -209,23 +219,24 @@ export class PassRunner {
         );
         continue;
       }
-      if (this.#slots.has(consumer.name)) this.#askedAgain.add(consumer.name);
+      if (this.#slots.has(consumer.unit)) this.#askedAgain.add(consumer.unit);
       // The turn may send its fetch along with its lock, for the cursor the pre-check read (or, with
       // no pre-check, the last one known: the turn checks it against the row it locks).
       const expected = row
         ? row.gap_count === 0
           ? BigInt(row.cursor)
           : undefined
-        : this.#known.cursorOf(consumer.name);
-      const turn = this.#slots.run(consumer.name, () => this.#turns(consumer, mode === 'launch', expected));
+        : this.#known.cursorOf(consumer.unit);
+      const turn = this.#slots.run(consumer.unit, () => this.#turns(consumer, mode === 'launch', expected));
       turns.push(
         turn.then((result) => {
-          byConsumer[consumer.name] = result;
+          byUnit.set(consumer.unit, result);
         }),
       );
     }
     if (mode === 'await') await Promise.all(turns);
     else for (const turn of turns) turn.catch(() => undefined);
+    const byConsumer = byConsumerOf(this.#unitsSeen, byUnit);
     const results = Object.values(byConsumer);
     const processed = results.reduce((sum, r) => sum + r.processed, 0);
     const failed = results.reduce((sum, r) => sum + r.failed, 0);
@@ -292,14 +303,15 @@ export class PassRunner {
       return { precheck: standing, standing: true };
     }
     const precheck = await precheckConsumers(options.sql, tables, this.#precheckKeys);
-    for (const consumer of options.consumers) {
-      const row = precheck.rows.get(consumer.name);
+    const units = this.#unitsOf(precheck);
+    for (const consumer of units) {
+      const row = precheck.rows.get(consumer.unit);
       if (row) metrics.setConsumer(consumer.name, consumer.instanceId, gaugesOf(row));
-      else if (precheck.quiet.has(consumer.name)) {
+      else if (precheck.quiet.has(consumer.unit)) {
         metrics.setConsumer(consumer.name, consumer.instanceId, CAUGHT_UP);
       }
     }
-    this.#known.precheckRead(precheck, options.consumers, performance.now());
+    this.#known.precheckRead(precheck, units, performance.now());
     return { precheck, standing: false };
   }
 
@@ -328,9 +340,9 @@ export class PassRunner {
     let expectedCursor = firstCursor;
     do {
       // This turn's fetch comes after every request made so far.
-      this.#askedAgain.delete(consumer.name);
-      const limit = this.#limits.get(consumer.name) ?? consumer.batchSize;
-      const progress: TurnProgress = { startSent: false, lastWrite: this.#known.lastWriteOf(consumer.name) };
+      this.#askedAgain.delete(consumer.unit);
+      const limit = this.#limits.get(consumer.unit) ?? consumer.batchSize;
+      const progress: TurnProgress = { startSent: false, lastWrite: this.#known.lastWriteOf(consumer.unit) };
       try {
         // The batch its next turn would read, fetched ahead while this one delivers. A read-ahead
         // takes a pool connection beyond the turns': only while a turn slot is free.
@@ -343,31 +355,31 @@ export class PassRunner {
           progress,
         );
       } catch (error) {
-        this.#limits.delete(consumer.name);
-        this.#known.forget(consumer.name);
+        this.#limits.delete(consumer.unit);
+        this.#known.forget(consumer.unit);
         await this.#infraFailure(consumer, error, failedTurnOf(progress));
         return { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true };
       }
-      this.#backoff.delete(consumer.name);
-      if (outcome.filledBatch) this.#limits.set(consumer.name, this.#grown(consumer, limit));
-      else if (outcome.skipped === undefined) this.#limits.delete(consumer.name);
+      this.#backoff.delete(consumer.unit);
+      if (outcome.filledBatch) this.#limits.set(consumer.unit, this.#grown(consumer, limit));
+      else if (outcome.skipped === undefined) this.#limits.delete(consumer.unit);
       processed += outcome.handled;
       failed += outcome.failed;
       if (outcome.handled > 0) this.#known.delivered();
       this.#known.turnCommitted(
-        consumer.name,
+        consumer.unit,
         outcome.failed > 0 || outcome.dead || outcome.timedOut !== undefined ? 'failed' : progress.wrote,
       );
       expectedCursor = outcome.pendingGaps === 0 ? outcome.cursor : undefined;
       this.#known.turnEnded(
-        consumer.name,
+        consumer.unit,
         expectedCursor,
         outcome.failed === 0 && !outcome.dead && outcome.pendingGaps === 0 && isPlainSkip(outcome.skipped),
       );
       if (outcome.timedOut) await this.#recordTimeout(consumer, outcome, failedTurnOf(progress));
     } while (
       ((continueWhileMore && outcome.hasMore) ||
-        (this.#askedAgain.has(consumer.name) && outcome.skipped === undefined && !outcome.dead)) &&
+        (this.#askedAgain.has(consumer.unit) && outcome.skipped === undefined && !outcome.dead)) &&
       !this.#env.isStopping()
     );
     return {
@@ -380,6 +392,43 @@ export class PassRunner {
           ? outcome.cursor < outcome.head
           : outcome.hasMore,
     };
+  }
+
+  /**
+   * The rows this pass turns: each per-instance consumer's, and each shared consumer's rows as the
+   * pre-check found them (its '*' row, or its lanes: the count its rows have, which a change of
+   * lanes in progress may make differ from the configured one). Without a pre-check, the rows the
+   * last one found. A shared consumer with no row at all is its configured '*' row, re-registered.
+   */
+  #unitsOf(precheck: Precheck | undefined): readonly ResolvedConsumer[] {
+    const units: ResolvedConsumer[] = [];
+    for (const consumer of this.#env.options.consumers) {
+      if (consumer.lane === null) {
+        units.push(consumer);
+        continue;
+      }
+      const found = precheck?.lanes.get(consumer.name);
+      if (precheck) {
+        if (found) this.#laneIds.set(consumer.name, found);
+        else this.#laneIds.delete(consumer.name);
+      }
+      const ids = found ?? (precheck ? undefined : this.#laneIds.get(consumer.name));
+      if (ids === undefined || (ids.length === 1 && ids[0] === SHARED_INSTANCE_ID)) {
+        units.push(consumer);
+        continue;
+      }
+      for (const instanceId of ids) {
+        const key = `${consumer.name}\u0000${instanceId}`;
+        let unit = this.#laneUnits.get(key);
+        if (!unit) {
+          unit = laneOf(consumer, instanceId);
+          this.#laneUnits.set(key, unit);
+        }
+        units.push(unit);
+      }
+    }
+    this.#unitsSeen = units;
+    return units;
   }
 
   /** The next batch limit after a turn filled a batch of `limit`. */
@@ -411,16 +460,23 @@ export class PassRunner {
    * the collected row was, see reregisterConsumer) and says so; false when that failed.
    */
   async #reregister(consumer: ResolvedConsumer): Promise<boolean> {
+    if (consumer.lane !== null && consumer.lanes > 1) {
+      // A laned consumer with no row at all: its lanes, as at start.
+      let all = true;
+      for (const instanceId of laneInstanceIds(consumer.lanes))
+        all = (await this.#reregister(laneOf(consumer, instanceId))) && all;
+      return all;
+    }
     const { options, tables, logger, metrics } = this.#env;
     const where = { consumer: consumer.name, instanceId: consumer.instanceId };
-    this.#known.forget(consumer.name);
+    this.#known.forget(consumer.unit);
     let done;
     try {
       done = await reregisterConsumer(options.sql, tables, options.schema, {
         name: consumer.name,
         instanceId: consumer.instanceId,
         startFrom: consumer.startFrom,
-        perInstance: consumer.instanceId !== SHARED_INSTANCE_ID,
+        perInstance: consumer.lane === null,
       });
     } catch (error) {
       logger.error(
@@ -456,11 +512,16 @@ export class PassRunner {
   /** Once per consumer and process, however many passes see it (docs/design.md §6.1). */
   #reportRearmExhausted(consumer: ResolvedConsumer, lastError: string | null): void {
     const env = this.#env;
-    if (this.#rearmExhaustedReported.has(consumer.name)) return;
-    this.#rearmExhaustedReported.add(consumer.name);
+    if (this.#rearmExhaustedReported.has(consumer.unit)) return;
+    this.#rearmExhaustedReported.add(consumer.unit);
     env.metrics.rearmExhausted(consumer.name, consumer.instanceId);
     env.logger.error(
-      { consumer: consumer.name, maxRearmCount: env.options.maxRearmCount, lastError },
+      {
+        consumer: consumer.name,
+        instanceId: consumer.instanceId,
+        maxRearmCount: env.options.maxRearmCount,
+        lastError,
+      },
       'dead consumer has used up its automatic re-arms: an operator must skip the poison event or restart it',
     );
   }
@@ -470,17 +531,18 @@ export class PassRunner {
     const { options, tables, logger } = this.#env;
     const category = classifyFailure(error);
     const backoff = nextBackoff(
-      this.#backoff.get(consumer.name),
+      this.#backoff.get(consumer.unit),
       performance.now(),
       options.backoffInitialMs,
       options.backoffMaxMs,
     );
-    this.#backoff.set(consumer.name, backoff);
+    this.#backoff.set(consumer.unit, backoff);
     // "prepared statement … does not exist" behind a transaction pooler: say what to change.
     const hint = poolerHint(error);
     logger.error(
       {
         consumer: consumer.name,
+        instanceId: consumer.instanceId,
         category,
         error: messageOf(error),
         retryInMs: Math.round(backoff.untilMs - performance.now()),
@@ -558,6 +620,47 @@ export class PassRunner {
 
 function failedTurnOf(progress: TurnProgress): FailedTurn {
   return { heldXmin: progress.heldXmin ?? null, startSent: progress.startSent };
+}
+
+/**
+ * Each consumer's result from its rows' (a laned consumer's lanes summed: it delivered when any
+ * lane did, and its skip is the first lane's that is not plain idleness).
+ */
+function byConsumerOf(
+  units: readonly ResolvedConsumer[],
+  byUnit: ReadonlyMap<string, ConsumerPassResult>,
+): Record<string, ConsumerPassResult> {
+  const byConsumer: Record<string, ConsumerPassResult> = {};
+  const lanes = new Map<string, Record<string, ConsumerPassResult>>();
+  for (const unit of units) {
+    const result = byUnit.get(unit.unit);
+    if (!result) continue;
+    const before = byConsumer[unit.name];
+    if (unit.lane !== null && unit.lane.count > 1) {
+      let perLane = lanes.get(unit.name);
+      if (!perLane) lanes.set(unit.name, (perLane = {}));
+      perLane[unit.instanceId] = result;
+    }
+    byConsumer[unit.name] = before
+      ? {
+          processed: before.processed + result.processed,
+          failed: before.failed + result.failed,
+          skipped:
+            before.skipped === undefined || result.skipped === undefined
+              ? undefined
+              : before.skipped === 'idle'
+                ? result.skipped
+                : before.skipped,
+          pendingGaps: before.pendingGaps + result.pendingGaps,
+          behind: before.behind || result.behind,
+        }
+      : result;
+  }
+  for (const [name, perLane] of lanes) {
+    const summed = byConsumer[name];
+    if (summed) byConsumer[name] = { ...summed, lanes: perLane };
+  }
+  return byConsumer;
 }
 
 /** A turn that ran (delivering or not), or found its consumer held by another instance, saw nothing unusual. */

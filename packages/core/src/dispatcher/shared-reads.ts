@@ -8,6 +8,10 @@ export interface EventBatch {
   /** pg_snapshot_xmin of the fetch statement. */
   readonly xmin: bigint;
   readonly head: bigint;
+  /** A filtered fetch's kept events' keys (parking consumers only). */
+  readonly keys?: ReadonlyMap<bigint, string>;
+  /** A filtered fetch's kept events whose key was parked. */
+  readonly parked?: ReadonlySet<bigint>;
 }
 
 interface Entry {

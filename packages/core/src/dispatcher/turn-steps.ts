@@ -4,7 +4,7 @@
 // handler calls, the replays an operator asked for and what is recorded of them; and what the
 // turn writes (the status it opens with, the ranges, the row it ends with, a cluster change).
 import type { Span } from '@opentelemetry/api';
-import type { ConsumerState, StartInFlight } from '../consumer-state/consumer-state.js';
+import type { ConsumerState, LaneChange, StartInFlight } from '../consumer-state/consumer-state.js';
 import type {
   Delivered,
   DeliveryPlan,
@@ -16,18 +16,21 @@ import { messageOf } from '../errors.js';
 import type { EventRecord } from '../events.js';
 import type { GapRange, Settlement, TurnInput } from '../gaps/gaps.js';
 import { parseSnapshot } from '../gaps/snapshot.js';
-import { type ResolvedConsumer, type ResolvedOptions, SHARED_INSTANCE_ID } from '../options.js';
+import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { writeAudit } from '../queries/audit.js';
 import { lockConsumer, type LockedRow, saveTurn, setStatus } from '../queries/consumers.js';
 import { recordDeadLetters } from '../queries/dead-letters.js';
-import { fetchBatch, type FetchedBatch } from '../queries/events.js';
+import { raiseBarrier, retireLane, trySwitchLanes } from '../queries/lanes.js';
+import { finishParkedReplay, recordParked, selectParkedReplays } from '../queries/parked.js';
+import type { Lane } from '../lanes/lanes.js';
+import { fetchBatch, fetchFilteredBatch, type FetchedBatch, type FetchFilter } from '../queries/events.js';
 import { replaceRanges, type StoredRange } from '../queries/gaps.js';
 import { finishReplays, selectRequestedReplays } from '../queries/replays.js';
 import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
-import { deliver, type DeliveryResult } from './deliver.js';
+import { deliver, type DeliveryResult, type Parking } from './deliver.js';
 import type { EventBatch, SharedReads } from './shared-reads.js';
 import type { TurnEnvironment, TurnProgress } from './turn.js';
 
@@ -53,10 +56,22 @@ export function lockWithEarlyFetch(
     idleInTransactionTimeoutMs: consumer.handlerTimeoutMs + options.statementTimeoutMs,
   });
   lock.row.catch(() => undefined);
+  // Sent before the row (and a change of lanes in progress) is known: the filter without a cap.
+  // The turn uses it only when the row says nothing that changes the fetch (see turn.ts).
+  const filter = fetchFilterOf(consumer, null);
   const early =
-    expectedCursor === undefined || env.reads?.has(expectedCursor)
+    expectedCursor === undefined || (filter === undefined && env.reads?.has(expectedCursor))
       ? undefined
-      : readFrom(tx, t, expectedCursor, [], limit, env.reads);
+      : readFrom(
+          tx,
+          t,
+          expectedCursor,
+          [],
+          limit,
+          filter === undefined ? env.reads : undefined,
+          undefined,
+          filter,
+        );
   early?.catch(() => undefined); // fails with the lock, whose failure the turn reports
   return { row: lock.row, early };
 }
@@ -83,11 +98,13 @@ export async function fetchTurnBatch(
     readonly stragglers: StartInFlight | undefined;
     readonly plain: boolean;
     readonly early: Promise<EventBatch> | undefined;
+    /** A filtered consumer's fetch (docs/design.md §11): never shared with other consumers. */
+    readonly filter: FetchFilter | undefined;
   },
 ): Promise<TurnBatch> {
   const { options, tables: t } = env;
-  const { cursor, limit } = turn;
-  const reads = turn.plain ? env.reads : undefined;
+  const { cursor, limit, filter } = turn;
+  const reads = turn.plain && filter === undefined ? env.reads : undefined;
   const early = turn.plain ? turn.early : undefined;
   const shared = reads && !early ? await reads.take(cursor, limit, options.statementTimeoutMs) : undefined;
   const batch =
@@ -101,6 +118,7 @@ export async function fetchTurnBatch(
         limit,
         reads,
         turn.stragglers,
+        filter,
       )));
   const last = batch.events[batch.events.length - 1];
   const aheadLimit = env.readAhead;
@@ -122,11 +140,69 @@ export function readFrom(
   limit: number,
   reads: SharedReads | undefined,
   stragglers?: StartInFlight,
+  filter?: FetchFilter,
 ): Promise<EventBatch> {
   const bounds = { from: ranges.map((r) => r.from), to: ranges.map((r) => r.to) };
+  if (filter !== undefined) {
+    return fetchFilteredBatch(tx, t, cursor, bounds, limit, filter, stragglers).then((fetched) => ({
+      ...batchOf(fetched),
+      keys: fetched.keys,
+      parked: fetched.parked,
+    }));
+  }
   const reading = fetchBatch(tx, t, cursor, bounds, limit, stragglers).then(batchOf);
   reads?.offer(cursor, limit, reading);
   return reading;
+}
+
+/**
+ * A parking consumer's parked keys for the delivery (docs/design.md §11.4): the keys its fetch
+ * found parked, and each kept event's key.
+ */
+export function parkingOf(consumer: ResolvedConsumer, batch: EventBatch): Parking | undefined {
+  if (!consumer.parkKey) return undefined;
+  const keys = batch.keys ?? new Map<bigint, string>();
+  const parked = new Set<string>();
+  for (const id of batch.parked ?? []) {
+    const key = keys.get(id);
+    if (key !== undefined) parked.add(key);
+  }
+  return { keyOf: (event) => keys.get(event.id), keys: parked };
+}
+
+/**
+ * The lane that replays parked keys now, if this row is one: keys belong to the lanes of the
+ * consumer's current lane count, the old one until a change switches over, the new one after.
+ */
+export function parkedReplayLane(consumer: ResolvedConsumer, change: LaneChange | null): Lane | null {
+  const lane = consumer.lane;
+  if (lane === null) return { index: 0, count: 1 };
+  if (change === null) return lane;
+  const current = change.switched ? change.to : change.from;
+  return lane.count === current ? lane : null;
+}
+
+/**
+ * What a consumer's fetch keeps (docs/design.md §11): one lane's events, the handled types, parked
+ * keys; an old lane of a change of lane count reads nothing above its barrier. Undefined for a
+ * consumer that keeps every event (the plain fetch).
+ */
+export function fetchFilterOf(
+  consumer: ResolvedConsumer,
+  change: LaneChange | null,
+): FetchFilter | undefined {
+  const lane = consumer.lane ?? { index: 0, count: 1 };
+  const cap = consumer.lane !== null && change !== null && lane.count === change.from ? change.barrier : null;
+  if (lane.count === 1 && consumer.types === null && !consumer.parkKey && cap === null) return undefined;
+  return {
+    consumer: consumer.name,
+    laneIndex: lane.index,
+    laneCount: lane.count,
+    key: consumer.laneKey,
+    types: consumer.types,
+    parking: consumer.parkKey,
+    cap,
+  };
 }
 
 /** The events above `cursor` read by one autocommit statement of the pool. */
@@ -184,12 +260,25 @@ export function crashedOut(
   consumer: ResolvedConsumer,
   plan: DeliveryPlan,
   event: EventRecord,
+  key: string | undefined,
 ): DeliveryResult {
   const message = `the process stopped ${plan.crashes} time(s) while event ${event.id} was being handled`;
   const attempts = plan.priorAttempts(event.id);
+  if (consumer.parkKey && key !== undefined) {
+    return {
+      resolved: [event],
+      deadLetters: [],
+      parked: [{ event, key, error: message, attempts }],
+      failure: undefined,
+      dead: false,
+      handled: 0,
+      failed: 1,
+    };
+  }
   return consumer.skipApplyErrors
     ? {
         resolved: [event],
+        parked: [],
         failure: undefined,
         dead: false,
         handled: 0,
@@ -199,6 +288,7 @@ export function crashedOut(
     : {
         resolved: [],
         deadLetters: [],
+        parked: [],
         failure: { event, error: new Error(message), attempts },
         dead: true,
         handled: 0,
@@ -220,12 +310,16 @@ export async function startAndDeliver(
   events: readonly EventRecord[],
   unhandled: (id: bigint) => boolean,
   progress: TurnProgress,
-  start: { readonly record: boolean },
+  start: { readonly record: boolean; readonly parking?: Parking },
 ): Promise<DeliveryResult> {
   const { options, tables: t } = env;
   const first = events[0];
   const last = events[events.length - 1];
-  if (first && last && options.countCrashedAttempts && start.record) {
+  // A batch with nothing for the handler (another lane's events, parked keys) records no start.
+  const handles = events.some(
+    (e) => !unhandled(e.id) && !(start.parking?.keys.has(start.parking.keyOf(e) ?? '') ?? false),
+  );
+  if (first && last && handles && options.countCrashedAttempts && start.record) {
     await recordTurnStart(
       options.sql,
       t,
@@ -253,6 +347,7 @@ export async function startAndDeliver(
     tracer: env.tracer,
     turnSpan: span,
     metrics: env.metrics,
+    ...(start.parking ? { parking: start.parking } : {}),
   });
 }
 
@@ -270,6 +365,23 @@ export async function recordDelivery(
 ): Promise<void> {
   if (result.deadLetters.length > 0) {
     await recordDeadLetters(tx, env.tables, consumer.name, consumer.instanceId, result.deadLetters);
+  }
+  if (result.parked.length > 0) {
+    const parkedAnew = await recordParked(tx, env.tables, consumer.name, result.parked);
+    env.metrics.parked(consumer.name, consumer.instanceId, parkedAnew.length, result.parked.length);
+    for (const key of parkedAnew) {
+      const first = result.parked.find((p) => p.key === key);
+      env.logger.warn(
+        {
+          consumer: consumer.name,
+          instanceId: consumer.instanceId,
+          key,
+          eventId: first?.event.id,
+          error: first?.error,
+        },
+        'an event used up its attempts: its key is parked (this event and the later ones of the key are set aside)',
+      );
+    }
   }
   logDelivery(env, consumer, result);
   env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
@@ -344,6 +456,109 @@ export async function deliverReplays(
   );
 }
 
+/**
+ * Delivers, in order, the events of the parked keys an operator asked to replay that belong to this
+ * lane (docs/design.md §11.4), one attempt each, in the turn's transaction. A key whose events all
+ * went through is no longer parked; one that fails again stays parked from that event on (it and
+ * the key's later events), its request cleared. Nothing is delivered twice by the replay itself:
+ * a delivered event leaves parked_events in the same transaction.
+ */
+export async function deliverParkedReplays(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  span: Span,
+  lane: Lane,
+): Promise<void> {
+  const { tables: t } = env;
+  const replays = await selectParkedReplays(tx, t, consumer.name, lane, consumer.batchSize);
+  for (const replay of replays) {
+    const parking: Parking = { keyOf: () => replay.key, keys: new Set() };
+    const result = await deliver({
+      consumer: { ...consumer, maxAttempts: 1, skipApplyErrors: false, parkKey: true },
+      tx,
+      events: replay.events,
+      priorAttempts: () => 0,
+      resolvesUnhandled: () => false,
+      deadlineMs: performance.now() + env.options.maxTurnMs,
+      tracer: env.tracer,
+      turnSpan: span,
+      metrics: env.metrics,
+      parking,
+    });
+    const setAside = new Set(result.parked.map((p) => p.event.id));
+    const delivered = result.resolved.filter((e) => !setAside.has(e.id)).map((e) => e.id);
+    const again = result.parked.find((p) => p.error !== null);
+    const unparked = await finishParkedReplay(
+      tx,
+      t,
+      consumer.name,
+      replay.key,
+      delivered,
+      again ? { error: again.error ?? '', attempts: again.attempts } : undefined,
+    );
+    env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
+    env.logger.info(
+      {
+        consumer: consumer.name,
+        key: replay.key,
+        replayed: delivered.length,
+        ...(again ? { failedAgainOn: again.event.id, error: again.error } : {}),
+      },
+      unparked
+        ? 'parked key replayed in order; it is no longer parked'
+        : again
+          ? 'parked key replay failed again: the key stays parked from that event on'
+          : 'parked key partly replayed; the replay goes on next turn',
+    );
+  }
+}
+
+/**
+ * An old lane's part in a change of lane count (docs/design.md §11.3), at the end of its turn: it
+ * raises the barrier to a cursor it found above it, tries to switch the change over once it is at
+ * the barrier, and once switched, retires when nothing of it is left (no pending gap, no failure).
+ * Returns what it did.
+ */
+export async function settleLaneChange(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  change: LaneChange,
+  after: { readonly cursor: bigint; readonly pendingGaps: number; readonly healthy: boolean },
+): Promise<'raised' | 'switched' | 'retired' | undefined> {
+  const { tables: t } = env;
+  if (!change.switched) {
+    if (after.cursor > change.barrier) {
+      await raiseBarrier(tx, t, consumer.name, after.cursor);
+      return 'raised';
+    }
+    if (after.cursor < change.barrier || !after.healthy) return undefined;
+    if (consumer.ordering === 'strict' && after.pendingGaps > 0) return undefined;
+    const switched = await trySwitchLanes(tx, t, consumer.name, consumer.instanceId, change, {
+      strict: consumer.ordering === 'strict',
+      systemIdentifier: env.systemIdentifier,
+    });
+    if (!switched) return undefined;
+    env.logger.info(
+      { consumer: consumer.name, from: change.from, to: change.to, barrier: change.barrier },
+      'every old lane reached the barrier: the new lanes start there',
+    );
+    return after.pendingGaps === 0 ? retired() : 'switched';
+  }
+  if (after.cursor < change.barrier || after.pendingGaps > 0 || !after.healthy) return undefined;
+  return retired();
+
+  async function retired(): Promise<'retired'> {
+    await retireLane(tx, t, consumer.name, consumer.instanceId, change, consumer.laneKey);
+    env.logger.info(
+      { consumer: consumer.name, instanceId: consumer.instanceId, from: change.from, to: change.to },
+      'an old lane has handed over and is removed',
+    );
+    return 'retired';
+  }
+}
+
 // ---- the writes --------------------------------------------------------------------------------
 
 /** The state machine's view of a consumer's options. */
@@ -356,7 +571,7 @@ export function turnRules(consumer: ResolvedConsumer, options: ResolvedOptions):
     retryMaxDelayMs: options.retryMaxDelayMs,
     rearmCooldownMs: options.rearmCooldownMs,
     maxRearmCount: options.maxRearmCount,
-    shared: consumer.instanceId === SHARED_INSTANCE_ID,
+    shared: consumer.lane !== null,
   };
 }
 

@@ -9,7 +9,7 @@ import {
   planDelivery,
 } from '../consumer-state/turn-machine.js';
 import { messageOf } from '../errors.js';
-import { TOMBSTONE_TYPE, type EventRecord } from '../events.js';
+import { PASSED_TYPE, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
 import { deliverableIds, settleTurn } from '../gaps/gaps.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
@@ -26,10 +26,15 @@ import {
   applyOpening,
   clusterChanged,
   crashedOut,
+  deliverParkedReplays,
   deliverReplays,
   deliveredOf,
+  fetchFilterOf,
   fetchTurnBatch,
   lockWithEarlyFetch,
+  parkedReplayLane,
+  parkingOf,
+  settleLaneChange,
   persistRanges,
   recordDelivery,
   startAndDeliver,
@@ -54,6 +59,8 @@ export interface TurnOutcome {
   readonly dead: boolean;
   /** A transactional handler timed out: the turn was rolled back and this attempt must be recorded. */
   readonly timedOut?: HandlerFailure;
+  /** An old lane of a change of lane count handed over and its row is gone (docs/design.md §11.3). */
+  readonly retired?: boolean;
 }
 
 export interface TurnEnvironment {
@@ -199,6 +206,10 @@ async function turnInTransaction(
   if (opening.change !== null) await applyOpening(env, consumer, tx, opening.change, state);
   // Replays an operator requested (docs/design.md §6): delivered first, out of order by nature.
   if (state.replaysPending) await deliverReplays(env, consumer, tx, span);
+  // Parked keys an operator asked to replay, before this turn's events: a key whose parked events
+  // all go through is unparked, and this turn's fetch (after it) delivers its later events.
+  const replayLane = parkedReplayLane(consumer, held.laneChange);
+  if (held.parkedReplays && replayLane) await deliverParkedReplays(env, consumer, tx, span, replayLane);
 
   const stored = opening.recheck
     ? await selectRangesToRecheck(tx, env.tables, consumer.name, consumer.instanceId, opening.recheck)
@@ -212,7 +223,16 @@ async function turnInTransaction(
     // A turn with nothing to re-fetch reads only above its cursor: it may use the early fetch, or
     // share a read with the consumers at the same cursor.
     plain: stored.length === 0 && !opening.clusterChanged && opening.stragglers === undefined,
-    early: !state.replaysPending && state.cursor === expectedCursor ? early : undefined,
+    // The early fetch went out before the row was read: not when the row says something it did
+    // not know (replays, a change of lanes, which caps an old lane's fetch).
+    early:
+      !state.replaysPending &&
+      !held.parkedReplays &&
+      held.laneChange === null &&
+      state.cursor === expectedCursor
+        ? early
+        : undefined,
+    filter: fetchFilterOf(consumer, held.laneChange),
   });
   const { input, events } = turnInputOf(batch, opening, rechecked, consumer, limit);
   const deliverable = deliverableIds(input);
@@ -227,13 +247,19 @@ async function turnInTransaction(
     return outcome({ cursor: state.cursor, head: batch.head });
   }
 
-  const unhandled = (id: bigint) => id === state.skipEventId || events.get(id)?.type === TOMBSTONE_TYPE;
+  const unhandled = (id: bigint) => {
+    if (id === state.skipEventId) return true;
+    const type = events.get(id)?.type;
+    return type === TOMBSTONE_TYPE || type === PASSED_TYPE;
+  };
   const plan = planDelivery(held, state, opening.change === 'rearmed', deliverable, unhandled, rules);
   const toDeliver = plan.ids.map((id) => events.get(id) as EventRecord);
+  const parking = parkingOf(consumer, batch);
   const result = plan.crashedOut
-    ? crashedOut(consumer, plan, toDeliver[0] as EventRecord)
+    ? crashedOut(consumer, plan, toDeliver[0] as EventRecord, batch.keys?.get(plan.ids[0] ?? -1n))
     : await startAndDeliver(env, consumer, tx, span, plan, toDeliver, unhandled, progress, {
         record: !cleanViewOf(held, progress.lastWrite),
+        ...(parking ? { parking } : {}),
       });
 
   let settlement = settleTurn(
@@ -261,6 +287,21 @@ async function turnInTransaction(
     gapDelta,
     progress.startSent || held.marker !== null,
   );
+  // An old lane of a change of lane count (docs/design.md §11.3): barrier, switch, retire.
+  const laneStep =
+    held.laneChange !== null && consumer.lane?.count === held.laneChange.from
+      ? await settleLaneChange(env, consumer, tx, held.laneChange, {
+          cursor: close.cursor,
+          pendingGaps,
+          healthy:
+            close.status !== 'dead' &&
+            close.attempts === 0 &&
+            close.skipEventId === null &&
+            (state.start === null || close.start === 'done'),
+        })
+      : undefined;
+  if (laneStep === 'retired')
+    return outcome({ handled: result.handled, failed: result.failed, retired: true });
   return outcome({
     handled: result.handled,
     failed: result.failed,

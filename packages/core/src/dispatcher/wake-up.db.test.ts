@@ -261,7 +261,7 @@ async function recordedDispatcher(consumers: ReturnType<typeof recordingConsumer
   return { schema, sql, dispatcher, statements, xmin };
 }
 
-const isPrecheck = (query: string) => query.includes('json_agg(c.name)');
+const isPrecheck = (query: string) => query.includes(' as quiet');
 const isLock = (query: string) => /for update/i.test(query);
 const isSnapshotTick = (query: string) => query.trim() === 'select pg_current_snapshot()::text as snapshot';
 

@@ -1,6 +1,8 @@
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
 import { SHARED_INSTANCE_ID } from '../options.js';
+import { isSharedInstanceId } from '../lanes/lanes.js';
+import { LANES_LOCK_CLASS } from './lanes.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { retentionFloor, writeAudit } from './audit.js';
 import { pgArray } from './pg-array.js';
@@ -65,10 +67,28 @@ export const RETENTION_LOCK_CLASS = 0x534c5552; // 'SLUR'
  * highest visible id and remembers the snapshot, so events still in flight at that moment are
  * delivered once they commit (docs/design.md §4.10).
  */
-export async function registerConsumers(sql: Sql, t: Tables, schema: string, rows: readonly RegisterRow[]) {
-  await guardedBegin(sql, async (tx) => {
+export async function registerConsumers(
+  sql: Sql,
+  t: Tables,
+  schema: string,
+  rows: readonly RegisterRow[],
+): Promise<Map<string, string[]>> {
+  return guardedBegin(sql, async (tx) => {
     await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
+    // One registration (or change of lanes) at a time: never two lane sets of one consumer.
+    await tx`select pg_advisory_xact_lock(${LANES_LOCK_CLASS}, hashtext(${schema}))`;
     await insertRegistrations(tx, t, rows);
+    const shared = [...new Set(rows.filter((r) => !r.perInstance).map((r) => r.name))];
+    const found = await tx<{ name: string; instance_id: string }[]>`
+      select name, instance_id from ${t.consumers}
+      where left(instance_id, 1) = '*' and name = any(${pgArray(shared)}::text[])`;
+    const families = new Map<string, string[]>();
+    for (const row of found) {
+      const ids = families.get(row.name);
+      if (ids) ids.push(row.instance_id);
+      else families.set(row.name, [row.instance_id]);
+    }
+    return families;
   });
 }
 
@@ -97,6 +117,11 @@ async function insertRegistrations(
         from (select coalesce((select max(id) from ${t.events}), 0) as head,
                      pg_current_snapshot() as snap, pg_current_xact_id() as fence) s
       ) h
+      -- A shared consumer's rows are created only when it has none: rows of another lane count
+      -- are changed by a change of lanes (docs/design.md section 11.3), never added to.
+      where r.per_instance = 'true'
+         or not exists (select 1 from ${t.consumers} f
+                        where f.name = r.name and left(f.instance_id, 1) = '*' and f.instance_id <> r.instance_id)
       on conflict (name, instance_id) do nothing
       returning c.cursor::text as cursor`;
 }
@@ -206,6 +231,21 @@ export interface PrecheckRow extends ConsumerStateRow {
   snapshot: string;
   now: Date;
   lag_seconds: number | null;
+  /** An old lane of a change of lane count in progress (docs/design.md §11.3): it takes a turn. */
+  lane_changing: boolean;
+  /** Some parked key of the consumer is to be replayed (docs/design.md §11.4). */
+  parked_replays: boolean;
+}
+
+/**
+ * The key a dispatcher knows a consumer row by: the consumer's name for its own row (shared '*',
+ * or this process's per-instance row), name and instance id for one of its lanes. (Names hold no
+ * NUL, so the two never collide.)
+ */
+export function unitKey(name: string, instanceId: string): string {
+  return instanceId === SHARED_INSTANCE_ID || !isSharedInstanceId(instanceId)
+    ? name
+    : `${name}\u0000${instanceId}`;
 }
 
 export interface Precheck {
@@ -217,6 +257,11 @@ export interface Precheck {
   readonly quiet: ReadonlySet<string>;
   /** Every other consumer row of this process, whole, for the pass to judge (isProvablyIdle). */
   readonly rows: ReadonlyMap<string, PrecheckRow>;
+  /**
+   * The instance ids of each shared consumer's rows ('*', or its lanes '*k/N'). Quiet and rows
+   * above are keyed by {@link unitKey}.
+   */
+  readonly lanes: ReadonlyMap<string, readonly string[]>;
   /** The statement's snapshot, as text (see currentSnapshot). */
   readonly snapshot: string;
   /** The highest id visible to the statement (0 when the log is empty): a quiet consumer's cursor. */
@@ -225,12 +270,15 @@ export interface Precheck {
 
 type JsonStateRow = Omit<PrecheckRow, DateColumn | 'head' | 'snapshot' | 'now'> &
   Record<DateColumn, string | null>;
+/** A quiet row: its consumer's name, or [name, instance id] for a lane. */
+type QuietEntry = string | [string, string];
 type DateColumn = 'last_error_at' | 'updated_at' | 'disabled_until' | 'oldest_gap_at' | 'last_progress_at';
 
 /** Which consumer rows a process's pre-check reads; made once per dispatcher (its consumers are fixed). */
 export interface PrecheckKeys {
-  /** Names of its shared consumers (instance '*'), as an array literal. */
+  /** Names of its shared consumers (instance '*', or their lanes), as an array literal. */
   readonly shared: string;
+  readonly sharedNames: ReadonlySet<string>;
   /** Names of its per-instance consumers, as an array literal. */
   readonly own: string;
   /** The instance those are kept under ('' when it has none). */
@@ -245,6 +293,7 @@ export function precheckKeys(consumers: readonly { name: string; instanceId: str
   const [ownInstance = ''] = ownInstances;
   return {
     shared: pgArray(shared.map((c) => c.name)),
+    sharedNames: new Set(shared.map((c) => c.name)),
     own: pgArray(own.map((c) => c.name)),
     ownInstance,
   };
@@ -259,41 +308,76 @@ export function precheckKeys(consumers: readonly { name: string; instanceId: str
  */
 export async function precheckConsumers(sql: Sql, t: Tables, keys: PrecheckKeys): Promise<Precheck> {
   const [result] = await sql<
-    { head: string; snapshot: string; now: Date; quiet: string[]; rows: JsonStateRow[] }[]
+    { head: string; snapshot: string; now: Date; quiet: QuietEntry[]; rows: JsonStateRow[] }[]
   >`
     select h.head::text as head, pg_current_snapshot()::text as snapshot, now() as now, a.quiet, a.rows
     from (select coalesce(max(id), 0) as head from ${t.events}) h
     cross join lateral (
       -- JSON, not text[]: nothing depends on how the pool parses arrays (fetch_types: false).
-      select coalesce(json_agg(c.name) filter (where q.quiet), '[]') as quiet,
+      select coalesce(json_agg(case when c.instance_id = ${SHARED_INSTANCE_ID} or left(c.instance_id, 1) <> '*'
+                                    then to_json(c.name) else json_build_array(c.name, c.instance_id) end)
+                      filter (where q.quiet), '[]') as quiet,
              coalesce(json_agg(s) filter (where not q.quiet), '[]') as rows
       from ${t.consumers} c
+      cross join lateral (
+        -- An old lane of a change of lane count (docs/design.md section 11.3) is never quiet: it drains to
+        -- the barrier, hands over and goes.
+        select exists (select 1 from ${t.laneChanges} lc
+                       where lc.consumer_name = c.name
+                         and case when c.instance_id = '*' then lc.from_lanes = 1
+                                  when c.instance_id like '*%/%' then split_part(c.instance_id, '/', 2) = lc.from_lanes::text
+                                  else false end) as changing
+      ) l
       cross join lateral (
         select c.status in ('idle', 'processing') and c.attempts = 0 and c.cursor >= h.head and c.gap_count = 0
                and c.oldest_gap_at is null and c.start_fence is null and c.skip_event_id is null
                and (c.name, c.instance_id) not in (
                  select d.consumer_name, d.instance_id from ${t.deadLetters} d
-                 where d.replay_requested_at is not null and d.replayed_at is null) as quiet
+                 where d.replay_requested_at is not null and d.replayed_at is null)
+               and not l.changing
+               and not exists (select 1 from ${t.parkedKeys} p
+                               where p.consumer_name = c.name and p.replay_requested_at is not null) as quiet
       ) q
       left join lateral (
         select ${STATE_COLUMNS(sql, t)},
                case when c.cursor < h.head then
                  (select extract(epoch from now() - e.created_at)::float8 from ${t.events} e
                   where e.id > c.cursor order by e.id limit 1)
-               end as lag_seconds
+               end as lag_seconds,
+               l.changing as lane_changing,
+               exists (select 1 from ${t.parkedKeys} p
+                       where p.consumer_name = c.name and p.replay_requested_at is not null) as parked_replays
         where not q.quiet
         offset 0 -- kept a subquery: the columns of a quiet consumer are not even computed
       ) s on true
       -- Not c.name = any(...): each pooled connection plans its first five runs of a prepared
       -- statement with the values, and the planner then weighs each name of the list (with 100
       -- consumers, 4 ms a plan against 0.6 ms for this form; a consumers table is small).
-      where (c.instance_id = ${SHARED_INSTANCE_ID} and array[c.name] <@ ${keys.shared}::text[])
+      where (left(c.instance_id, 1) = '*' and array[c.name] <@ ${keys.shared}::text[])
          or (c.instance_id = ${keys.ownInstance} and array[c.name] <@ ${keys.own}::text[])
     ) a`;
   if (result === undefined) throw new Error('the idle pre-check returned no row');
   const rows = new Map<string, PrecheckRow>();
+  const lanes = new Map<string, string[]>();
+  const sharedRow = (name: string, instanceId: string) => {
+    if (!isSharedInstanceId(instanceId)) return;
+    const ids = lanes.get(name);
+    if (ids) ids.push(instanceId);
+    else lanes.set(name, [instanceId]);
+  };
+  const quiet = new Set<string>();
+  for (const entry of result.quiet) {
+    if (typeof entry === 'string') {
+      quiet.add(entry);
+      if (keys.sharedNames.has(entry)) sharedRow(entry, SHARED_INSTANCE_ID);
+    } else {
+      quiet.add(unitKey(entry[0], entry[1]));
+      sharedRow(entry[0], entry[1]);
+    }
+  }
   for (const row of result.rows) {
-    rows.set(row.name, {
+    sharedRow(row.name, row.instance_id);
+    rows.set(unitKey(row.name, row.instance_id), {
       ...row,
       last_error_at: dateOrNull(row.last_error_at),
       updated_at: new Date(row.updated_at as string),
@@ -305,7 +389,7 @@ export async function precheckConsumers(sql: Sql, t: Tables, keys: PrecheckKeys)
       now: result.now,
     });
   }
-  return { quiet: new Set(result.quiet), rows, snapshot: result.snapshot, head: result.head };
+  return { quiet, rows, lanes, snapshot: result.snapshot, head: result.head };
 }
 
 /**
@@ -337,6 +421,13 @@ export interface LockedRow extends ConsumerStateRow {
   marker_last: string | null;
   marker_started: number | null;
   marker_isolate_until: string | null;
+  /** A change of the consumer's lane count in progress (docs/design.md §11.3), if any. */
+  lane_from: number | null;
+  lane_to: number | null;
+  lane_barrier: string | null;
+  lane_switched: boolean | null;
+  /** Parked keys of the consumer whose replay an operator asked for. */
+  parked_replays: boolean;
 }
 
 /** The held row as the turn reads it, or undefined when another instance holds it. */
@@ -387,9 +478,14 @@ export function lockConsumer(
            (select max(g.fence)::text from ${t.gaps} g
             where g.consumer_name = c.name and g.instance_id = c.instance_id) as max_fence,
            m.first_event_id::text as marker_first, m.last_event_id::text as marker_last,
-           m.started_count as marker_started, m.isolate_until::text as marker_isolate_until
+           m.started_count as marker_started, m.isolate_until::text as marker_isolate_until,
+           l.from_lanes as lane_from, l.to_lanes as lane_to, l.barrier::text as lane_barrier,
+           l.switched_at is not null as lane_switched,
+           exists (select 1 from ${t.parkedKeys} p
+                   where p.consumer_name = c.name and p.replay_requested_at is not null) as parked_replays
     from ${t.consumers} c
     left join ${t.turnStarts} m on m.consumer_name = c.name and m.instance_id = c.instance_id
+    left join ${t.laneChanges} l on l.consumer_name = c.name and left(c.instance_id, 1) = '*'
     where c.name = ${name} and c.instance_id = ${instanceId}`;
   // Both are sent now, the read right behind the lock (a query runs once something waits on it).
   locking.catch(() => undefined);
@@ -465,7 +561,7 @@ export async function saveTurn(
                          else coalesce(${typeof u.start === 'bigint' ? u.start.toString() : null}::bigint, c.start_after) end,
       system_identifier = coalesce(${u.systemIdentifier}::text, c.system_identifier),
       last_progress_at = case when ${u.progressed} then now() else c.last_progress_at end,
-      last_seen_at = case when c.instance_id <> '*' then now() else c.last_seen_at end,
+      last_seen_at = case when left(c.instance_id, 1) <> '*' then now() else c.last_seen_at end,
       updated_at = now()
     where c.name = ${name} and c.instance_id = ${instanceId}
     returning c.xmin::text as xmin`;

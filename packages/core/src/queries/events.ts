@@ -1,4 +1,5 @@
-import { eventFromRow, type EventRecord, type EventRow } from '../events.js';
+import { eventFromRow, passedStub, type EventRecord, type EventRow } from '../events.js';
+import type { LaneKey } from '../lanes/lanes.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { pgArray } from './pg-array.js';
@@ -101,4 +102,123 @@ export interface StartStragglers {
   readonly after: bigint;
   readonly upto: bigint;
   readonly snapshot: string;
+}
+
+/**
+ * What a filtered fetch keeps for the consumer: the events of one lane (docs/design.md §11), of the
+ * handled types, and with parking on, their keys and whether the key is parked.
+ */
+export interface FetchFilter {
+  readonly consumer: string;
+  readonly laneIndex: number;
+  readonly laneCount: number;
+  readonly key: LaneKey;
+  /** null: every type. */
+  readonly types: readonly string[] | null;
+  /** Read each kept event's key and whether it is parked (errorPolicy.parkKey). */
+  readonly parking: boolean;
+  /** A lane draining to a change of lanes reads nothing above this id. */
+  readonly cap: bigint | null;
+}
+
+/** What a filtered fetch saw: FetchedBatch, with the events it does not keep as stubs. */
+export interface FilteredBatch extends FetchedBatch {
+  /** The kept events' keys (parking only). */
+  readonly keys: ReadonlyMap<bigint, string>;
+  /** Kept events whose key was parked when the statement ran. */
+  readonly parked: ReadonlySet<bigint>;
+}
+
+interface FilteredRow extends FetchRow {
+  kept: boolean | null;
+  key: string | null;
+  parked: boolean | null;
+}
+
+/**
+ * The turn's fetch for a filtered consumer (a lane, a type filter, parked keys): the same rows,
+ * LIMIT and snapshot as fetchBatch, so the gap logic sees every visible id, but only the events
+ * the consumer keeps come back whole; the others come back as their id alone and are passed
+ * (PASSED_TYPE stubs), resolved without a handler. An event's lane is
+ * abs(hashtextextended(key, 0) % lanes): the hash PostgreSQL's hash partitioning relies on, stable
+ * across releases and platforms. One statement, one snapshot, as fetchBatch.
+ */
+export async function fetchFilteredBatch(
+  tx: TransactionSql | Sql,
+  t: Tables,
+  cursor: bigint,
+  ranges: { from: readonly bigint[]; to: readonly bigint[] },
+  limit: number,
+  filter: FetchFilter,
+  start?: StartStragglers,
+): Promise<FilteredBatch> {
+  const keyFrom = filter.key.from;
+  const field = filter.key.from === 'streamId' ? '' : filter.key.field;
+  const above = filter.cap === null ? tx`` : tx`and id <= ${filter.cap.toString()}::bigint`;
+  const stragglers = start
+    ? tx`
+       union all
+       (select id, stream_id, type, data, metadata, created_at from ${t.events}
+        where id > ${start.after.toString()}::bigint and id <= ${start.upto.toString()}::bigint
+          and tx >= pg_snapshot_xmin(${start.snapshot}::pg_snapshot)
+          and not pg_visible_in_snapshot(tx, ${start.snapshot}::pg_snapshot)
+        order by id limit ${limit})`
+    : tx``;
+  const rows = await tx<FilteredRow[]>`
+    (select pg_current_snapshot()::text as snapshot,
+            (select coalesce(max(id), 0) from ${t.events})::text as head,
+            null::text as id, null::boolean as kept, null::text as key, null::boolean as parked,
+            null::text as stream_id, null::text as type,
+            null::jsonb as data, null::jsonb as metadata, null::timestamptz as created_at)
+    union all
+    (select null, null, u.id::text, k.kept, case when k.kept then k.key end,
+            k.kept and ${filter.parking} and exists (
+              select 1 from ${t.parkedKeys} p where p.consumer_name = ${filter.consumer} and p.key = k.key),
+            case when k.kept then u.stream_id end, case when k.kept then u.type end,
+            case when k.kept then u.data end, case when k.kept then u.metadata end,
+            case when k.kept then u.created_at end
+     from (
+       (select id, stream_id, type, data, metadata, created_at from ${t.events}
+        where id > ${cursor.toString()}::bigint ${above} order by id limit ${limit})
+       union all
+       (select ev.* from unnest(${pgArray(ranges.from)}::int8[], ${pgArray(ranges.to)}::int8[]) as r(f, t)
+        cross join lateral (
+          select id, stream_id, type, data, metadata, created_at from ${t.events}
+          where id between r.f and r.t order by id limit ${limit}) ev)
+       ${stragglers}
+     ) u
+     cross join lateral (
+       select case ${keyFrom} when 'streamId' then u.stream_id
+                              when 'data' then coalesce(u.data ->> ${field}, '')
+                              else coalesce(u.metadata ->> ${field}, '') end as key
+     ) k0
+     cross join lateral (
+       select k0.key,
+              abs(hashtextextended(k0.key, 0) % ${filter.laneCount}) = ${filter.laneIndex}
+              and (${filter.types === null ? null : pgArray(filter.types)}::text[] is null
+                   or u.type = any(${filter.types === null ? null : pgArray(filter.types)}::text[])) as kept
+     ) k
+     order by u.id limit ${limit})`;
+  let header: FilteredRow | undefined;
+  const events: EventRecord[] = [];
+  const keys = new Map<bigint, string>();
+  const parked = new Set<bigint>();
+  let ascending = true;
+  for (const row of rows) {
+    if (row.id === null) {
+      header = row;
+      continue;
+    }
+    const event = row.kept === true ? eventFromRow(row as EventRow) : passedStub(BigInt(row.id));
+    if (row.kept === true && filter.parking && row.key !== null) keys.set(event.id, row.key);
+    if (row.parked === true) parked.add(event.id);
+    const previous = events[events.length - 1];
+    if (previous && previous.id >= event.id) ascending = false;
+    events.push(event);
+  }
+  if (!header || header.snapshot === null || header.head === null) {
+    throw new Error('the fetch returned no snapshot row');
+  }
+  if (!ascending) events.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  return { snapshot: header.snapshot, head: header.head, events, keys, parked };
 }

@@ -43,7 +43,7 @@ export async function collectStaleInstances(
   return guardedBegin(sql, async (tx) => {
     const held = await tx<{ name: string; instance_id: string }[]>`
       select name, instance_id from ${t.consumers}
-      where instance_id <> '*'
+      where left(instance_id, 1) <> '*'
         and coalesce(last_seen_at, created_at) < now() - make_interval(secs => ${olderThanMs / 1000})
       for update skip locked`;
     if (held.length === 0) return [];

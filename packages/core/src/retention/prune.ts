@@ -52,7 +52,7 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
     await tx`select pg_advisory_xact_lock(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
     const lagging = await tx<LaggingRow[]>`
       select c.name, c.instance_id, c.status, c.cursor::text as cursor from ${t.consumers} c
-      where not (c.instance_id <> '*' and coalesce(c.last_seen_at, c.created_at) < now() - make_interval(secs => ${ttlMs / 1000}))
+      where not (left(c.instance_id, 1) <> '*' and coalesce(c.last_seen_at, c.created_at) < now() - make_interval(secs => ${ttlMs / 1000}))
         and (c.cursor < ${before}::bigint - 1
              or c.start_upto is not null
              or exists (select 1 from ${t.gaps} g where g.consumer_name = c.name and g.instance_id = c.instance_id

@@ -13,6 +13,9 @@ export function tables(sql: Queryable, schema: string) {
     turnStarts: sql(`${schema}.turn_starts`),
     deadLetters: sql(`${schema}.dead_letters`),
     audit: sql(`${schema}.audit`),
+    laneChanges: sql(`${schema}.lane_changes`),
+    parkedKeys: sql(`${schema}.parked_keys`),
+    parkedEvents: sql(`${schema}.parked_events`),
     migrations: sql(`${schema}.migrations`),
   };
 }

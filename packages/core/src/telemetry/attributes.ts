@@ -48,6 +48,8 @@ export const METRIC = {
   gapsPending: 'sluice.gaps.pending',
   gapsOldestAge: 'sluice.gaps.oldest_age_seconds',
   gapsBurnt: 'sluice.gaps.burnt',
+  keysParked: 'sluice.keys.parked',
+  eventsParked: 'sluice.events.parked',
   passes: 'sluice.passes',
   listenConnected: 'sluice.listen.connected',
 } as const;

@@ -31,6 +31,8 @@ export interface DispatcherMetrics {
   rearmExhausted(consumer: string, instance: string): void;
   /** A missing consumer row was re-created by this process ('collected': restored where it was). */
   reregistered(consumer: string, instance: string, from: 'collected' | 'start-from'): void;
+  /** A turn parked `keys` keys anew and set `events` events aside under parked keys. */
+  parked(consumer: string, instance: string, keys: number, events: number): void;
   setConsumer(consumer: string, instance: string, gauges: ConsumerGauges): void;
   setListenConnected(connected: boolean): void;
 }
@@ -78,6 +80,15 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
   const rearmExhausted = meter.createCounter(METRIC.rearmExhausted, {
     description: 'Dead consumers whose automatic re-arms are used up (once per consumer and process)',
     unit: '{consumer}',
+  });
+
+  const keysParked = meter.createCounter(METRIC.keysParked, {
+    description: 'Keys parked: an event used up its attempts and its key was set aside (errorPolicy.parkKey)',
+    unit: '{key}',
+  });
+  const eventsParked = meter.createCounter(METRIC.eventsParked, {
+    description: 'Events set aside under a parked key',
+    unit: '{event}',
   });
 
   const reregistered = meter.createCounter(METRIC.consumerReregistered, {
@@ -162,6 +173,10 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
     },
     rearmExhausted(c, i) {
       rearmExhausted.add(1, attrs(c, i));
+    },
+    parked(c, i, keys, events) {
+      if (keys > 0) keysParked.add(keys, attrs(c, i));
+      if (events > 0) eventsParked.add(events, attrs(c, i));
     },
     reregistered(c, i, from) {
       reregistered.add(1, { ...attrs(c, i), [ATTR.reregisteredFrom]: from });

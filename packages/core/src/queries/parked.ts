@@ -1,0 +1,147 @@
+// Parked keys (docs/design.md §11.4): what a turn writes when it sets events aside under a parked
+// key, and what it reads and writes when an operator asked for a parked key to be replayed.
+import type { EventRecord, JsonObject } from '../events.js';
+import type { Lane } from '../lanes/lanes.js';
+import type { Tables } from '../schema/tables.js';
+import type { Queryable, TransactionSql } from '../sql-types.js';
+import { pgArray } from './pg-array.js';
+
+/** An event set aside under its parked key (`error`: the failure that parked the key). */
+export interface ParkedWrite {
+  readonly event: EventRecord;
+  readonly key: string;
+  readonly error: string | null;
+  readonly attempts: number;
+}
+
+/**
+ * Records the events a turn set aside, in the turn's transaction: a key parked by one of them gets
+ * its parked_keys row (one already there is kept: the key was parked before), and every event is
+ * copied whole into parked_events. Returns the keys this call parked anew.
+ */
+export async function recordParked(
+  tx: TransactionSql,
+  t: Tables,
+  consumer: string,
+  parked: readonly ParkedWrite[],
+): Promise<string[]> {
+  if (parked.length === 0) return [];
+  const firsts = new Map<string, ParkedWrite>();
+  for (const p of parked) if (p.error !== null && !firsts.has(p.key)) firsts.set(p.key, p);
+  const fresh: string[] = [];
+  for (const first of firsts.values()) {
+    const [row] = await tx<{ fresh: boolean }[]>`
+      insert into ${t.parkedKeys} as k (consumer_name, key, first_event_id, error, attempts)
+      values (${consumer}, ${first.key}, ${first.event.id.toString()}::bigint, ${first.error}, ${first.attempts})
+      on conflict (consumer_name, key) do update set
+        error = excluded.error, attempts = excluded.attempts, replay_requested_at = null, updated_at = now(),
+        first_event_id = least(k.first_event_id, excluded.first_event_id)
+      returning k.xmax = 0 as fresh`;
+    if (row?.fresh === true) fresh.push(first.key);
+  }
+  // JSON text goes in as ::text::jsonb (see queries/dead-letters.ts).
+  await tx`
+    insert into ${t.parkedEvents} as pe (consumer_name, key, event_id, stream_id, type, data, metadata,
+                                   event_created_at, error)
+    select ${consumer}, p.key, p.id, p.stream_id, p.type, p.data::jsonb, p.metadata::jsonb, p.created_at, p.error
+    from unnest(${pgArray(parked.map((p) => p.key))}::text[], ${pgArray(parked.map((p) => p.event.id))}::int8[],
+                ${pgArray(parked.map((p) => p.event.streamId))}::text[], ${pgArray(parked.map((p) => p.event.type))}::text[],
+                ${pgArray(parked.map((p) => JSON.stringify(p.event.data)))}::text[],
+                ${pgArray(parked.map((p) => JSON.stringify(p.event.metadata)))}::text[],
+                ${pgArray(parked.map((p) => p.event.createdAt.toISOString()))}::timestamptz[],
+                ${pgArray(parked.map((p) => p.error))}::text[])
+         as p(key, id, stream_id, type, data, metadata, created_at, error)
+    on conflict (consumer_name, key, event_id) do update set error = coalesce(excluded.error, pe.error)`;
+  return fresh;
+}
+
+/** A parked key whose replay an operator asked for, with its events to deliver, oldest first. */
+export interface ParkedReplay {
+  readonly key: string;
+  readonly events: readonly EventRecord[];
+  /** More of its parked events wait beyond `events`. */
+  readonly more: boolean;
+}
+
+interface ParkedEventRow {
+  key: string;
+  event_id: string;
+  stream_id: string;
+  type: string;
+  data: JsonObject;
+  metadata: JsonObject;
+  event_created_at: Date;
+  more: boolean;
+}
+
+/**
+ * The parked keys of `consumer` whose replay was asked for and that belong to `lane` (the lane
+ * owning the key under the consumer's current lane count), with up to `limit` of their events each.
+ */
+export async function selectParkedReplays(
+  tx: Queryable,
+  t: Tables,
+  consumer: string,
+  lane: Lane,
+  limit: number,
+): Promise<ParkedReplay[]> {
+  const rows = await tx<ParkedEventRow[]>`
+    select k.key, e.event_id::text, e.stream_id, e.type, e.data, e.metadata, e.event_created_at, e.more
+    from ${t.parkedKeys} k
+    cross join lateral (
+      select pe.*, count(*) over () > ${limit} as more from ${t.parkedEvents} pe
+      where pe.consumer_name = k.consumer_name and pe.key = k.key
+      order by pe.event_id limit ${limit + 1}
+    ) e
+    where k.consumer_name = ${consumer} and k.replay_requested_at is not null
+      and abs(hashtextextended(k.key, 0) % ${lane.count}) = ${lane.index}
+    order by k.key, e.event_id`;
+  const byKey = new Map<string, { events: EventRecord[]; more: boolean }>();
+  for (const r of rows) {
+    let entry = byKey.get(r.key);
+    if (!entry) byKey.set(r.key, (entry = { events: [], more: r.more }));
+    if (entry.events.length < limit) {
+      entry.events.push({
+        id: BigInt(r.event_id),
+        streamId: r.stream_id,
+        type: r.type,
+        data: r.data,
+        metadata: r.metadata,
+        createdAt: r.event_created_at,
+      });
+    }
+  }
+  return [...byKey].map(([key, entry]) => ({ key, events: entry.events, more: entry.more }));
+}
+
+/**
+ * What a replay of `key` did: its `delivered` events are removed; the key is unparked when
+ * nothing of it is left parked, else (`failedAgain`: one failed again and it and the rest stay
+ * parked) its request is cleared. Returns whether the key is unparked.
+ */
+export async function finishParkedReplay(
+  tx: TransactionSql,
+  t: Tables,
+  consumer: string,
+  key: string,
+  delivered: readonly bigint[],
+  failedAgain: { readonly error: string; readonly attempts: number } | undefined,
+): Promise<boolean> {
+  if (delivered.length > 0) {
+    await tx`
+      delete from ${t.parkedEvents}
+      where consumer_name = ${consumer} and key = ${key} and event_id = any(${pgArray(delivered)}::int8[])`;
+  }
+  if (failedAgain) {
+    await tx`
+      update ${t.parkedKeys} set replay_requested_at = null, error = ${failedAgain.error},
+        attempts = ${failedAgain.attempts}, updated_at = now()
+      where consumer_name = ${consumer} and key = ${key}`;
+    return false;
+  }
+  const unparked = await tx`
+    delete from ${t.parkedKeys} k
+    where k.consumer_name = ${consumer} and k.key = ${key}
+      and not exists (select 1 from ${t.parkedEvents} e where e.consumer_name = k.consumer_name and e.key = k.key)`;
+  return unparked.count > 0;
+}
