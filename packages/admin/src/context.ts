@@ -60,8 +60,71 @@ export async function withLockedConsumer<T>(
 }
 
 /**
+ * Runs `action` on every row an action on `name` means (see {@link resolveInstances}), in one
+ * transaction, each row held with the dispatcher's own lock before its action runs (in instance id
+ * order, as every multi-row lock here takes them). A refused row refuses them all: nothing changes.
+ * @throws {ConsumerNotFoundError} @throws {ConsumerBusyError} @throws {InvalidOptionError}
+ */
+export async function withLockedConsumers<T>(
+  ctx: AdminContext,
+  name: string,
+  instanceId: string | readonly string[] | undefined,
+  action: (locked: LockedConsumer) => Promise<T>,
+): Promise<T[]> {
+  try {
+    return await guardedBegin(ctx.sql, async (tx) => {
+      await tx`select set_config('lock_timeout', ${String(ctx.lockTimeoutMs)}, true)`;
+      const instances =
+        typeof instanceId === 'object'
+          ? [...instanceId].sort()
+          : await resolveInstances(tx, ctx, name, instanceId);
+      const results: T[] = [];
+      for (const instance of instances) {
+        const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
+        if (!row) throw new ConsumerNotFoundError(name, instance);
+        results.push(await action({ tx, row, state: consumerStateOf(row), instanceId: instance }));
+      }
+      return results;
+    });
+  } catch (error) {
+    if (sqlStateOf(error) === '55P03') throw new ConsumerBusyError(name, ctx.lockTimeoutMs);
+    throw error;
+  }
+}
+
+/**
+ * Every cursor row an action on the consumer as a whole means: the given instance; else a shared
+ * consumer's rows (its '*' row, or each of its lanes, docs/design.md §11, the old lanes too while a
+ * change of its lane count drains), in instance id order; else its only per-instance row.
+ * Several per-instance rows and no instanceId is ambiguous.
+ */
+export async function resolveInstances(
+  tx: TransactionSql | Sql,
+  ctx: AdminContext,
+  name: string,
+  instanceId: string | undefined,
+): Promise<string[]> {
+  const rows = await tx<{ instance_id: string }[]>`
+    select instance_id from ${ctx.tables.consumers} where name = ${name} order by instance_id`;
+  const instances = rows.map((r) => r.instance_id);
+  if (instanceId !== undefined) {
+    if (!instances.includes(instanceId)) throw new ConsumerNotFoundError(name, instanceId);
+    return [instanceId];
+  }
+  if (instances.length === 0) throw new ConsumerNotFoundError(name);
+  const shared = instances.filter((id) => id.startsWith('*'));
+  if (shared.length > 0) return shared;
+  if (instances.length === 1) return instances;
+  throw new InvalidOptionError(
+    'instanceId',
+    `is required: consumer "${name}" has a cursor per instance (${instances.join(', ')})`,
+  );
+}
+
+/**
  * Which cursor row an action means: the given instance, else the shared row, else the only
- * per-instance row. Several per-instance rows and no instanceId is ambiguous.
+ * per-instance row. Several per-instance rows and no instanceId is ambiguous, and so are the lanes
+ * of a laned consumer (an action on one lane names it: `*k/N`).
  */
 export async function resolveInstance(
   tx: TransactionSql | Sql,
@@ -79,8 +142,43 @@ export async function resolveInstance(
   if (instances.length === 0) throw new ConsumerNotFoundError(name);
   if (instances.includes('*')) return '*';
   if (instances.length === 1) return instances[0] as string;
+  const lanes = instances.filter((id) => id.startsWith('*'));
+  if (lanes.length > 0) {
+    throw new InvalidOptionError(
+      'instanceId',
+      `is required: consumer "${name}" runs as lanes (${lanes.join(', ')}); name one`,
+    );
+  }
   throw new InvalidOptionError(
     'instanceId',
     `is required: consumer "${name}" has a cursor per instance (${instances.join(', ')})`,
   );
+}
+
+/**
+ * The lanes of a laned consumer (docs/design.md §11) whose row matches `where` (read without a
+ * lock, to choose which rows an action locks: the action decides again once they are held), or
+ * undefined when the consumer has no lanes.
+ */
+export async function lanesWhere(
+  ctx: AdminContext,
+  name: string,
+  where: { readonly stuckOn?: bigint; readonly gapHolds?: bigint },
+): Promise<string[] | undefined> {
+  const lanes = await ctx.sql<{ instance_id: string; stuck_event_id: string | null; holds: boolean }[]>`
+    select c.instance_id, c.stuck_event_id::text as stuck_event_id,
+           exists (select 1 from ${ctx.tables.gaps} g
+                   where g.consumer_name = c.name and g.instance_id = c.instance_id
+                     and ${where.gapHolds?.toString() ?? null}::bigint between g.from_id and g.to_id) as holds
+    from ${ctx.tables.consumers} c
+    where c.name = ${name} and c.instance_id like '*%/%'
+    order by c.instance_id`;
+  if (lanes.length === 0) return undefined;
+  return lanes
+    .filter(
+      (l) =>
+        (where.stuckOn === undefined || l.stuck_event_id === where.stuckOn.toString()) &&
+        (where.gapHolds === undefined || l.holds),
+    )
+    .map((l) => l.instance_id);
 }

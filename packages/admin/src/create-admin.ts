@@ -2,6 +2,7 @@ import { InvalidOptionError, SchemaNotMigratedError, type Sql } from '@sluice/co
 import { ADMIN_DEFAULTS, resolveSchemaName, sqlStateOf, tables } from '@sluice/core/internal';
 import { collectStaleInstances } from './actions/collect-stale-instances.js';
 import { fenceGap } from './actions/fence-gap.js';
+import { dropParkedKey, relane, replayParkedKey } from './actions/parked-keys.js';
 import { replayDeadLetters } from './actions/replay-dead-letters.js';
 import { restart } from './actions/restart.js';
 import { disable, enable } from './actions/set-enabled.js';
@@ -12,6 +13,8 @@ import {
   listAudit,
   listConsumers,
   listDeadLetters,
+  listParkedEvents,
+  listParkedKeys,
   showConsumer,
   showDeadLetter,
   showEvent,
@@ -105,6 +108,19 @@ export function createAdmin(options: AdminOptions) {
       collectStaleInstances(ctx, o),
     ),
     listAudit: explained((o?: Parameters<typeof listAudit>[1]) => listAudit(ctx, o)),
+    listParkedKeys: explained((name: string, o?: Parameters<typeof listParkedKeys>[2]) =>
+      listParkedKeys(ctx, name, o),
+    ),
+    listParkedEvents: explained((name: string, o: Parameters<typeof listParkedEvents>[2]) =>
+      listParkedEvents(ctx, name, o),
+    ),
+    replayParkedKey: explained((name: string, o: Parameters<typeof replayParkedKey>[2]) =>
+      replayParkedKey(ctx, name, o),
+    ),
+    dropParkedKey: explained((name: string, o: Parameters<typeof dropParkedKey>[2]) =>
+      dropParkedKey(ctx, name, o),
+    ),
+    relane: explained((name: string, o: Parameters<typeof relane>[2]) => relane(ctx, name, o)),
   };
 }
 

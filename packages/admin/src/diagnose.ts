@@ -1,5 +1,5 @@
 import { listRanges, type StoredRange } from '@sluice/core/internal';
-import { resolveInstance, type AdminContext } from './context.js';
+import { resolveInstances, type AdminContext } from './context.js';
 import { optionalName, showConsumer, type ConsumerSummary } from './read-models.js';
 import { checkName } from './validate.js';
 
@@ -30,6 +30,8 @@ export interface Diagnosis {
   readonly rowLockedBy: Backend | null;
   /** When the dispatcher may re-arm it (dead consumers with re-arms left). */
   readonly nextRearmAt: Date | null;
+  /** A consumer run as lanes: each lane's diagnosis (the fields above sum them up). */
+  readonly lanes?: readonly Diagnosis[];
 }
 
 interface BackendRow {
@@ -54,7 +56,72 @@ export async function diagnose(
   options: { instanceId?: string } = {},
 ): Promise<Diagnosis> {
   const name = checkName(nameInput, 'name');
-  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const instanceIds = await resolveInstances(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const whole = await consumerFindings(ctx, name);
+  if (instanceIds.length === 1) {
+    const one = await diagnoseRow(ctx, name, instanceIds[0] as string);
+    return { ...one, findings: [...whole, ...one.findings] };
+  }
+  // A consumer run as lanes (docs/design.md §11): each lane, its findings marked with the lane.
+  const lanes = await Promise.all(instanceIds.map((id) => diagnoseRow(ctx, name, id)));
+  const consumer = await showConsumer(ctx, name);
+  const findings = [...whole];
+  const moving = lanes.filter((l) => !(l.findings.length === 1 && l.findings[0] === 'at the log head'));
+  if (moving.length === 0) findings.push(`every lane (${lanes.length}) at the log head`);
+  for (const lane of moving) {
+    for (const finding of lane.findings) findings.push(`lane ${lane.consumer.instanceId}: ${finding}`);
+  }
+  const gaps = lanes.map((l) => l.oldestGap).filter((g) => g !== null);
+  const oldestGap = gaps.sort((a, b) => b.ageSeconds - a.ageSeconds)[0] ?? null;
+  return {
+    consumer,
+    findings,
+    oldestGap,
+    rowLockedBy: lanes.find((l) => l.rowLockedBy !== null)?.rowLockedBy ?? null,
+    nextRearmAt: lanes.map((l) => l.nextRearmAt).find((at) => at !== null) ?? null,
+    lanes,
+  };
+}
+
+/**
+ * What is true of the consumer as a whole: a change of its lane count in progress, and its parked
+ * keys (docs/design.md §11).
+ */
+async function consumerFindings(ctx: AdminContext, name: string): Promise<string[]> {
+  const t = ctx.tables;
+  const [row] = await ctx.sql<
+    {
+      from_lanes: number | null;
+      to_lanes: number | null;
+      barrier: string | null;
+      switched: boolean | null;
+      parked: number;
+      replaying: number;
+    }[]
+  >`
+    select l.from_lanes, l.to_lanes, l.barrier::text as barrier, l.switched_at is not null as switched,
+           (select count(*)::int from ${t.parkedKeys} p where p.consumer_name = ${name}) as parked,
+           (select count(*)::int from ${t.parkedKeys} p
+            where p.consumer_name = ${name} and p.replay_requested_at is not null) as replaying
+    from (select 1) one left join ${t.laneChanges} l on l.consumer_name = ${name}`;
+  const findings: string[] = [];
+  if (row?.from_lanes != null && row.to_lanes != null) {
+    findings.push(
+      row.switched
+        ? `changing from ${row.from_lanes} to ${row.to_lanes} lanes: switched at the barrier ${row.barrier ?? '?'}; the old lanes go once their pending gaps are resolved`
+        : `changing from ${row.from_lanes} to ${row.to_lanes} lanes: the old lanes deliver up to the barrier ${row.barrier ?? '?'}, then the new lanes start there (a dead or disabled old lane holds the switch)`,
+    );
+  }
+  if (row && row.parked > 0) {
+    findings.push(
+      `${row.parked} parked key(s): their events are set aside until an operator replays or drops them` +
+        (row.replaying > 0 ? ` (${row.replaying} being replayed)` : ''),
+    );
+  }
+  return findings;
+}
+
+async function diagnoseRow(ctx: AdminContext, name: string, instanceId: string): Promise<Diagnosis> {
   const consumer = await showConsumer(ctx, name, { instanceId });
   const ranges = await listRanges(ctx.sql, ctx.tables, name, instanceId);
   const findings: string[] = [];

@@ -4,6 +4,7 @@ export { parseEventId } from './validate.js';
 export type { Admin, AdminOptions } from './create-admin.js';
 export type { StaleInstance } from './actions/collect-stale-instances.js';
 export type { FenceOptions } from './actions/fence-gap.js';
+export type { ParkedKeyOptions, ParkedKeyResult, RelaneOptions } from './actions/parked-keys.js';
 export type { ReplayOptions, ReplayResult } from './actions/replay-dead-letters.js';
 export type { RestartOptions } from './actions/restart.js';
 export type { ActionOptions, ActionResult } from './actions/result.js';
@@ -17,4 +18,6 @@ export type {
   ConsumerStatus,
   ConsumerSummary,
   DeadLetter,
+  ParkedEvent,
+  ParkedKey,
 } from './read-models.js';

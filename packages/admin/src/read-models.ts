@@ -1,6 +1,12 @@
-import { ConsumerNotFoundError, DeadLetterNotFoundError, EventNotFoundError } from '@sluice/core';
-import { listRanges, type StoredRange } from '@sluice/core/internal';
-import { resolveInstance, type AdminContext } from './context.js';
+import {
+  ConsumerNotFoundError,
+  DeadLetterNotFoundError,
+  EventNotFoundError,
+  InvalidOptionError,
+  KeyNotParkedError,
+} from '@sluice/core';
+import { listRanges, parseLaneInstanceId, pgArray, type StoredRange } from '@sluice/core/internal';
+import { resolveInstances, type AdminContext } from './context.js';
 import { checkEventId, checkLimit, checkName, checkText } from './validate.js';
 
 export type ConsumerStatus = 'idle' | 'processing' | 'dead' | 'disabled';
@@ -48,6 +54,19 @@ export interface ConsumerSummary {
   readonly stagnationSeconds: number | null;
   /** Dead letters awaiting action: neither replayed nor asked to be. */
   readonly deadLetters: number;
+  /** This row as a lane of its consumer (docs/design.md §11): null for a per-instance row. */
+  readonly lane: { readonly index: number; readonly count: number } | null;
+  /** Keys the consumer has parked (its whole, every lane). */
+  readonly parkedKeys: number;
+  /** A change of the consumer's lane count in progress. */
+  readonly laneChange: {
+    readonly from: number;
+    readonly to: number;
+    readonly barrier: bigint;
+    readonly switched: boolean;
+  } | null;
+  /** A consumer run as lanes, summed up by showConsumer(): each lane's row. */
+  readonly lanes?: readonly ConsumerSummary[];
 }
 
 interface SummaryRow {
@@ -74,6 +93,11 @@ interface SummaryRow {
   updated_at: Date;
   stagnation_seconds: number | null;
   dead_letters: number;
+  parked_keys: number;
+  lane_from: number | null;
+  lane_to: number | null;
+  lane_barrier: string | null;
+  lane_switched: boolean | null;
 }
 
 async function summaries(ctx: AdminContext, name?: string): Promise<ConsumerSummary[]> {
@@ -94,8 +118,12 @@ async function summaries(ctx: AdminContext, name?: string): Promise<ConsumerSumm
            end as stagnation_seconds,
            (select count(*)::int from ${t.deadLetters} d
             where d.consumer_name = c.name and d.instance_id = c.instance_id
-              and d.replayed_at is null and d.replay_requested_at is null) as dead_letters
+              and d.replayed_at is null and d.replay_requested_at is null) as dead_letters,
+           (select count(*)::int from ${t.parkedKeys} p where p.consumer_name = c.name) as parked_keys,
+           l.from_lanes as lane_from, l.to_lanes as lane_to, l.barrier::text as lane_barrier,
+           l.switched_at is not null as lane_switched
     from ${t.consumers} c
+    left join ${t.laneChanges} l on l.consumer_name = c.name and left(c.instance_id, 1) = '*'
     cross join (select coalesce(max(id), 0) as head from ${t.events}) h
     cross join lateral (
       select c.last_error is not null and c.attempts = 0 and c.status in ('idle', 'processing')
@@ -140,6 +168,47 @@ function toSummary(r: SummaryRow): ConsumerSummary {
     updatedAt: r.updated_at,
     stagnationSeconds: r.stagnation_seconds,
     deadLetters: r.dead_letters,
+    lane: parseLaneInstanceId(r.instance_id),
+    parkedKeys: r.parked_keys,
+    laneChange:
+      r.lane_from === null || r.lane_to === null || r.lane_barrier === null
+        ? null
+        : {
+            from: r.lane_from,
+            to: r.lane_to,
+            barrier: BigInt(r.lane_barrier),
+            switched: r.lane_switched === true,
+          },
+  };
+}
+
+const STATUS_WEIGHT: Record<ConsumerStatus, number> = { idle: 0, processing: 1, disabled: 2, dead: 3 };
+
+/**
+ * A consumer run as lanes, summed up: the most serious status of its lanes, the lowest cursor, the
+ * largest lag and stagnation, the sums of gaps and dead letters, the failing lane's error and
+ * attempts; each lane's row in `lanes`.
+ */
+function laneSum(lanes: readonly ConsumerSummary[]): ConsumerSummary {
+  const worst = [...lanes].sort(
+    (a, b) => STATUS_WEIGHT[b.status] - STATUS_WEIGHT[a.status] || b.attempts - a.attempts,
+  )[0] as ConsumerSummary;
+  const min = (values: bigint[]) => values.reduce((a, b) => (a < b ? a : b));
+  const maxOf = (values: (number | null)[]) =>
+    values.reduce<number | null>((a, b) => (b === null ? a : a === null || b > a ? b : a), null);
+  const cursor = min(lanes.map((l) => l.cursor));
+  return {
+    ...worst,
+    instanceId: '*',
+    cursor,
+    lagEvents: lanes.map((l) => l.lagEvents).reduce((a, b) => (a > b ? a : b)),
+    lagSeconds: maxOf(lanes.map((l) => l.lagSeconds)),
+    pendingGaps: lanes.reduce((sum, l) => sum + l.pendingGaps, 0),
+    oldestGapAgeSeconds: maxOf(lanes.map((l) => l.oldestGapAgeSeconds)),
+    stagnationSeconds: maxOf(lanes.map((l) => l.stagnationSeconds)),
+    deadLetters: lanes.reduce((sum, l) => sum + l.deadLetters, 0),
+    lane: null,
+    lanes,
   };
 }
 
@@ -160,8 +229,15 @@ export async function showConsumer(
   options: { instanceId?: string } = {},
 ): Promise<ConsumerDetail> {
   const name = checkName(nameInput, 'name');
-  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
-  const summary = (await summaries(ctx, name)).find((s) => s.instanceId === instanceId);
+  const instanceIds = await resolveInstances(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const rows = await summaries(ctx, name);
+  if (instanceIds.length > 1) {
+    const lanes = rows.filter((r) => instanceIds.includes(r.instanceId));
+    if (lanes.length === 0) throw new ConsumerNotFoundError(name);
+    return { ...laneSum(lanes), gaps: [] };
+  }
+  const instanceId = instanceIds[0] as string;
+  const summary = rows.find((s) => s.instanceId === instanceId);
   // Deleted between the two reads (a collection of stale instances, say): not found, as after it.
   if (!summary) throw new ConsumerNotFoundError(name, instanceId);
   const gaps = (await listRanges(ctx.sql, ctx.tables, name, instanceId)).slice(0, 100);
@@ -236,11 +312,12 @@ export async function listDeadLetters(
 ): Promise<DeadLetter[]> {
   const name = checkName(nameInput, 'name');
   const limit = checkLimit(options.limit);
-  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
+  // A consumer run as lanes: the dead letters of all of them.
+  const instanceIds = await resolveInstances(ctx.sql, ctx, name, optionalName(options.instanceId));
   const rows = await ctx.sql<DeadLetterRow[]>`
     select ${DEAD_LETTER_COLUMNS(ctx)}
     from ${ctx.tables.deadLetters} d
-    where d.consumer_name = ${name} and d.instance_id = ${instanceId}
+    where d.consumer_name = ${name} and d.instance_id = any(${pgArray(instanceIds)}::text[])
     order by d.id desc limit ${limit}`;
   return rows.map(toDeadLetter);
 }
@@ -256,11 +333,12 @@ export async function showDeadLetter(
 ): Promise<DeadLetter> {
   const name = checkName(nameInput, 'name');
   const id = checkEventId(options.id, 'id');
-  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const instanceIds = await resolveInstances(ctx.sql, ctx, name, optionalName(options.instanceId));
   const [row] = await ctx.sql<DeadLetterRow[]>`
     select ${DEAD_LETTER_COLUMNS(ctx)}
     from ${ctx.tables.deadLetters} d
-    where d.id = ${id.toString()}::bigint and d.consumer_name = ${name} and d.instance_id = ${instanceId}`;
+    where d.id = ${id.toString()}::bigint and d.consumer_name = ${name}
+      and d.instance_id = any(${pgArray(instanceIds)}::text[])`;
   if (!row) throw new DeadLetterNotFoundError(name, id);
   return toDeadLetter(row);
 }
@@ -294,7 +372,7 @@ export async function showEvent(
 ): Promise<ConsumerEvent> {
   const name = checkName(nameInput, 'name');
   const eventId = checkEventId(options.eventId);
-  const instanceId = await resolveInstance(ctx.sql, ctx, name, optionalName(options.instanceId));
+  const instanceIds = await resolveInstances(ctx.sql, ctx, name, optionalName(options.instanceId));
   const [row] = await ctx.sql<
     {
       id: string;
@@ -304,17 +382,24 @@ export async function showEvent(
       metadata: Record<string, unknown>;
       created_at: Date;
       stuck: boolean;
+      instance_id: string | null;
     }[]
   >`
     select e.id::text, e.stream_id, e.type, e.data, e.metadata, e.created_at,
-           coalesce(c.stuck_event_id = e.id and (c.attempts > 0 or c.status = 'dead'), false) as stuck
+           s.instance_id is not null as stuck, s.instance_id
     from ${ctx.tables.events} e
-    left join ${ctx.tables.consumers} c on c.name = ${name} and c.instance_id = ${instanceId}
+    left join lateral (
+      select c.instance_id from ${ctx.tables.consumers} c
+      where c.name = ${name} and c.instance_id = any(${pgArray(instanceIds)}::text[])
+        and c.stuck_event_id = e.id and (c.attempts > 0 or c.status = 'dead')
+      order by c.instance_id limit 1
+    ) s on true
     where e.id = ${eventId.toString()}::bigint`;
   if (!row) throw new EventNotFoundError(eventId);
   return {
     consumer: name,
-    instanceId,
+    // The row stuck on it (a lane of a laned consumer), else the row asked about.
+    instanceId: row.instance_id ?? (instanceIds.length === 1 ? (instanceIds[0] as string) : '*'),
     id: BigInt(row.id),
     streamId: row.stream_id,
     type: row.type,
@@ -380,3 +465,125 @@ export function optionalName(value: unknown): string | undefined {
 }
 
 export { checkText };
+
+/** A key a consumer parked (docs/design.md §11.4). */
+export interface ParkedKey {
+  readonly key: string;
+  /** The event whose failure parked it. */
+  readonly firstEventId: bigint;
+  readonly error: string | null;
+  readonly attempts: number;
+  readonly parkedAt: Date;
+  /** Its events set aside, the first one included. */
+  readonly events: number;
+  /** An operator asked for a replay that has not happened yet. */
+  readonly replayRequestedAt: Date | null;
+}
+
+/** A consumer's parked keys, by the id of the event that parked each. @throws {ConsumerNotFoundError} @throws {InvalidOptionError} */
+export async function listParkedKeys(
+  ctx: AdminContext,
+  nameInput: string,
+  options: { limit?: number } = {},
+): Promise<ParkedKey[]> {
+  const name = checkName(nameInput, 'name');
+  const limit = checkLimit(options.limit);
+  await resolveInstances(ctx.sql, ctx, name, undefined);
+  const rows = await ctx.sql<
+    {
+      key: string;
+      first_event_id: string;
+      error: string | null;
+      attempts: number;
+      parked_at: Date;
+      events: number;
+      replay_requested_at: Date | null;
+    }[]
+  >`
+    select k.key, k.first_event_id::text, k.error, k.attempts, k.parked_at, k.replay_requested_at,
+           (select count(*)::int from ${ctx.tables.parkedEvents} e
+            where e.consumer_name = k.consumer_name and e.key = k.key) as events
+    from ${ctx.tables.parkedKeys} k
+    where k.consumer_name = ${name}
+    order by k.first_event_id, k.key limit ${limit}`;
+  return rows.map((r) => ({
+    key: r.key,
+    firstEventId: BigInt(r.first_event_id),
+    error: r.error,
+    attempts: r.attempts,
+    parkedAt: r.parked_at,
+    events: r.events,
+    replayRequestedAt: r.replay_requested_at,
+  }));
+}
+
+/** An event set aside under a parked key, as it was copied. */
+export interface ParkedEvent {
+  readonly key: string;
+  readonly eventId: bigint;
+  readonly streamId: string;
+  readonly type: string;
+  readonly data: Record<string, unknown>;
+  readonly metadata: Record<string, unknown>;
+  readonly eventCreatedAt: Date;
+  readonly parkedAt: Date;
+  /** The failure that parked the key, on its first event; null for the events set aside after it. */
+  readonly error: string | null;
+}
+
+/**
+ * The events a consumer set aside under one parked key, in id order (the order a replay delivers them).
+ * @throws {ConsumerNotFoundError} @throws {KeyNotParkedError} @throws {InvalidOptionError}
+ */
+export async function listParkedEvents(
+  ctx: AdminContext,
+  nameInput: string,
+  options: { key: string; limit?: number },
+): Promise<ParkedEvent[]> {
+  const name = checkName(nameInput, 'name');
+  const key = checkText(options.key, 'key', 1000);
+  if (key === undefined) throw new InvalidOptionError('key', 'is required: the parked key');
+  const limit = checkLimit(options.limit);
+  await resolveInstances(ctx.sql, ctx, name, undefined);
+  const rows = await ctx.sql<
+    {
+      key: string;
+      event_id: string | null;
+      stream_id: string;
+      type: string;
+      data: Record<string, unknown>;
+      metadata: Record<string, unknown>;
+      event_created_at: Date;
+      parked_at: Date;
+      error: string | null;
+      parked: boolean;
+    }[]
+  >`
+    select k.key, e.event_id::text, e.stream_id, e.type, e.data, e.metadata, e.event_created_at, e.parked_at,
+           e.error, true as parked
+    from ${ctx.tables.parkedKeys} k
+    left join lateral (
+      select * from ${ctx.tables.parkedEvents} pe
+      where pe.consumer_name = k.consumer_name and pe.key = k.key order by pe.event_id limit ${limit}
+    ) e on true
+    where k.consumer_name = ${name} and k.key = ${key}
+    order by e.event_id`;
+  if (rows.length === 0) throw new KeyNotParkedError(name, key);
+  return rows.flatMap((r) =>
+    r.event_id === null
+      ? []
+      : [
+          {
+            key: r.key,
+            eventId: BigInt(r.event_id),
+            streamId: r.stream_id,
+            type: r.type,
+            data: r.data,
+            metadata: r.metadata,
+            eventCreatedAt: r.event_created_at,
+            parkedAt: r.parked_at,
+            error: r.error,
+          },
+        ],
+  );
+}

@@ -19,6 +19,8 @@ export {
   GapHeldError,
   InvalidEventError,
   InvalidOptionError,
+  KeyNotParkedError,
+  LaneChangeInProgressError,
   MigrationFailedError,
   MigrationModifiedError,
   NotAGapError,

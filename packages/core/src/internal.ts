@@ -31,6 +31,9 @@ export {
   selectReplays,
 } from './queries/operator.js';
 export { pgArray } from './queries/pg-array.js';
+export { laneCountsOf, requestLaneChange } from './queries/lanes.js';
+export { deleteParkedKey, laneOwning, lockParkedKey, requestParkedReplay } from './queries/parked.js';
+export { isSharedInstanceId, laneInstanceIds, parseLaneInstanceId } from './lanes/lanes.js';
 export { collectStaleInstances } from './queries/stale-instances.js';
 export { resolveSchemaName } from './schema/schema-name.js';
 export { tables } from './schema/tables.js';
@@ -54,5 +57,7 @@ export type { ConsumerStateRow, OperatorRow } from './queries/consumers.js';
 export type { StoredRange } from './queries/gaps.js';
 export type { OperatorTarget, RestartFacts } from './queries/operator.js';
 export type { CollectedInstance } from './queries/stale-instances.js';
+export type { LaneChangeRequest } from './queries/lanes.js';
+export type { Lane, LaneKey } from './lanes/lanes.js';
 export type { Tables } from './schema/tables.js';
 export type { WakeUpNotifier, WakeUpNotifierOptions } from './wake-up/wake-up-notifier.js';

@@ -4,10 +4,10 @@ import {
   insertTombstone,
   isPendingGap,
 } from '@sluice/core/internal';
-import { withLockedConsumer, type AdminContext } from '../context.js';
+import { lanesWhere, withLockedConsumers, type AdminContext } from '../context.js';
 import { optionalName } from '../read-models.js';
 import { checkActor, checkEventId, checkName } from '../validate.js';
-import { resultOf, type ActionOptions, type ActionResult } from './result.js';
+import { combined, resultOf, type ActionOptions, type ActionResult } from './result.js';
 
 export interface FenceOptions extends ActionOptions {
   /** An id inside one of the consumer's pending gap ranges. */
@@ -29,10 +29,14 @@ export async function fenceGap(
   const name = checkName(nameInput, 'name');
   const eventId = checkEventId(options.eventId);
   const who = checkActor(options, ctx.defaultActor);
-  return withLockedConsumer(
+  // A laned consumer: every lane that holds the id pending (a hole is a gap of each lane that saw it).
+  const lanes =
+    options.instanceId === undefined ? await lanesWhere(ctx, name, { gapHolds: eventId }) : undefined;
+  let tombstone = false;
+  const results = await withLockedConsumers(
     ctx,
     name,
-    optionalName(options.instanceId),
+    lanes !== undefined && lanes.length > 0 ? lanes : optionalName(options.instanceId),
     async ({ tx, state, instanceId }) => {
       const target = { name, instanceId, ...who };
       const change = fenceTransition(
@@ -41,9 +45,11 @@ export async function fenceGap(
         eventId,
         await isPendingGap(tx, ctx.tables, target, eventId),
       );
-      await insertTombstone(tx, ctx.tables, target, eventId);
+      if (!tombstone) await insertTombstone(tx, ctx.tables, target, eventId);
+      tombstone = true;
       await applyOperatorChange(tx, ctx.tables, target, change);
       return { ...resultOf(name, instanceId, change), eventId };
     },
   );
+  return combined(results);
 }

@@ -5,7 +5,7 @@ import {
   requestReplays,
   selectReplays,
 } from '@sluice/core/internal';
-import { withLockedConsumer, type AdminContext } from '../context.js';
+import { withLockedConsumers, type AdminContext } from '../context.js';
 import { optionalName } from '../read-models.js';
 import { checkActor, checkLimit, checkName } from '../validate.js';
 import type { ActionOptions } from './result.js';
@@ -53,13 +53,16 @@ export async function replayDeadLetters(
     return id;
   });
   const dryRun = options.dryRun ?? false;
-  return withLockedConsumer(
+  let left = limit;
+  const results = await withLockedConsumers(
     ctx,
     name,
     optionalName(options.instanceId),
     async ({ tx, state, instanceId }) => {
       const target = { name, instanceId, ...who };
-      const deadLetterIds = await selectReplays(tx, ctx.tables, target, { ids: wanted, limit });
+      const deadLetterIds =
+        left > 0 ? await selectReplays(tx, ctx.tables, target, { ids: wanted, limit: left }) : [];
+      left -= deadLetterIds.length;
       if (!dryRun && deadLetterIds.length > 0) {
         await requestReplays(tx, ctx.tables, deadLetterIds);
         await applyOperatorChange(tx, ctx.tables, target, replayTransition(state, deadLetterIds));
@@ -67,4 +70,9 @@ export async function replayDeadLetters(
       return { consumer: name, instanceId, dryRun, count: deadLetterIds.length, deadLetterIds };
     },
   );
+  // A laned consumer's lanes each replay their own dead letters; the result counts them all.
+  const [first] = results;
+  if (first === undefined || results.length === 1) return first as ReplayResult;
+  const deadLetterIds = results.flatMap((r) => r.deadLetterIds);
+  return { consumer: name, instanceId: '*', dryRun, count: deadLetterIds.length, deadLetterIds };
 }

@@ -5,10 +5,10 @@ import {
   restartConsumer,
   type RestartFrom,
 } from '@sluice/core/internal';
-import { withLockedConsumer, type AdminContext } from '../context.js';
+import { withLockedConsumers, type AdminContext } from '../context.js';
 import { optionalName } from '../read-models.js';
 import { checkActor, checkEventId, checkName } from '../validate.js';
-import { resultOf, type ActionOptions, type ActionResult } from './result.js';
+import { combined, resultOf, type ActionOptions, type ActionResult } from './result.js';
 
 export interface RestartOptions extends ActionOptions {
   /** 'beginning' (the oldest kept event), 'now' (the log head), or the id after which to continue. */
@@ -37,7 +37,7 @@ export async function restart(
     throw new InvalidOptionError('from', "must be 'beginning', 'now' or a bigint event id (0 or more)");
   }
   const who = checkActor(options, ctx.defaultActor);
-  return withLockedConsumer(
+  const results = await withLockedConsumers(
     ctx,
     name,
     optionalName(options.instanceId),
@@ -49,4 +49,5 @@ export async function restart(
       return resultOf(name, instanceId, change);
     },
   );
+  return combined(results);
 }

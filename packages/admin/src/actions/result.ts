@@ -9,6 +9,8 @@ export interface ActionResult {
   readonly cursorAfter: bigint;
   readonly statusBefore: string;
   readonly statusAfter: string;
+  /** A consumer run as lanes: what the action did to each lane (the fields above are the first lane's). */
+  readonly lanes?: readonly ActionResult[];
 }
 
 /** Options every action takes. */
@@ -32,4 +34,11 @@ export function resultOf(consumer: string, instanceId: string, change: OperatorC
     statusBefore: change.statusBefore,
     statusAfter: change.statusAfter,
   };
+}
+
+/** One result for an action carried out on each row of a consumer (its lanes), in row order. */
+export function combined<T extends ActionResult>(results: readonly T[]): T {
+  const [first] = results;
+  if (first === undefined) throw new Error('an action on no row');
+  return results.length === 1 ? first : { ...first, instanceId: '*', lanes: results };
 }

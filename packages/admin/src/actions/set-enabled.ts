@@ -1,9 +1,9 @@
 import { InvalidOptionError } from '@sluice/core';
 import { applyOperatorChange, disableConsumer, enableConsumer, readDisableEnd } from '@sluice/core/internal';
-import { withLockedConsumer, type AdminContext } from '../context.js';
+import { withLockedConsumers, type AdminContext } from '../context.js';
 import { optionalName } from '../read-models.js';
 import { checkActor, checkName } from '../validate.js';
-import { resultOf, type ActionOptions, type ActionResult } from './result.js';
+import { combined, resultOf, type ActionOptions, type ActionResult } from './result.js';
 
 export interface DisableOptions extends ActionOptions {
   /** Re-enable by itself at this time (a time-boxed disable); it must be in the database's future. */
@@ -41,7 +41,7 @@ export async function disable(
   if (untilInput !== undefined && forMs !== undefined) {
     throw new InvalidOptionError('forMs', 'and until are mutually exclusive: give one of them');
   }
-  return withLockedConsumer(
+  const results = await withLockedConsumers(
     ctx,
     name,
     optionalName(options.instanceId),
@@ -54,6 +54,7 @@ export async function disable(
       return { ...resultOf(name, instanceId, change), until: end.until };
     },
   );
+  return combined(results);
 }
 
 /**
@@ -67,7 +68,7 @@ export async function enable(
 ): Promise<ActionResult> {
   const name = checkName(nameInput, 'name');
   const who = checkActor(options, ctx.defaultActor);
-  return withLockedConsumer(
+  const results = await withLockedConsumers(
     ctx,
     name,
     optionalName(options.instanceId),
@@ -77,4 +78,5 @@ export async function enable(
       return resultOf(name, instanceId, change);
     },
   );
+  return combined(results);
 }

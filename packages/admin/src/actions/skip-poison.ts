@@ -1,6 +1,6 @@
 import { SkipMismatchError } from '@sluice/core';
 import { applyOperatorChange, copySkippedEvent, skipEvent } from '@sluice/core/internal';
-import { withLockedConsumer, type AdminContext } from '../context.js';
+import { lanesWhere, withLockedConsumer, type AdminContext } from '../context.js';
 import { optionalName } from '../read-models.js';
 import { checkActor, checkEventId, checkName } from '../validate.js';
 import { resultOf, type ActionOptions, type ActionResult } from './result.js';
@@ -24,10 +24,20 @@ export async function skip(
   const name = checkName(nameInput, 'name');
   const eventId = checkEventId(options.eventId);
   const who = checkActor(options, ctx.defaultActor);
+  // A laned consumer: the lane stuck on that event (it decides again once held).
+  const lane =
+    options.instanceId === undefined ? (await lanesWhere(ctx, name, { stuckOn: eventId }))?.[0] : undefined;
+  if (
+    options.instanceId === undefined &&
+    lane === undefined &&
+    (await lanesWhere(ctx, name, {})) !== undefined
+  ) {
+    throw new SkipMismatchError(name, eventId, null);
+  }
   return withLockedConsumer(
     ctx,
     name,
-    optionalName(options.instanceId),
+    lane ?? optionalName(options.instanceId),
     async ({ tx, state, instanceId }) => {
       const target = { name, instanceId, ...who };
       const change = skipEvent(name, state, eventId);

@@ -145,3 +145,63 @@ export async function finishParkedReplay(
       and not exists (select 1 from ${t.parkedEvents} e where e.consumer_name = k.consumer_name and e.key = k.key)`;
   return unparked.count > 0;
 }
+
+/**
+ * The row of the lane that owns `key` for `consumer` now (docs/design.md §11.4): its '*' row, or
+ * lane abs(hashtextextended(key, 0) % N) of the consumer's current lane count (the new one once a
+ * change of lanes has switched over); undefined when it has no shared row.
+ */
+export async function laneOwning(tx: Queryable, t: Tables, consumer: string, key: string): Promise<string | undefined> {
+  const [row] = await tx<{ instance_id: string | null }[]>`
+    with current as (
+      select coalesce(
+        (select case when l.switched_at is null then l.from_lanes else l.to_lanes end
+         from ${t.laneChanges} l where l.consumer_name = ${consumer}),
+        (select max(case when c.instance_id = '*' then 1 else split_part(c.instance_id, '/', 2)::int end)
+         from ${t.consumers} c where c.name = ${consumer} and (c.instance_id = '*' or c.instance_id like '*%/%'))
+      ) as lanes
+    )
+    select case when lanes is null then null
+                when lanes = 1 then '*'
+                else '*' || abs(hashtextextended(${key}, 0) % lanes)::text || '/' || lanes::text end as instance_id
+    from current`;
+  return row?.instance_id ?? undefined;
+}
+
+/** A parked key, held for an operator's change (FOR UPDATE); undefined when it is not parked. */
+export async function lockParkedKey(
+  tx: TransactionSql,
+  t: Tables,
+  consumer: string,
+  key: string,
+): Promise<{ events: number; replayRequested: boolean } | undefined> {
+  const [row] = await tx<{ key: string }[]>`
+    select key from ${t.parkedKeys} where consumer_name = ${consumer} and key = ${key} for update`;
+  if (!row) return undefined;
+  const [read] = await tx<{ events: number; replay: boolean }[]>`
+    select (select count(*)::int from ${t.parkedEvents} e where e.consumer_name = k.consumer_name and e.key = k.key) as events,
+           k.replay_requested_at is not null as replay
+    from ${t.parkedKeys} k where k.consumer_name = ${consumer} and k.key = ${key}`;
+  return read ? { events: read.events, replayRequested: read.replay } : undefined;
+}
+
+/** Asks for a parked key's events to be delivered again, in order, by its lane's next turn. */
+export async function requestParkedReplay(
+  tx: TransactionSql,
+  t: Tables,
+  consumer: string,
+  key: string,
+  actor: string,
+): Promise<void> {
+  await tx`
+    update ${t.parkedKeys} set replay_requested_at = now(), replayed_by = ${actor}, updated_at = now()
+    where consumer_name = ${consumer} and key = ${key}`;
+}
+
+/** Deletes a parked key and its parked events (an operator gave them up); returns how many events. */
+export async function deleteParkedKey(tx: TransactionSql, t: Tables, consumer: string, key: string): Promise<number> {
+  const deleted = await tx`
+    delete from ${t.parkedEvents} where consumer_name = ${consumer} and key = ${key}`;
+  await tx`delete from ${t.parkedKeys} where consumer_name = ${consumer} and key = ${key}`;
+  return deleted.count;
+}

@@ -85,6 +85,7 @@ function recordEverything(provider: MeterProvider): void {
   m.pass('ok');
   m.rearmExhausted('mailer', '*');
   m.reregistered('mailer', '*', 'collected');
+  m.parked('mailer', '*', 1, 2);
   m.setConsumer('mailer', '*', gauges);
   m.setListenConnected(true);
 }
