@@ -2,7 +2,7 @@
 // command is one awaited SQL step (or a pass), so no step can block another; templates emit the
 // E1/E2/cache/mid-turn-commit shapes that kill the mutants in a few dozen runs.
 import fc from 'fast-check';
-import { WRITERS, type TortureRun, type WriterState } from './harness.js';
+import { LANE_COUNTS, WRITERS, type TortureRun, type WriterState } from './harness.js';
 
 /** The run carries both the facts (run.model) and the sessions' states: it is model and real. */
 type Cmd = fc.AsyncCommand<TortureRun, TortureRun>;
@@ -243,7 +243,48 @@ const takeover = fc
     ),
   );
 
+/** An operator asks for the laned consumer to run as `lanes` lanes (docs/design.md §11.3). */
+const relane = (lanes: number): Step => ({
+  name: `Relane(${lanes})`,
+  check: () => true,
+  act: (r) => r.relane(lanes),
+});
+
+/**
+ * A change of lanes while a writer holds an id below the barrier and another commits above it:
+ * the old lanes record the hole, the change switches over, and the old lane that owns the held id
+ * must deliver it (not give it up) once the writer commits, while the new lanes go on.
+ */
+const relaneShape = fc
+  .tuple(writer, writer, instance, fc.constantFrom(...LANE_COUNTS))
+  .filter(([w, x]) => distinct(w, x))
+  .map(([w, x, i, lanes]) =>
+    template('Relane', [
+      begin(w),
+      forceXid(w),
+      insert(w),
+      begin(x),
+      insert(x),
+      end(x, true),
+      pass(i),
+      relane(lanes),
+      pass(i),
+      pass(1 - i),
+      begin(x),
+      insert(x),
+      end(x, true),
+      pass(i),
+      burnXids(2),
+      pass(1 - i),
+      end(w, true),
+      pass(i),
+      pass(1 - i),
+    ]),
+  );
+
 export const commandArbitraries: fc.Arbitrary<Cmd>[] = [
+  fc.constantFrom(...LANE_COUNTS).map((n) => command(relane(n))),
+  relaneShape,
   writer.map((w) => command(begin(w))),
   writer.map((w) => command(forceXid(w))),
   writer.map((w) => command(reserve(w))),

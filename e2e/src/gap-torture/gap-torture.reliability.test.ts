@@ -4,8 +4,9 @@
 // fetch — and a facts-only model checks I2, I3, I4, I7 and I8 after every step and I1 at
 // quiescence. Two dispatcher instances take turns, and a pass can stop inside its lock statements
 // while other commands run (lock takeover: the other instance takes the row and commits, and the
-// lock proceeds on the new row version). The same property must fail against each of seven
-// deliberately broken dispatchers.
+// lock proceeds on the new row version). One consumer runs as lanes, and operators change its lane
+// count (Relane) while writers hold ids below the barrier. The same property must fail against
+// each of eight deliberately broken dispatchers.
 import { randomBytes } from 'node:crypto';
 import type { Sql } from '@sluice/core';
 import { withDatabase } from '@sluice/testing';
@@ -16,14 +17,15 @@ import { afterAll, beforeAll, expect, test, vi } from 'vitest';
 import type * as GapsModule from '../../../packages/core/src/gaps/gaps.js';
 import type * as EventsModule from '../../../packages/core/src/queries/events.js';
 import type * as ConsumersModule from '../../../packages/core/src/queries/consumers.js';
+import type * as TurnStepsModule from '../../../packages/core/src/dispatcher/turn-steps.js';
 import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
 import { commandArbitraries } from './commands.js';
 import { TortureRun, type Pools } from './harness.js';
 import type { Violation } from './model.js';
 import { MUTANTS, switchboard, type Mutant } from './switchboard.js';
 
-// The seams (test code only): settleTurn, fetchBatch and lockConsumer wrapped to consult the
-// switchboard.
+// The seams (test code only): settleTurn, fetchBatch, fetchFilteredBatch, lockConsumer and
+// settleLaneChange wrapped to consult the switchboard.
 vi.mock('../../../packages/core/src/gaps/gaps.ts', async (importOriginal) => {
   const real = await importOriginal<typeof GapsModule>();
   const { switchboard: board } = await import('./switchboard.js');
@@ -69,7 +71,30 @@ vi.mock('../../../packages/core/src/queries/events.ts', async (importOriginal) =
     }
     return batch;
   };
-  return { ...real, fetchBatch };
+  // A lane's fetch (docs/design.md §11.2): the same seams.
+  const fetchFilteredBatch: typeof real.fetchFilteredBatch = async (
+    tx,
+    t,
+    cursor,
+    ranges,
+    limit,
+    filter,
+    start,
+  ) => {
+    const batch = await real.fetchFilteredBatch(tx, t, cursor, ranges, limit, filter, start);
+    const hook = board().afterFetch;
+    if (hook) {
+      board().afterFetch = null;
+      await hook();
+    }
+    board().lastFetchXmax = BigInt(batch.snapshot.split(':')[1] ?? '0');
+    if (board().mutant === 'late-snapshot') {
+      const [later] = await tx<{ snapshot: string }[]>`select pg_current_snapshot()::text as snapshot`;
+      return { ...batch, snapshot: later?.snapshot ?? batch.snapshot };
+    }
+    return batch;
+  };
+  return { ...real, fetchBatch, fetchFilteredBatch };
 });
 
 vi.mock('../../../packages/core/src/queries/consumers.ts', async (importOriginal) => {
@@ -85,6 +110,21 @@ vi.mock('../../../packages/core/src/queries/consumers.ts', async (importOriginal
     return real.lockConsumer(tx, t, name, instanceId, timeouts);
   };
   return { ...real, lockConsumer };
+});
+
+vi.mock('../../../packages/core/src/dispatcher/turn-steps.ts', async (importOriginal) => {
+  const real = await importOriginal<typeof TurnStepsModule>();
+  const { switchboard: board } = await import('./switchboard.js');
+  const settleLaneChange: typeof real.settleLaneChange = (env, consumer, tx, change, after) =>
+    real.settleLaneChange(
+      env,
+      consumer,
+      tx,
+      change,
+      // An old lane hands over as soon as it reaches the barrier, its pending gaps forgotten.
+      board().mutant === 'relane-drops-gaps' ? { ...after, pendingGaps: 0 } : after,
+    );
+  return { ...real, settleLaneChange };
 });
 
 const PROFILE = profile();
@@ -145,7 +185,13 @@ async function runCommands(
   try {
     await fc.asyncModelRun(() => ({ model: run, real: run }), commands);
     await run.quiesce();
-    return { violations: [...run.model.violations], log: run.log, parkedStops: run.parkedStops };
+    return {
+      violations: [...run.model.violations],
+      log: run.log,
+      parkedStops: run.parkedStops,
+      relanes: run.relanes,
+      switched: await run.lanesSwitched(),
+    };
   } finally {
     await run.close();
   }
@@ -164,6 +210,8 @@ test(`the dispatcher survives ${RUNS} runs of ${COMMANDS} commands with no viola
   let runs = 0;
   let steps = 0;
   let parkedStops = 0;
+  let relanes = 0;
+  let switched = 0;
   let lastFailure = '';
   const result = await fc.check(
     fc.asyncProperty(commandsArbitrary, async (commands) => {
@@ -172,6 +220,8 @@ test(`the dispatcher survives ${RUNS} runs of ${COMMANDS} commands with no viola
       const { violations, log } = run;
       steps += log.length;
       parkedStops += run.parkedStops;
+      relanes += run.relanes;
+      switched += run.switched;
       if (violations.length > 0) {
         lastFailure = describeFailure(violations, log);
         throw new Error(lastFailure);
@@ -187,6 +237,7 @@ test(`the dispatcher survives ${RUNS} runs of ${COMMANDS} commands with no viola
       runs,
       steps,
       'passes parked in their lock statement': parkedStops,
+      'lane count changes asked for / switched over': `${relanes} / ${switched}`,
       violations: result.failed ? 1 : 0,
       seed: SEED,
       ...(result.failed ? { path: result.counterexamplePath ?? '' } : {}),
@@ -197,6 +248,8 @@ test(`the dispatcher survives ${RUNS} runs of ${COMMANDS} commands with no viola
   // The takeover schedules need passes that really stop before their row is locked: a rig whose
   // parking no longer applies (a renamed connection, a superuser role) would pass vacuously.
   expect(parkedStops, 'no PassParked step ever stopped a pass in its lock statement').toBeGreaterThan(0);
+  // Likewise the lane-count changes: they must really have switched over during the runs.
+  expect(switched, 'no change of lane count ever switched over').toBeGreaterThan(0);
   if (result.failed) {
     throw new Error(
       `gap torture found a violation (seed ${SEED}, path ${result.counterexamplePath ?? '?'}):\n${lastFailure}`,

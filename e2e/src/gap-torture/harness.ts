@@ -3,16 +3,22 @@
 // commands, so the interleaving is exactly the generated one and replays from seed and path.
 import { randomBytes } from 'node:crypto';
 import { createDispatcher, migrate, silentLogger, type Dispatcher, type Sql } from '@sluice/core';
-import { listRanges, tables } from '@sluice/core/internal';
+import { listRanges, parseLaneInstanceId, requestLaneChange, tables } from '@sluice/core/internal';
 import type postgres from 'postgres';
 import { TortureModel } from './model.js';
 import { switchboard, type Mutant } from './switchboard.js';
 
 export const WRITERS = 4;
 export const CONSUMERS = [
-  { name: 'fast', strict: false },
-  { name: 'strict', strict: true },
+  { name: 'fast', strict: false, lanes: 1 },
+  { name: 'strict', strict: true, lanes: 1 },
+  // Run as lanes (docs/design.md §11), its lane count changed by Relane commands: every lane is a
+  // consumer row of its own, fenced, burnt and locked like the others.
+  { name: 'laned', strict: false, lanes: 2 },
 ] as const;
+
+/** The lane counts a Relane command moves the laned consumer to. */
+export const LANE_COUNTS = [1, 2, 3] as const;
 
 export interface WriterState {
   inTx: boolean;
@@ -59,6 +65,10 @@ export class TortureRun {
   }));
   foreignHolding = false;
   cacheSize = 1;
+  /** laneOfWriter[count][writer]: the lane of writer w's stream (`w<w>`) among `count` lanes. */
+  laneOfWriter: number[][] = [];
+  /** Relane commands that started or retargeted a change of the laned consumer's lanes. */
+  relanes = 0;
   parked: ParkedPass | null = null;
   /** PassParked steps whose pass really stopped in its lock statement (not ended without a turn). */
   parkedStops = 0;
@@ -105,6 +115,7 @@ export class TortureRun {
         instanceId: `torture-${instance}`,
         consumers: CONSUMERS.map((c) => ({
           name: c.name,
+          lanes: c.lanes,
           ordering: c.strict ? 'strict' : 'fast',
           batchSize: 3, // small: fetches are often cut by LIMIT
           handler: (event) => {
@@ -114,7 +125,26 @@ export class TortureRun {
       }),
     );
     for (const d of run.dispatchers) await d.ensureRegistered();
+    // The lane of each writer's stream, as the fetch computes it, for every count Relane uses.
+    for (const count of LANE_COUNTS) {
+      const rows = await pools.admin<{ lane: number }[]>`
+        select abs(hashtextextended('w' || w, 0) % ${count})::int as lane
+        from generate_series(0, ${WRITERS - 1}) as w order by w`;
+      run.laneOfWriter[count] = rows.map((r) => r.lane);
+    }
     return run;
+  }
+
+  /** Asks for the laned consumer to run as `lanes` lanes (docs/design.md §11.3), as an operator would. */
+  async relane(lanes: number): Promise<void> {
+    const t = tables(this.pools.admin, this.schema);
+    try {
+      const change = await requestLaneChange(this.pools.admin, t, this.schema, 'laned', lanes, 'torture');
+      if (change.outcome === 'started' || change.outcome === 'retargeted') this.relanes += 1;
+    } catch (error) {
+      // A switched change still drains: the command changes nothing (as an operator's 409).
+      if ((error as { code?: string }).code !== 'SLUICE_LANE_CHANGE_IN_PROGRESS') throw error;
+    }
   }
 
   /**
@@ -191,8 +221,11 @@ export class TortureRun {
 
   async end(w: number, commit: boolean): Promise<void> {
     const state = this.writers[w] as WriterState;
-    await (commit ? this.session(w)`commit` : this.session(w)`rollback`);
+    // The fate is noted before the statement is sent: a turn running at the same time (a pass's
+    // turns run concurrently, and a mid-turn commit runs inside one of them) may see the commit
+    // before this call returns, and deliver the ids at once.
     this.model.ended(w, state.inserted, commit);
+    await (commit ? this.session(w)`commit` : this.session(w)`rollback`);
     this.writers[w] = { inTx: false, hasXid: false, reserved: [], inserted: [] };
   }
 
@@ -275,6 +308,10 @@ export class TortureRun {
   async observe(): Promise<void> {
     const t = tables(this.pools.admin, this.schema);
     for (const c of CONSUMERS) {
+      if (c.name === 'laned') {
+        await this.observeLanes(c.name);
+        continue;
+      }
       const [row] = await this.pools.admin<{ cursor: string }[]>`
         select cursor::text from ${t.consumers} where name = ${c.name} and instance_id = '*'`;
       const ranges = await this.pools.admin.begin((tx) => listRanges(tx, t, c.name, '*'));
@@ -283,6 +320,24 @@ export class TortureRun {
         for (let id = r.from; id <= r.to && id - r.from < 10_000n; id++) pending.add(id);
       this.model.observe(c.name, BigInt(row?.cursor ?? '0'), pending);
     }
+  }
+
+  /** Every row of a laned consumer (both lane counts while its count changes), with its ranges. */
+  private async observeLanes(name: string): Promise<void> {
+    const t = tables(this.pools.admin, this.schema);
+    const rows = await this.pools.admin<{ instance_id: string; cursor: string }[]>`
+      select instance_id, cursor::text from ${t.consumers} where name = ${name} order by instance_id`;
+    const observed = [];
+    for (const row of rows) {
+      const lane = parseLaneInstanceId(row.instance_id);
+      if (!lane) continue;
+      const ranges = await this.pools.admin.begin((tx) => listRanges(tx, t, name, row.instance_id));
+      const pending = new Set<bigint>();
+      for (const r of ranges)
+        for (let id = r.from; id <= r.to && id - r.from < 10_000n; id++) pending.add(id);
+      observed.push({ instanceId: row.instance_id, ...lane, cursor: BigInt(row.cursor), pending });
+    }
+    this.model.observeLanes(name, observed, (writer, count) => this.laneOfWriter[count]?.[writer] ?? -1);
   }
 
   private noteDraw(w: number, id: bigint): void {
@@ -320,6 +375,13 @@ export class TortureRun {
         invariant: 'I1',
         message: `${left} gap range(s) still pending at quiescence`,
       });
+  }
+
+  /** Changes of the laned consumer's lane count that switched over (audited 'relane-switched'). */
+  async lanesSwitched(): Promise<number> {
+    const [row] = await this.pools.admin<{ n: number }[]>`
+      select count(*)::int as n from ${this.pools.admin(`${this.schema}.audit`)} where action = 'relane-switched'`;
+    return row?.n ?? 0;
   }
 
   async pendingRanges(): Promise<number> {

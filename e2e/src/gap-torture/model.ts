@@ -9,8 +9,11 @@ export interface Violation {
 }
 
 export class TortureModel {
-  /** Every id drawn from the sequence, with its fate and owner while its transaction is open. */
-  readonly ids = new Map<bigint, { fate: IdFate; owner: number | null }>();
+  /**
+   * Every id drawn from the sequence, with its fate, its owner while its transaction is open, and
+   * the writer that drew it (its event's stream, which picks its lane).
+   */
+  readonly ids = new Map<bigint, { fate: IdFate; owner: number | null; writer: number }>();
   readonly delivered = new Map<string, bigint[]>();
   readonly cursors = new Map<string, bigint>();
   /** Session-cached ids (CACHE > 1): drawn by a session, usable by its later transactions. */
@@ -28,7 +31,7 @@ export class TortureModel {
   }
 
   drawn(id: bigint, owner: number): void {
-    this.ids.set(id, { fate: 'open', owner });
+    this.ids.set(id, { fate: 'open', owner, writer: owner });
     this.cachedBy.delete(id);
   }
 
@@ -88,6 +91,46 @@ export class TortureModel {
           `${consumer} gave up ${id}, which session ${session} still holds in its sequence cache`,
         );
       }
+    }
+  }
+
+  /**
+   * After a pass, for a consumer run as lanes (docs/design.md §11), whose rows may belong to two
+   * lane counts while its count changes: each row's cursor never moves back (I4), and an id is given
+   * up (I8 applies) only when every row of the lane that owns it has passed it without delivering
+   * it or keeping it pending. `laneOf(writer, count)`: the lane of the writer's stream among `count`.
+   */
+  observeLanes(
+    consumer: string,
+    rows: readonly {
+      instanceId: string;
+      index: number;
+      count: number;
+      cursor: bigint;
+      pending: ReadonlySet<bigint>;
+    }[],
+    laneOf: (writer: number, count: number) => number,
+  ): void {
+    for (const row of rows) {
+      const key = `${consumer}@${row.instanceId}`;
+      const before = this.cursors.get(key) ?? 0n;
+      if (row.cursor < before)
+        this.violate('I4', `${key}'s cursor moved back from ${before} to ${row.cursor}`);
+      this.cursors.set(key, row.cursor);
+    }
+    if (rows.length === 0) return;
+    const delivered = new Set(this.delivered.get(consumer));
+    for (const [id, fact] of this.ids) {
+      if (delivered.has(id)) continue;
+      const owners = rows.filter((r) => laneOf(fact.writer, r.count) === r.index);
+      if (owners.length === 0 || owners.some((r) => id > r.cursor || r.pending.has(id))) continue;
+      if (fact.fate === 'committed')
+        this.violate('I8', `${consumer} gave up ${id}, which is committed and was never delivered`);
+      else if (fact.fate === 'open')
+        this.violate(
+          'I8',
+          `${consumer} gave up ${id} while its transaction (session ${fact.owner}) is still open`,
+        );
     }
   }
 

@@ -10,7 +10,8 @@ export type Mutant =
   | 'no-xid-first' // 4: no xid before nextval(): the trigger is dropped, reservers may lack an xid (E1)
   | 'late-snapshot' // 5: the burn check uses a snapshot taken after the fetch statement (F2)
   | 'cached-sequence' // 6: the id sequence caches 20 values per session
-  | 'fence-before-lock'; // 7: the turn's xid (its fence) is drawn before its row lock is taken
+  | 'fence-before-lock' // 7: the turn's xid (its fence) is drawn before its row lock is taken
+  | 'relane-drops-gaps'; // 8: an old lane of a change of lane count retires with gaps still pending
 
 export const MUTANTS: readonly Mutant[] = [
   'cursor-only',
@@ -20,6 +21,7 @@ export const MUTANTS: readonly Mutant[] = [
   'late-snapshot',
   'cached-sequence',
   'fence-before-lock',
+  'relane-drops-gaps',
 ];
 
 interface Switchboard {
