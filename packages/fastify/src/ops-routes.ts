@@ -7,6 +7,7 @@ import { consumerRoutes } from './routes/consumers.js';
 import type { OpsContext } from './routes/context.js';
 import { deadLetterRoutes } from './routes/dead-letters.js';
 import { healthRoutes } from './routes/health.js';
+import { laneRoutes } from './routes/lanes.js';
 import { crossSiteProblem, unsupportedBodyType, WRITE_METHODS } from './write-guard.js';
 
 /**
@@ -91,6 +92,7 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
 
   consumerRoutes(app, context);
   deadLetterRoutes(app, context);
+  laneRoutes(app, context);
   auditRoutes(app, context);
   healthRoutes(app, context);
   dashboardRoutes(app, context);

@@ -1,7 +1,7 @@
 import { createServer as createHttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { silentLogger, type Consumer, type Sql } from '@sluice/core';
-import { appendEvents, failingOn, recordingConsumer } from '@sluice/testing';
+import { appendEvents, drainUntilIdle, failingOn, holdGap, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import Fastify, { type FastifyInstance, type FastifyServerOptions, type InjectOptions } from 'fastify';
@@ -344,6 +344,39 @@ describe('ops routes', () => {
       '/sluice/consumers/mailer/disable',
       '{"reason": "x\\ud800y"}',
     ],
+    ['a parked-key replay without a key', 'POST', '/sluice/consumers/mailer/parked-keys/replay', {}],
+    [
+      'a parked-key drop with a key that is not text',
+      'POST',
+      '/sluice/consumers/mailer/parked-keys/drop',
+      { key: {} },
+    ],
+    [
+      'a parked key over 1000 characters',
+      'POST',
+      '/sluice/consumers/mailer/parked-keys/replay',
+      { key: 'k'.repeat(1001) },
+    ],
+    [
+      'a parked key over 1000 bytes',
+      'POST',
+      '/sluice/consumers/mailer/parked-keys/drop',
+      { key: '\u00e9'.repeat(501) },
+    ],
+    ['a NUL in a parked key', 'POST', '/sluice/consumers/mailer/parked-keys/replay', { key: 'a\u0000b' }],
+    ['parked events without a key', 'GET', '/sluice/consumers/mailer/parked-keys/events', undefined],
+    [
+      'parked events with a limit over 1000',
+      'GET',
+      '/sluice/consumers/mailer/parked-keys/events?key=s-1&limit=1001',
+      undefined,
+    ],
+    ['parked keys with a limit of zero', 'GET', '/sluice/consumers/mailer/parked-keys?limit=0', undefined],
+    ['a lane change without a count', 'POST', '/sluice/consumers/mailer/lanes', {}],
+    ['a lane count of zero', 'POST', '/sluice/consumers/mailer/lanes', { lanes: 0 }],
+    ['a lane count over 1024', 'POST', '/sluice/consumers/mailer/lanes', { lanes: 1025 }],
+    ['a lane count that is not whole', 'POST', '/sluice/consumers/mailer/lanes', { lanes: 2.5 }],
+    ['a lane count that is text', 'POST', '/sluice/consumers/mailer/lanes', { lanes: 'four' }],
     [
       'a body nested 10,000 levels deep',
       'POST',
@@ -378,13 +411,19 @@ describe('ops routes', () => {
       'disable',
       'enable',
       'fence',
+      'lanes',
+      'parked-keys/drop',
+      'parked-keys/replay',
       'restart',
       'skip',
     ]);
+    expect(writes.every((r) => r.write)).toBe(true);
     for (const route of writes) {
       const response = await authed(app, 'POST', route.url.replace(':name', 'feed'), {
         from: '0',
         eventId: '1',
+        key: 's-1',
+        lanes: 4,
       });
       expect(response.statusCode, route.url).toBe(405);
       expect(response.json<{ code: string }>().code, route.url).toBe('SLUICE_READ_ONLY');
@@ -547,6 +586,326 @@ describe('ops routes', () => {
   });
 });
 
+describe('laned consumers, parked keys and lane changes', () => {
+  const ISO_TIME: unknown = expect.stringMatching(/^\d{4}-\d\d-\d\dT/);
+  const ONE_OF_THREE_LANES: unknown = expect.stringMatching(/^\*[0-2]\/3$/);
+  /** Events keyed by stream: `s-0` … `s-5`, each with an address that the redaction hides. */
+  const byStream = (n: number) => ({
+    streamId: `s-${n % 6}`,
+    type: 'Placed',
+    data: { n, email: `person${n}@example.com` },
+    metadata: { ip: '203.0.113.7' },
+  });
+
+  /** `reactor` as 3 lanes, parking the keys whose stream is in `broken`; drained once. */
+  async function buildLaned(broken: Set<string>, ops: Partial<OpsOptions> = {}) {
+    const delivered: string[] = [];
+    const reactor: Consumer = {
+      name: 'reactor',
+      lanes: 3,
+      errorPolicy: { maxAttempts: 1, parkKey: true },
+      handler: (event) => {
+        if (broken.has(event.streamId)) throw new Error(`cannot handle ${event.streamId}`);
+        delivered.push(`${event.streamId}:${event.id}`);
+      },
+    };
+    const built = await build([reactor, recordingConsumer('feed').consumer], {
+      auth: bearerAuth(TOKEN, 'alice'),
+      ...ops,
+    });
+    await appendEvents(db.sql, 24, byStream, built.schema);
+    await drainUntilIdle(built.app.sluice.dispatcher);
+    return { ...built, delivered };
+  }
+
+  async function parkedState(schema: string) {
+    const table = (name: string) => db.sql(`${schema}.${name}`);
+    return {
+      consumers: await stateOf(schema),
+      keys: await db.sql`select * from ${table('parked_keys')} order by 1, 2`,
+      events: await db.sql`select * from ${table('parked_events')} order by 1, 2, 3`,
+      laneChanges: await db.sql`select * from ${table('lane_changes')} order by 1`,
+      audit: await auditCount(schema),
+    };
+  }
+
+  const get = (app: FastifyInstance, url: string) =>
+    authed(app, 'GET', url === '' ? '/sluice/consumers' : `/sluice/consumers/${url}`);
+  const post = (app: FastifyInstance, url: string, payload: object) =>
+    authed(app, 'POST', `/sluice/consumers/${url}`, payload);
+
+  test('a laned consumer: rows per lane, summed up by show and diagnose, actions on every lane', async () => {
+    const { app } = await buildLaned(new Set(['s-1']));
+    const list = (await get(app, '')).json<Record<string, unknown>[]>();
+    const lanes = list.filter((c) => c['name'] === 'reactor');
+    expect(lanes.map((c) => [c['instanceId'], c['lane'], c['parkedKeys'], c['laneChange']])).toEqual([
+      ['*0/3', { index: 0, count: 3 }, 1, null],
+      ['*1/3', { index: 1, count: 3 }, 1, null],
+      ['*2/3', { index: 2, count: 3 }, 1, null],
+    ]);
+    expect(list.find((c) => c['name'] === 'feed')).toMatchObject({
+      instanceId: '*',
+      lane: { index: 0, count: 1 },
+      parkedKeys: 0,
+      laneChange: null,
+    });
+
+    const shown = await get(app, 'reactor');
+    expect(shown.statusCode, shown.body).toBe(200);
+    expect(shown.json()).toMatchObject({ instanceId: '*', lane: null, parkedKeys: 1, cursor: '24' });
+    expect(shown.json<{ lanes: { instanceId: string; lane: unknown }[] }>().lanes).toEqual([
+      expect.objectContaining({ instanceId: '*0/3', lane: { index: 0, count: 3 }, cursor: '24' }),
+      expect.objectContaining({ instanceId: '*1/3', lane: { index: 1, count: 3 } }),
+      expect.objectContaining({ instanceId: '*2/3', lane: { index: 2, count: 3 } }),
+    ]);
+    const one = (await get(app, `reactor?instance=${encodeURIComponent('*1/3')}`)).json<object>();
+    expect(one).toMatchObject({ instanceId: '*1/3', lane: { index: 1, count: 3 } });
+    expect(one).not.toHaveProperty('lanes');
+
+    const diagnosis = (await get(app, 'reactor/diagnose')).json<{
+      findings: string[];
+      consumer: { lanes: unknown[] };
+      lanes: { consumer: { instanceId: string }; findings: string[] }[];
+    }>();
+    expect(diagnosis.findings[0]).toMatch(/^1 parked key\(s\)/);
+    expect(diagnosis.consumer.lanes).toHaveLength(3);
+    expect(diagnosis.lanes.map((l) => l.consumer.instanceId)).toEqual(['*0/3', '*1/3', '*2/3']);
+
+    const disabled = await post(app, 'reactor/disable', { reason: 'maintenance' });
+    expect(disabled.statusCode, disabled.body).toBe(200);
+    expect(disabled.json()).toMatchObject({ instanceId: '*', action: 'disable', statusAfter: 'disabled' });
+    expect(
+      disabled.json<{ lanes: { instanceId: string; statusAfter: string; cursorAfter: string }[] }>().lanes,
+    ).toEqual([
+      expect.objectContaining({ instanceId: '*0/3', statusAfter: 'disabled', cursorAfter: '24' }),
+      expect.objectContaining({ instanceId: '*1/3', statusAfter: 'disabled', cursorAfter: '24' }),
+      expect.objectContaining({ instanceId: '*2/3', statusAfter: 'disabled', cursorAfter: '24' }),
+    ]);
+    const enabled = await post(app, 'reactor/enable', { instanceId: '*2/3' });
+    expect(enabled.json()).toMatchObject({ instanceId: '*2/3', statusAfter: 'idle' });
+    expect(enabled.json()).not.toHaveProperty('lanes');
+  });
+
+  test('parked keys: listed, their events redacted, replayed once fixed, dropped; audited with the actor', async () => {
+    const broken = new Set(['s-1', 's-2']);
+    const seen: string[] = [];
+    const { app, schema, delivered } = await buildLaned(broken, {
+      redact: ({ type, streamId, data, metadata }) => {
+        seen.push(`${type} ${streamId}`);
+        return { data: { ...data, email: '[redacted]' }, metadata: { kept: Object.keys(metadata) } };
+      },
+    });
+
+    const keys = await get(app, 'reactor/parked-keys');
+    expect(keys.statusCode, keys.body).toBe(200);
+    const listed = keys.json<Record<string, unknown>[]>();
+    expect(listed.map((k) => [k['key'], k['firstEventId'], k['events'], k['attempts'], k['error']])).toEqual([
+      ['s-1', '2', 4, 1, 'cannot handle s-1'],
+      ['s-2', '3', 4, 1, 'cannot handle s-2'],
+    ]);
+    expect(listed[0]).toMatchObject({ replayRequestedAt: null, parkedAt: ISO_TIME });
+    expect((await get(app, 'reactor/parked-keys?limit=1')).json()).toHaveLength(1);
+    expect((await get(app, 'feed/parked-keys')).json()).toEqual([]);
+
+    const events = await get(app, 'reactor/parked-keys/events?key=s-1');
+    expect(events.statusCode, events.body).toBe(200);
+    const parked = events.json<Record<string, unknown>[]>();
+    expect(parked.map((e) => [e['eventId'], e['error']])).toEqual([
+      ['2', 'cannot handle s-1'],
+      ['8', null],
+      ['14', null],
+      ['20', null],
+    ]);
+    expect(parked[0]).toMatchObject({
+      key: 's-1',
+      streamId: 's-1',
+      type: 'Placed',
+      data: { n: 1, email: '[redacted]' },
+      metadata: { kept: ['ip'] },
+      eventCreatedAt: ISO_TIME,
+      parkedAt: ISO_TIME,
+    });
+    expect(events.body).not.toContain('@example.com');
+    expect(events.body).not.toContain('203.0.113.7');
+    expect(seen).toEqual(Array(4).fill('Placed s-1'));
+    expect((await get(app, 'reactor/parked-keys/events?key=s-1&limit=2')).json()).toHaveLength(2);
+
+    broken.delete('s-1');
+    const replay = await post(app, 'reactor/parked-keys/replay', {
+      key: 's-1',
+      reason: 'fixed the template',
+    });
+    expect(replay.statusCode, replay.body).toBe(200);
+    expect(replay.json()).toEqual({
+      consumer: 'reactor',
+      key: 's-1',
+      action: 'replay-parked-key',
+      events: 4,
+      lane: ONE_OF_THREE_LANES,
+    });
+    expect((await get(app, 'reactor/parked-keys')).json()).toEqual([
+      expect.objectContaining({ key: 's-1', replayRequestedAt: ISO_TIME }),
+      expect.objectContaining({ key: 's-2', replayRequestedAt: null }),
+    ]);
+    await drainUntilIdle(app.sluice.dispatcher);
+    expect(delivered.filter((d) => d.startsWith('s-1:'))).toEqual(['s-1:2', 's-1:8', 's-1:14', 's-1:20']);
+    expect((await get(app, 'reactor/parked-keys')).json()).toEqual([expect.objectContaining({ key: 's-2' })]);
+
+    const dropped = await post(app, 'reactor/parked-keys/drop', { key: 's-2' });
+    expect(dropped.statusCode, dropped.body).toBe(200);
+    expect(dropped.json()).toMatchObject({ key: 's-2', action: 'drop-parked-key', events: 4 });
+    expect((await get(app, 'reactor/parked-keys')).json()).toEqual([]);
+    expect((await get(app, '')).json<{ parkedKeys: number }[]>().map((c) => c.parkedKeys)).toEqual([
+      0, 0, 0, 0,
+    ]);
+
+    const audit = (await authed(app, 'GET', '/sluice/audit?consumer=reactor')).json<
+      { action: string; actor: string; details: Record<string, unknown> }[]
+    >();
+    expect(audit.map((a) => [a.action, a.actor])).toEqual([
+      ['drop-parked-key', 'alice'],
+      ['replay-parked-key', 'alice'],
+    ]);
+    expect(audit[1]?.details).toMatchObject({ key: 's-1', events: 4, reason: 'fixed the template' });
+
+    // Gone keys, unknown keys and unknown consumers: 404, nothing changed.
+    const before = await parkedState(schema);
+    const missing: [string, string, object | undefined, string][] = [
+      ['POST', 'reactor/parked-keys/replay', { key: 's-2' }, 'SLUICE_KEY_NOT_PARKED'],
+      ['POST', 'reactor/parked-keys/drop', { key: 's-1' }, 'SLUICE_KEY_NOT_PARKED'],
+      ['POST', 'reactor/parked-keys/drop', { key: '' }, 'SLUICE_KEY_NOT_PARKED'],
+      ['GET', 'reactor/parked-keys/events?key=nope', undefined, 'SLUICE_KEY_NOT_PARKED'],
+      [
+        'GET',
+        `reactor/parked-keys/events?key=${encodeURIComponent('a/b?c')}`,
+        undefined,
+        'SLUICE_KEY_NOT_PARKED',
+      ],
+      ['GET', 'nobody/parked-keys', undefined, 'SLUICE_CONSUMER_NOT_FOUND'],
+      ['GET', 'nobody/parked-keys/events?key=s-1', undefined, 'SLUICE_CONSUMER_NOT_FOUND'],
+      ['POST', 'nobody/parked-keys/replay', { key: 's-1' }, 'SLUICE_CONSUMER_NOT_FOUND'],
+      ['POST', 'nobody/parked-keys/drop', { key: 's-1' }, 'SLUICE_CONSUMER_NOT_FOUND'],
+      ['POST', 'nobody/lanes', { lanes: 2 }, 'SLUICE_CONSUMER_NOT_FOUND'],
+    ];
+    for (const [method, url, payload, code] of missing) {
+      const response = method === 'GET' ? await get(app, url) : await post(app, url, payload ?? {});
+      expect([response.statusCode, response.json<{ code: string }>().code], `${method} ${url}`).toEqual([
+        404,
+        code,
+      ]);
+    }
+    expect(await parkedState(schema)).toEqual(before);
+  });
+
+  test('a key with any characters travels in the query and the body', async () => {
+    const key = 'tenant/42 ?#&=%é';
+    const broken = new Set([key]);
+    const { app } = await buildLaned(broken);
+    await appendEvents(db.sql, 2, () => ({ streamId: key, type: 'Placed', data: {} }), app.sluice.schema);
+    await drainUntilIdle(app.sluice.dispatcher);
+    expect((await get(app, 'reactor/parked-keys')).json<{ key: string }[]>().map((k) => k.key)).toEqual([
+      key,
+    ]);
+    const events = await get(app, `reactor/parked-keys/events?key=${encodeURIComponent(key)}`);
+    expect(events.json<{ eventId: string }[]>().map((e) => e.eventId)).toEqual(['25', '26']);
+    broken.clear();
+    expect((await post(app, 'reactor/parked-keys/replay', { key })).json()).toMatchObject({ key, events: 2 });
+    await drainUntilIdle(app.sluice.dispatcher);
+    expect((await get(app, 'reactor/parked-keys')).json()).toEqual([]);
+  });
+
+  test('a lane change: asked for, shown on every lane with its barrier, retargeted, refused while one drains', async () => {
+    const { app, schema } = await buildLaned(new Set());
+    const gap = await holdGap(db.sql, undefined, { schema });
+    await appendEvents(db.sql, 3, byStream, schema);
+    await app.sluice.dispatcher.runOnce();
+
+    const asked = await post(app, 'reactor/lanes', { lanes: 5, reason: 'more throughput' });
+    expect(asked.statusCode, asked.body).toBe(200);
+    expect(asked.json()).toEqual({ consumer: 'reactor', from: 3, to: 5, outcome: 'started', barrier: '28' });
+    const retargeted = await post(app, 'reactor/lanes', { lanes: 4 });
+    expect(retargeted.json()).toEqual({
+      consumer: 'reactor',
+      from: 3,
+      to: 4,
+      outcome: 'retargeted',
+      barrier: '28',
+    });
+    const rows = (await get(app, '')).json<{ name: string; laneChange: unknown }[]>();
+    expect(rows.filter((c) => c.name === 'reactor').map((c) => c.laneChange)).toEqual(
+      Array(3).fill({ from: 3, to: 4, barrier: '28', switched: false }),
+    );
+    expect(rows.find((c) => c.name === 'feed')?.laneChange).toBeNull();
+    expect((await get(app, 'reactor')).json()).toMatchObject({
+      laneChange: { from: 3, to: 4, barrier: '28', switched: false },
+    });
+
+    // Switched (every old lane is at the barrier); the old lanes still hold the gap: 409.
+    await app.sluice.dispatcher.runOnce();
+    await app.sluice.dispatcher.runOnce();
+    const before = await parkedState(schema);
+    const refused = await post(app, 'reactor/lanes', { lanes: 2 });
+    expect(refused.statusCode, refused.body).toBe(409);
+    expect(refused.json()).toMatchObject({ code: 'SLUICE_LANE_CHANGE_IN_PROGRESS' });
+    expect(await parkedState(schema)).toEqual(before);
+
+    await gap.release({ commit: false });
+    await drainUntilIdle(app.sluice.dispatcher);
+    const after = (await get(app, '')).json<{ name: string; instanceId: string; laneChange: unknown }[]>();
+    expect(after.filter((c) => c.name === 'reactor').map((c) => [c.instanceId, c.laneChange])).toEqual([
+      ['*0/4', null],
+      ['*1/4', null],
+      ['*2/4', null],
+      ['*3/4', null],
+    ]);
+    expect((await post(app, 'reactor/lanes', { lanes: 4 })).json()).toMatchObject({ outcome: 'unchanged' });
+    const audit = (await authed(app, 'GET', '/sluice/audit?consumer=reactor')).json<
+      { action: string; actor: string; details: Record<string, unknown> }[]
+    >();
+    expect(audit.filter((a) => a.action === 'relane').map((a) => [a.actor, a.details['outcome']])).toEqual([
+      ['alice', 'retargeted'],
+      ['alice', 'started'],
+    ]);
+  });
+
+  test('the new routes answer 401 without credentials, 405 when read-only, and change nothing', async () => {
+    const requests: [method: 'GET' | 'POST', url: string, payload?: object][] = [
+      ['GET', 'reactor/parked-keys'],
+      ['GET', 'reactor/parked-keys/events?key=s-1'],
+      ['POST', 'reactor/parked-keys/replay', { key: 's-1' }],
+      ['POST', 'reactor/parked-keys/drop', { key: 's-1' }],
+      ['POST', 'reactor/lanes', { lanes: 4 }],
+    ];
+    const { app, schema } = await buildLaned(new Set(['s-1']));
+    const before = await parkedState(schema);
+    for (const [method, url, payload] of requests) {
+      for (const headers of [{}, { authorization: 'Bearer wrong-token-000000000' }]) {
+        const response = await app.inject({
+          method,
+          url: `/sluice/consumers/${url}`,
+          headers,
+          ...(payload === undefined ? {} : { payload }),
+        });
+        expect(response.statusCode, `${method} ${url}`).toBe(401);
+        expect(response.json()).toMatchObject({ code: 'SLUICE_UNAUTHORIZED' });
+      }
+    }
+    expect(await parkedState(schema)).toEqual(before);
+
+    const readOnly = await buildLaned(new Set(['s-1']), { readOnly: true });
+    const readOnlyBefore = await parkedState(readOnly.schema);
+    for (const [method, url, payload] of requests) {
+      const response = await authed(readOnly.app, method, `/sluice/consumers/${url}`, payload);
+      if (method === 'GET') expect(response.statusCode, url).toBe(200);
+      else {
+        expect(response.statusCode, url).toBe(405);
+        expect(response.json()).toMatchObject({ code: 'SLUICE_READ_ONLY' });
+      }
+    }
+    expect(await parkedState(readOnly.schema)).toEqual(readOnlyBefore);
+  });
+});
+
 describe('cross-site writes, body types and caching', () => {
   const OPERATOR = { username: 'operator', password: 'correct-horse-battery' };
   /** The credentials a browser caches after the dashboard's Basic prompt and sends on every request. */
@@ -611,7 +970,7 @@ describe('cross-site writes, body types and caching', () => {
   test('a cross-site form POST with valid Basic credentials to every write route changes nothing', async () => {
     const { app, schema, routes } = await buildDead();
     const writes = routes.filter((r) => r.url.startsWith('/sluice') && (r.write || r.method !== 'GET'));
-    expect(writes.length).toBe(6);
+    expect(writes.length).toBe(9);
     expect(writes.every((r) => r.write)).toBe(true);
     // Sanity: the host's parsers read a form, so without the checks these bodies would be accepted.
     const before = await everything(schema);
@@ -620,8 +979,8 @@ describe('cross-site writes, body types and caching', () => {
       const url = route.url.replace(':name', 'mailer');
       // The fields an attacker would send: what moves the cursor or un-sticks the consumer.
       const attack = Object.fromEntries(
-        Object.entries({ from: 'now', eventId: '2', reason: 'csrf' }).filter(([field]) =>
-          route.bodyFields.includes(field),
+        Object.entries({ from: 'now', eventId: '2', key: 'mailer', lanes: '8', reason: 'csrf' }).filter(
+          ([field]) => route.bodyFields.includes(field),
         ),
       );
       const form = new URLSearchParams(attack).toString();
@@ -690,7 +1049,7 @@ describe('cross-site writes, body types and caching', () => {
         expect(response.headers['cache-control']).toBe('no-store');
       }
     }
-    expect(statuses.length).toBe(6 * 9);
+    expect(statuses.length).toBe(9 * 9);
     expect(await everything(schema)).toEqual(before);
   });
 

@@ -92,6 +92,37 @@ export const replayBody = {
   additionalProperties: false,
 } as const;
 
+/** A parked key (a stream id, or the consumer's laneKey field): any text, '' included (a missing field). */
+const parkedKeyText = { type: 'string', maxLength: 1000 } as const;
+
+export const parkedKeysQuery = {
+  type: 'object',
+  properties: { limit: { type: 'integer', minimum: 1, maximum: 1000 } },
+  additionalProperties: false,
+} as const;
+
+// The key travels in the query, not the path: keys can hold '/' (and any other character).
+export const parkedEventsQuery = {
+  type: 'object',
+  properties: { key: parkedKeyText, limit: { type: 'integer', minimum: 1, maximum: 1000 } },
+  required: ['key'],
+  additionalProperties: false,
+} as const;
+
+export const parkedKeyBody = {
+  type: 'object',
+  properties: { key: parkedKeyText, reason: text },
+  required: ['key'],
+  additionalProperties: false,
+} as const;
+
+export const relaneBody = {
+  type: 'object',
+  properties: { lanes: { type: 'integer', minimum: 1, maximum: 1024 }, reason: text },
+  required: ['lanes'],
+  additionalProperties: false,
+} as const;
+
 export const errorResponse = {
   type: 'object',
   properties: {
@@ -103,34 +134,68 @@ export const errorResponse = {
   required: ['statusCode', 'code', 'message'],
 } as const;
 
+const summaryProperties = {
+  name: { type: 'string' },
+  instanceId: { type: 'string' },
+  status: { type: 'string', enum: ['idle', 'processing', 'dead', 'disabled'] },
+  cursor: idString,
+  head: idString,
+  lagEvents: idString,
+  lagSeconds: nullable({ type: 'number' }),
+  pendingGaps: { type: 'integer' },
+  oldestGapAgeSeconds: nullable({ type: 'number' }),
+  attempts: { type: 'integer' },
+  stuckEventId: nullable(idString),
+  lastError: nullable({ type: 'string' }),
+  lastErrorAt: nullable(dateTime),
+  lastErrorResolvedAt: nullable(dateTime),
+  lastErrorResolvedBy: nullable({ type: 'string' }),
+  failureCategory: nullable({ type: 'string' }),
+  rearmCount: { type: 'integer' },
+  disabledUntil: nullable(dateTime),
+  disabledReason: nullable({ type: 'string' }),
+  lastSeenAt: nullable(dateTime),
+  lastProgressAt: nullable(dateTime),
+  updatedAt: dateTime,
+  deadLetters: { type: 'integer' },
+  /** The row as a lane of its consumer (docs/design.md §11): null for a per-instance row. */
+  lane: nullable({
+    type: 'object',
+    properties: { index: { type: 'integer' }, count: { type: 'integer' } },
+    required: ['index', 'count'],
+  }),
+  parkedKeys: { type: 'integer' },
+  laneChange: nullable({
+    type: 'object',
+    properties: {
+      from: { type: 'integer' },
+      to: { type: 'integer' },
+      barrier: idString,
+      switched: { type: 'boolean' },
+    },
+    required: ['from', 'to', 'barrier', 'switched'],
+  }),
+} as const;
+
+const summaryRequired = [
+  'name',
+  'instanceId',
+  'status',
+  'cursor',
+  'head',
+  'lagEvents',
+  'pendingGaps',
+  'attempts',
+] as const;
+
+/** One lane's row, inside a laned consumer summed up. */
+const laneSummary = { type: 'object', properties: summaryProperties, required: summaryRequired } as const;
+
+/** A cursor row; a laned consumer shown as a whole (`instanceId: '*'`) sums its lanes up, each in `lanes`. */
 export const consumerSummary = {
   type: 'object',
-  properties: {
-    name: { type: 'string' },
-    instanceId: { type: 'string' },
-    status: { type: 'string', enum: ['idle', 'processing', 'dead', 'disabled'] },
-    cursor: idString,
-    head: idString,
-    lagEvents: idString,
-    lagSeconds: nullable({ type: 'number' }),
-    pendingGaps: { type: 'integer' },
-    oldestGapAgeSeconds: nullable({ type: 'number' }),
-    attempts: { type: 'integer' },
-    stuckEventId: nullable(idString),
-    lastError: nullable({ type: 'string' }),
-    lastErrorAt: nullable(dateTime),
-    lastErrorResolvedAt: nullable(dateTime),
-    lastErrorResolvedBy: nullable({ type: 'string' }),
-    failureCategory: nullable({ type: 'string' }),
-    rearmCount: { type: 'integer' },
-    disabledUntil: nullable(dateTime),
-    disabledReason: nullable({ type: 'string' }),
-    lastSeenAt: nullable(dateTime),
-    lastProgressAt: nullable(dateTime),
-    updatedAt: dateTime,
-    deadLetters: { type: 'integer' },
-  },
-  required: ['name', 'instanceId', 'status', 'cursor', 'head', 'lagEvents', 'pendingGaps', 'attempts'],
+  properties: { ...summaryProperties, lanes: { type: 'array', items: laneSummary } },
+  required: summaryRequired,
 } as const;
 
 const gapRange = {
@@ -158,40 +223,63 @@ const backend = {
   },
 } as const;
 
+const diagnosisProperties = {
+  consumer: consumerSummary,
+  findings: { type: 'array', items: { type: 'string' } },
+  oldestGap: nullable({
+    type: 'object',
+    properties: {
+      ...gapRange.properties,
+      ageSeconds: { type: 'number' },
+      heldBy: { type: 'array', items: backend },
+    },
+  }),
+  rowLockedBy: nullable(backend),
+  nextRearmAt: nullable(dateTime),
+} as const;
+
+/** Why a consumer is (not) moving; a laned consumer's sums its lanes up, each lane's in `lanes`. */
 export const diagnosis = {
   type: 'object',
   properties: {
-    consumer: consumerSummary,
-    findings: { type: 'array', items: { type: 'string' } },
-    oldestGap: nullable({
-      type: 'object',
-      properties: {
-        ...gapRange.properties,
-        ageSeconds: { type: 'number' },
-        heldBy: { type: 'array', items: backend },
-      },
-    }),
-    rowLockedBy: nullable(backend),
-    nextRearmAt: nullable(dateTime),
+    ...diagnosisProperties,
+    lanes: {
+      type: 'array',
+      items: { type: 'object', properties: diagnosisProperties, required: ['consumer', 'findings'] },
+    },
   },
   required: ['consumer', 'findings'],
 } as const;
 
+const actionProperties = {
+  consumer: { type: 'string' },
+  instanceId: { type: 'string' },
+  action: { type: 'string' },
+  cursorBefore: idString,
+  cursorAfter: idString,
+  statusBefore: { type: 'string' },
+  statusAfter: { type: 'string' },
+  eventId: idString,
+  /** disable: when it re-enables by itself, by the database's clock (null: never). */
+  until: nullable(dateTime),
+} as const;
+
+const actionRequired = ['consumer', 'instanceId', 'action', 'cursorBefore', 'cursorAfter'] as const;
+
+/**
+ * What an action did. On a laned consumer as a whole (restart, disable, enable, fence) it acted on
+ * every lane: `instanceId` is '*', the other fields are the first lane's, and `lanes` has each one's.
+ */
 export const actionResult = {
   type: 'object',
   properties: {
-    consumer: { type: 'string' },
-    instanceId: { type: 'string' },
-    action: { type: 'string' },
-    cursorBefore: idString,
-    cursorAfter: idString,
-    statusBefore: { type: 'string' },
-    statusAfter: { type: 'string' },
-    eventId: idString,
-    /** disable: when it re-enables by itself, by the database's clock (null: never). */
-    until: nullable(dateTime),
+    ...actionProperties,
+    lanes: {
+      type: 'array',
+      items: { type: 'object', properties: actionProperties, required: actionRequired },
+    },
   },
-  required: ['consumer', 'instanceId', 'action', 'cursorBefore', 'cursorAfter'],
+  required: actionRequired,
 } as const;
 
 export const replayResult = {
@@ -242,6 +330,62 @@ export const consumerEvent = {
     stuck: { type: 'boolean' },
   },
   required: ['consumer', 'instanceId', 'id', 'streamId', 'type', 'createdAt', 'stuck'],
+} as const;
+
+export const parkedKey = {
+  type: 'object',
+  properties: {
+    key: { type: 'string' },
+    firstEventId: idString,
+    error: nullable({ type: 'string' }),
+    attempts: { type: 'integer' },
+    parkedAt: dateTime,
+    events: { type: 'integer' },
+    replayRequestedAt: nullable(dateTime),
+  },
+  required: ['key', 'firstEventId', 'events', 'parkedAt'],
+} as const;
+
+/** An event set aside under a parked key; `data` and `metadata` through `ops.redact`. */
+export const parkedEvent = {
+  type: 'object',
+  properties: {
+    key: { type: 'string' },
+    eventId: idString,
+    streamId: { type: 'string' },
+    type: { type: 'string' },
+    data: {},
+    metadata: {},
+    eventCreatedAt: dateTime,
+    parkedAt: dateTime,
+    error: nullable({ type: 'string' }),
+  },
+  required: ['key', 'eventId', 'streamId', 'type'],
+} as const;
+
+export const parkedKeyResult = {
+  type: 'object',
+  properties: {
+    consumer: { type: 'string' },
+    key: { type: 'string' },
+    action: { type: 'string' },
+    events: { type: 'integer' },
+    /** The lane that owns the key: '*', or '*k/N'. */
+    lane: { type: 'string' },
+  },
+  required: ['consumer', 'key', 'action', 'events', 'lane'],
+} as const;
+
+export const relaneResult = {
+  type: 'object',
+  properties: {
+    consumer: { type: 'string' },
+    from: { type: 'integer' },
+    to: { type: 'integer' },
+    outcome: { type: 'string', enum: ['started', 'retargeted', 'cancelled', 'unchanged'] },
+    barrier: nullable(idString),
+  },
+  required: ['consumer', 'from', 'to', 'outcome', 'barrier'],
 } as const;
 
 export const auditRecord = {
