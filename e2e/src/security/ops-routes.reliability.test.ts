@@ -121,7 +121,7 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
       const urls = [...new Set([...opsRoutes.map((r) => r.url), `${PREFIX}/`, `${PREFIX}/nope`])];
       const writes = opsRoutes.filter((r) => r.method === 'POST').length;
       expect(registered.size).toBeGreaterThanOrEqual(25);
-      expect(writes).toBe(6);
+      expect(writes).toBe(9);
       expect(urls.filter((u) => u.includes('dashboard')).length).toBe(3);
       // The payload views: one event in a consumer's context, one dead letter.
       for (const route of [
@@ -284,6 +284,11 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
         { method: 'POST', path: '/skip', body: { eventId: STUCK.toString() } },
         { method: 'POST', path: '/fence', body: { eventId: '5' } },
         { method: 'POST', path: '/dead-letters/replay', body: {} },
+        { method: 'GET', path: '/parked-keys' },
+        { method: 'GET', path: '/parked-keys/events?key=sec' },
+        { method: 'POST', path: '/parked-keys/replay', body: { key: 'sec' } },
+        { method: 'POST', path: '/parked-keys/drop', body: { key: 'sec' } },
+        { method: 'POST', path: '/lanes', body: { lanes: 2 } },
       ];
       const names: [string, string][] = [
         ['empty segment', ''],
@@ -1058,7 +1063,7 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
       const writes = ops.routes.filter(
         (r) => r.url.startsWith(`${PREFIX}/`) && (r.write || !['GET', 'HEAD'].includes(r.method)),
       );
-      expect(writes.length).toBe(6);
+      expect(writes.length).toBe(9);
       if (writes.some((r) => !r.write)) violations.add('a write method on a route not marked as a write');
 
       /** The forms a page on another site can make a browser submit, as browsers encode them. */

@@ -373,6 +373,13 @@ describe('ops routes', () => {
     ],
     ['parked keys with a limit of zero', 'GET', '/sluice/consumers/mailer/parked-keys?limit=0', undefined],
     ['a lane change without a count', 'POST', '/sluice/consumers/mailer/lanes', {}],
+    ['a NUL in the name of a lane change', 'POST', '/sluice/consumers/a%00b/lanes', { lanes: 2 }],
+    [
+      'a name over 200 bytes in a lane change',
+      'POST',
+      `/sluice/consumers/${encodeURIComponent('\u00e9'.repeat(101))}/lanes`,
+      { lanes: 2 },
+    ],
     ['a lane count of zero', 'POST', '/sluice/consumers/mailer/lanes', { lanes: 0 }],
     ['a lane count over 1024', 'POST', '/sluice/consumers/mailer/lanes', { lanes: 1025 }],
     ['a lane count that is not whole', 'POST', '/sluice/consumers/mailer/lanes', { lanes: 2.5 }],

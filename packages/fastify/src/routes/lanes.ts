@@ -1,4 +1,4 @@
-import { ConsumerNotFoundError } from '@sluice/core';
+import { ConsumerNotFoundError, InvalidOptionError } from '@sluice/core';
 import type { FastifyInstance } from 'fastify';
 import { toJson } from '../json.js';
 import {
@@ -106,17 +106,27 @@ export function laneRoutes(app: FastifyInstance, { admin, ops }: OpsContext): vo
     },
     handler: async (request) => {
       const { name } = request.params;
-      // The admin API refuses a consumer without shared rows as a bad option (400), unknown ones
-      // included: an unknown consumer is a 404 here, as on every other consumer route.
-      const consumers = await admin.listConsumers();
-      if (!consumers.some((c) => c.name === name)) throw new ConsumerNotFoundError(name);
-      return toJson(
-        await admin.relane(name, {
-          lanes: request.body.lanes,
-          actor: request.sluiceActor,
-          ...reasonOf(request.body),
-        }),
-      );
+      try {
+        return toJson(
+          await admin.relane(name, {
+            lanes: request.body.lanes,
+            actor: request.sluiceActor,
+            ...reasonOf(request.body),
+          }),
+        );
+      } catch (error) {
+        // The admin API refuses a consumer without shared rows as a bad option (400), an unknown one
+        // included: an unknown consumer is a 404 here, as on every other consumer route. The lookup
+        // checks the name again before any SQL, so a malformed one stays a 400 without a query.
+        if (error instanceof InvalidOptionError && error.option === 'name') {
+          const unknown = await admin.listParkedKeys(name, { limit: 1 }).then(
+            () => false,
+            (lookup: unknown) => lookup instanceof ConsumerNotFoundError,
+          );
+          if (unknown) throw new ConsumerNotFoundError(name);
+        }
+        throw error;
+      }
     },
   });
 }
