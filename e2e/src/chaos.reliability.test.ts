@@ -374,7 +374,7 @@ async function quiesce(watch: Monitor): Promise<number> {
     }
     const done =
       state !== undefined &&
-      state.consumers.length === PLAN.consumers &&
+      state.consumers.length === chaosConsumers(PLAN.consumers).reduce((rows, c) => rows + c.lanes, 0) &&
       state.consumers.every((c) => c.cursor === state.head && c.gapCount === 0 && c.status !== 'dead');
     settled = done ? settled + 1 : 0;
     if (settled >= 2) return now() - from;
@@ -432,9 +432,17 @@ async function stopAll(fleet: Fleet): Promise<StopOutcome[]> {
  * lines of the processes killed mid-write), and the turns' statements their logs show outside a transaction.
  */
 async function readHistories(sql: postgres.Sql, dir: string) {
-  const committedIds = (
-    await sql<{ id: string }[]>`select id::text as id from sluice.events order by id`
-  ).map((r) => Number(r.id));
+  const committed = await sql<{ id: string; stream_id: string }[]>`
+    select id::text as id, stream_id from sluice.events order by id`;
+  const committedIds = committed.map((r) => Number(r.id));
+  // Each event's stream: a laned consumer's order is checked per stream (its key).
+  const streams = new Map<string, number>();
+  const streamOf = new Map<number, number>();
+  for (const r of committed) {
+    let stream = streams.get(r.stream_id);
+    if (stream === undefined) streams.set(r.stream_id, (stream = streams.size));
+    streamOf.set(Number(r.id), stream);
+  }
   const transactionalRows = new Map<string, number[]>();
   for (const row of await sql<{ consumer: string; ids: string }[]>`
     select consumer, string_agg(id::text, ',') as ids from chaos.deliveries group by consumer`) {
@@ -457,7 +465,16 @@ async function readHistories(sql: postgres.Sql, dir: string) {
     savepointOutsideTx += text.split('SAVEPOINT can only be used in transaction blocks').length - 1;
     commitWithoutTx += text.split('there is no transaction in progress').length - 1;
   }
-  return { committedIds, transactionalRows, deliveries, writes, torn, savepointOutsideTx, commitWithoutTx };
+  return {
+    committedIds,
+    streamOf,
+    transactionalRows,
+    deliveries,
+    writes,
+    torn,
+    savepointOutsideTx,
+    commitWithoutTx,
+  };
 }
 type Histories = Awaited<ReturnType<typeof readHistories>>;
 
@@ -626,8 +643,16 @@ async function offlineCheck(
     name: s.name,
     ordering: s.ordering,
     transactional: s.transactional,
+    laned: s.lanes > 1,
   }));
-  const input = { consumers: consumersInfo, committedIds, deliveries, writes, transactionalRows };
+  const input = {
+    consumers: consumersInfo,
+    committedIds,
+    deliveries,
+    writes,
+    transactionalRows,
+    streamOf: histories.streamOf,
+  };
   const report = check({ ...input, samples: watch.samples });
   const clean = check({ ...input, samples: [], afterId: cleanAfterId });
   const recovery = recoveryFigures(faults, histories);

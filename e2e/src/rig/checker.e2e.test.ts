@@ -205,4 +205,42 @@ describe('chaos checker', () => {
     expect(recoveryTimes([2_000], deliveries, writes)).toEqual([NaN]);
     expect(quantile([5, 1, 3, NaN], 0.5)).toBe(3);
   });
+
+  test('a laned consumer is checked per stream: other streams out of order are fine, its own are not', () => {
+    const laned = { name: 'c', ordering: 'fast', transactional: false, laned: true } as const;
+    // Streams: 1, 3 and 5 are stream 0; 2 and 4 stream 1. Every id committed at 10.
+    const streamOf = new Map([
+      [1, 0],
+      [2, 1],
+      [3, 0],
+      [4, 1],
+      [5, 0],
+    ]);
+    const base = {
+      consumers: [laned],
+      committedIds: [1, 2, 3, 4, 5],
+      writes: [{ w: 'w1', ids: [1, 2, 3, 4, 5], outcome: 'commit', t: 10 } as const],
+      streamOf,
+    };
+    // The lane of stream 1 runs behind the lane of stream 0: no inversion.
+    const acrossStreams = check(input({ ...base, deliveries: delivered([1, 3, 5, 2, 4]) }));
+    expect(acrossStreams.consumers[0]).toMatchObject({ inversions: 0, late: 0, lost: 0 });
+    // Within stream 0, 3 after 5 although it was visible before 5's turn fetched: an inversion.
+    const withinStream = check(input({ ...base, deliveries: delivered([1, 5, 3, 2, 4]) }));
+    expect(withinStream.consumers[0]).toMatchObject({ inversions: 1 });
+    expect(withinStream.inversions[0]).toMatchObject({ id: 3, above: 5 });
+    // Each lane's cursor is a series of its own: no regression across lanes.
+    const samples = [
+      { t: 1, consumer: 'c@*0/2', cursor: 5 },
+      { t: 1, consumer: 'c@*1/2', cursor: 2 },
+      { t: 2, consumer: 'c@*0/2', cursor: 5 },
+      { t: 2, consumer: 'c@*1/2', cursor: 4 },
+      { t: 3, consumer: 'c@*1/2', cursor: 3 },
+    ];
+    expect(
+      check(input({ ...base, deliveries: delivered([1, 2, 3, 4, 5]), samples })).consumers[0],
+    ).toMatchObject({
+      cursorRegressions: 1,
+    });
+  });
 });

@@ -5,7 +5,8 @@
 // cursor samples from the monitor. Every time is on clock.ts's clock (CLOCK_MONOTONIC, shared by
 // all processes of the machine).
 //
-// I2, the order rule implemented here. Per consumer, deliveries are ordered by record time across
+// I2, the order rule implemented here (per stream for a consumer run as lanes, which promises order
+// per key only). Per consumer, deliveries are ordered by record time across
 // processes (ties keep each process's own order). A first delivery of id g below the highest id
 // already delivered is either
 //   * an INVERSION: g was provably visible when a turn that delivered a higher id fetched its batch.
@@ -52,6 +53,11 @@ export interface ConsumerInfo {
   readonly name: string;
   readonly ordering: 'fast' | 'strict';
   readonly transactional: boolean;
+  /**
+   * Runs as lanes (docs/design.md §11): order is promised per key (the event's stream), so the
+   * order rule applies per stream, and its cursors are sampled per lane (`name@*k/N`).
+   */
+  readonly laned?: boolean;
 }
 
 export interface CheckInput {
@@ -66,6 +72,8 @@ export interface CheckInput {
   readonly transactionalRows: ReadonlyMap<string, readonly number[]>;
   /** Only ids above this one are checked (a later phase of a run). @defaultValue 0 */
   readonly afterId?: number;
+  /** Each committed id's stream (as a number), for the order of laned consumers. */
+  readonly streamOf?: ReadonlyMap<number, number>;
 }
 
 export interface Duplicate {
@@ -218,6 +226,18 @@ export function check(input: CheckInput): CheckReport {
     if (!recorded[id]) withoutWriteRecord += 1;
   }
 
+  // Each committed id's rank (1…) among its stream's ids, and each stream's size: the order of a
+  // laned consumer is checked per stream.
+  const streams = { rank: new Int32Array(maxId + 1), size: new Map<number, number>() };
+  if (input.consumers.some((c) => c.laned === true)) {
+    for (const id of [...input.committedIds].sort((a, b) => a - b)) {
+      const stream = input.streamOf?.get(id) ?? -1;
+      const size = (streams.size.get(stream) ?? 0) + 1;
+      streams.size.set(stream, size);
+      streams.rank[id] = size;
+    }
+  }
+
   // Deliveries per consumer, in record-time order (stable: ties keep the process's order).
   const byConsumer = new Map<string, Delivery[]>(input.consumers.map((c) => [c.name, []]));
   for (const d of input.deliveries) {
@@ -227,10 +247,18 @@ export function check(input: CheckInput): CheckReport {
   }
   const samplesByConsumer = new Map<string, CursorSample[]>();
   for (const s of input.samples) {
+    // A lane's samples (`name@*k/N`) are a series of their own, checked with their consumer.
     let list = samplesByConsumer.get(s.consumer);
     if (!list) samplesByConsumer.set(s.consumer, (list = []));
     list.push(s);
   }
+  const seriesOf = (consumer: ConsumerInfo): CursorSample[][] =>
+    [...samplesByConsumer]
+      .filter(
+        ([name]) =>
+          name === consumer.name || (consumer.laned === true && name.startsWith(`${consumer.name}@`)),
+      )
+      .map(([, list]) => list);
 
   const count = new Uint32Array(maxId + 1);
   const firstAt = new Float64Array(maxId + 1);
@@ -252,6 +280,9 @@ export function check(input: CheckInput): CheckReport {
     let phantoms = 0;
     let highest = 0;
     const phantomList: number[] = [];
+    // A laned consumer's order is per stream: the highest id of each, and the lock times of the
+    // turns that delivered its ids (a prefix-max tree over the stream's ids, highest first).
+    const perStream = consumer.laned ? new Map<number, { highest: number; turns: MaxFenwick }>() : null;
     for (const d of deliveries) {
       if (!inScope(d.id)) continue;
       if (rolledBack[d.id]) rolledBackDelivered += 1;
@@ -269,7 +300,35 @@ export function check(input: CheckInput): CheckReport {
         continue;
       }
       if (n > 1) duplicated += 1;
-      else if (d.id < highest) {
+      else if (perStream) {
+        const stream = input.streamOf?.get(d.id) ?? -1;
+        let seen = perStream.get(stream);
+        if (!seen)
+          perStream.set(
+            stream,
+            (seen = { highest: 0, turns: new MaxFenwick(streams.size.get(stream) ?? 1) }),
+          );
+        if (d.id < seen.highest) {
+          // Inverted within its stream only if it was provably visible when a turn of its stream's
+          // lane fetched a higher id of the stream.
+          const higherTurnLockedAt = seen.turns.query(seen.turns.size - (streams.rank[d.id] ?? 0));
+          const committedAt = committedBy[d.id] ?? Infinity;
+          if (consumer.ordering === 'strict' || committedAt < higherTurnLockedAt) {
+            inverted += 1;
+            if (inversions.filter((v) => v.consumer === consumer.name).length < 20) {
+              inversions.push({
+                consumer: consumer.name,
+                id: d.id,
+                by: d.p,
+                at: d.t,
+                above: seen.highest,
+                committedBy: committedAt,
+                higherTurnLockedAt,
+              });
+            }
+          } else late += 1;
+        }
+      } else if (d.id < highest) {
         const higherTurnLockedAt = turns.query(maxId - d.id);
         const committedAt = committedBy[d.id] ?? Infinity;
         const provablyVisible = committedAt < higherTurnLockedAt;
@@ -290,6 +349,13 @@ export function check(input: CheckInput): CheckReport {
       }
       if (d.id > highest) highest = d.id;
       if (d.f !== undefined) turns.update(maxId - d.id + 1, d.f);
+      if (perStream && committed[d.id]) {
+        const seen = perStream.get(input.streamOf?.get(d.id) ?? -1);
+        if (seen) {
+          if (d.id > seen.highest) seen.highest = d.id;
+          if (d.f !== undefined) seen.turns.update(seen.turns.size - (streams.rank[d.id] ?? 1) + 1, d.f);
+        }
+      }
     }
     let lost = 0;
     const lostList: number[] = [];
@@ -311,10 +377,12 @@ export function check(input: CheckInput): CheckReport {
       }
     }
     let cursorRegressions = 0;
-    let previous: number | undefined;
-    for (const s of samplesByConsumer.get(consumer.name) ?? []) {
-      if (previous !== undefined && s.cursor < previous) cursorRegressions += 1;
-      previous = s.cursor;
+    for (const series of seriesOf(consumer)) {
+      let previous: number | undefined;
+      for (const s of series) {
+        if (previous !== undefined && s.cursor < previous) cursorRegressions += 1;
+        previous = s.cursor;
+      }
     }
     if (lostList.length > 0) lostIds[consumer.name] = lostList;
     if (phantomList.length > 0) phantomIds[consumer.name] = phantomList;

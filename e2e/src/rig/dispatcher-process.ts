@@ -50,20 +50,18 @@ const out = new JsonlWriter(config.file);
 const specs = chaosConsumers(config.consumers);
 const names = new Set(specs.map((s) => s.name));
 
-// The lock statement of a consumer's turn names the consumer; a process runs at most one turn per
-// consumer at a time, so the last lock statement sent for a consumer belongs to the current turn.
+// The lock statement of a consumer's turn names the consumer and the row (its '*' row, or a lane's
+// '*k/N'); a process runs at most one turn per row at a time, so the last lock statement sent for a
+// row belongs to its current turn.
 const turnLockedAt = new Map<string, number>();
 /** Turns started per consumer (lock statements sent), logged every few seconds as evidence. */
 const turns: Record<string, number> = {};
 function onQuery(_connection: number, query: string, parameters: unknown[]): void {
   if (!query.includes('skip locked')) return;
-  for (const p of parameters) {
-    if (typeof p === 'string' && names.has(p)) {
-      turnLockedAt.set(p, now());
-      turns[p] = (turns[p] ?? 0) + 1;
-      return;
-    }
-  }
+  const [name, instanceId] = parameters.filter((p): p is string => typeof p === 'string').slice(-2);
+  if (name === undefined || instanceId === undefined || !names.has(name)) return;
+  turnLockedAt.set(`${name}|${instanceId}`, now());
+  turns[name] = (turns[name] ?? 0) + 1;
 }
 const TURNS_EVERY_MS = 5_000;
 setInterval(() => {
@@ -82,9 +80,9 @@ const sql = postgres(config.url, {
   debug: onQuery,
 });
 
-function record(consumer: string, events: readonly EventRecord[]): void {
+function record(consumer: string, instanceId: string, events: readonly EventRecord[]): void {
   const t = now();
-  const f = turnLockedAt.get(consumer);
+  const f = turnLockedAt.get(`${consumer}|${instanceId}`);
   out.write(
     ...events.map((e): DeliveryLine => ({
       c: consumer,
@@ -102,13 +100,14 @@ const consumers: Consumer[] = specs.map((spec) => {
     return {
       name,
       ordering: spec.ordering,
-      handler: (event: EventRecord) => {
-        record(name, [event]);
+      lanes: spec.lanes,
+      handler: (event: EventRecord, ctx) => {
+        record(name, ctx.instanceId, [event]);
       },
       ...(spec.batch
         ? {
-            batchHandler: (events: readonly EventRecord[]) => {
-              record(name, events);
+            batchHandler: (events: readonly EventRecord[], ctx) => {
+              record(name, ctx.instanceId, events);
             },
           }
         : {}),
@@ -117,13 +116,14 @@ const consumers: Consumer[] = specs.map((spec) => {
   return {
     name,
     ordering: spec.ordering,
+    lanes: spec.lanes,
     transactional: true,
     handler: async (event, ctx) => {
       if (!ctx.tx) throw new Error('transactional consumer without ctx.tx');
       await ctx.tx`
         insert into chaos.deliveries (consumer, id) values (${name}, ${event.id.toString()}::bigint)
         on conflict do nothing`;
-      record(name, [event]);
+      record(name, ctx.instanceId, [event]);
     },
     ...(spec.batch
       ? {
@@ -133,7 +133,7 @@ const consumers: Consumer[] = specs.map((spec) => {
               insert into chaos.deliveries (consumer, id)
               select ${name}, unnest(${pgArray(events.map((e) => e.id))}::bigint[])
               on conflict do nothing`;
-            record(name, events);
+            record(name, ctx.instanceId, events);
           },
         }
       : {}),

@@ -122,11 +122,13 @@ export class Monitor {
     try {
       const rows = await this.#query(
         (sql) => sql<{ name: string; cursor: string; gap_count: number; status: string; head: string }[]>`
-          select name, cursor::text as cursor, gap_count, status,
+          select case when instance_id = '*' then name else name || '@' || instance_id end as name,
+                 cursor::text as cursor, gap_count, status,
                  (select coalesce(max(id), 0) from sluice.events)::text as head
-          from sluice.consumers where instance_id = '*' order by name`,
+          from sluice.consumers where left(instance_id, 1) = '*' order by name`,
       );
       const at = now();
+      // A consumer run as lanes is one row (and one series of samples) per lane: `name@*k/N`.
       const consumers = rows.map((r) => ({
         name: r.name,
         cursor: Number(r.cursor),

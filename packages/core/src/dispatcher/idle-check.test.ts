@@ -48,6 +48,7 @@ const precheckOf = (...rows: PrecheckRow[]): Precheck => ({
   quiet: new Set(['q']),
   rows: new Map(rows.map((r, i) => [`c${i}`, r])),
   lanes: new Map(),
+  dispatchers: null,
   snapshot: '800:905:800',
   head: '10',
 });

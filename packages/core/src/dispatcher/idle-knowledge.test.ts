@@ -27,6 +27,7 @@ function precheck(rows: Record<string, PrecheckRow>, quiet: string[] = []): Prec
     quiet: new Set(quiet),
     rows: new Map(Object.entries(rows)),
     lanes: new Map(),
+    dispatchers: null,
     snapshot: '10:10:',
     head: '9',
   };

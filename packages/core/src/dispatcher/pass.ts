@@ -110,6 +110,10 @@ export class PassRunner {
   readonly #laneUnits = new Map<string, ResolvedConsumer>();
   /** The rows the last pass turned or judged, each consumer's and each lane's. */
   #unitsSeen: readonly ResolvedConsumer[] = [];
+  /** Each laned consumer's lanes this process turns right now (in a slot). */
+  readonly #lanesHeld = new Map<string, Set<string>>();
+  /** Dispatcher instances sharing the lanes, as the last pre-check counted them. */
+  #dispatchers = 1;
 
   constructor(env: PassEnvironment) {
     this.#env = env;
@@ -219,6 +223,10 @@ export class PassRunner {
         );
         continue;
       }
+      if (row && this.#beyondShare(consumer, row)) {
+        skip('locked'); // another instance's share: it serves this lane
+        continue;
+      }
       if (this.#slots.has(consumer.unit)) this.#askedAgain.add(consumer.unit);
       // The turn may send its fetch along with its lock, for the cursor the pre-check read (or, with
       // no pre-check, the last one known: the turn checks it against the row it locks).
@@ -303,6 +311,7 @@ export class PassRunner {
       return { precheck: standing, standing: true };
     }
     const precheck = await precheckConsumers(options.sql, tables, this.#precheckKeys);
+    if (precheck.dispatchers !== null) this.#dispatchers = Math.max(1, precheck.dispatchers);
     const units = this.#unitsOf(precheck);
     for (const consumer of units) {
       const row = precheck.rows.get(consumer.unit);
@@ -321,11 +330,47 @@ export class PassRunner {
     firstCursor: bigint | undefined,
   ): Promise<ConsumerPassResult> {
     const connections = this.#env.turnConnections.acquire();
+    const held = this.#lanesOf(consumer);
+    held?.add(consumer.unit);
     try {
       return await this.#turnsOn(connections.sql, consumer, continueWhileMore, firstCursor);
     } finally {
+      held?.delete(consumer.unit);
       this.#env.turnConnections.release(connections);
     }
+  }
+
+  /**
+   * The lanes of `consumer`'s consumer and lane count this process holds now; undefined for a row
+   * that is no lane of many.
+   */
+  #lanesOf(consumer: ResolvedConsumer): Set<string> | undefined {
+    if (consumer.lane === null || consumer.lane.count === 1) return undefined;
+    const key = `${consumer.name}\u0000${consumer.lane.count}`;
+    let held = this.#lanesHeld.get(key);
+    if (!held) this.#lanesHeld.set(key, (held = new Set()));
+    return held;
+  }
+
+  /**
+   * Lanes are shared out among the dispatchers (docs/design.md §11.1): each takes at most its share,
+   * ceil(lanes / dispatchers), so that a busy lane one instance holds turn after turn does not keep
+   * the others from ever getting one. A lane beyond this process's share is left to the others while
+   * one of them serves it (its row was written within the last second), and taken when none does.
+   */
+  #beyondShare(consumer: ResolvedConsumer, row: PrecheckRow): boolean {
+    const held = this.#lanesOf(consumer);
+    // An old lane of a change of lane count is never left: it must reach its barrier and go.
+    if (!held || held.has(consumer.unit) || consumer.lane === null || row.lane_changing) return false;
+    const share = Math.ceil(consumer.lane.count / this.#dispatchers);
+    return held.size >= share && row.now.getTime() - row.updated_at.getTime() < LANE_SERVED_MS;
+  }
+
+  /** This process holds more of `consumer`'s lanes than its share: let this one go after its turn. */
+  #overShare(consumer: ResolvedConsumer): boolean {
+    const held = this.#lanesOf(consumer);
+    if (!held || consumer.lane === null) return false;
+    return held.size > Math.ceil(consumer.lane.count / this.#dispatchers);
   }
 
   async #turnsOn(
@@ -378,7 +423,7 @@ export class PassRunner {
       );
       if (outcome.timedOut) await this.#recordTimeout(consumer, outcome, failedTurnOf(progress));
     } while (
-      ((continueWhileMore && outcome.hasMore) ||
+      ((continueWhileMore && outcome.hasMore && !this.#overShare(consumer)) ||
         (this.#askedAgain.has(consumer.unit) && outcome.skipped === undefined && !outcome.dead)) &&
       !this.#env.isStopping()
     );
@@ -673,6 +718,9 @@ function isPlainSkip(skipped: SkipReason | undefined): boolean {
  * batches of each other, and a dispatcher that caught up lets them go within seconds.
  */
 const SHARED_READS = 4;
+
+/** A lane whose row was written this recently is being served (by this or another instance). */
+const LANE_SERVED_MS = 1_000;
 const SHARED_READ_MAX_AGE_MS = 2_000;
 
 /** The gauges of a consumer the pre-check found trivially caught up. */

@@ -12,6 +12,8 @@ export interface EventBatch {
   readonly keys?: ReadonlyMap<bigint, string>;
   /** A filtered fetch's kept events whose key was parked. */
   readonly parked?: ReadonlySet<bigint>;
+  /** A filtered fetch stopped at the events it keeps: ids after its last one were not examined. */
+  readonly cut?: boolean;
 }
 
 interface Entry {

@@ -58,7 +58,7 @@ export function lockWithEarlyFetch(
   lock.row.catch(() => undefined);
   // Sent before the row (and a change of lanes in progress) is known: the filter without a cap.
   // The turn uses it only when the row says nothing that changes the fetch (see turn.ts).
-  const filter = fetchFilterOf(consumer, null);
+  const filter = fetchFilterOf(consumer, null, limit);
   const early =
     expectedCursor === undefined || (filter === undefined && env.reads?.has(expectedCursor))
       ? undefined
@@ -148,6 +148,7 @@ export function readFrom(
       ...batchOf(fetched),
       keys: fetched.keys,
       parked: fetched.parked,
+      cut: fetched.cut,
     }));
   }
   const reading = fetchBatch(tx, t, cursor, bounds, limit, stragglers).then(batchOf);
@@ -190,6 +191,7 @@ export function parkedReplayLane(consumer: ResolvedConsumer, change: LaneChange 
 export function fetchFilterOf(
   consumer: ResolvedConsumer,
   change: LaneChange | null,
+  limit: number,
 ): FetchFilter | undefined {
   const lane = consumer.lane ?? { index: 0, count: 1 };
   const cap = consumer.lane !== null && change !== null && lane.count === change.from ? change.barrier : null;
@@ -202,6 +204,9 @@ export function fetchFilterOf(
     types: consumer.types,
     parking: consumer.parkKey,
     cap,
+    // A lane reads about `count` events for each of its own: its turn hands at most limit / count
+    // of them to the handler (the batch a lane's crash can redeliver).
+    keptLimit: Math.max(1, Math.ceil(limit / lane.count)),
   };
 }
 
@@ -230,7 +235,8 @@ export function turnInputOf(
     rechecked,
     fetch: {
       ids: [...events.keys()],
-      complete: !batch.shared && events.size < limit, // a shared batch is a full one
+      // A shared batch is a full one; a filtered one cut at the events it keeps is not complete.
+      complete: !batch.shared && batch.cut !== true && events.size < limit,
       // After a restore onto another cluster, no transaction of the old one can still commit.
       xmin: opening.clusterChanged ? MAX_XID : batch.xmin,
     },

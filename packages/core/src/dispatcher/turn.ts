@@ -232,7 +232,7 @@ async function turnInTransaction(
       state.cursor === expectedCursor
         ? early
         : undefined,
-    filter: fetchFilterOf(consumer, held.laneChange),
+    filter: fetchFilterOf(consumer, held.laneChange, limit),
   });
   const { input, events } = turnInputOf(batch, opening, rechecked, consumer, limit);
   const deliverable = deliverableIds(input);

@@ -121,6 +121,16 @@ describe('lanes', () => {
     expect(seen).toHaveLength(31);
   });
 
+  test("a lane's turn hands its handler at most a batch of its own events, however many it reads", async () => {
+    const one = recordingConsumer('one-key', { lanes: 4, batchSize: 10, maxBatchSize: 10 });
+    const { schema, dispatcher } = await laned([one.consumer]);
+    await appendEvents(db.sql, 100, () => ({ streamId: 'hot', type: 'T', data: {} }), schema);
+    const first = await dispatcher.runOnce();
+    expect(first.processed).toBe(10); // one turn per lane; only the hot key's lane has events
+    await drainUntilIdle(dispatcher);
+    expect(one.ids()).toEqual(Array.from({ length: 100 }, (_, i) => BigInt(i + 1)));
+  });
+
   test('types: only the listed types reach the handler; the cursor passes the others', async () => {
     const paid = recordingConsumer('paid', { types: ['Paid'] });
     const { schema, dispatcher } = await laned([paid.consumer]);

@@ -266,6 +266,12 @@ export interface Precheck {
   readonly snapshot: string;
   /** The highest id visible to the statement (0 when the log is empty): a quiet consumer's cursor. */
   readonly head: string;
+  /**
+   * Dispatcher instances connected to this database (their own connections are named
+   * `sluice:<instanceId>`), counted when the process has a consumer run as lanes: how many share
+   * its lanes (docs/design.md §11.1). Null when not counted.
+   */
+  readonly dispatchers: number | null;
 }
 
 type JsonStateRow = Omit<PrecheckRow, DateColumn | 'head' | 'snapshot' | 'now'> &
@@ -279,13 +285,17 @@ export interface PrecheckKeys {
   /** Names of its shared consumers (instance '*', or their lanes), as an array literal. */
   readonly shared: string;
   readonly sharedNames: ReadonlySet<string>;
+  /** Some shared consumer is configured with lanes: the pre-check counts the dispatchers. */
+  readonly laned: boolean;
   /** Names of its per-instance consumers, as an array literal. */
   readonly own: string;
   /** The instance those are kept under ('' when it has none). */
   readonly ownInstance: string;
 }
 
-export function precheckKeys(consumers: readonly { name: string; instanceId: string }[]): PrecheckKeys {
+export function precheckKeys(
+  consumers: readonly { name: string; instanceId: string; lanes?: number }[],
+): PrecheckKeys {
   const shared = consumers.filter((c) => c.instanceId === SHARED_INSTANCE_ID);
   const own = consumers.filter((c) => c.instanceId !== SHARED_INSTANCE_ID);
   const ownInstances = new Set(own.map((c) => c.instanceId));
@@ -294,6 +304,7 @@ export function precheckKeys(consumers: readonly { name: string; instanceId: str
   return {
     shared: pgArray(shared.map((c) => c.name)),
     sharedNames: new Set(shared.map((c) => c.name)),
+    laned: shared.some((c) => (c.lanes ?? 1) > 1),
     own: pgArray(own.map((c) => c.name)),
     ownInstance,
   };
@@ -308,9 +319,20 @@ export function precheckKeys(consumers: readonly { name: string; instanceId: str
  */
 export async function precheckConsumers(sql: Sql, t: Tables, keys: PrecheckKeys): Promise<Precheck> {
   const [result] = await sql<
-    { head: string; snapshot: string; now: Date; quiet: QuietEntry[]; rows: JsonStateRow[] }[]
+    {
+      head: string;
+      snapshot: string;
+      now: Date;
+      quiet: QuietEntry[];
+      rows: JsonStateRow[];
+      dispatchers: number | null;
+    }[]
   >`
-    select h.head::text as head, pg_current_snapshot()::text as snapshot, now() as now, a.quiet, a.rows
+    select h.head::text as head, pg_current_snapshot()::text as snapshot, now() as now, a.quiet, a.rows,
+           case when ${keys.laned} then
+             (select count(distinct d.application_name)::int from pg_stat_activity d
+              where d.datname = current_database() and d.application_name like 'sluice:%')
+           end as dispatchers
     from (select coalesce(max(id), 0) as head from ${t.events}) h
     cross join lateral (
       -- JSON, not text[]: nothing depends on how the pool parses arrays (fetch_types: false).
@@ -389,7 +411,7 @@ export async function precheckConsumers(sql: Sql, t: Tables, keys: PrecheckKeys)
       now: result.now,
     });
   }
-  return { quiet, rows, lanes, snapshot: result.snapshot, head: result.head };
+  return { quiet, rows, lanes, snapshot: result.snapshot, head: result.head, dispatchers: result.dispatchers };
 }
 
 /**

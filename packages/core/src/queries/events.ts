@@ -119,6 +119,8 @@ export interface FetchFilter {
   readonly parking: boolean;
   /** A lane draining to a change of lanes reads nothing above this id. */
   readonly cap: bigint | null;
+  /** At most this many kept events: the statement stops right before the next one. */
+  readonly keptLimit: number;
 }
 
 /** What a filtered fetch saw: FetchedBatch, with the events it does not keep as stubs. */
@@ -127,12 +129,16 @@ export interface FilteredBatch extends FetchedBatch {
   readonly keys: ReadonlyMap<bigint, string>;
   /** Kept events whose key was parked when the statement ran. */
   readonly parked: ReadonlySet<bigint>;
+  /** The statement stopped at keptLimit kept events: ids after the last row were not examined. */
+  readonly cut: boolean;
 }
 
 interface FilteredRow extends FetchRow {
   kept: boolean | null;
   key: string | null;
   parked: boolean | null;
+  /** Kept events among the rows the statement read (its LIMIT): more than keptLimit means it cut. */
+  kept_total: string | null;
 }
 
 /**
@@ -168,15 +174,20 @@ export async function fetchFilteredBatch(
     (select pg_current_snapshot()::text as snapshot,
             (select coalesce(max(id), 0) from ${t.events})::text as head,
             null::text as id, null::boolean as kept, null::text as key, null::boolean as parked,
-            null::text as stream_id, null::text as type,
+            null::text as kept_total, null::text as stream_id, null::text as type,
             null::jsonb as data, null::jsonb as metadata, null::timestamptz as created_at)
     union all
-    (select null, null, u.id::text, k.kept, case when k.kept then k.key end,
-            k.kept and ${filter.parking} and exists (
-              select 1 from ${t.parkedKeys} p where p.consumer_name = ${filter.consumer} and p.key = k.key),
-            case when k.kept then u.stream_id end, case when k.kept then u.type end,
-            case when k.kept then u.data end, case when k.kept then u.metadata end,
-            case when k.kept then u.created_at end
+    (select null, null, w.id::text, w.kept, case when w.kept then w.key end,
+            w.kept and ${filter.parking} and exists (
+              select 1 from ${t.parkedKeys} p where p.consumer_name = ${filter.consumer} and p.key = w.key),
+            w.kept_total::text,
+            case when w.kept then w.stream_id end, case when w.kept then w.type end,
+            case when w.kept then w.data end, case when w.kept then w.metadata end,
+            case when w.kept then w.created_at end
+     from (
+     select u.*, k.kept, k.key,
+            count(*) filter (where k.kept) over (order by u.id rows unbounded preceding) as nth,
+            count(*) filter (where k.kept) over () as kept_total
      from (
        (select id, stream_id, type, data, metadata, created_at from ${t.events}
         where id > ${cursor.toString()}::bigint ${above} order by id limit ${limit})
@@ -198,17 +209,22 @@ export async function fetchFilteredBatch(
               and (${filter.types === null ? null : pgArray(filter.types)}::text[] is null
                    or u.type = any(${filter.types === null ? null : pgArray(filter.types)}::text[])) as kept
      ) k
-     order by u.id limit ${limit})`;
+     order by u.id limit ${limit}) w
+     -- Up to the kept limit: every row before the (keptLimit + 1)-th kept event.
+     where w.nth <= ${filter.keptLimit}
+     order by w.id)`;
   let header: FilteredRow | undefined;
   const events: EventRecord[] = [];
   const keys = new Map<bigint, string>();
   const parked = new Set<bigint>();
   let ascending = true;
+  let cut = false;
   for (const row of rows) {
     if (row.id === null) {
       header = row;
       continue;
     }
+    if (row.kept_total !== null && Number(row.kept_total) > filter.keptLimit) cut = true;
     const event = row.kept === true ? eventFromRow(row as EventRow) : passedStub(BigInt(row.id));
     if (row.kept === true && filter.parking && row.key !== null) keys.set(event.id, row.key);
     if (row.parked === true) parked.add(event.id);
@@ -220,5 +236,5 @@ export async function fetchFilteredBatch(
     throw new Error('the fetch returned no snapshot row');
   }
   if (!ascending) events.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  return { snapshot: header.snapshot, head: header.head, events, keys, parked };
+  return { snapshot: header.snapshot, head: header.head, events, keys, parked, cut };
 }
