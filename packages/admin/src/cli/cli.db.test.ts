@@ -7,7 +7,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Consumer } from '@sluice/core';
+import type { Consumer, EventRecord } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { readFileSync } from 'node:fs';
 import {
@@ -139,6 +139,37 @@ async function withDeadLetter() {
   await drainUntilIdle(dispatcher);
   expect(indexer.ids()).toEqual([1n, 3n]);
   return { schema, dispatcher, indexer, state };
+}
+
+/**
+ * `reactor`, run as 3 lanes keyed by stream (s-0 … s-5, event n + 1 on stream s-(n % 6)), its
+ * handler failing on the streams in `broken`; with `parkKey` such a stream's key is parked.
+ */
+async function lanedReactor(broken: ReadonlySet<string>, parkKey = true) {
+  const seen: EventRecord[] = [];
+  const { schema, dispatcher } = await registered([
+    {
+      name: 'reactor',
+      lanes: 3,
+      errorPolicy: parkKey ? { maxAttempts: 1, parkKey: true } : { maxAttempts: 1 },
+      handler: (event) => {
+        if (broken.has(event.streamId)) throw new Error(`cannot handle ${event.streamId}`);
+        seen.push(event);
+      },
+    },
+  ]);
+  const byStream = (n: number) => ({ streamId: `s-${n % 6}`, type: 'Placed', data: { n } });
+  const append = (count: number) => appendEvents(db.sql, count, byStream, schema);
+  return { schema, dispatcher, seen, append };
+}
+
+/** `reactor` (see lanedReactor) after 24 events, with s-1 … s-4 parked: 4 events each. */
+async function withParkedKeys() {
+  const broken = new Set(['s-1', 's-2', 's-3', 's-4']);
+  const laned = await lanedReactor(broken);
+  await laned.append(24);
+  await drainUntilIdle(laned.dispatcher);
+  return { ...laned, broken };
 }
 
 const VERBS = {
@@ -517,6 +548,68 @@ describe('dead letters and replay', () => {
       `dry run: would replay 1 dead letter(s) of indexer (ids ${id}); 1 of the given ids are not dead letters of indexer\n`,
     );
   });
+});
+
+describe('lanes and parked keys', () => {
+  test('status and diagnose show lanes as "lane k of N" and the parked keys, as text and with --json', async () => {
+    const { schema } = await withParkedKeys();
+    const [header, ...lines] = (await ok(sluice(schema, 'status'))).trimEnd().split('\n');
+    expect(header?.split(/\s{2,}/).slice(0, 3)).toEqual(['NAME', 'INSTANCE', 'STATUS']);
+    expect(lines.slice(0, 3).map((r) => r.split(/\s{2,}/).slice(0, 5))).toEqual(
+      [0, 1, 2].map((k) => ['reactor', `lane ${k} of 3`, 'idle', '24', '24']),
+    );
+    expect(lines.slice(3)).toEqual([
+      '',
+      'reactor: 4 parked key(s), their events set aside (sluice parked reactor)',
+    ]);
+    const rows = await json<Row[]>(sluice(schema, 'status', '--json'));
+    expect(rows.map((r) => [r['instanceId'], r['lane'], r['parkedKeys'], r['laneChange']])).toEqual(
+      [0, 1, 2].map((index) => [`*${index}/3`, { index, count: 3 }, 4, null]),
+    );
+
+    const text = await ok(sluice(schema, 'diagnose', 'reactor'));
+    expect(text).toMatch(/^consumer\s+reactor$/m);
+    expect(text).toMatch(/^lanes\s+3$/m);
+    expect(text).toMatch(/^parked keys\s+4 \(sluice parked reactor\)$/m);
+    expect(text).not.toMatch(/^lane change/m);
+    expect(text).toContain('findings:\n- 4 parked key(s): their events are set aside');
+    expect(await ok(sluice(schema, 'diagnose', 'reactor', '--instance', '*1/3'))).toMatch(
+      /^consumer\s+reactor \(lane 1 of 3\)$/m,
+    );
+    const diagnosis = await json<{ consumer: Row & { lanes: Row[] }; lanes: { consumer: Row }[] }>(
+      sluice(schema, 'diagnose', 'reactor', '--json'),
+    );
+    expect(diagnosis.consumer).toMatchObject({
+      instanceId: '*',
+      lane: null,
+      parkedKeys: 4,
+      laneChange: null,
+    });
+    expect(diagnosis.consumer.lanes.map((l) => l['lane'])).toEqual(
+      [0, 1, 2].map((index) => ({ index, count: 3 })),
+    );
+    expect(diagnosis.lanes.map((l) => l.consumer['instanceId'])).toEqual(['*0/3', '*1/3', '*2/3']);
+  });
+
+  test('a lane stuck on an event is named "lane k of N" in the findings and by skip', async () => {
+    const { schema, dispatcher, append } = await lanedReactor(new Set(['s-1']), false);
+    await append(6);
+    await dispatcher.runOnce();
+    const text = await ok(sluice(schema, 'diagnose', 'reactor'));
+    expect(text).toMatch(/^status\s+dead$/m);
+    expect(text).toMatch(
+      /^- lane [0-2] of 3: dead after 1 failed attempt\(s\) on event 2: cannot handle s-1$/m,
+    );
+    expect(text).not.toContain('*');
+    const [, ...rows] = (await ok(sluice(schema, 'status'))).trimEnd().split('\n');
+    expect(rows.filter((r) => / dead /.test(r))).toEqual([
+      expect.stringMatching(/^reactor\s+lane [0-2] of 3\s+dead\s/),
+    ]);
+    expect(await ok(sluice(schema, 'skip', 'reactor', '--event', '2'))).toMatch(
+      /^skipped event 2 of reactor \(lane [0-2] of 3\), dead → idle;/,
+    );
+  });
+
 });
 
 describe('failures and exit codes', () => {

@@ -1,6 +1,7 @@
 import type { AuditRecord } from '../../read-models.js';
 import { defineCommand } from '../command.js';
 import { JSON_OPTION } from '../common-options.js';
+import { instanceLabel } from '../format-action.js';
 import { formatTable } from '../format-table.js';
 import { formatTime, truncate } from '../format-text.js';
 import { optionalName, parseLimit } from '../parse-values.js';
@@ -34,7 +35,7 @@ function row(a: AuditRecord): string[] {
       ? '-'
       : a.instanceId === '*' || a.instanceId === null
         ? a.consumer
-        : `${a.consumer} (${a.instanceId})`;
+        : `${a.consumer} (${instanceLabel(a.instanceId)})`;
   return [a.id.toString(), formatTime(a.at), a.actor, a.action, consumer, cursor(a), details(a)];
 }
 
