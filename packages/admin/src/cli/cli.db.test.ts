@@ -182,6 +182,10 @@ const VERBS = {
   fence: ['<name>', '<event-id>', '--instance', '--reason', '--json'],
   'dead-letters': ['<name>', '--instance', '--limit', '--json'],
   replay: ['<name>', '--ids', '--limit', '--dry-run', '--instance', '--reason'],
+  parked: ['<name>', '--limit', '--json'],
+  'parked-events': ['<name>', '--key', '--limit', '--json'],
+  'replay-key': ['<name>', '--key', '--reason', '--json'],
+  'drop-key': ['<name>', '--key', '--reason', '--json'],
   audit: ['--consumer', '--limit', '--json'],
 } as const;
 
@@ -551,6 +555,71 @@ describe('dead letters and replay', () => {
 });
 
 describe('lanes and parked keys', () => {
+  test('parked lists the parked keys and parked-events the events of one, as tables and with --json', async () => {
+    const { schema } = await withParkedKeys();
+    const [header, ...rows] = (await ok(sluice(schema, 'parked', 'reactor'))).trimEnd().split('\n');
+    expect(header?.split(/\s{2,}/)).toEqual([
+      'KEY',
+      'FIRST EVENT',
+      'EVENTS',
+      'ATTEMPTS',
+      'PARKED',
+      'REPLAY',
+      'ERROR',
+    ]);
+    expect(rows.map((r) => r.split(/\s{2,}/))).toEqual(
+      [2, 3, 4, 5].map((first): unknown[] => [
+        `s-${first - 1}`,
+        String(first),
+        '4',
+        '1',
+        expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/),
+        '-',
+        `cannot handle s-${first - 1}`,
+      ]),
+    );
+    const keys = await json<Row[]>(sluice(schema, 'parked', 'reactor', '--json', '--limit', '1'));
+    expect(keys).toHaveLength(1);
+    expect(keys[0]).toEqual({
+      key: 's-1',
+      firstEventId: '2',
+      error: 'cannot handle s-1',
+      attempts: 1,
+      parkedAt: keys[0]?.['parkedAt'],
+      events: 4,
+      replayRequestedAt: null,
+    });
+    expect(keys[0]?.['parkedAt']).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+
+    const [eventsHeader, ...events] = (await ok(sluice(schema, 'parked-events', 'reactor', '--key', 's-1')))
+      .trimEnd()
+      .split('\n');
+    expect(eventsHeader?.split(/\s{2,}/)).toEqual(['EVENT', 'TYPE', 'STREAM', 'CREATED', 'PARKED', 'ERROR']);
+    expect(events.map((r) => r.trim().split(/\s{2,}/))).toEqual(
+      [2, 8, 14, 20].map((id): unknown[] => [
+        String(id),
+        'Placed',
+        's-1',
+        expect.stringMatching(/Z$/),
+        expect.stringMatching(/Z$/),
+        id === 2 ? 'cannot handle s-1' : '-',
+      ]),
+    );
+    const payloads = await json<Row[]>(
+      sluice(schema, 'parked-events', 'reactor', '--key', 's-1', '--limit', '2', '--json'),
+    );
+    expect(payloads).toEqual([
+      expect.objectContaining({
+        key: 's-1',
+        eventId: '2',
+        data: { n: 1 },
+        metadata: {},
+        error: 'cannot handle s-1',
+      }),
+      expect.objectContaining({ key: 's-1', eventId: '8', data: { n: 7 }, metadata: {}, error: null }),
+    ]);
+  });
+
   test('status and diagnose show lanes as "lane k of N" and the parked keys, as text and with --json', async () => {
     const { schema } = await withParkedKeys();
     const [header, ...lines] = (await ok(sluice(schema, 'status'))).trimEnd().split('\n');
@@ -610,6 +679,87 @@ describe('lanes and parked keys', () => {
     );
   });
 
+  test('replay-key delivers a key again, in order; drop-key gives one up; both audited; an unknown key exits 3', async () => {
+    const { schema, dispatcher, seen, broken } = await withParkedKeys();
+    broken.delete('s-1');
+    broken.delete('s-4');
+    expect(
+      await ok(sluice(schema, 'replay-key', 'reactor', '--key', 's-1', '--reason', 'fixed the template')),
+    ).toMatch(
+      /^replay requested for parked key s-1 of reactor \(4 event\(s\)\); the next turn of lane [0-2] of 3, which owns the key, delivers them in id order\n$/,
+    );
+    const replayed = await json<Row>(sluice(schema, 'replay-key', 'reactor', '--key', 's-4', '--json'));
+    expect(replayed).toEqual({
+      consumer: 'reactor',
+      key: 's-4',
+      action: 'replay-parked-key',
+      events: 4,
+      lane: replayed['lane'],
+    });
+    expect(replayed['lane']).toMatch(/^\*[0-2]\/3$/);
+    const replaying = await ok(sluice(schema, 'parked', 'reactor'));
+    expect(replaying).toMatch(/^s-1\s+2\s+4\s+1\s+\S+\s+requested\s/m);
+    expect(replaying).toMatch(/^s-2\s+3\s+4\s+1\s+\S+\s+-\s/m);
+
+    expect(await ok(sluice(schema, 'drop-key', 'reactor', '--key', 's-2'))).toBe(
+      'dropped parked key s-2 of reactor: 4 parked event(s) deleted without delivery; its later events flow again\n',
+    );
+    const dropped = await json<Row>(
+      sluice(schema, 'drop-key', 'reactor', '--key', 's-3', '--json', '--reason', 'obsolete'),
+    );
+    expect(dropped).toEqual({
+      consumer: 'reactor',
+      key: 's-3',
+      action: 'drop-parked-key',
+      events: 4,
+      lane: dropped['lane'],
+    });
+    expect(dropped['lane']).toMatch(/^\*[0-2]\/3$/);
+    await drainUntilIdle(dispatcher);
+    for (const stream of ['s-1', 's-4']) {
+      expect(seen.filter((e) => e.streamId === stream).map((e) => e.id)).toEqual(
+        [0, 6, 12, 18].map((n) => BigInt(n + Number(stream.slice(2)) + 1)),
+      );
+    }
+    expect(seen.filter((e) => e.streamId === 's-2' || e.streamId === 's-3')).toEqual([]);
+    expect(await ok(sluice(schema, 'parked', 'reactor'))).toBe('no parked keys for reactor\n');
+    expect(await ok(sluice(schema, 'parked', 'reactor', '--json'))).toBe('[]\n');
+    expect((await ok(sluice(schema, 'status'))).trimEnd().split('\n')).toHaveLength(4); // no line under the table
+
+    const audit = await json<Row[]>(sluice(schema, 'audit', '--json', '--consumer', 'reactor'));
+    expect(audit.map((a) => [a['action'], a['details']])).toEqual([
+      ['drop-parked-key', { key: 's-3', events: 4, reason: 'obsolete' }],
+      ['drop-parked-key', { key: 's-2', events: 4, reason: null }],
+      ['replay-parked-key', { key: 's-4', events: 4, reason: null }],
+      ['replay-parked-key', { key: 's-1', events: 4, reason: 'fixed the template' }],
+    ]);
+    expect(await ok(sluice(schema, 'audit', '--consumer', 'reactor'))).toMatch(
+      /^\s*\d+ .*drop-parked-key\s+reactor \(lane [0-2] of 3\)\s+24\s+.*"key":"s-3"/m,
+    );
+
+    const auditCount = await countOf(schema, 'audit');
+    for (const args of [
+      ['parked-events', 'reactor', '--key', 's-2'],
+      ['replay-key', 'reactor', '--key', 's-2'],
+      ['drop-key', 'reactor', '--key', 's-1'],
+    ]) {
+      const result = await sluice(schema, ...args);
+      expect(result.code, args.join(' ')).toBe(3);
+      expect(result.stdout, args.join(' ')).toBe('');
+      expect(result.stderr, args.join(' ')).toBe(
+        `sluice: Consumer "reactor" has no parked key "${args[3]}"\n`,
+      );
+    }
+    const unknown = await sluice(schema, 'drop-key', 'reactor', '--key', 'nope', '--json');
+    expect(unknown.code).toBe(3);
+    expect(JSON.parse(unknown.stderr)).toEqual({
+      code: 'SLUICE_KEY_NOT_PARKED',
+      message: 'Consumer "reactor" has no parked key "nope"',
+      exitCode: 3,
+    });
+    expect(await countOf(schema, 'audit')).toBe(auditCount);
+  });
+
 });
 
 describe('failures and exit codes', () => {
@@ -619,6 +769,10 @@ describe('failures and exit codes', () => {
       ['diagnose', 'nobody'],
       ['restart', 'nobody', '--from', 'now'],
       ['dead-letters', 'nobody'],
+      ['parked', 'nobody'],
+      ['parked-events', 'nobody', '--key', 's-1'],
+      ['replay-key', 'nobody', '--key', 's-1'],
+      ['drop-key', 'nobody', '--key', 's-1'],
     ]) {
       const result = await sluice(schema, ...args);
       expect(result.code, args.join(' ')).toBe(3);
@@ -680,6 +834,17 @@ describe('failures and exit codes', () => {
         ['replay', 'mailer', '--ids', Array.from({ length: 1001 }, (_, i) => i + 1).join(',')],
         '--ids takes at most 1000',
       ],
+      [['parked'], 'missing <name>'],
+      [['parked', 'reactor', '--limit', '0'], '--limit must be between 1 and 1000'],
+      [['parked', 'reactor', '--key', 's-1'], 'unknown option --key'],
+      [['parked-events', 'reactor'], 'missing --key <key>'],
+      [['parked-events', 'reactor', '--key', 'k'.repeat(1001)], 'Invalid option `--key`'],
+      [['parked-events', 'reactor', '--key', 's-1', '--limit', 'all'], '--limit must be a positive integer'],
+      [['replay-key', 'reactor'], 'missing --key <key>'],
+      [['replay-key', 'reactor', '--key', 's-1', '--reason', 'r'.repeat(1001)], 'Invalid option `--reason`'],
+      [['replay-key', 'reactor', '--key', '-s'], '--key needs a value; write --key=<value>'],
+      [['drop-key', 'n'.repeat(201), '--key', 's-1'], 'Invalid option `<name>`'],
+      [['drop-key', 'reactor', 's-1'], 'unexpected argument "s-1"'],
     ];
     const results = await Promise.all(cases.map(([args]) => run(args)));
     results.forEach((result, i) => {

@@ -3,8 +3,12 @@ import { auditCommand } from './commands/audit.js';
 import { deadLettersCommand } from './commands/dead-letters.js';
 import { diagnoseCommand } from './commands/diagnose.js';
 import { disableCommand } from './commands/disable.js';
+import { dropKeyCommand } from './commands/drop-key.js';
 import { enableCommand } from './commands/enable.js';
 import { fenceCommand } from './commands/fence.js';
+import { parkedEventsCommand } from './commands/parked-events.js';
+import { parkedCommand } from './commands/parked.js';
+import { replayKeyCommand } from './commands/replay-key.js';
 import { replayCommand } from './commands/replay.js';
 import { restartCommand } from './commands/restart.js';
 import { skipCommand } from './commands/skip.js';
@@ -21,5 +25,9 @@ export const COMMAND_LIST: readonly Command[] = [
   fenceCommand,
   deadLettersCommand,
   replayCommand,
+  parkedCommand,
+  parkedEventsCommand,
+  replayKeyCommand,
+  dropKeyCommand,
   auditCommand,
 ];

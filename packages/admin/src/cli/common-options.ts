@@ -64,3 +64,12 @@ export const REASON_OPTION = {
   value: 'text',
   description: 'why, kept in the audit',
 } as const satisfies OptionSpec;
+
+/** `--key`, for the commands that act on one parked key (docs/design.md §11.4). */
+export const KEY_OPTION = {
+  type: 'string',
+  value: 'key',
+  description:
+    "the parked key, as the KEY column of sluice parked shows it: a stream id, or the value of the consumer's laneKey field",
+  required: true,
+} as const satisfies OptionSpec;

@@ -29,3 +29,11 @@ export function formatAge(seconds: number): string {
 export function formatTime(date: Date | null): string {
   return date === null ? '-' : date.toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
+
+/**
+ * A parked key as tables and messages show it: as it is, or JSON-quoted when it is empty or has
+ * spaces, quotes, backslashes or control characters (`--json` gives every key as it is).
+ */
+export function keyText(key: string): string {
+  return /^[^\s"'\\\p{C}]+$/u.test(key) ? key : JSON.stringify(key);
+}

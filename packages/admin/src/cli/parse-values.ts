@@ -35,6 +35,14 @@ export function parseReason(text: string | undefined): string | undefined {
   return checkText(text, '--reason');
 }
 
+/**
+ * `--key`: a parked key as the admin API takes it (at most 1000 bytes, no NUL). The empty string is
+ * a key too (an event without the consumer's laneKey field is keyed ''): `--key ''` names it.
+ */
+export function parseKey(text: string | undefined, option = '--key'): string {
+  return checkText(text ?? '', option, 1000) ?? '';
+}
+
 /** A comma-separated list of ids (`--ids 1,2,3`). */
 export function parseIdList(text: string, option: string): bigint[] {
   const parts = text.split(',').map((part) => part.trim());
