@@ -186,6 +186,7 @@ const VERBS = {
   'parked-events': ['<name>', '--key', '--limit', '--json'],
   'replay-key': ['<name>', '--key', '--reason', '--json'],
   'drop-key': ['<name>', '--key', '--reason', '--json'],
+  relane: ['<name>', '--lanes', '--reason', '--json'],
   audit: ['--consumer', '--limit', '--json'],
 } as const;
 
@@ -760,6 +761,100 @@ describe('lanes and parked keys', () => {
     expect(await countOf(schema, 'audit')).toBe(auditCount);
   });
 
+  test('relane starts a change, shown by status and diagnose; refused (exit 4) while a switched change drains', async () => {
+    const { schema, dispatcher, append } = await lanedReactor(new Set());
+    const gap = await holdGap(db.sql, undefined, { schema }); // id 1, held open
+    onTestFinished(() => gap.release({ commit: false }));
+    await append(9); // ids 2 … 10
+    await dispatcher.runOnce();
+
+    expect(await ok(sluice(schema, 'relane', 'reactor', '--lanes', '5', '--reason', 'more throughput'))).toBe(
+      'changing reactor from 3 lanes to 5 lanes: the old lanes deliver up to the barrier 10, then the new lanes ' +
+        'go on from there (sluice diagnose reactor shows the change)\n',
+    );
+    expect(await ok(sluice(schema, 'status'))).toContain(
+      '\n\nreactor: changing from 3 to 5 lanes, not switched yet: the old lanes deliver up to the barrier 10, ' +
+        'then the new lanes go on from there\n',
+    );
+    expect(await json<Row>(sluice(schema, 'relane', 'reactor', '--lanes', '4', '--json'))).toEqual({
+      consumer: 'reactor',
+      from: 3,
+      to: 4,
+      outcome: 'retargeted',
+      barrier: '10',
+    });
+    expect(await ok(sluice(schema, 'relane', 'reactor', '--lanes', '4'))).toBe(
+      'reactor is already changing from 3 lanes to 4 lanes (barrier 10): nothing changed\n',
+    );
+    // Every old lane is at the barrier: a turn that holds every old lane's row switches (the lanes'
+    // turns run at once, so it may take a few passes); the old lanes still hold the gap.
+    const switched = async () => {
+      const [change] = await db.sql<{ switched: boolean }[]>`
+        select switched_at is not null as switched from ${tables(db.sql, schema).laneChanges}`;
+      return change?.switched === true;
+    };
+    for (let pass = 0; pass < 50 && !(await switched()); pass++) await dispatcher.runOnce();
+    expect(await switched()).toBe(true);
+
+    const auditCount = await countOf(schema, 'audit');
+    const refused = await sluice(schema, 'relane', 'reactor', '--lanes', '2');
+    expect(refused.code).toBe(4);
+    expect(refused.stdout).toBe('');
+    expect(refused.stderr).toMatch(/^sluice: Consumer "reactor" is still changing from 3 to 4 lanes: .*\n$/);
+    const refusedJson = await sluice(schema, 'relane', 'reactor', '--lanes', '2', '--json');
+    expect(refusedJson.code).toBe(4);
+    expect(JSON.parse(refusedJson.stderr)).toMatchObject({
+      code: 'SLUICE_LANE_CHANGE_IN_PROGRESS',
+      exitCode: 4,
+    });
+    expect(await countOf(schema, 'audit')).toBe(auditCount);
+
+    const rows = await json<Row[]>(sluice(schema, 'status', '--json'));
+    expect(rows.map((r) => r['instanceId'])).toEqual([
+      '*0/3',
+      '*0/4',
+      '*1/3',
+      '*1/4',
+      '*2/3',
+      '*2/4',
+      '*3/4',
+    ]);
+    expect(rows[0]?.['laneChange']).toEqual({ from: 3, to: 4, barrier: '10', switched: true });
+    expect(await ok(sluice(schema, 'status'))).toContain(
+      '\n\nreactor: changing from 3 to 4 lanes, switched at the barrier 10; the old lanes go once their pending gaps are resolved\n',
+    );
+    const text = await ok(sluice(schema, 'diagnose', 'reactor'));
+    expect(text).toMatch(/^lanes\s+3 and 4 \(old and new lanes while the change drains\)$/m);
+    expect(text).toMatch(/^lane change\s+from 3 to 4 lanes, switched at the barrier 10; /m);
+    expect(text).toMatch(/^- lane [0-2] of 3: 1 pending gap range\(s\)/m);
+
+    await gap.release({ commit: false });
+    await drainUntilIdle(dispatcher);
+    expect(await ok(sluice(schema, 'relane', 'reactor', '--lanes', '4'))).toBe(
+      'reactor already runs as 4 lanes: nothing changed\n',
+    );
+    const audit = await json<Row[]>(sluice(schema, 'audit', '--json', '--consumer', 'reactor'));
+    // The dispatcher's turns audit the switch and each retired lane; the operator's requests are these.
+    const requests = audit.filter((a) => a['action'] === 'relane');
+    expect(requests.map((a) => [a['actor'], a['details']])).toEqual([
+      [`cli:${userInfo().username}`, { from: 3, to: 4, outcome: 'retargeted' }],
+      [`cli:${userInfo().username}`, { from: 3, to: 5, outcome: 'started' }],
+    ]);
+  });
+
+  test('relane of a consumer without shared rows is a usage error (exit 2)', async () => {
+    const { schema } = await registeredDispatcher(
+      db.sql,
+      [{ name: 'local', delivery: 'per-instance', handler: () => undefined }],
+      { instanceId: 'web-1' },
+      'cli',
+    );
+    const result = await sluice(schema, 'relane', 'local', '--lanes', '2');
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(
+      /^sluice: Invalid option `name`: consumer "local" has no shared rows to re-lane/,
+    );
+  });
 });
 
 describe('failures and exit codes', () => {
@@ -773,6 +868,7 @@ describe('failures and exit codes', () => {
       ['parked-events', 'nobody', '--key', 's-1'],
       ['replay-key', 'nobody', '--key', 's-1'],
       ['drop-key', 'nobody', '--key', 's-1'],
+      ['relane', 'nobody', '--lanes', '2'],
     ]) {
       const result = await sluice(schema, ...args);
       expect(result.code, args.join(' ')).toBe(3);
@@ -845,6 +941,13 @@ describe('failures and exit codes', () => {
       [['replay-key', 'reactor', '--key', '-s'], '--key needs a value; write --key=<value>'],
       [['drop-key', 'n'.repeat(201), '--key', 's-1'], 'Invalid option `<name>`'],
       [['drop-key', 'reactor', 's-1'], 'unexpected argument "s-1"'],
+      [['relane', 'reactor'], 'missing --lanes <n>'],
+      [
+        ['relane', 'reactor', '--lanes', 'four'],
+        '--lanes must be a positive integer (digits only), got "four"',
+      ],
+      [['relane', 'reactor', '--lanes', '0'], '--lanes must be between 1 and 1024, got 0'],
+      [['relane', 'reactor', '--lanes', '1025'], '--lanes must be between 1 and 1024, got 1025'],
     ];
     const results = await Promise.all(cases.map(([args]) => run(args)));
     results.forEach((result, i) => {

@@ -8,6 +8,7 @@ import { enableCommand } from './commands/enable.js';
 import { fenceCommand } from './commands/fence.js';
 import { parkedEventsCommand } from './commands/parked-events.js';
 import { parkedCommand } from './commands/parked.js';
+import { relaneCommand } from './commands/relane.js';
 import { replayKeyCommand } from './commands/replay-key.js';
 import { replayCommand } from './commands/replay.js';
 import { restartCommand } from './commands/restart.js';
@@ -29,5 +30,6 @@ export const COMMAND_LIST: readonly Command[] = [
   parkedEventsCommand,
   replayKeyCommand,
   dropKeyCommand,
+  relaneCommand,
   auditCommand,
 ];

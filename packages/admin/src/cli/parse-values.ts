@@ -43,6 +43,19 @@ export function parseKey(text: string | undefined, option = '--key'): string {
   return checkText(text ?? '', option, 1000) ?? '';
 }
 
+/** The most lanes a consumer may run as (MAX_LANES in @sluice/core, which relane() checks too). */
+const MAX_LANES = 1024;
+
+/** `--lanes` of relane: digits only, 1 to 1024. */
+export function parseLaneCount(text: string, option = '--lanes'): number {
+  if (!/^[0-9]{1,9}$/.test(text))
+    throw new UsageError(`${option} must be a positive integer (digits only), got "${text}"`);
+  const lanes = Number(text);
+  if (lanes < 1 || lanes > MAX_LANES)
+    throw new UsageError(`${option} must be between 1 and ${MAX_LANES}, got ${lanes}`);
+  return lanes;
+}
+
 /** A comma-separated list of ids (`--ids 1,2,3`). */
 export function parseIdList(text: string, option: string): bigint[] {
   const parts = text.split(',').map((part) => part.trim());
