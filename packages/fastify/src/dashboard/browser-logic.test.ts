@@ -1,8 +1,19 @@
 // The dashboard's DOM-free modules, run in Node: which actions a consumer row offers, when its last
-// error counts as past, and the lag and throughput samples behind the charts.
+// error counts as past, how lane rows, lane changes and parked keys read, and the lag and
+// throughput samples behind the charts.
 import { describe, expect, test } from 'vitest';
 import { History, HISTORY_MS, slices, spanOf, summarize } from './static/ui/history.js';
-import { actionLabel, applicableActions, errorState, isStuck } from './static/ui/policy.js';
+import {
+  actionLabel,
+  applicableActions,
+  errorState,
+  isStuck,
+  laneChangeNote,
+  laneLabel,
+  laneOf,
+  parkedKeyCount,
+  totalParkedKeys,
+} from './static/ui/policy.js';
 import type { ConsumerSummary } from './static/ui/types.js';
 
 function row(fields: Partial<ConsumerSummary> = {}): ConsumerSummary {
@@ -70,6 +81,48 @@ describe('last error', () => {
         }),
       ),
     ).toBe('resolved');
+  });
+});
+
+describe('lanes and parked keys', () => {
+  test('a lane row reads as "lane k of N", from the server\'s lane or its instance id', () => {
+    expect(laneLabel(row({ instanceId: '*1/3', lane: { index: 1, count: 3 } }))).toBe('lane 1 of 3');
+    expect(laneLabel(row({ instanceId: '*0/16' }))).toBe('lane 0 of 16');
+    expect(laneOf(row({ instanceId: '*15/16' }))).toEqual({ index: 15, count: 16 });
+    // One lane, a per-instance row, and instance ids that only look like lanes: no lane.
+    expect(laneLabel(row({ instanceId: '*', lane: { index: 0, count: 1 } }))).toBeNull();
+    expect(laneLabel(row({ instanceId: 'web-1', lane: null }))).toBeNull();
+    for (const instanceId of ['*3/3', '*01/3', '*1/3x', '1/3', '*-1/3', '*1/0']) {
+      expect(laneOf(row({ instanceId })), instanceId).toBeNull();
+    }
+  });
+
+  test('a lane change in progress is a note with its counts and barrier', () => {
+    expect(laneChangeNote(row())).toBeNull();
+    expect(laneChangeNote(row({ laneChange: null }))).toBeNull();
+    expect(laneChangeNote(row({ laneChange: { from: 4, to: 16, barrier: '1234', switched: false } }))).toBe(
+      're-laning 4 → 16, barrier 1234',
+    );
+    expect(
+      laneChangeNote(row({ laneChange: { from: 4, to: 16, barrier: '9007199254740993', switched: true } })),
+    ).toBe('re-laning 4 → 16, barrier 9007199254740993, switched: old lanes draining');
+  });
+
+  test('parked keys are counted once per consumer, however many lane rows it has', () => {
+    expect(parkedKeyCount(row())).toBe(0);
+    expect(parkedKeyCount(row({ parkedKeys: 2 }))).toBe(2);
+    expect(parkedKeyCount(row({ parkedKeys: -1 }))).toBe(0);
+    const lanes = ['*0/3', '*1/3', '*2/3'].map((instanceId) =>
+      row({ name: 'reactor', instanceId, parkedKeys: 2 }),
+    );
+    expect(totalParkedKeys([...lanes, row({ name: 'mailer', parkedKeys: 1 }), row({ name: 'feed' })])).toBe(
+      3,
+    );
+    expect(totalParkedKeys([])).toBe(0);
+  });
+
+  test('parked keys are not an action of the row: the write actions stay as they were', () => {
+    expect(applicableActions(row({ instanceId: '*1/3', parkedKeys: 4 }))).toEqual(['disable', 'restart']);
   });
 });
 

@@ -4,25 +4,34 @@
 // the operator actions documented in docs/operating.md. Everything it shows is set as text.
 //
 //   ui/api.js       the ops API and the bearer token       ui/table.js    the consumers table
-//   ui/state.js     what the modules share                  ui/detail.js   diagnosis, dead letters, charts
-//   ui/policy.js    which actions apply, error state        ui/actions.js  the operator actions
+//   ui/state.js     what the modules share                  ui/detail.js   diagnosis, dead letters,
+//                                                                          parked keys, charts
+//   ui/policy.js    which actions apply, error state,       ui/actions.js  the operator actions
+//                   lanes and parked keys
 //   ui/history.js   lag and throughput samples              ui/dialog.js   the confirmation dialog
 //   ui/charts.js    SVG charts                              ui/payload.js  the payload dialog
 //   ui/sign-in.js   the bearer-token sign-in                ui/status.js   status line, banner, results
 import {
   disableAction,
+  dropKeyAction,
   enableAction,
   fenceAction,
   replayAction,
+  replayKeyAction,
   restartAction,
   skipAction,
 } from './ui/actions.js';
 import { ApiError, api, readToken, writeToken } from './ui/api.js';
 import { setUpDialog } from './ui/dialog.js';
 import { byId } from './ui/dom.js';
-import { closeDetail, detailConsumer, openDetail, refreshDetail } from './ui/detail.js';
+import { afterPoll, closeDetail, detailConsumer, openDetail, refreshDetail } from './ui/detail.js';
 import { keyOf } from './ui/format.js';
-import { openDeadLetterPayload, openEventPayload, setUpPayloadDialog } from './ui/payload.js';
+import {
+  openDeadLetterPayload,
+  openEventPayload,
+  openParkedEventsPayload,
+  setUpPayloadDialog,
+} from './ui/payload.js';
 import { askForToken, HISTORY_KEY, setUpSignIn, signedIn } from './ui/sign-in.js';
 import { authMode, hooks, readOnly, REFRESH_MS, state } from './ui/state.js';
 import { pollFailureMessage, setBanner, updateRefreshStatus } from './ui/status.js';
@@ -52,7 +61,7 @@ async function poll() {
     state.history.keepOnly(new Set(state.consumers.keys()));
     signedIn();
     renderConsumers(consumers, now);
-    if (state.detail?.kind === 'trends') refreshDetail();
+    afterPoll();
     setBanner(null);
   } catch (error) {
     state.lastFailed = true;
@@ -79,6 +88,7 @@ function runAction(button, c) {
   switch (action) {
     case 'diagnose':
     case 'dead-letters':
+    case 'parked-keys':
     case 'trends':
       openDetail(action, c, button);
       return;
@@ -112,6 +122,19 @@ function runAction(button, c) {
     case 'fence':
       fenceAction(c, button);
       return;
+    // A parked key's actions, from the Parked keys panel: the key is any text, '' included.
+    case 'view-parked-events':
+    case 'replay-key':
+    case 'drop-key': {
+      const key = button.getAttribute('data-key');
+      if (key === null) return;
+      const count = Number(button.getAttribute('data-events'));
+      const events = Number.isSafeInteger(count) && count > 0 ? count : null;
+      if (action === 'view-parked-events') openParkedEventsPayload(c, key, button);
+      else if (action === 'replay-key') replayKeyAction(c, key, events, button);
+      else dropKeyAction(c, key, events, button);
+      return;
+    }
     default:
       return;
   }

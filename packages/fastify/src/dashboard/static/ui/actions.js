@@ -4,7 +4,7 @@ import { api, consumerPath, describeError, instanceBody, queryOf } from './api.j
 import { field, linkChoice, openDialog, radioGroup, setDialogError } from './dialog.js';
 import { el } from './dom.js';
 import { labelOf, plural, truncate } from './format.js';
-import { actionLabel, isStuck } from './policy.js';
+import { actionLabel, isStuck, laneLabel } from './policy.js';
 import { DEAD_LETTER_LIMIT } from './state.js';
 
 /** @typedef {import('./types.js').ConsumerSummary} ConsumerSummary */
@@ -330,6 +330,64 @@ export function fenceAction(c, opener) {
       const id = gapId.input.value.trim();
       const r = await post(consumerPath(c, '/fence'), { eventId: id, ...instanceBody(c), ...extra });
       return `Fenced gap id ${r.eventId ?? id} of ${label}: a tombstone now holds it (${movement(r)}).`;
+    },
+  });
+}
+
+/** `"s-1"`, or `the empty key` (a laneKey field an event did not have). @param {string} key */
+function keyText(key) {
+  return key === '' ? 'the empty key' : JSON.stringify(truncate(key, 120));
+}
+
+/** @param {string} path @param {object} body */
+async function postKey(path, body) {
+  return /** @type {import('./types.js').ParkedKeyResult} */ (await api('POST', path, body));
+}
+
+/**
+ * Replays a parked key (docs/design.md §11.4): the lane that owns it delivers its events again, in
+ * order, on its next turn.
+ * @param {ConsumerSummary} c @param {string} key @param {number | null} events @param {HTMLElement} opener
+ */
+export function replayKeyAction(c, key, events, opener) {
+  const count = events === null ? 'Its parked events' : `Its ${plural(events, 'parked event')}`;
+  openDialog({
+    title: `Replay parked key ${keyText(key)} of ${c.name}`,
+    description:
+      `${count} are delivered again through the handler, in id order, one attempt each, by the next turn ` +
+      'of the lane that owns the key. Once they have all gone through, the key is no longer parked and ' +
+      'its later events flow as usual; one that fails again parks the key again from that event on.',
+    confirmLabel: 'Replay key',
+    opener,
+    onConfirm: async (extra) => {
+      const r = await postKey(consumerPath(c, '/parked-keys/replay'), { key, ...extra });
+      const lane = laneLabel({ instanceId: r.lane });
+      return (
+        `Replay requested for key ${keyText(key)} of ${c.name} (${plural(r.events, 'parked event')}): ` +
+        `delivered on the next turn of ${lane ?? 'the consumer'}.`
+      );
+    },
+  });
+}
+
+/**
+ * Drops a parked key: its parked events are deleted without being delivered, and its later
+ * events flow again.
+ * @param {ConsumerSummary} c @param {string} key @param {number | null} events @param {HTMLElement} opener
+ */
+export function dropKeyAction(c, key, events, opener) {
+  const count = events === null ? 'Its parked events' : `Its ${plural(events, 'parked event')}`;
+  openDialog({
+    title: `Drop parked key ${keyText(key)} of ${c.name}`,
+    description:
+      `${count} are deleted and never delivered; the key is no longer parked, so its later events ` +
+      'flow again. The audit keeps the count, not the events.',
+    confirmLabel: 'Drop key',
+    danger: true,
+    opener,
+    onConfirm: async (extra) => {
+      const r = await postKey(consumerPath(c, '/parked-keys/drop'), { key, ...extra });
+      return `Dropped key ${keyText(key)} of ${c.name}: ${plural(r.events, 'parked event')} deleted.`;
     },
   });
 }

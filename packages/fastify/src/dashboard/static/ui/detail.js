@@ -1,6 +1,6 @@
 // @ts-check
-// The detail panel under the table: a consumer's diagnosis, its dead letters, or its lag and
-// throughput charts.
+// The detail panel under the table: a consumer's diagnosis, its dead letters, its parked keys, or
+// its lag and throughput charts.
 import { api, consumerPath, describeError, queryOf } from './api.js';
 import { trendFigure } from './charts.js';
 import { restoreFocus } from './dialog.js';
@@ -15,7 +15,8 @@ import {
   timeAgo,
   truncate,
 } from './format.js';
-import { DEAD_LETTER_LIMIT, readOnly, state } from './state.js';
+import { parkedKeyCount } from './policy.js';
+import { DEAD_LETTER_LIMIT, PARKED_LIMIT, readOnly, state } from './state.js';
 
 /** @typedef {import('./types.js').ConsumerSummary} ConsumerSummary */
 /** @typedef {import('./state.js').Detail['kind']} DetailKind */
@@ -25,17 +26,20 @@ const ERROR_PREVIEW_CHARS = 80;
 const TITLES = {
   diagnose: 'Diagnosis of',
   'dead-letters': 'Dead letters of',
+  'parked-keys': 'Parked keys of',
   trends: 'Lag and throughput of',
 };
 
 /** @param {DetailKind} kind @param {ConsumerSummary} c @param {HTMLElement | null} opener */
 export function openDetail(kind, c, opener) {
   const section = byId('detail', HTMLElement);
-  state.detail = { kind, key: keyOf(c), consumer: c, opener };
+  state.detail = { kind, key: keyOf(c), consumer: c, opener, parkedKeys: parkedKeyCount(c) };
   section.setAttribute('data-detail', kind);
   section.setAttribute('data-consumer', c.name);
   section.setAttribute('data-instance', c.instanceId);
-  byId('detail-title', HTMLElement).textContent = `${TITLES[kind]} ${labelOf(c)}`;
+  // A consumer's parked keys are its whole's, whichever lane row the panel was opened from.
+  const subject = kind === 'parked-keys' ? c.name : labelOf(c);
+  byId('detail-title', HTMLElement).textContent = `${TITLES[kind]} ${subject}`;
   section.hidden = false;
   byId('detail-title', HTMLElement).focus();
   refreshDetail();
@@ -55,6 +59,21 @@ export function detailConsumer() {
   return detail ? (state.consumers.get(detail.key) ?? detail.consumer) : null;
 }
 
+/**
+ * After a poll: the charts follow every poll; the parked keys are reloaded when the consumer's
+ * count changed (a replayed key delivered and gone, a key parked), not on every poll, which would
+ * take the keyboard focus off their buttons every 2 s.
+ */
+export function afterPoll() {
+  const detail = state.detail;
+  if (detail?.kind === 'trends') refreshDetail();
+  if (detail?.kind !== 'parked-keys') return;
+  // Any row of the consumer: the lane it was opened from may be gone after a change of lanes.
+  const name = detail.consumer.name;
+  const row = [...state.consumers.values()].find((c) => c.name === name);
+  if (row && parkedKeyCount(row) !== detail.parkedKeys) refreshDetail();
+}
+
 /** Reloads the open panel (after an action, on its Refresh button; charts on every poll). */
 export function refreshDetail() {
   const detail = state.detail;
@@ -66,18 +85,29 @@ export function refreshDetail() {
     return;
   }
   body.setAttribute('aria-busy', 'true');
-  const load =
-    detail.kind === 'diagnose'
-      ? api('GET', consumerPath(c, `/diagnose${queryOf(c)}`)).then((d) =>
-          renderDiagnosis(/** @type {import('./types.js').Diagnosis} */ (d)),
-        )
-      : api('GET', consumerPath(c, `/dead-letters${queryOf(c, { limit: String(DEAD_LETTER_LIMIT) })}`)).then(
-          (letters) =>
-            renderDeadLetters(
-              c,
-              Array.isArray(letters) ? /** @type {import('./types.js').DeadLetter[]} */ (letters) : [],
-            ),
-        );
+  /** @type {Promise<Node[]>} */
+  let load;
+  if (detail.kind === 'diagnose') {
+    load = api('GET', consumerPath(c, `/diagnose${queryOf(c)}`)).then((d) =>
+      renderDiagnosis(/** @type {import('./types.js').Diagnosis} */ (d)),
+    );
+  } else if (detail.kind === 'parked-keys') {
+    const latest = [...state.consumers.values()].find((row) => row.name === c.name) ?? c;
+    detail.parkedKeys = parkedKeyCount(latest);
+    load = api('GET', consumerPath(c, `/parked-keys?limit=${PARKED_LIMIT}`)).then((keys) =>
+      renderParkedKeys(c, Array.isArray(keys) ? /** @type {import('./types.js').ParkedKey[]} */ (keys) : []),
+    );
+  } else {
+    load = api(
+      'GET',
+      consumerPath(c, `/dead-letters${queryOf(c, { limit: String(DEAD_LETTER_LIMIT) })}`),
+    ).then((letters) =>
+      renderDeadLetters(
+        c,
+        Array.isArray(letters) ? /** @type {import('./types.js').DeadLetter[]} */ (letters) : [],
+      ),
+    );
+  }
   load.then(
     (nodes) => {
       if (state.detail !== detail) return;
@@ -311,6 +341,79 @@ function renderDeadLetters(c, letters) {
   table.querySelectorAll('tbody tr').forEach((tr, i) => {
     const letter = letters[i];
     if (letter) tr.setAttribute('data-dead-letter', letter.id);
+  });
+  nodes.push(table);
+  return nodes;
+}
+
+/**
+ * A consumer's parked keys (docs/design.md §11.4), oldest first: each with the event and the error
+ * that parked it, how many of its events wait, and its actions: its events (payloads), Replay and
+ * Drop.
+ * @param {ConsumerSummary} c @param {import('./types.js').ParkedKey[]} keys
+ */
+function renderParkedKeys(c, keys) {
+  /** @type {Node[]} */
+  const nodes = [
+    el('p', {
+      class: 'detail-summary',
+      text:
+        keys.length === 0
+          ? 'No parked key.'
+          : `${plural(keys.length, 'parked key')} (oldest first, at most ${PARKED_LIMIT}). A parked key's ` +
+            'events wait, in order, until it is replayed or dropped; the consumer goes on with its other keys.',
+    }),
+  ];
+  if (keys.length === 0) return nodes;
+  const rows = keys.map((parked) => {
+    const error = parked.error ?? '';
+    /** @param {string} action @param {string} text @param {string} label @param {boolean} write */
+    const button = (action, text, label, write) =>
+      el('button', {
+        type: 'button',
+        class: write ? 'write' : null,
+        'data-action': action,
+        'data-key': parked.key,
+        'data-events': parked.events,
+        'aria-haspopup': 'dialog',
+        'aria-label': `${label} ${JSON.stringify(parked.key)} of ${c.name}`,
+        text,
+      });
+    const replayable = !readOnly && !parked.replayRequestedAt;
+    return [
+      el('span', { class: 'mono', text: parked.key === '' ? '(empty key)' : parked.key }),
+      el('span', { class: 'mono', text: parked.firstEventId }),
+      el('span', {
+        class: error ? '' : 'muted',
+        title: error || null,
+        text: error ? truncate(error, ERROR_PREVIEW_CHARS) : 'none',
+      }),
+      String(parked.events),
+      el(
+        'span',
+        {},
+        timeAgo(parked.parkedAt),
+        parked.replayRequestedAt
+          ? el('span', { class: 'cell-note' }, 'replay requested ', timeAgo(parked.replayRequestedAt))
+          : null,
+      ),
+      el(
+        'span',
+        { class: 'actions' },
+        button('view-parked-events', 'Events', 'Open the parked events of key', false),
+        replayable ? button('replay-key', 'Replay', 'Replay the parked key', true) : '',
+        readOnly ? '' : button('drop-key', 'Drop', 'Drop the parked key', true),
+      ),
+    ];
+  });
+  const table = simpleTable(
+    `Parked keys of ${c.name}`,
+    ['Key', 'First event', 'Error', 'Events', 'Parked', 'Actions'],
+    rows,
+  );
+  table.querySelectorAll('tbody tr').forEach((tr, i) => {
+    const parked = keys[i];
+    if (parked) tr.setAttribute('data-parked-key', parked.key);
   });
   nodes.push(table);
   return nodes;

@@ -1,6 +1,7 @@
 // @ts-check
 // Formatting of durations, times, counts and consumer labels.
 import { el } from './dom.js';
+import { laneLabel } from './policy.js';
 
 /** @param {number | null | undefined} seconds */
 export function formatDuration(seconds) {
@@ -60,9 +61,14 @@ export function formatCount(count) {
   return `${(count / 1_000_000).toFixed(1).replace(/\.0$/, '')}M`;
 }
 
-/** `mailer`, or `mailer (instance web-1)`. @param {import('./types.js').ConsumerKey} c */
+/**
+ * `mailer`, `mailer (instance web-1)`, or `mailer (lane 1 of 3)` for the row `*1/3`.
+ * @param {import('./types.js').ConsumerKey & { lane?: import('./types.js').Lane | null }} c
+ */
 export function labelOf(c) {
-  return c.instanceId === '*' ? c.name : `${c.name} (instance ${c.instanceId})`;
+  if (c.instanceId === '*') return c.name;
+  const lane = laneLabel(c);
+  return lane ? `${c.name} (${lane})` : `${c.name} (instance ${c.instanceId})`;
 }
 
 /** The key of a consumer row in the dashboard's maps. @param {import('./types.js').ConsumerKey} c */

@@ -1,10 +1,11 @@
 // @ts-check
-// The payload dialog: one event a consumer is stuck on, or one dead letter, with its data and
-// metadata as the server's `ops.redact` left them.
+// The payload dialog: one event a consumer is stuck on, one dead letter, or the events set aside
+// under a parked key, with their data and metadata as the server's `ops.redact` left them.
 import { api, consumerPath, describeError, queryOf } from './api.js';
 import { modalClosed, modalOpened, restoreFocus } from './dialog.js';
 import { byId, el } from './dom.js';
 import { clockTime, labelOf, plural, timeAgo } from './format.js';
+import { PARKED_LIMIT } from './state.js';
 
 /** @typedef {import('./types.js').ConsumerSummary} ConsumerSummary */
 
@@ -137,6 +138,61 @@ export function openDeadLetterPayload(c, id, from) {
       ];
     },
     'dead-letter',
+  );
+}
+
+/**
+ * The events a consumer set aside under one parked key, in id order: the order a replay delivers
+ * them in. The first one carries the error that parked the key.
+ * @param {ConsumerSummary} c @param {string} key @param {HTMLElement | null} from
+ */
+export function openParkedEventsPayload(c, key, from) {
+  open(
+    `Parked events of key ${JSON.stringify(key)} of ${c.name}`,
+    from,
+    async () => {
+      const query = new URLSearchParams({ key, limit: String(PARKED_LIMIT) }).toString();
+      const answer = await api('GET', consumerPath(c, `/parked-keys/events?${query}`));
+      const events = Array.isArray(answer) ? /** @type {import('./types.js').ParkedEvent[]} */ (answer) : [];
+      /** @type {Node[]} */
+      const nodes = [
+        facts([
+          ['Key', el('span', { class: 'mono', text: key === '' ? '(empty key)' : key })],
+          [
+            'Events',
+            events.length >= PARKED_LIMIT
+              ? `the first ${PARKED_LIMIT}, in id order (the order a replay delivers them in)`
+              : `${plural(events.length, 'event')}, in id order (the order a replay delivers them in)`,
+          ],
+        ]),
+        el('p', { class: 'hint', text: REDACTION_NOTE }),
+      ];
+      for (const event of events) {
+        nodes.push(
+          el(
+            'section',
+            { class: 'parked-event', 'data-parked-event': event.eventId },
+            el('h3', { class: 'mono', text: `Event ${event.eventId} (${event.type})` }),
+            facts([
+              ['Stream', el('span', { class: 'mono', text: event.streamId })],
+              ['Appended', clockTime(event.eventCreatedAt)],
+              ['Parked', el('span', {}, clockTime(event.parkedAt), ' (', timeAgo(event.parkedAt), ')')],
+              [
+                'Why',
+                event.error
+                  ? 'its failure parked the key'
+                  : 'set aside behind an earlier event of the parked key',
+              ],
+            ]),
+            event.error ? el('pre', { class: 'error-full', text: event.error }) : null,
+            json('Data', event.data, 'data'),
+            json('Metadata', event.metadata, 'metadata'),
+          ),
+        );
+      }
+      return nodes;
+    },
+    'parked-events',
   );
 }
 

@@ -1,6 +1,6 @@
 // @ts-check
-// Which operator actions apply to a consumer row, and whether its last error is still current.
-// Pure functions of what `GET consumers` answers: no DOM, so a unit test runs them in Node.
+// Which operator actions apply to a consumer row, whether its last error is still current, and how
+// a lane row, a lane change and parked keys read. Pure functions of what `GET consumers` answers: no DOM, so a unit test runs them in Node.
 
 /** @typedef {import('./types.js').ConsumerSummary} ConsumerSummary */
 
@@ -70,4 +70,71 @@ const ACTION_NAMES = {
 export function errorState(c) {
   if (!c.lastError) return 'none';
   return c.lastErrorResolvedAt ? 'resolved' : 'current';
+}
+
+/** @typedef {import('./types.js').Lane} Lane */
+
+/** A lane's instance id: `*k/N`, lane k (0 … N − 1) of N (docs/design.md §11.1). */
+const LANE_ID = /^\*(0|[1-9]\d{0,3})\/([1-9]\d{0,3})$/;
+
+/**
+ * The lane a row is when its consumer runs as several lanes: the server's `lane`, else read from
+ * the instance id `*k/N`. Null for a consumer of one lane (`*`, lane 0 of 1) and a per-instance row.
+ * @param {{ instanceId: string, lane?: Lane | null }} c
+ * @returns {Lane | null}
+ */
+export function laneOf(c) {
+  let lane = c.lane ?? null;
+  if (!lane) {
+    const match = LANE_ID.exec(c.instanceId);
+    lane = match ? { index: Number(match[1]), count: Number(match[2]) } : null;
+  }
+  return lane && lane.count > 1 && lane.index < lane.count ? lane : null;
+}
+
+/**
+ * How a lane row is named: "lane 1 of 3" (its instance id is `*1/3`), or null for any other row.
+ * @param {{ instanceId: string, lane?: Lane | null }} c
+ * @returns {string | null}
+ */
+export function laneLabel(c) {
+  const lane = laneOf(c);
+  return lane ? `lane ${lane.index} of ${lane.count}` : null;
+}
+
+/**
+ * A change of the consumer's lane count in progress, in words: "re-laning 4 → 16, barrier 1234",
+ * then "…, switched: old lanes draining" once the new lanes run and the old ones resolve their
+ * pending gaps below the barrier. Null when there is none.
+ * @param {ConsumerSummary} c
+ * @returns {string | null}
+ */
+export function laneChangeNote(c) {
+  const change = c.laneChange;
+  if (!change) return null;
+  const note = `re-laning ${change.from} → ${change.to}, barrier ${change.barrier}`;
+  return change.switched ? `${note}, switched: old lanes draining` : note;
+}
+
+/**
+ * The consumer's parked keys (every lane row of a consumer says the same count). The row offers
+ * its Parked keys panel only when there are some.
+ * @param {ConsumerSummary} c
+ */
+export function parkedKeyCount(c) {
+  const count = c.parkedKeys ?? 0;
+  return Number.isSafeInteger(count) && count > 0 ? count : 0;
+}
+
+/**
+ * Parked keys over a poll's rows: each consumer counted once, however many lane rows it has.
+ * @param {readonly ConsumerSummary[]} consumers
+ */
+export function totalParkedKeys(consumers) {
+  /** @type {Map<string, number>} */
+  const byName = new Map();
+  for (const c of consumers) byName.set(c.name, Math.max(byName.get(c.name) ?? 0, parkedKeyCount(c)));
+  let total = 0;
+  for (const count of byName.values()) total += count;
+  return total;
 }

@@ -6,6 +6,8 @@ import { History } from './history.js';
 export const REFRESH_MS = 2000;
 /** How many dead letters the panel lists. */
 export const DEAD_LETTER_LIMIT = 100;
+/** How many parked keys the panel lists, and how many of a key's events the payload dialog shows. */
+export const PARKED_LIMIT = 100;
 
 /** The server refuses writes here: the page offers none (set by the server in the page). */
 export const readOnly = document.body.getAttribute('data-read-only') === 'true';
@@ -17,10 +19,12 @@ export const authMode = document.body.getAttribute('data-auth') === 'token' ? 't
 
 /**
  * @typedef {object} Detail the open detail panel
- * @property {'diagnose' | 'dead-letters' | 'trends'} kind
+ * @property {'diagnose' | 'dead-letters' | 'parked-keys' | 'trends'} kind
  * @property {string} key
  * @property {import('./types.js').ConsumerSummary} consumer
  * @property {HTMLElement | null} opener
+ * @property {number} parkedKeys the consumer's parked keys when the panel was last loaded: the
+ *   parked-keys panel reloads when a poll sees another count (a replayed key gone)
  */
 
 export const state = {

@@ -4,7 +4,17 @@
 import { byId, el, nextId, present } from './dom.js';
 import { clockTime, formatDuration, keyOf, labelOf, plural, timeAgo, truncate } from './format.js';
 import { trendCell } from './charts.js';
-import { actionLabel, applicableActions, errorState, isStuck, WRITE_ACTIONS } from './policy.js';
+import {
+  actionLabel,
+  applicableActions,
+  errorState,
+  isStuck,
+  laneChangeNote,
+  laneLabel,
+  parkedKeyCount,
+  totalParkedKeys,
+  WRITE_ACTIONS,
+} from './policy.js';
 import { readOnly, state } from './state.js';
 
 /** @typedef {import('./types.js').ConsumerSummary} ConsumerSummary */
@@ -141,6 +151,7 @@ function createRow(c) {
   };
   add('diagnose', 'Diagnose', false);
   add('dead-letters', 'Dead letters', false);
+  add('parked-keys', 'Parked keys', false);
   if (!readOnly) for (const action of WRITE_ACTIONS) add(action, actionLabel(action, c), true);
   cells.actions.append(group);
 
@@ -153,10 +164,14 @@ function updateRow(row, c, key, now) {
   const { cells } = row;
   const label = labelOf(c);
 
+  // A lane row (instance `*k/N`) is named as the lane it is; its instance id is in the title.
+  const lane = laneLabel(c);
   const instance =
     c.instanceId === '*'
       ? null
-      : el('span', { class: 'cell-note' }, `instance ${c.instanceId} · seen `, timeAgo(c.lastSeenAt));
+      : lane
+        ? el('span', { class: 'cell-note', 'data-lane': lane, title: `instance ${c.instanceId}`, text: lane })
+        : el('span', { class: 'cell-note' }, `instance ${c.instanceId} · seen `, timeAgo(c.lastSeenAt));
   cells['name']?.replaceChildren(
     ...present([el('span', { class: 'consumer-name', text: c.name }), instance]),
   );
@@ -176,7 +191,15 @@ function updateRow(row, c, key, now) {
     note(`retrying, ${plural(c.attempts, 'failed attempt')}`);
   }
   if ((c.rearmCount ?? 0) > 0) note(`re-armed ${plural(c.rearmCount ?? 0, 'time')}`);
+  // The consumer's whole: every lane row of it says the same.
+  const parked = parkedKeyCount(c);
+  if (parked > 0) note(`${plural(parked, 'parked key')}`);
+  const change = laneChangeNote(c);
+  if (change) note(change);
   status.notes.replaceChildren(...notes);
+  row.tr.setAttribute('data-parked-keys', String(parked));
+  if (c.laneChange) row.tr.setAttribute('data-lane-change', `${c.laneChange.from}-${c.laneChange.to}`);
+  else row.tr.removeAttribute('data-lane-change');
   // The button stays the same element between polls: focus returns to it from the payload dialog.
   const stuck = isStuck(c) && c.stuckEventId ? c.stuckEventId : null;
   status.stuck.hidden = stuck === null;
@@ -245,6 +268,11 @@ function updateRow(row, c, key, now) {
   }
   const skip = row.buttons['skip'];
   if (skip && c.stuckEventId) skip.title = `Skip event ${c.stuckEventId}`;
+  const parkedButton = row.buttons['parked-keys'];
+  if (parkedButton) {
+    parkedButton.hidden = parked === 0;
+    parkedButton.setAttribute('aria-label', `Parked keys of ${c.name} (${parked})`);
+  }
 }
 
 /** @param {Row} row @param {ConsumerSummary} c */
@@ -351,6 +379,7 @@ function renderSummary(consumers) {
       label: 'dead letters',
       tone: 'warn',
     },
+    { key: 'parked-keys', value: totalParkedKeys(consumers), label: 'parked keys', tone: 'warn' },
   ];
   byId('summary', HTMLElement).replaceChildren(
     ...tiles.map((t) =>

@@ -29,6 +29,26 @@
  * @property {string | null} [lastSeenAt]
  * @property {string | null} [lastProgressAt]
  * @property {number} [deadLetters]
+ * @property {Lane | null} [lane] the row as a lane of its consumer (`*k/N`); null for a per-instance row
+ * @property {number} [parkedKeys] keys the consumer has parked (its whole: every lane row says the same)
+ * @property {LaneChange | null} [laneChange] a change of the consumer's lane count in progress
+ * @property {ConsumerSummary[]} [lanes] a laned consumer shown as a whole: each lane's row
+ */
+
+/**
+ * Where a row sits among its consumer's lanes: lane `index` (0 … count − 1) of `count`.
+ * @typedef {object} Lane
+ * @property {number} index
+ * @property {number} count
+ */
+
+/**
+ * A change of a consumer's lane count: the old lanes deliver up to `barrier`, the new ones from it.
+ * @typedef {object} LaneChange
+ * @property {number} from
+ * @property {number} to
+ * @property {string} barrier
+ * @property {boolean} switched the new lanes exist; the old ones finish their pending gaps
  */
 
 /**
@@ -108,6 +128,7 @@
  * @property {string} [statusAfter]
  * @property {string} [eventId]
  * @property {string | null} [until]
+ * @property {ActionResult[]} [lanes] an action on a laned consumer as a whole: what it did to each lane
  */
 
 /**
@@ -115,6 +136,43 @@
  * @property {boolean} dryRun
  * @property {number} count
  * @property {string[]} deadLetterIds
+ */
+
+/**
+ * A key the consumer parked (`GET consumers/:name/parked-keys`).
+ * @typedef {object} ParkedKey
+ * @property {string} key
+ * @property {string} firstEventId the event whose failure parked it
+ * @property {string | null} [error]
+ * @property {number} [attempts]
+ * @property {string} parkedAt
+ * @property {number} events its events set aside, the first one included
+ * @property {string | null} [replayRequestedAt] a replay asked for and not done yet
+ */
+
+/**
+ * An event set aside under a parked key (`GET consumers/:name/parked-keys/events?key=`); data and
+ * metadata as `ops.redact` left them.
+ * @typedef {object} ParkedEvent
+ * @property {string} key
+ * @property {string} eventId
+ * @property {string} streamId
+ * @property {string} type
+ * @property {unknown} [data]
+ * @property {unknown} [metadata]
+ * @property {string} [eventCreatedAt]
+ * @property {string} [parkedAt]
+ * @property {string | null} [error] the failure that parked the key, on its first event
+ */
+
+/**
+ * What a replay or a drop of a parked key did.
+ * @typedef {object} ParkedKeyResult
+ * @property {string} consumer
+ * @property {string} key
+ * @property {string} action
+ * @property {number} events
+ * @property {string} lane the lane that owns the key: '*' or '*k/N'
  */
 
 /** A consumer row's identity: a shared row has the instance id '*'. */
