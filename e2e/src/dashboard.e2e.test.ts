@@ -4,14 +4,17 @@
 // order-stats recover and opens its dead letter and one of the mailer's (a hard bounce, the address
 // redacted); the charts fill from the polls; the page fits 1280 px and 390 px without sideways
 // scrolling, and the screenshots in docs/images are taken here. On a plugin app with a bearer
-// token: the page loads without credentials and asks for the token.
+// token: the page loads without credentials and asks for the token. On a plugin app with a consumer
+// run as lanes that parks keys: each lane is a row named "lane k of N"; a key is parked, the
+// operator opens Parked keys, reads the key's events (redacted), replays it once the failure is
+// fixed and the key is gone; a change of the lane count shows as a note until it is through.
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { buildApp, OPS_PREFIX } from '@sluice/demo/app';
-import sluice, { bearerAuth } from '@sluice/fastify';
-import { migrate, silentLogger } from '@sluice/core';
-import { appendEvents, failingOn, recordingConsumer } from '@sluice/testing';
+import sluice, { basicAuth, bearerAuth } from '@sluice/fastify';
+import { migrate, silentLogger, type EventRecord } from '@sluice/core';
+import { appendEvents, failingOn, holdGap, recordingConsumer } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import Fastify from 'fastify';
 import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
@@ -97,6 +100,11 @@ async function offered(row: Locator): Promise<string[]> {
 }
 
 const status = (row: Locator) => row.locator('[data-status]').getAttribute('data-status');
+
+/** An attribute of every element a locator matches, in order. */
+async function attributes(locator: Locator, name: string): Promise<(string | null)[]> {
+  return Promise.all((await locator.all()).map((element) => element.getAttribute(name)));
+}
 
 test.skipIf(!hasChromium)(
   'an operator opens the stuck event, skips it, reads the dead letters, and the page fits 1280 and 390 px',
@@ -408,5 +416,210 @@ test.skipIf(!hasChromium)(
     expect(await page.locator('tr[data-consumer]').count()).toBe(0);
     expect(await page.evaluate('sessionStorage.length')).toBe(0);
     expect(pageErrors).toEqual([]);
+  },
+);
+
+test.skipIf(!hasChromium)(
+  'a laned consumer parks a key: the operator reads its events, replays it once fixed, and it is gone',
+  async () => {
+    const schema = 'lanes_e2e';
+    await migrate(db.sql, { schema, logger: silentLogger });
+    const broken = new Set(['order-1']);
+    const delivered: EventRecord[] = [];
+    const app = Fastify({ logger: false });
+    await app.register(sluice, {
+      sql: db.sql,
+      schema,
+      consumers: [
+        {
+          name: 'reactor',
+          lanes: 3,
+          errorPolicy: { maxAttempts: 1, parkKey: true },
+          handler: (event) => {
+            if (broken.has(event.streamId)) throw new Error(`cannot handle ${event.streamId}`);
+            delivered.push(event);
+          },
+        },
+        recordingConsumer('projection').consumer,
+      ],
+      listen: false,
+      pollIntervalMs: 50,
+      logger: silentLogger,
+      ops: {
+        auth: basicAuth({ username: 'ops', password: PASSWORD }),
+        redact: ({ data, metadata }) => ({ data: { ...data, email: '[redacted]' }, metadata }),
+      },
+    });
+    onTestFinished(() => app.close());
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    const basic = { authorization: `Basic ${Buffer.from(`ops:${PASSWORD}`).toString('base64')}` };
+    // Four keys; order-1 (events 2, 6 and 10) fails and is parked, the others go on.
+    await appendEvents(
+      db.sql,
+      12,
+      (n) => ({ streamId: `order-${n % 4}`, type: 'OrderPlaced', data: { n, email: `c${n}@example.com` } }),
+      schema,
+    );
+
+    const context = await browser!.newContext({
+      httpCredentials: { username: 'ops', password: PASSWORD },
+      viewport: { width: 1280, height: 800 },
+    });
+    onTestFinished(() => context.close());
+    const page = await context.newPage();
+    const pageErrors = watchErrors(page);
+    await page.goto(`${base}/sluice/`);
+
+    // One row per lane, named as the lane it is; the consumer's parked key on each of them.
+    const lanes = page.locator('tr[data-consumer="reactor"]');
+    await expect.poll(() => lanes.count(), { timeout: 30_000 }).toBe(3);
+    expect(await lanes.locator('[data-lane]').allTextContents()).toEqual([
+      'lane 0 of 3',
+      'lane 1 of 3',
+      'lane 2 of 3',
+    ]);
+    expect(await lanes.first().locator('[data-lane]').getAttribute('title')).toBe('instance *0/3');
+    await expect
+      .poll(() => page.locator('tr[data-consumer="reactor"][data-parked-keys="1"]').count(), {
+        timeout: 30_000,
+      })
+      .toBe(3);
+    expect(await lanes.first().locator('.status-notes').textContent()).toContain('1 parked key');
+    expect(await page.locator('[data-tile="parked-keys"] .tile-value').textContent()).toBe('1');
+    const projection = page.locator('tr[data-consumer="projection"]');
+    expect(await projection.locator('[data-action="parked-keys"]').isVisible()).toBe(false);
+    // The lanes go on with the other keys: every lane at the head, none dead.
+    await expect
+      .poll(async () => (await attributes(lanes.locator('[data-status]'), 'data-status')).join())
+      .toBe('idle,idle,idle');
+
+    // The Parked keys panel, from the second lane's row: the key, its first event, error and count.
+    await lanes.nth(1).locator('[data-action="parked-keys"]').click();
+    const detail = page.locator('#detail[data-detail="parked-keys"]');
+    expect(await page.locator('#detail-title').textContent()).toBe('Parked keys of reactor');
+    const parkedRow = detail.locator('tr[data-parked-key="order-1"]');
+    await expect.poll(() => parkedRow.count(), { timeout: 10_000 }).toBe(1);
+    const cells = await parkedRow.locator('th, td').allTextContents();
+    expect(cells.slice(0, 4)).toEqual(['order-1', '2', 'cannot handle order-1', '3']);
+    // 1280 px with the panel open: nothing scrolls sideways.
+    await settle(page);
+    expect(await overflow(page)).toEqual({ page: 0, table: 0 });
+
+    // Its events, in the order a replay delivers them, payloads through ops.redact.
+    await parkedRow.locator('[data-action="view-parked-events"]').click();
+    const payload = page.locator('#payload-dialog[open][data-payload-kind="parked-events"]');
+    await expect.poll(() => payload.locator('[data-parked-event]').count(), { timeout: 10_000 }).toBe(3);
+    expect(await payload.locator('#payload-title').textContent()).toBe(
+      'Parked events of key "order-1" of reactor',
+    );
+    expect(await attributes(payload.locator('[data-parked-event]'), 'data-parked-event')).toEqual([
+      '2',
+      '6',
+      '10',
+    ]);
+    const first = JSON.parse(
+      (await payload.locator('[data-parked-event="2"] [data-payload="data"]').textContent()) ?? '',
+    ) as { n: number; email: string };
+    expect(first).toEqual({ n: 1, email: '[redacted]' });
+    expect(await payload.locator('[data-parked-event="2"]').textContent()).toContain('cannot handle order-1');
+    expect(await payload.textContent()).not.toContain('@example.com');
+    await page.keyboard.press('Escape');
+    await expect.poll(() => payload.count()).toBe(0);
+    expect(await focusedAction(page)).toBe('view-parked-events');
+
+    // Fixed: the operator replays the key; its events are delivered in order and the key is gone.
+    broken.delete('order-1');
+    await parkedRow.locator('[data-action="replay-key"]').click();
+    const dialog = page.locator('#action-dialog[open]');
+    expect(await dialog.locator('#dialog-title').textContent()).toBe(
+      'Replay parked key "order-1" of reactor',
+    );
+    expect(await dialog.locator('#dialog-description').textContent()).toMatch(
+      /^Its 3 parked events are delivered/,
+    );
+    await dialog.locator('#dialog-reason').fill('fixed the order template');
+    await dialog.locator('[data-confirm]').click();
+    await expect
+      .poll(() => page.locator('#result').textContent(), { timeout: 10_000 })
+      .toMatch(
+        /Replay requested for key "order-1" of reactor \(3 parked events\): delivered on the next turn of lane [0-2] of 3\./,
+      );
+    await expect.poll(() => detail.locator('tr[data-parked-key]').count(), { timeout: 30_000 }).toBe(0);
+    expect(await detail.locator('.detail-summary').textContent()).toBe('No parked key.');
+    await expect
+      .poll(() => page.locator('tr[data-consumer="reactor"][data-parked-keys="0"]').count(), {
+        timeout: 10_000,
+      })
+      .toBe(3);
+    expect(await lanes.locator('[data-action="parked-keys"]:visible').count()).toBe(0);
+    expect(await page.locator('[data-tile="parked-keys"] .tile-value').textContent()).toBe('0');
+    expect(delivered.filter((e) => e.streamId === 'order-1').map((e) => e.id)).toEqual([2n, 6n, 10n]);
+
+    // A change of the lane count: a note on every lane row while the old lanes drain (they hold a
+    // gap), then the new lanes, named "lane k of 4".
+    const gap = await holdGap(db.sql, undefined, { schema });
+    onTestFinished(() => gap.release({ commit: false }).catch(() => undefined));
+    await appendEvents(
+      db.sql,
+      4,
+      (n) => ({ streamId: `order-${n}`, type: 'OrderPlaced', data: { n } }),
+      schema,
+    );
+    // Every lane past the new events with the held id pending below them: the barrier is above it.
+    const laneRows = async () =>
+      (
+        (await (await fetch(`${base}/sluice/consumers`, { headers: basic })).json()) as {
+          name: string;
+          cursor: string;
+          pendingGaps: number;
+        }[]
+      ).filter((c) => c.name === 'reactor');
+    await expect
+      .poll(async () => (await laneRows()).map((c) => `${c.cursor}:${c.pendingGaps}`).join(), {
+        timeout: 30_000,
+      })
+      .toBe('17:1,17:1,17:1');
+    const relane = await fetch(`${base}/sluice/consumers/reactor/lanes`, {
+      method: 'POST',
+      headers: { ...basic, 'content-type': 'application/json' },
+      body: JSON.stringify({ lanes: 4, reason: 'more throughput' }),
+    });
+    expect(relane.status).toBe(200);
+    const { barrier } = (await relane.json()) as { barrier: string };
+    const note = lanes.first().locator('.status-notes');
+    await expect
+      .poll(() => note.textContent(), { timeout: 30_000 })
+      .toContain(`re-laning 3 → 4, barrier ${barrier}, switched: old lanes draining`);
+    expect(await page.locator('tr[data-consumer="reactor"][data-lane-change="3-4"]').count()).toBe(7);
+    await settle(page);
+    expect(await overflow(page)).toEqual({ page: 0, table: 0 });
+    await gap.release({ commit: false });
+    await expect.poll(() => lanes.count(), { timeout: 30_000 }).toBe(4);
+    expect(await lanes.locator('[data-lane]').allTextContents()).toEqual([
+      'lane 0 of 4',
+      'lane 1 of 4',
+      'lane 2 of 4',
+      'lane 3 of 4',
+    ]);
+    await expect.poll(() => page.locator('tr[data-lane-change]').count(), { timeout: 10_000 }).toBe(0);
+
+    // 390 px, the laned rows as cards and the panel: no sideways scrolling.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await settle(page);
+    await expect.poll(() => overflow(page)).toEqual({ page: 0, table: 0 });
+    expect(pageErrors).toEqual([]);
+
+    const audit = (await (
+      await fetch(`${base}/sluice/audit?consumer=reactor`, { headers: basic })
+    ).json()) as {
+      action: string;
+      actor: string;
+    }[];
+    // The operator's actions, besides what the dispatcher recorded of the change (lanes switched, retired).
+    expect(audit.filter((a) => a.actor === 'ops').map((a) => a.action)).toEqual([
+      'relane',
+      'replay-parked-key',
+    ]);
   },
 );
