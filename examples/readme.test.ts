@@ -17,6 +17,7 @@ function codeBlocks(readme: string, heading: string): string[] {
 test.each([
   ['README.md', 'In your Fastify app', 0, 'examples/fastify-app.ts'],
   ['README.md', 'Without Fastify', 0, 'examples/without-fastify.ts'],
+  ['README.md', 'Lanes, parked keys and type filters', 0, 'examples/lanes.ts'],
   ['packages/testing/README.md', 'vitest', 0, 'examples/testing/vitest.config.ts'],
   ['packages/testing/README.md', 'vitest', 1, 'examples/testing/orders.test.ts'],
 ])('%s, section "%s", code block %i is %s as it is', (readme, heading, index, file) => {
