@@ -3,7 +3,7 @@
 // is listed with its events, replayed in order or dropped, each audited; a change of lanes is
 // asked for, retargeted or refused while one drains.
 import { KeyNotParkedError, LaneChangeInProgressError, type EventRecord } from '@sluice/core';
-import { appendEvents, drainUntilIdle, freshSchema, holdGap } from '@sluice/testing';
+import { appendEvents, drainUntilIdle, freshSchema, holdGap, passUntil } from '@sluice/testing';
 import { testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
@@ -146,9 +146,13 @@ describe('changing the lane count', () => {
     const asked = await admin.relane('reactor', { lanes: 5 });
     expect(asked).toMatchObject({ from: 3, to: 5, outcome: 'started', barrier: 10n });
     expect(await admin.relane('reactor', { lanes: 4 })).toMatchObject({ outcome: 'retargeted', to: 4 });
-    // Switched at once (every old lane is at the barrier); the old lanes still hold the gap.
-    await dispatcher.runOnce();
-    await dispatcher.runOnce();
+    // Switched once every old lane is at the barrier (each takes a pass or more, as their turns
+    // lock one another); the old lanes still hold the gap.
+    await passUntil(
+      dispatcher,
+      async () => (await admin.showConsumer('reactor')).laneChange?.switched === true,
+      'the change to switch over',
+    );
     await expect(admin.relane('reactor', { lanes: 2 })).rejects.toBeInstanceOf(LaneChangeInProgressError);
     expect((await admin.diagnose('reactor')).findings[0]).toMatch(/^changing from 3 to 4 lanes: switched/);
 

@@ -1,7 +1,7 @@
 // A change of a consumer's lane count (docs/design.md §11.3): asked for, driven to its barrier by the
 // old lanes' turns, switched to the new lanes, and the old lanes retired.
 import { guardedBegin } from '../connections/guarded-transaction.js';
-import { LaneChangeInProgressError, InvalidOptionError } from '../errors.js';
+import { ConsumerNotFoundError, InvalidOptionError, LaneChangeInProgressError } from '../errors.js';
 import { laneInstanceIds, MAX_LANES, parseLaneInstanceId, type LaneKey } from '../lanes/lanes.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
@@ -40,7 +40,7 @@ export interface LaneChangeRequest {
  * Audited. A change that has not switched yet is retargeted (or cancelled when `to` is the count the
  * rows have).
  * @throws {LaneChangeInProgressError} while a switched change still drains its old lanes
- * @throws {InvalidOptionError} when the consumer has no shared rows
+ * @throws {ConsumerNotFoundError} @throws {InvalidOptionError} when the consumer has no shared rows
  */
 export async function requestLaneChange(
   sql: Sql,
@@ -64,8 +64,15 @@ export async function requestLaneChange(
       select from_lanes, to_lanes, barrier::text as barrier, switched_at is not null as switched
       from ${t.laneChanges} where consumer_name = ${name} for update`;
     const counts = laneCountsOf(rows.map((r) => r.instance_id));
+    if (rows.length === 0) {
+      const [perInstance] = await tx`select 1 from ${t.consumers} where name = ${name} limit 1`;
+      if (!perInstance) throw new ConsumerNotFoundError(name);
+    }
     if (rows.length === 0 || counts.length === 0) {
-      throw new InvalidOptionError('name', `consumer "${name}" has no shared rows to re-lane`);
+      throw new InvalidOptionError(
+        'name',
+        `consumer "${name}" has per-instance rows: only a shared consumer runs as lanes`,
+      );
     }
     const audit = (outcome: LaneChangeRequest['outcome'], from: number, barrier: bigint | null) =>
       writeAudit(tx, t, {
