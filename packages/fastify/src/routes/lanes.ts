@@ -28,8 +28,9 @@ const reasonOf = (body: { reason?: string }) => (body.reason === undefined ? {} 
 
 /**
  * A consumer's parked keys (docs/design.md §11.4): list them, read one key's parked events (payloads
- * redacted as dead letters are), replay or drop a key; and change its lane count (§11.3). A key
- * travels in the query or the body, never in the path: a key is any text, '/' included.
+ * redacted as dead letters are), replay or drop a key. A key travels in the query or the body,
+ * never in the path: a key is any text, '/' included. And a change of the consumer's lane count
+ * (docs/design.md §11.3).
  */
 export function laneRoutes(app: FastifyInstance, { admin, ops }: OpsContext): void {
   app.get<{ Params: NameParams; Querystring: { limit?: number } }>('/consumers/:name/parked-keys', {
