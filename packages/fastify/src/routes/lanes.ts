@@ -1,4 +1,3 @@
-import { ConsumerNotFoundError, InvalidOptionError } from '@sluice/core';
 import type { FastifyInstance } from 'fastify';
 import { toJson } from '../json.js';
 import {
@@ -105,29 +104,13 @@ export function laneRoutes(app: FastifyInstance, { admin, ops }: OpsContext): vo
       body: relaneBody,
       response: { 200: relaneResult, ...errorResponses },
     },
-    handler: async (request) => {
-      const { name } = request.params;
-      try {
-        return toJson(
-          await admin.relane(name, {
-            lanes: request.body.lanes,
-            actor: request.sluiceActor,
-            ...reasonOf(request.body),
-          }),
-        );
-      } catch (error) {
-        // The admin API refuses a consumer without shared rows as a bad option (400), an unknown one
-        // included: an unknown consumer is a 404 here, as on every other consumer route. The lookup
-        // checks the name again before any SQL, so a malformed one stays a 400 without a query.
-        if (error instanceof InvalidOptionError && error.option === 'name') {
-          const unknown = await admin.listParkedKeys(name, { limit: 1 }).then(
-            () => false,
-            (lookup: unknown) => lookup instanceof ConsumerNotFoundError,
-          );
-          if (unknown) throw new ConsumerNotFoundError(name);
-        }
-        throw error;
-      }
-    },
+    handler: async (request) =>
+      toJson(
+        await admin.relane(request.params.name, {
+          lanes: request.body.lanes,
+          actor: request.sluiceActor,
+          ...reasonOf(request.body),
+        }),
+      ),
   });
 }
