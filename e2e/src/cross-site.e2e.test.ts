@@ -61,7 +61,7 @@ test.skipIf(!hasChromium)(
     onTestFinished(() => app.close());
     await app.listen({ port: 0, host: '127.0.0.1' });
     const target = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
-    expect(writes.length).toBe(6);
+    expect(writes.length).toBe(9);
 
     // mailer dead on event 2 (so a skip, restart or replay would move it), feed idle.
     await appendEvents(db.sql, 3, undefined, schema);
@@ -77,7 +77,13 @@ test.skipIf(!hasChromium)(
     // The other site: `localhost` is not the same site as `127.0.0.1`. Its page `?i=<n>` submits a
     // form to the n-th write route as soon as it loads, in the top frame (a browser answers an
     // authentication challenge there, and sends the credentials it holds for the server).
-    const values: Record<string, string> = { from: 'now', eventId: '2', reason: 'cross-site' };
+    const values: Record<string, string> = {
+      from: 'now',
+      eventId: '2',
+      reason: 'cross-site',
+      key: 'stream-1',
+      lanes: '2',
+    };
     const forms = writes.map((write) => {
       const action = `${target}${write.url.replace(':name', 'mailer')}`;
       const inputs = write.fields

@@ -852,7 +852,7 @@ describe('lanes and parked keys', () => {
     const result = await sluice(schema, 'relane', 'local', '--lanes', '2');
     expect(result.code).toBe(2);
     expect(result.stderr).toMatch(
-      /^sluice: Invalid option `name`: consumer "local" has no shared rows to re-lane/,
+      /^sluice: Invalid option `name`: consumer "local" has per-instance rows: only a shared consumer runs as lanes/,
     );
   });
 });
