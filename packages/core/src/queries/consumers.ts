@@ -411,7 +411,14 @@ export async function precheckConsumers(sql: Sql, t: Tables, keys: PrecheckKeys)
       now: result.now,
     });
   }
-  return { quiet, rows, lanes, snapshot: result.snapshot, head: result.head, dispatchers: result.dispatchers };
+  return {
+    quiet,
+    rows,
+    lanes,
+    snapshot: result.snapshot,
+    head: result.head,
+    dispatchers: result.dispatchers,
+  };
 }
 
 /**

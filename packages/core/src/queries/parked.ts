@@ -151,7 +151,12 @@ export async function finishParkedReplay(
  * lane abs(hashtextextended(key, 0) % N) of the consumer's current lane count (the new one once a
  * change of lanes has switched over); undefined when it has no shared row.
  */
-export async function laneOwning(tx: Queryable, t: Tables, consumer: string, key: string): Promise<string | undefined> {
+export async function laneOwning(
+  tx: Queryable,
+  t: Tables,
+  consumer: string,
+  key: string,
+): Promise<string | undefined> {
   const [row] = await tx<{ instance_id: string | null }[]>`
     with current as (
       select coalesce(
@@ -199,7 +204,12 @@ export async function requestParkedReplay(
 }
 
 /** Deletes a parked key and its parked events (an operator gave them up); returns how many events. */
-export async function deleteParkedKey(tx: TransactionSql, t: Tables, consumer: string, key: string): Promise<number> {
+export async function deleteParkedKey(
+  tx: TransactionSql,
+  t: Tables,
+  consumer: string,
+  key: string,
+): Promise<number> {
   const deleted = await tx`
     delete from ${t.parkedEvents} where consumer_name = ${consumer} and key = ${key}`;
   await tx`delete from ${t.parkedKeys} where consumer_name = ${consumer} and key = ${key}`;
