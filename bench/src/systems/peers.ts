@@ -82,12 +82,42 @@ function graphilePool(url: string, max: number): pg.Pool {
   return pgPool;
 }
 
+/** How many jobs a worker runs at once and its pool (concurrency + 1, as in GRAPHILE_SETTINGS). */
+export interface GraphileConcurrency {
+  readonly concurrency: number;
+  readonly maxPoolSize: number;
+}
+
+/** graphile-worker's published settings at another concurrency: its pool one connection larger. */
+export function graphileAt(concurrency: number): GraphileConcurrency {
+  return { concurrency, maxPoolSize: concurrency + 1 };
+}
+
 /** Runs a worker on a pool of our own (maxPoolSize connections), closed (awaited) by stop(). */
-export async function graphileWorker(url: string, onSeq: (seq: number) => void): Promise<GraphileRunner> {
-  const pgPool = graphilePool(url, GRAPHILE_SETTINGS.maxPoolSize);
+export function graphileWorker(url: string, onSeq: (seq: number) => void): Promise<GraphileRunner> {
+  return graphileTaskWorker(
+    url,
+    (job) => {
+      onSeq(job.seq);
+      return Promise.resolve();
+    },
+    GRAPHILE_SETTINGS,
+  );
+}
+
+/**
+ * A worker whose one task ('bench') runs `task` with each job's payload, at `settings`' concurrency
+ * and pool, on a pool of our own closed (awaited) by stop(). The rest as in GRAPHILE_SETTINGS.
+ */
+export async function graphileTaskWorker(
+  url: string,
+  task: (job: { seq: number } & Record<string, unknown>) => Promise<void>,
+  settings: GraphileConcurrency,
+): Promise<GraphileRunner> {
+  const pgPool = graphilePool(url, settings.maxPoolSize);
   let runner: Runner;
   try {
-    runner = await startGraphile(pgPool, onSeq);
+    runner = await startGraphile(pgPool, task, settings.concurrency);
   } catch (error) {
     await pgPool.end();
     throw error;
@@ -100,17 +130,18 @@ export async function graphileWorker(url: string, onSeq: (seq: number) => void):
   };
 }
 
-function startGraphile(pgPool: pg.Pool, onSeq: (seq: number) => void): Promise<Runner> {
+function startGraphile(
+  pgPool: pg.Pool,
+  task: (job: { seq: number } & Record<string, unknown>) => Promise<void>,
+  concurrency: number,
+): Promise<Runner> {
   return run({
     pgPool,
-    concurrency: GRAPHILE_SETTINGS.concurrency,
+    concurrency,
     noHandleSignals: true,
     logger: silentGraphileLogger,
     taskList: {
-      bench: (job) => {
-        onSeq((job as { seq: number }).seq);
-        return Promise.resolve();
-      },
+      bench: (job) => task(job as { seq: number } & Record<string, unknown>),
     },
     preset: {
       worker: {

@@ -30,23 +30,36 @@ export function consumerName(index: number): string {
   return `c${String(index).padStart(3, '0')}`;
 }
 
-/** `count` no-op consumers that only record each delivery's seq (c000, c001, …). */
+/**
+ * `count` no-op consumers that only record each delivery's seq (c000, c001, …), each run as
+ * `lanes` lanes when given.
+ */
 export function benchConsumers(
   count: number,
   onDelivery: (consumer: number, seq: number) => void,
+  options: { readonly lanes?: number } = {},
 ): Consumer[] {
   return Array.from({ length: count }, (_, index) => ({
     name: consumerName(index),
+    ...(options.lanes === undefined ? {} : { lanes: options.lanes }),
     handler: (event) => {
       onDelivery(index, (event.data as { seq: number }).seq);
     },
   }));
 }
 
-export function trackingConsumers(count: number, tracker: DeliveryTracker): Consumer[] {
-  return benchConsumers(count, (consumer, seq) => {
-    tracker.record(consumer, seq);
-  });
+export function trackingConsumers(
+  count: number,
+  tracker: DeliveryTracker,
+  options: { readonly lanes?: number } = {},
+): Consumer[] {
+  return benchConsumers(
+    count,
+    (consumer, seq) => {
+      tracker.record(consumer, seq);
+    },
+    options,
+  );
 }
 
 export function benchDispatcher(
