@@ -1,11 +1,15 @@
 // The systems each scenario compares, by the names the table and RESULTS.md show.
 
+/** Lanes of the catch-up row that runs the 1-consumer backlog as one consumer of many lanes. */
+export const CATCH_UP_LANES = 32;
+
 export const CATCH_UP_SYSTEMS = {
   raw: 'raw scan',
   minimal: 'minimal loop',
   sluice: 'Sluice',
   sluiceNoCrash: 'Sluice, countCrashedAttempts: false',
   sluiceOneSlot: 'Sluice, concurrency 1 (no read-ahead)',
+  sluiceLanes: `Sluice, ${CATCH_UP_LANES} lanes (concurrency ${CATCH_UP_LANES})`,
   minimalWriting: 'minimal loop writing the rows and its cursor in one transaction per batch',
   sluiceTransactional: 'Sluice, transactional consumer writing each row through ctx.tx',
   emmett: 'Emmett',

@@ -7,7 +7,7 @@ import { sluiceStatement } from '../harness/statement-steps.js';
 import { emmettTemplate, graphileTemplate } from '../harness/peer-templates.js';
 import { sluiceTemplate } from '../harness/templates.js';
 import { DeliveryTracker } from '../harness/tracker.js';
-import { CATCH_UP_SYSTEMS, PROJECTION_CASE } from '../names.js';
+import { CATCH_UP_LANES, CATCH_UP_SYSTEMS, PROJECTION_CASE } from '../names.js';
 import { RowCollector, type ScenarioResult, type StatementProfile } from '../report/types.js';
 import {
   createProjection,
@@ -60,7 +60,13 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
         SYSTEMS.minimal,
         SYSTEMS.sluice,
         ...(consumers === 1
-          ? [SYSTEMS.sluiceNoCrash, SYSTEMS.sluiceOneSlot, SYSTEMS.emmett, SYSTEMS.graphile]
+          ? [
+              SYSTEMS.sluiceNoCrash,
+              SYSTEMS.sluiceOneSlot,
+              SYSTEMS.sluiceLanes,
+              SYSTEMS.emmett,
+              SYSTEMS.graphile,
+            ]
           : []),
       ],
     })),
@@ -181,7 +187,7 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
             ctx.pgStatStatements &&
             consumers === 1 &&
             run === config.runs - 1 &&
-            (system === SYSTEMS.sluice || system === SYSTEMS.minimal)
+            (system === SYSTEMS.sluice || system === SYSTEMS.minimal || system === SYSTEMS.sluiceLanes)
           ) {
             profiles.push({
               label: `${system}, catch-up with 1 consumer (${size.toLocaleString('en')} events)`,
@@ -199,8 +205,7 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
 
   return {
     scenario: 'catch-up',
-    title:
-      'Catch-up: a backlog drained by 1, 10 and 50 consumers (no-op handlers), and by one consumer writing one row per event',
+    title: `Catch-up: a backlog drained by 1, 10 and 50 consumers (no-op handlers), by one consumer run as ${CATCH_UP_LANES} lanes, and by one consumer writing one row per event`,
     rows: rows.rows(),
     profiles,
     notes: [
@@ -219,6 +224,10 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
         'With the default, a turn writes one only without a clean view of its consumer (its first turn in the process, after a failure, while isolating a crash, ' +
         'or when the row shows someone else wrote it): "turn-start records per 100 events" counts those it still wrote, and the row shows what they cost. ' +
         'Sluice, concurrency 1 is another: one turn slot and a pool of 3, so no read-ahead (every turn fetches for itself).',
+      `${SYSTEMS.sluiceLanes}: the 1-consumer backlog drained by one consumer declared with lanes: ${CATCH_UP_LANES} (docs/design.md §11), ${CATCH_UP_LANES} turn slots and a pool of ${CATCH_UP_LANES + 2}, ` +
+        `everything else at its defaults. Each lane reads the log above its cursor and keeps its own events (about one in ${CATCH_UP_LANES}; the others come back as their id alone), ` +
+        `its batch counted in rows read (batchSize × ${CATCH_UP_LANES}): every lane reads the whole log once. The events are spread over 1,000 streams, a lane's by the hash of its stream id. ` +
+        'Its PostgreSQL CPU per event is set against that of Sluice with one lane (the row "Sluice"), run by run.',
       `${PROJECTION_CASE} (${config.catchUp.projectionBacklog.toLocaleString('en')} events): each event writes one row into a projection table (bench.projection, keyed by the event id, empty at the start), ` +
         'with the same statement for both systems (an INSERT … ON CONFLICT DO NOTHING, idempotent as a handler must be), each awaited before the next event. ' +
         `Sluice: a transactional consumer (default options, concurrency ${DEFAULTS.concurrency}, as the 1-consumer case) whose handler writes through ctx.tx, inside the turn's transaction; ` +
@@ -245,6 +254,7 @@ export async function catchUp(ctx: ScenarioContext): Promise<ScenarioResult> {
  */
 function sluiceConcurrency(system: SystemName, consumers: number, concurrency: number): number {
   if (system === SYSTEMS.sluiceOneSlot) return 1;
+  if (system === SYSTEMS.sluiceLanes) return CATCH_UP_LANES;
   return consumers === 1 ? Math.max(concurrency, DEFAULTS.concurrency) : concurrency;
 }
 
@@ -333,15 +343,23 @@ async function runOne(
     case SYSTEMS.sluice:
     case SYSTEMS.sluiceNoCrash:
     case SYSTEMS.sluiceOneSlot:
+    case SYSTEMS.sluiceLanes:
     case SYSTEMS.sluiceTransactional: {
       const turns = sluiceConcurrency(system, consumers, concurrency);
       const sql = pool(db.url, turns + 2, { debug });
       const writing = system === SYSTEMS.sluiceTransactional;
       // Sluice's own defaults (batch size and any batch growth included); the diagnostic rows turn
-      // off the crash record, or run one turn slot.
+      // off the crash record, or run one turn slot; the lanes row runs the consumer as 32 lanes,
+      // a turn slot each.
       const dispatcher = benchDispatcher(
         sql,
-        writing ? projectingConsumers(tracker) : trackingConsumers(consumers, tracker),
+        writing
+          ? projectingConsumers(tracker)
+          : trackingConsumers(
+              consumers,
+              tracker,
+              system === SYSTEMS.sluiceLanes ? { lanes: CATCH_UP_LANES } : {},
+            ),
         {
           concurrency: turns,
           ...(system === SYSTEMS.sluiceNoCrash ? { countCrashedAttempts: false } : {}),
