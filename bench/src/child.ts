@@ -9,6 +9,7 @@ import type { ChildInput, ScenarioContext } from './scenarios/context.js';
 const SCENARIO_RUNNERS: Record<ScenarioId, () => Promise<(ctx: ScenarioContext) => Promise<ScenarioResult>>> =
   {
     'catch-up': async () => (await import('./scenarios/catch-up.js')).catchUp,
+    'slow-handler': async () => (await import('./scenarios/slow-handler.js')).slowHandler,
     latency: async () => (await import('./scenarios/latency.js')).latency,
     append: async () => (await import('./scenarios/append.js')).appendOverhead,
     idle: async () => (await import('./scenarios/idle.js')).idleCost,

@@ -24,6 +24,23 @@ export interface BenchConfig {
     /** Concurrent turns (Sluice `concurrency`) = connections of the minimal loop / raw scan: min(consumers, cap). */
     readonly concurrencyCap: number;
   };
+  readonly slowHandler: {
+    /** The backlog drained with several handler calls at once (every case but one lane's). */
+    readonly events: number;
+    /**
+     * One lane's backlog (the first events of the same log): at one call at a time a 5 ms handler
+     * delivers at most 200 events/s, so the whole backlog would take 100 s a run.
+     */
+    readonly oneLaneEvents: number;
+    /** Streams the events are spread over, each event's drawn at random (seeded). */
+    readonly streams: number;
+    /** What every handler call awaits (a timer). */
+    readonly handlerMs: number;
+    /** Sluice's lane counts (its concurrency = lanes). */
+    readonly lanes: readonly number[];
+    /** graphile-worker's concurrency (one job per event). */
+    readonly graphileConcurrency: readonly number[];
+  };
   readonly latency: { readonly perSecond: number; readonly seconds: number; readonly warmupSeconds: number };
   readonly append: {
     /** Runs of each system (default: runs); more here, where run-to-run noise is near the target's margin. */
@@ -67,6 +84,16 @@ export const FULL: BenchConfig = {
     batchSize: DEFAULTS.batchSize,
     concurrencyCap: 8,
   },
+  // About 45 s a run (~4 min with 5 runs): 1 lane ~3 s (500 events), 8 at once ~14–17 s each system,
+  // 32 at once ~4–7 s each.
+  slowHandler: {
+    events: 20_000,
+    oneLaneEvents: 500,
+    streams: 1_000,
+    handlerMs: 5,
+    lanes: [1, 8, 32],
+    graphileConcurrency: [8, 32],
+  },
   latency: { perSecond: 200, seconds: 6, warmupSeconds: 1 },
   append: { writers: 8, seconds: 3, rounds: 6, warmupSeconds: 1, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 10, gcQuietMs: 9_000, gcSettleMaxMs: 45_000 },
@@ -87,6 +114,14 @@ export const QUICK: BenchConfig = {
     projectionBacklog: 6_000,
     batchSize: DEFAULTS.batchSize,
     concurrencyCap: 8,
+  },
+  slowHandler: {
+    events: 4_000,
+    oneLaneEvents: 300,
+    streams: 1_000,
+    handlerMs: 5,
+    lanes: [1, 8, 32],
+    graphileConcurrency: [8, 32],
   },
   latency: { perSecond: 200, seconds: 1, warmupSeconds: 0.3 },
   append: { writers: 8, seconds: 0.6, rounds: 2, warmupSeconds: 0.2, eventsPerTx: [1, 10] },
@@ -109,6 +144,14 @@ export const TINY: BenchConfig = {
     projectionBacklog: 2_000,
     batchSize: DEFAULTS.batchSize,
     concurrencyCap: 8,
+  },
+  slowHandler: {
+    events: 1_000,
+    oneLaneEvents: 100,
+    streams: 1_000,
+    handlerMs: 5,
+    lanes: [1, 8, 32],
+    graphileConcurrency: [8, 32],
   },
   latency: { perSecond: 200, seconds: 0.5, warmupSeconds: 0.2 },
   append: { writers: 8, seconds: 0.3, rounds: 1, warmupSeconds: 0.1, eventsPerTx: [1, 10] },

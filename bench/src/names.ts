@@ -19,6 +19,16 @@ export const CATCH_UP_SYSTEMS = {
 /** The catch-up case of one consumer writing one row per event into a projection table. */
 export const PROJECTION_CASE = '1 consumer, one row per event';
 
+/** The slow-handler scenario's cases: how many handler calls may run at once. */
+export function slowHandlerCase(concurrency: number): string {
+  return `${concurrency} at once`;
+}
+
+export const SLOW_HANDLER_SYSTEMS = {
+  sluice: (lanes: number) => `Sluice, ${lanes} lane${lanes === 1 ? '' : 's'}`,
+  graphile: 'graphile-worker',
+} as const;
+
 export const LATENCY_SYSTEMS = {
   otherProcess: 'Sluice, transaction() with the dispatcher in another process (after-commit NOTIFY)',
   otherPool: 'Sluice, transaction() from another pool of the same process (after-commit NOTIFY)',

@@ -40,4 +40,18 @@ export function streamOf(seq: number): string {
   return `order-${seq % 1000}`;
 }
 
+/**
+ * The stream of event `seq` in the slow-handler backlog: one of `streams`, drawn at random by a
+ * hash of `seq` (MurmurHash3's finaliser; seeded, so every run and every system has the same log).
+ * Events of a stream lie at random distances, as with real traffic, not `streams` apart as in
+ * streamOf(): a worker with a few dozen events in hand can then hold two of one stream at once.
+ */
+export function drawnStreamOf(seq: number, streams: number): string {
+  let x = (seq + 0x9e3779b9) | 0;
+  x = Math.imul(x ^ (x >>> 16), 0x85ebca6b);
+  x = Math.imul(x ^ (x >>> 13), 0xc2b2ae35);
+  x ^= x >>> 16;
+  return `order-${(x >>> 0) % streams}`;
+}
+
 export const EVENT_TYPE = 'OrderPlaced';

@@ -1,6 +1,6 @@
 import { getPostgreSQLEventStore } from '@event-driven-io/emmett-postgresql';
 import { graphileUtils } from '../systems/peers.js';
-import { EVENT_TYPE, payload, streamOf } from './payload.js';
+import { drawnStreamOf, EVENT_TYPE, payload, streamOf } from './payload.js';
 import { progress } from './progress.js';
 import { createDatabase, databaseExists, databaseUrl } from './server.js';
 import { vacuumAll, type TemplateContext } from './templates.js';
@@ -36,9 +36,18 @@ export async function emmettTemplate(ctx: TemplateContext, events: number): Prom
   return name;
 }
 
-/** graphile-worker's schema with `jobs` jobs queued through addJobs (1,000 per call). */
-export async function graphileTemplate(ctx: TemplateContext, jobs: number): Promise<string> {
-  const name = `tpl_graphile_${jobs}`;
+/**
+ * graphile-worker's schema with `jobs` jobs queued through addJobs (1,000 per call). With
+ * `streams`, each job's payload also names the stream its event has in the slow-handler log
+ * (`streamId`, drawnStreamOf), so that per-stream order can be checked as it is for Sluice.
+ */
+export async function graphileTemplate(
+  ctx: TemplateContext,
+  jobs: number,
+  options: { streams?: number } = {},
+): Promise<string> {
+  const { streams } = options;
+  const name = streams === undefined ? `tpl_graphile_${jobs}` : `tpl_graphile_drawn_${streams}_${jobs}`;
   if (await databaseExists(ctx.admin, name)) return name;
   const building = `${name}_building`;
   progress(`building template ${name} (${jobs.toLocaleString('en')} jobs through addJobs)`);
@@ -50,7 +59,11 @@ export async function graphileTemplate(ctx: TemplateContext, jobs: number): Prom
     for (let from = 0; from < jobs; from += perCall) {
       const specs = [];
       for (let seq = from; seq < Math.min(jobs, from + perCall); seq++) {
-        specs.push({ identifier: 'bench', payload: payload(seq) });
+        specs.push({
+          identifier: 'bench',
+          payload:
+            streams === undefined ? payload(seq) : { ...payload(seq), streamId: drawnStreamOf(seq, streams) },
+        });
       }
       await utils.addJobs(specs);
     }

@@ -1,6 +1,7 @@
 import { migrate, silentLogger } from '@sluice/core';
+import { pgArray } from '@sluice/core/internal';
 import postgres from 'postgres';
-import { EVENT_TYPE } from './payload.js';
+import { drawnStreamOf, EVENT_TYPE, PAYLOAD_SQL } from './payload.js';
 import { progress } from './progress.js';
 import { createDatabase, databaseExists, databaseUrl } from './server.js';
 
@@ -42,6 +43,46 @@ export async function sluiceTemplate(ctx: TemplateContext, events: number): Prom
                  'note', repeat(md5(g::text), ${NOTE_REPEAT}::int))
         from generate_series(${from}::int, ${to}::int) g
         order by g`;
+    }
+    await sql`vacuum (analyze) sluice.events`;
+  } finally {
+    await sql.end();
+  }
+  await ctx.admin`alter database ${ctx.admin(building)} rename to ${ctx.admin(name)}`;
+  return name;
+}
+
+/**
+ * The slow-handler scenario's log: `events` events of ~1 KB, each in one of `streams` streams drawn
+ * at random (drawnStreamOf; the graphile-worker template puts the same stream in each job).
+ */
+export async function slowHandlerTemplate(
+  ctx: TemplateContext,
+  events: number,
+  streams: number,
+): Promise<string> {
+  const name = `tpl_sluice_drawn_${streams}_${events}`;
+  if (await databaseExists(ctx.admin, name)) return name;
+  const building = `${name}_building`;
+  progress(
+    `building template ${name} (${events.toLocaleString('en')} events of ~1 KB over ${streams.toLocaleString('en')} streams drawn at random)`,
+  );
+  await createDatabase(ctx.admin, building);
+  const sql = postgres(databaseUrl(ctx.serverUrl, building), { max: 1, onnotice: () => undefined });
+  try {
+    await migrate(sql, { logger: silentLogger });
+    for (let from = 0; from < events; from += LOAD_CHUNK) {
+      const to = Math.min(events, from + LOAD_CHUNK);
+      const ids = Array.from({ length: to - from }, (_, i) => drawnStreamOf(from + i, streams));
+      // Ids are 1..events in a fresh table, seq = id - 1, as in sluiceTemplate.
+      await sql.unsafe(
+        `insert into sluice.events (stream_id, type, data)
+         select s.stream, $1, ${PAYLOAD_SQL}
+         from unnest($2::text[]) with ordinality as s(stream, n)
+         cross join lateral (select ($3::int + s.n - 1)::int as g) x
+         order by s.n`,
+        [EVENT_TYPE, pgArray(ids), from],
+      );
     }
     await sql`vacuum (analyze) sluice.events`;
   } finally {

@@ -9,6 +9,13 @@ const SHOWN: Record<string, readonly string[]> = {
   append: ['transactions/s', 'commit p99'],
   idle: ['statements per poll tick', 'write transactions', 'PostgreSQL CPU', 'Node CPU'],
   scale: ['last quarter / first quarter', 'peak RSS'],
+  'slow-handler': [
+    'of the ceiling',
+    'per-stream inversions',
+    'per-stream inversions at finish',
+    'per-stream overlaps',
+    'busiest lane ÷ mean lane',
+  ],
 };
 
 /** The one table `pnpm bench` prints: every row's headline over the runs, then the targets. */

@@ -1,8 +1,15 @@
 import type { StatementProfileRow } from '../harness/counters.js';
 
-export type ScenarioId = 'catch-up' | 'latency' | 'append' | 'idle' | 'scale';
+export type ScenarioId = 'catch-up' | 'latency' | 'append' | 'idle' | 'scale' | 'slow-handler';
 
-export const SCENARIOS: readonly ScenarioId[] = ['catch-up', 'latency', 'append', 'idle', 'scale'];
+export const SCENARIOS: readonly ScenarioId[] = [
+  'catch-up',
+  'latency',
+  'append',
+  'idle',
+  'scale',
+  'slow-handler',
+];
 
 /** One figure of one row, measured once per run. */
 export interface Figure {
