@@ -3,10 +3,13 @@ import { DEFAULTS } from '@sluice/core';
 import { formatNumber, summarize } from '../harness/stats.js';
 import {
   APPEND_SYSTEMS,
+  CATCH_UP_LANES,
   CATCH_UP_SYSTEMS as C,
   IDLE_SYSTEMS,
   LATENCY_SYSTEMS as L,
   PROJECTION_CASE,
+  SLOW_HANDLER_SYSTEMS as S,
+  slowHandlerCase,
 } from '../names.js';
 import { pairwise, runsOf } from './find.js';
 import { evaluateTargets } from './targets.js';
@@ -91,6 +94,81 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         `(one raw scan: ${n(f(one, C.raw, 'total'))}). Consumers of one dispatcher turning from the same cursor share each full batch ` +
         '(one fetch for all of them, dispatcher/shared-reads.ts), so Sluice is not bound by ten reads of the same events; ' +
         `ten independent raw scans ${raw10 < 2 * minimal10 ? 'stay below' : 'exceed'} 2× the minimal loop.`,
+      `- **${CATCH_UP_LANES} lanes.** One consumer run as ${CATCH_UP_LANES} lanes drained ${n(f(one, C.sluiceLanes, 'total'))} events/s ` +
+        `(${x(pairMedian('catch-up', one, C.sluiceLanes, C.sluice, 'total', ratio))} one lane, run by run), with ${n(f(one, C.sluiceLanes, 'PostgreSQL CPU per event'))} µs of PostgreSQL CPU per event ` +
+        `against ${n(sl('PostgreSQL CPU per event'))} µs (${x(pairMedian('catch-up', one, C.sluiceLanes, C.sluice, 'PostgreSQL CPU per event', ratio))}) and ` +
+        `${n(f(one, C.sluiceLanes, 'Node CPU per event'))} µs of Node CPU against ${n(sl('Node CPU per event'))} µs; PostgreSQL was busy ${n(f(one, C.sluiceLanes, 'PostgreSQL CPU'))} % of a core ` +
+        `(${n(sl('PostgreSQL CPU'))} % with one lane). Per 100 events the lanes sent ${n(f(one, C.sluiceLanes, 'statements sent per 100 events'))} statements and ran ` +
+        `${n(f(one, C.sluiceLanes, 'write transactions per 100 events'))} write transactions (one lane: ${n(sl('statements sent per 100 events'))} and ${n(sl('write transactions per 100 events'))}). ` +
+        `Each lane reads the log above its own cursor and passes the other lanes' events (docs/design.md §11.2), so the server scans every row ${CATCH_UP_LANES} times; ` +
+        "the statement tables under the catch-up scenario show each one's statements, with their mean time and rows per call.",
+      '',
+    );
+  }
+
+  if (missed.has('slow-handler')) {
+    const f = (concurrency: number, system: string, figure: string) =>
+      med('slow-handler', slowHandlerCase(concurrency), system, figure);
+    const concurrencies = [
+      ...new Set(
+        results
+          .find((r) => r.scenario === 'slow-handler')
+          ?.rows.map((row) => Number.parseInt(row.case, 10))
+          .filter((c) => Number.isFinite(c)) ?? [],
+      ),
+    ];
+    const lanesBound = (concurrency: number) =>
+      summarize(
+        pairwise(
+          find('slow-handler', slowHandlerCase(concurrency), S.sluice(concurrency), 'of the ceiling'),
+          find(
+            'slow-handler',
+            slowHandlerCase(concurrency),
+            S.sluice(concurrency),
+            'busiest lane ÷ mean lane',
+          ),
+          (ofCeiling, busiest) => ofCeiling * busiest,
+        ) ?? [],
+      ).median;
+    const perCase = concurrencies.map((c) => {
+      const sluice = S.sluice(c);
+      const hasGraphile = find('slow-handler', slowHandlerCase(c), S.graphile, 'throughput').length > 0;
+      return (
+        `${c} at once: Sluice ${n(f(c, sluice, 'throughput'))} events/s, ${n(f(c, sluice, 'of the ceiling'))} % of the ceiling (calls of ${n(f(c, sluice, 'handler call'))} ms)` +
+        (c > 1
+          ? `, its busiest lane ${n(f(c, sluice, 'busiest lane ÷ mean lane'))}× the mean, ${n(lanesBound(c))} % of what lanes that unequal allow`
+          : '') +
+        (hasGraphile
+          ? `; graphile-worker ${n(f(c, S.graphile, 'throughput'))} events/s, ${n(f(c, S.graphile, 'of the ceiling'))} % of the ceiling (calls of ${n(f(c, S.graphile, 'handler call'))} ms), ` +
+            `Sluice ${x(pairMedian('slow-handler', slowHandlerCase(c), sluice, S.graphile, 'throughput', ratio))} its rate run by run`
+          : '')
+      );
+    });
+    const sum = (system: string, figure: string) =>
+      concurrencies.reduce(
+        (total, c) =>
+          total + find('slow-handler', slowHandlerCase(c), system, figure).reduce((a, b) => a + b, 0),
+        0,
+      );
+    const sluiceSystems = concurrencies.map((c) => S.sluice(c));
+    const top = Math.max(...concurrencies);
+    out.push(
+      '### Slow handler',
+      '',
+      ...perCase.map((line) => `- ${line}.`),
+      "- The ceiling is concurrency × 1000 ÷ the handler's timer (ms); a call that took longer than its timer fired late, its event loop busy with other work. Lanes share the events by the hash of their stream id, not evenly, and each lane delivers its own one at a time: " +
+        'the lanes finish when the busiest does, so busiest ÷ mean × "of the ceiling" is how close they came to what that split allows. graphile-worker hands any job to any free slot.',
+      `- Start-up: the first handler call came ${n(f(top, S.sluice(top), 'first handler call after start'))} ms after Sluice's start() with ${top} lanes ` +
+        `and ${n(f(top, S.graphile, 'first handler call after start'))} ms after graphile-worker's run() was called, both counted in events/s ` +
+        `(the drain took ${n((1000 * f(top, S.sluice(top), 'backlog')) / f(top, S.sluice(top), 'throughput'))} ms for Sluice).`,
+      `- CPU with ${top} at once: Sluice ${n(f(top, S.sluice(top), 'PostgreSQL CPU per event'))} µs of PostgreSQL and ${n(f(top, S.sluice(top), 'Node CPU per event'))} µs of Node CPU per event ` +
+        `(${n(f(top, S.sluice(top), 'write transactions per 100 events'))} write transactions per 100 events), graphile-worker ${n(f(top, S.graphile, 'PostgreSQL CPU per event'))} µs and ` +
+        `${n(f(top, S.graphile, 'Node CPU per event'))} µs (${n(f(top, S.graphile, 'write transactions per 100 events'))}); ` +
+        `PostgreSQL was busy ${n(f(top, S.sluice(top), 'PostgreSQL CPU'))} % and ${n(f(top, S.graphile, 'PostgreSQL CPU'))} % of a core, Node ${n(f(top, S.sluice(top), 'Node CPU'))} % and ${n(f(top, S.graphile, 'Node CPU'))} %, ` +
+        `of the ${100 * availableParallelism()} % that ${availableParallelism()} cores offer.`,
+      `- Order per stream, summed over the runs (inversions at start / at finish / overlaps): Sluice ${n(sluiceSystems.reduce((a, sys) => a + sum(sys, 'per-stream inversions'), 0))} / ` +
+        `${n(sluiceSystems.reduce((a, sys) => a + sum(sys, 'per-stream inversions at finish'), 0))} / ${n(sluiceSystems.reduce((a, sys) => a + sum(sys, 'per-stream overlaps'), 0))}; ` +
+        `graphile-worker ${n(sum(S.graphile, 'per-stream inversions'))} / ${n(sum(S.graphile, 'per-stream inversions at finish'))} / ${n(sum(S.graphile, 'per-stream overlaps'))}.`,
       '',
     );
   }

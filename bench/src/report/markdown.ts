@@ -100,7 +100,7 @@ export function renderResultsMarkdown(input: ResultsInput): string {
   out.push(
     '',
     'Ratios are taken run by run (run i of Sluice against run i of the other system, which ran right next to it). ' +
-      'The goals are those issue 28 (performance, round 2) restated, and the earlier ones it keeps.',
+      'The goals are those issue 28 (performance, round 2) restated, the earlier ones it keeps, and those of issue 29 (keyed lanes: the slow handler, and the PostgreSQL CPU of 32 lanes in catch-up).',
     '',
   );
 

@@ -2,10 +2,13 @@ import { DEFAULTS } from '@sluice/core';
 import { formatNumber, summarize, type Summary } from '../harness/stats.js';
 import {
   APPEND_SYSTEMS,
+  CATCH_UP_LANES,
   CATCH_UP_SYSTEMS as SYSTEMS,
   IDLE_SYSTEMS,
   LATENCY_SYSTEMS,
   PROJECTION_CASE,
+  SLOW_HANDLER_SYSTEMS,
+  slowHandlerCase,
 } from '../names.js';
 import { pairwise, runsOf } from './find.js';
 import type { ScenarioId, ScenarioResult } from './types.js';
@@ -22,6 +25,13 @@ export interface TargetResult {
 }
 
 const ratio = (x: number, y: number) => x / y;
+
+/** The slow-handler figures of order per stream: 0 for every Sluice run, shown for graphile-worker. */
+const ORDER_FIGURES: readonly string[] = [
+  'per-stream inversions',
+  'per-stream inversions at finish',
+  'per-stream overlaps',
+];
 
 export function evaluateTargets(results: readonly ScenarioResult[]): TargetResult[] {
   const find = (scenario: ScenarioId, caseName: string | undefined, system: string, figure: string) =>
@@ -101,6 +111,89 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
     '×',
     (m) => m >= 0.8,
   );
+
+  // Keyed lanes (issue 29): what reading the log once per lane costs the server, per event.
+  const oneConsumer = (system: string, figure: string) => find('catch-up', '1 consumer', system, figure);
+  add(
+    'catch-up',
+    `1 consumer: PostgreSQL CPU per event, ${CATCH_UP_LANES} lanes ÷ 1 lane`,
+    '≤ 2×',
+    pairwise(
+      oneConsumer(SYSTEMS.sluiceLanes, 'PostgreSQL CPU per event'),
+      oneConsumer(SYSTEMS.sluice, 'PostgreSQL CPU per event'),
+      ratio,
+    ),
+    '×',
+    (m) => m <= 2,
+  );
+  add(
+    'catch-up',
+    `1 consumer: events/s, ${CATCH_UP_LANES} lanes ÷ 1 lane`,
+    '(shown)',
+    pairwise(total('1 consumer', SYSTEMS.sluiceLanes), total('1 consumer', SYSTEMS.sluice), ratio),
+    '×',
+    undefined,
+  );
+
+  // Slow handler (issue 29): lanes against graphile-worker at the same concurrency.
+  const slow = (concurrency: number, system: string, figure: string) =>
+    find('slow-handler', slowHandlerCase(concurrency), system, figure);
+  const slowRate = (concurrency: number, system: string) => slow(concurrency, system, 'throughput');
+  add(
+    'slow-handler',
+    'Sluice 32 lanes ÷ graphile-worker at concurrency 32',
+    '≥ 0.8×',
+    pairwise(
+      slowRate(32, SLOW_HANDLER_SYSTEMS.sluice(32)),
+      slowRate(32, SLOW_HANDLER_SYSTEMS.graphile),
+      ratio,
+    ),
+    '×',
+    (m) => m >= 0.8,
+  );
+  add(
+    'slow-handler',
+    'Sluice 8 lanes ÷ graphile-worker at concurrency 8',
+    '(shown)',
+    pairwise(slowRate(8, SLOW_HANDLER_SYSTEMS.sluice(8)), slowRate(8, SLOW_HANDLER_SYSTEMS.graphile), ratio),
+    '×',
+    undefined,
+  );
+  add(
+    'slow-handler',
+    'Sluice 32 lanes ÷ 1 lane',
+    '(shown)',
+    pairwise(
+      slowRate(32, SLOW_HANDLER_SYSTEMS.sluice(32)),
+      slowRate(1, SLOW_HANDLER_SYSTEMS.sluice(1)),
+      ratio,
+    ),
+    '×',
+    undefined,
+  );
+  // Order per stream: every Sluice row, every run, must have no inversion and no overlap.
+  const slowResult = results.find((r) => r.scenario === 'slow-handler');
+  const sluiceOrder = slowResult?.rows
+    .filter((row) => row.system !== SLOW_HANDLER_SYSTEMS.graphile)
+    .flatMap((row) => row.figures.filter((f) => ORDER_FIGURES.includes(f.name)).flatMap((f) => f.runs));
+  add(
+    'slow-handler',
+    "per-stream inversions (at start and at finish) + overlaps, Sluice's runs (every lane count and run, summed)",
+    '0',
+    sluiceOrder && sluiceOrder.length > 0 ? [sluiceOrder.reduce((a, b) => a + b, 0)] : undefined,
+    '',
+    (m) => m === 0,
+  );
+  for (const figure of ORDER_FIGURES) {
+    add(
+      'slow-handler',
+      `${figure}, graphile-worker at concurrency 32 (per run)`,
+      '(shown: no order promised)',
+      slow(32, SLOW_HANDLER_SYSTEMS.graphile, figure),
+      '',
+      undefined,
+    );
+  }
 
   // Append.
   for (const perTx of ['1 event/tx', '10 events/tx']) {
