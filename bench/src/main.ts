@@ -1,8 +1,8 @@
 // `pnpm bench` (bench/package.json): starts PostgreSQL, runs every scenario against Sluice and its
 // baselines and peers, prints one table on stdout and writes RESULTS.md. Progress goes to stderr.
 //
-//   pnpm bench                      full run (~25 min), writes bench/RESULTS.md
-//   pnpm bench -- --quick           ~3 min, writes bench/results/RESULTS.quick.md
+//   pnpm bench                      full run (~30 min), writes bench/RESULTS.md
+//   pnpm bench -- --quick           ~4 min, writes bench/results/RESULTS.quick.md
 //   SLUICE_BENCH_QUICK=1 pnpm bench  the same through turbo's environment
 //   --only=catch-up,latency         a subset (nothing written unless --out is given)
 //   --tiny                          a smoke test of the harness (figures meaningless, nothing written)
