@@ -13,6 +13,8 @@ interface FetchRow {
   data: EventRow['data'] | null;
   metadata: EventRow['metadata'] | null;
   created_at: Date | null;
+  /** A group read's lane of each event. */
+  lane?: number | null;
 }
 
 /** What one fetch statement saw. */
@@ -42,7 +44,8 @@ export async function fetchBatch(
   ranges: { from: readonly bigint[]; to: readonly bigint[] },
   limit: number,
   start?: StartStragglers,
-): Promise<FetchedBatch> {
+  group?: LaneGroup,
+): Promise<FetchedBatch & { lanes?: Int16Array }> {
   // A 'now' consumer's stragglers are read by a statement of their own shape: the common fetch
   // keeps its plan and its prepared statement.
   const stragglers = start
@@ -58,9 +61,11 @@ export async function fetchBatch(
     (select pg_current_snapshot()::text as snapshot,
             (select coalesce(max(id), 0) from ${t.events})::text as head,
             null::text as id, null::text as stream_id, null::text as type,
-            null::jsonb as data, null::jsonb as metadata, null::timestamptz as created_at)
+            null::jsonb as data, null::jsonb as metadata, null::timestamptz as created_at
+            ${group ? tx`, null::int2 as lane` : tx``})
     union all
     (select null, null, u.id::text, u.stream_id, u.type, u.data, u.metadata, u.created_at
+            ${group ? tx`, abs(hashtextextended(${laneKeyOf(tx, group.key)}, 0) % ${group.count})::int2` : tx``}
      from (
        (select id, stream_id, type, data, metadata, created_at from ${t.events}
         where id > ${cursor.toString()}::bigint order by id limit ${limit})
@@ -74,6 +79,7 @@ export async function fetchBatch(
      order by u.id limit ${limit})`;
   let header: FetchRow | undefined;
   const events: EventRecord[] = [];
+  const laneOf = new Map<EventRecord, number>();
   let ascending = true;
   for (const row of rows) {
     if (row.id === null) {
@@ -83,13 +89,31 @@ export async function fetchBatch(
     const event = eventFromRow(row as EventRow);
     const previous = events[events.length - 1];
     if (previous && previous.id >= event.id) ascending = false;
+    if (group) laneOf.set(event, row.lane ?? 0);
     events.push(event);
   }
   if (!header || header.snapshot === null || header.head === null) {
     throw new Error('the fetch returned no snapshot row');
   }
   if (!ascending) events.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  return { snapshot: header.snapshot, head: header.head, events };
+  if (!group) return { snapshot: header.snapshot, head: header.head, events };
+  const lanes = Int16Array.from(events, (event) => laneOf.get(event) ?? 0);
+  return { snapshot: header.snapshot, head: header.head, events, lanes };
+}
+
+/** A group read's lanes (docs/design.md §11.2): each event comes with its lane of `count`. */
+export interface LaneGroup {
+  readonly key: LaneKey;
+  readonly count: number;
+}
+
+/** An event's key as SQL over the row `u` (the fetches' alias): its stream id or a top-level field. */
+function laneKeyOf(tx: TransactionSql | Sql, key: LaneKey) {
+  // One shape per kind of key (no CASE evaluated on every row).
+  if (key.from === 'streamId') return tx`u.stream_id`;
+  return key.from === 'data'
+    ? tx`coalesce(u.data ->> ${key.field}, '')`
+    : tx`coalesce(u.metadata ->> ${key.field}, '')`;
 }
 
 /**
@@ -139,13 +163,16 @@ interface FilteredRow extends FetchRow {
   parked: boolean | null;
   /** Kept events among the rows the statement read (its LIMIT): more than keptLimit means it cut. */
   kept_total: string | null;
+  /** A run of passed events: every id from `id` to this one is visible and not kept. */
+  run_to: string | null;
 }
 
 /**
  * The turn's fetch for a filtered consumer (a lane, a type filter, parked keys): the same rows,
  * LIMIT and snapshot as fetchBatch, so the gap logic sees every visible id, but only the events
- * the consumer keeps come back whole; the others come back as their id alone and are passed
- * (PASSED_TYPE stubs), resolved without a handler. An event's lane is
+ * the consumer keeps come back whole. The others come back as runs of consecutive ids (from, to),
+ * one row per run, and are passed (PASSED_TYPE stubs), resolved without a handler: a lane of 32
+ * receives about one row per kept event, not 32. An event's lane is
  * abs(hashtextextended(key, 0) % lanes): the hash PostgreSQL's hash partitioning relies on, stable
  * across releases and platforms. One statement, one snapshot, as fetchBatch.
  */
@@ -158,8 +185,6 @@ export async function fetchFilteredBatch(
   filter: FetchFilter,
   start?: StartStragglers,
 ): Promise<FilteredBatch> {
-  const keyFrom = filter.key.from;
-  const field = filter.key.from === 'streamId' ? '' : filter.key.field;
   const above = filter.cap === null ? tx`` : tx`and id <= ${filter.cap.toString()}::bigint`;
   const stragglers = start
     ? tx`
@@ -170,54 +195,58 @@ export async function fetchFilteredBatch(
           and not pg_visible_in_snapshot(tx, ${start.snapshot}::pg_snapshot)
         order by id limit ${limit})`
     : tx``;
+  const types = filter.types === null ? null : pgArray(filter.types);
   const rows = await tx<FilteredRow[]>`
+    with w as materialized (
+      select v.*,
+             -- Constant along consecutive ids that are all passed: one run.
+             v.id - row_number() over (partition by v.kept order by v.id) as run
+      from (
+        select u.*, k.kept, k.key,
+               count(*) filter (where k.kept) over (order by u.id rows unbounded preceding) as nth,
+               count(*) filter (where k.kept) over () as kept_total
+        from (
+          (select id, stream_id, type, data, metadata, created_at from ${t.events}
+           where id > ${cursor.toString()}::bigint ${above} order by id limit ${limit})
+          union all
+          (select ev.* from unnest(${pgArray(ranges.from)}::int8[], ${pgArray(ranges.to)}::int8[]) as r(f, t)
+           cross join lateral (
+             select id, stream_id, type, data, metadata, created_at from ${t.events}
+             where id between r.f and r.t order by id limit ${limit}) ev)
+          ${stragglers}
+        ) u
+        cross join lateral (select ${laneKeyOf(tx, filter.key)} as key) k0
+        cross join lateral (
+          select k0.key,
+                 abs(hashtextextended(k0.key, 0) % ${filter.laneCount}) = ${filter.laneIndex}
+                 and (${types}::text[] is null or u.type = any(${types}::text[])) as kept
+        ) k
+        order by u.id limit ${limit}
+      ) v
+      -- Up to the kept limit: every row before the (keptLimit + 1)-th kept event.
+      where v.nth <= ${filter.keptLimit}
+    )
     (select pg_current_snapshot()::text as snapshot,
             (select coalesce(max(id), 0) from ${t.events})::text as head,
-            null::text as id, null::boolean as kept, null::text as key, null::boolean as parked,
-            null::text as kept_total, null::text as stream_id, null::text as type,
-            null::jsonb as data, null::jsonb as metadata, null::timestamptz as created_at)
+            null::text as id, null::text as run_to, null::boolean as kept, null::text as key,
+            null::boolean as parked, null::text as kept_total, null::text as stream_id,
+            null::text as type, null::jsonb as data, null::jsonb as metadata,
+            null::timestamptz as created_at)
     union all
-    (select null, null, w.id::text, w.kept, case when w.kept then w.key end,
-            w.kept and ${filter.parking} and exists (
+    (select null, null, w.id::text, null, true, w.key,
+            ${filter.parking} and exists (
               select 1 from ${t.parkedKeys} p where p.consumer_name = ${filter.consumer} and p.key = w.key),
-            w.kept_total::text,
-            case when w.kept then w.stream_id end, case when w.kept then w.type end,
-            case when w.kept then w.data end, case when w.kept then w.metadata end,
-            case when w.kept then w.created_at end
-     from (
-     select u.*, k.kept, k.key,
-            count(*) filter (where k.kept) over (order by u.id rows unbounded preceding) as nth,
-            count(*) filter (where k.kept) over () as kept_total
-     from (
-       (select id, stream_id, type, data, metadata, created_at from ${t.events}
-        where id > ${cursor.toString()}::bigint ${above} order by id limit ${limit})
-       union all
-       (select ev.* from unnest(${pgArray(ranges.from)}::int8[], ${pgArray(ranges.to)}::int8[]) as r(f, t)
-        cross join lateral (
-          select id, stream_id, type, data, metadata, created_at from ${t.events}
-          where id between r.f and r.t order by id limit ${limit}) ev)
-       ${stragglers}
-     ) u
-     cross join lateral (
-       select case ${keyFrom} when 'streamId' then u.stream_id
-                              when 'data' then coalesce(u.data ->> ${field}, '')
-                              else coalesce(u.metadata ->> ${field}, '') end as key
-     ) k0
-     cross join lateral (
-       select k0.key,
-              abs(hashtextextended(k0.key, 0) % ${filter.laneCount}) = ${filter.laneIndex}
-              and (${filter.types === null ? null : pgArray(filter.types)}::text[] is null
-                   or u.type = any(${filter.types === null ? null : pgArray(filter.types)}::text[])) as kept
-     ) k
-     order by u.id limit ${limit}) w
-     -- Up to the kept limit: every row before the (keptLimit + 1)-th kept event.
-     where w.nth <= ${filter.keptLimit}
-     order by w.id)`;
+            w.kept_total::text, w.stream_id, w.type, w.data, w.metadata, w.created_at
+     from w where w.kept order by w.id)
+    union all
+    (select null, null, min(w.id)::text, max(w.id)::text, false, null, null, max(w.kept_total)::text,
+            null, null, null, null, null
+     from w where not w.kept group by w.run order by min(w.id))`;
   let header: FilteredRow | undefined;
-  const events: EventRecord[] = [];
+  const kept: EventRecord[] = [];
+  const runs: { from: bigint; to: bigint }[] = [];
   const keys = new Map<bigint, string>();
   const parked = new Set<bigint>();
-  let ascending = true;
   let cut = false;
   for (const row of rows) {
     if (row.id === null) {
@@ -225,16 +254,41 @@ export async function fetchFilteredBatch(
       continue;
     }
     if (row.kept_total !== null && Number(row.kept_total) > filter.keptLimit) cut = true;
-    const event = row.kept === true ? eventFromRow(row as EventRow) : passedStub(BigInt(row.id));
-    if (row.kept === true && filter.parking && row.key !== null) keys.set(event.id, row.key);
+    if (row.kept !== true) {
+      runs.push({ from: BigInt(row.id), to: BigInt(row.run_to ?? row.id) });
+      continue;
+    }
+    const event = eventFromRow(row as EventRow);
+    if (filter.parking && row.key !== null) keys.set(event.id, row.key);
     if (row.parked === true) parked.add(event.id);
-    const previous = events[events.length - 1];
-    if (previous && previous.id >= event.id) ascending = false;
-    events.push(event);
+    kept.push(event);
   }
   if (!header || header.snapshot === null || header.head === null) {
     throw new Error('the fetch returned no snapshot row');
   }
-  if (!ascending) events.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  return { snapshot: header.snapshot, head: header.head, events, keys, parked, cut };
+  return { snapshot: header.snapshot, head: header.head, events: mergeRuns(kept, runs), keys, parked, cut };
+}
+
+/** The kept events and a stub for every id of the passed runs, in id order. */
+function mergeRuns(kept: EventRecord[], runs: { from: bigint; to: bigint }[]): EventRecord[] {
+  // Each part comes ordered by the statement; checked here, not left to the plan.
+  if (!isAscending(kept.map((e) => e.id))) kept.sort((a, b) => compareIds(a.id, b.id));
+  if (!isAscending(runs.map((r) => r.from))) runs.sort((a, b) => compareIds(a.from, b.from));
+  const events: EventRecord[] = [];
+  let k = 0;
+  for (const run of runs) {
+    while (k < kept.length && (kept[k] as EventRecord).id < run.from) events.push(kept[k++] as EventRecord);
+    for (let id = run.from; id <= run.to; id++) events.push(passedStub(id));
+  }
+  while (k < kept.length) events.push(kept[k++] as EventRecord);
+  return events;
+}
+
+function compareIds(a: bigint, b: bigint): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function isAscending(ids: readonly bigint[]): boolean {
+  for (let i = 1; i < ids.length; i++) if ((ids[i - 1] as bigint) > (ids[i] as bigint)) return false;
+  return true;
 }
