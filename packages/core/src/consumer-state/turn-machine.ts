@@ -277,7 +277,8 @@ export function closeTurn(
   const { input, settlement, delivered, plan } = turn;
   const fetch: FetchResult = input.fetch;
   const cursor = input.cursor;
-  const resolved = new Set(delivered.resolvedIds);
+  // Looked up at most twice: no set of the batch's ids (a lane's holds mostly other lanes' ids).
+  const resolved = { has: (id: bigint) => delivered.resolvedIds.includes(id) };
   const failure = delivered.failure;
   const attempts = failure
     ? failure.attempts

@@ -31,6 +31,7 @@ import { isBackingOff, nextBackoff, type BackoffState } from './backoff.js';
 import { classifyFailure, poolerHint } from './classify-failure.js';
 import { IdleKnowledge, isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
+import { LaneReads } from './lane-reads.js';
 import { SharedReads } from './shared-reads.js';
 import { TurnSlots } from './slots.js';
 import type { TurnConnections } from '../connections/turn-connections.js';
@@ -98,6 +99,7 @@ export class PassRunner {
   readonly #precheckKeys: PrecheckKeys;
   /** One read per batch for consumers turning from the same cursor, and the read-ahead. */
   readonly #reads: SharedReads;
+  readonly #laneReads = new LaneReads(LANE_READS, SHARED_READ_MAX_AGE_MS);
   #precheckFailing = false;
   /** What is known of the consumers between passes (standing pre-check, plainness, cursors). */
   readonly #known = new IdleKnowledge();
@@ -131,6 +133,7 @@ export class PassRunner {
   async idle(): Promise<void> {
     await this.#slots.idle();
     await this.#reads.settled();
+    await this.#laneReads.settled();
   }
 
   /**
@@ -144,6 +147,7 @@ export class PassRunner {
     const { options } = this.#env;
     const woken = wake !== undefined;
     this.#reads.prune();
+    this.#laneReads.prune();
     const skipPrecheck =
       wake !== undefined && this.#known.canSkipPrecheck(wake, performance.now(), options.pollIntervalMs);
     if (skipPrecheck && wake === 'notify') this.#known.notifySkippedPrecheck();
@@ -492,6 +496,7 @@ export class PassRunner {
       logger: env.logger,
       systemIdentifier: env.systemIdentifier(),
       reads: this.#reads,
+      laneReads: this.#laneReads,
       ...(readAhead === undefined ? {} : { readAhead }),
       onRearmExhausted: (consumer, lastError) => {
         this.#reportRearmExhausted(consumer, lastError);
@@ -718,10 +723,13 @@ function isPlainSkip(skipped: SkipReason | undefined): boolean {
  * batches of each other, and a dispatcher that caught up lets them go within seconds.
  */
 const SHARED_READS = 4;
+const SHARED_READ_MAX_AGE_MS = 2_000;
+
+/** Group reads kept per laned consumer: its lanes spread over a few batches while catching up. */
+const LANE_READS = 8;
 
 /** A lane whose row was written this recently is being served (by this or another instance). */
 const LANE_SERVED_MS = 1_000;
-const SHARED_READ_MAX_AGE_MS = 2_000;
 
 /** The gauges of a consumer the pre-check found trivially caught up. */
 const CAUGHT_UP = Object.freeze({

@@ -13,7 +13,7 @@ import type {
   TurnRules,
 } from '../consumer-state/turn-machine.js';
 import { messageOf } from '../errors.js';
-import type { EventRecord } from '../events.js';
+import { PASSED_TYPE, type EventRecord } from '../events.js';
 import type { GapRange, Settlement, TurnInput } from '../gaps/gaps.js';
 import { parseSnapshot } from '../gaps/snapshot.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
@@ -23,7 +23,13 @@ import { recordDeadLetters } from '../queries/dead-letters.js';
 import { raiseBarrier, retireLane, trySwitchLanes } from '../queries/lanes.js';
 import { finishParkedReplay, recordParked, selectParkedReplays } from '../queries/parked.js';
 import type { Lane } from '../lanes/lanes.js';
-import { fetchBatch, fetchFilteredBatch, type FetchedBatch, type FetchFilter } from '../queries/events.js';
+import {
+  fetchBatch,
+  fetchFilteredBatch,
+  type FetchedBatch,
+  type FetchFilter,
+  type LaneGroup,
+} from '../queries/events.js';
 import { replaceRanges, type StoredRange } from '../queries/gaps.js';
 import { finishReplays, selectRequestedReplays } from '../queries/replays.js';
 import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
@@ -31,6 +37,7 @@ import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
 import { deliver, type DeliveryResult, type Parking } from './deliver.js';
+import { laneBatchOf, type GroupBatch, type LaneReads, type Segment } from './lane-reads.js';
 import type { EventBatch, SharedReads } from './shared-reads.js';
 import type { TurnEnvironment, TurnProgress } from './turn.js';
 
@@ -49,7 +56,7 @@ export function lockWithEarlyFetch(
   tx: TransactionSql,
   limit: number,
   expectedCursor: bigint | undefined,
-): { row: Promise<LockedRow | undefined>; early: Promise<EventBatch> | undefined } {
+): { row: Promise<LockedRow | undefined>; early: EarlyFetch | undefined } {
   const { options, tables: t } = env;
   const lock = lockConsumer(tx, t, consumer.name, consumer.instanceId, {
     statementTimeoutMs: options.statementTimeoutMs,
@@ -59,6 +66,17 @@ export function lockWithEarlyFetch(
   // Sent before the row (and a change of lanes in progress) is known: the filter without a cap.
   // The turn uses it only when the row says nothing that changes the fetch (see turn.ts).
   const filter = fetchFilterOf(consumer, null, limit);
+  const group = laneGroupOf(env, consumer, filter);
+  if (group) {
+    // A lane's early fetch is a group read, offered to the other lanes at once; none when a read
+    // this process has running or kept will hold the lane's next events.
+    const early =
+      expectedCursor === undefined || group.reads.covered(group.name, expectedCursor)
+        ? undefined
+        : readGroup(tx, t, expectedCursor, limit, group);
+    early?.catch(() => undefined);
+    return { row: lock.row, early: early && { group: early } };
+  }
   const early =
     expectedCursor === undefined || (filter === undefined && env.reads?.has(expectedCursor))
       ? undefined
@@ -73,8 +91,13 @@ export function lockWithEarlyFetch(
           filter,
         );
   early?.catch(() => undefined); // fails with the lock, whose failure the turn reports
-  return { row: lock.row, early };
+  return { row: lock.row, early: early && { batch: early } };
 }
+
+/** The fetch sent behind the lock: a consumer's own, or a lane's group read (docs/design.md §11.2). */
+export type EarlyFetch =
+  | { readonly batch: Promise<EventBatch>; readonly group?: undefined }
+  | { readonly group: Promise<Segment>; readonly batch?: undefined };
 
 /** A fetched batch, and whether it is another turn's full read (then nothing beyond it was examined). */
 export interface TurnBatch extends EventBatch {
@@ -97,15 +120,36 @@ export async function fetchTurnBatch(
     readonly rechecked: readonly GapRange[];
     readonly stragglers: StartInFlight | undefined;
     readonly plain: boolean;
-    readonly early: Promise<EventBatch> | undefined;
+    readonly early: EarlyFetch | undefined;
     /** A filtered consumer's fetch (docs/design.md §11): never shared with other consumers. */
     readonly filter: FetchFilter | undefined;
   },
 ): Promise<TurnBatch> {
   const { options, tables: t } = env;
   const { cursor, limit, filter } = turn;
+  const group = turn.plain ? laneGroupOf(env, consumer, filter) : undefined;
+  if (group && filter) {
+    // A lane's plain turn: its early group read, another lane's read that holds its cursor, or a
+    // group read of its own offered to the other lanes (docs/design.md §11.2).
+    const early = turn.early?.group ? await turn.early.group : undefined;
+    const taken = early
+      ? undefined
+      : await group.reads.take(group.name, cursor, options.statementTimeoutMs, limit);
+    const own = taken ? undefined : (early ?? (await readGroup(tx, t, cursor, limit, group)));
+    const read = taken ?? [own as Segment];
+    const last = read[read.length - 1] as Segment;
+    const end = last.batch.events[last.batch.events.length - 1];
+    if (last.full && end) {
+      // Catching up: the next batch is read while the lanes take from this one.
+      const size = Math.min(limit, GROUP_READ_MAX);
+      group.reads.readAhead(group.name, end.id, size, () =>
+        groupBatchOf(options.sql, t, end.id, size, group),
+      );
+    }
+    return laneBatchOf(read, filter, own === undefined || own.full);
+  }
   const reads = turn.plain && filter === undefined ? env.reads : undefined;
-  const early = turn.plain ? turn.early : undefined;
+  const early = turn.plain ? turn.early?.batch : undefined;
   const shared = reads && !early ? await reads.take(cursor, limit, options.statementTimeoutMs) : undefined;
   const batch =
     shared ??
@@ -155,6 +199,69 @@ export function readFrom(
   reads?.offer(cursor, limit, reading);
   return reading;
 }
+
+/** The lanes of one consumer and lane count whose plain turns share group reads in this process. */
+interface LaneGroupReads extends LaneGroup {
+  readonly name: string;
+  readonly reads: LaneReads;
+}
+
+/**
+ * Whether a lane's plain turn reads the log as a group read shared with the consumer's other lanes
+ * (docs/design.md §11.2): a lane of two or more, not parking (a parked key is read with the fetch),
+ * not draining to a change of lanes (capped).
+ */
+function laneGroupOf(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  filter: FetchFilter | undefined,
+): LaneGroupReads | undefined {
+  if (!env.laneReads || !filter || filter.laneCount < 2 || filter.parking || filter.cap !== null)
+    return undefined;
+  return {
+    name: `${consumer.name}\u0000${filter.laneCount}`,
+    key: filter.key,
+    count: filter.laneCount,
+    reads: env.laneReads,
+  };
+}
+
+/**
+ * A group read above `cursor` in the turn's transaction, offered to the other lanes while it runs.
+ * Its segment is `full` when LIMIT cut it: nothing above its last event was examined.
+ */
+async function readGroup(
+  tx: TransactionSql,
+  t: Tables,
+  cursor: bigint,
+  limit: number,
+  group: LaneGroupReads,
+): Promise<Segment> {
+  const size = Math.min(limit, GROUP_READ_MAX);
+  const reading = groupBatchOf(tx, t, cursor, size, group);
+  group.reads.offer(group.name, cursor, size, reading);
+  const batch = await reading;
+  return { batch, start: 0, full: batch.events.length >= size };
+}
+
+/** Every event above `cursor` (at most `size`), each with its lane of the group's count. */
+async function groupBatchOf(
+  sql: TransactionSql | Sql,
+  t: Tables,
+  cursor: bigint,
+  size: number,
+  group: LaneGroup,
+): Promise<GroupBatch> {
+  const fetched = await fetchBatch(sql, t, cursor, { from: [], to: [] }, size, undefined, group);
+  return { ...batchOf(fetched), lanes: fetched.lanes ?? new Int16Array(fetched.events.length) };
+}
+
+/**
+ * Most events one group read holds: a lane whose turn reaches its end goes on from the next one
+ * (read once for the lanes again), so a read is never much larger than what the lanes of one
+ * process take from it before it is let go.
+ */
+const GROUP_READ_MAX = 8_192;
 
 /**
  * A parking consumer's parked keys for the delivery (docs/design.md §11.4): the keys its fetch
@@ -221,7 +328,10 @@ function batchOf(fetched: FetchedBatch): EventBatch {
 
 const MAX_XID = 2n ** 63n - 1n;
 
-/** The gap logic's view of what the turn fetched, and the fetched events by id. */
+/**
+ * The gap logic's view of what the turn fetched, and the fetched events by id: every event but the
+ * passed ones (another lane's, a type not handled), which are ids alone (see passedOf).
+ */
 export function turnInputOf(
   batch: TurnBatch,
   opening: Extract<Opening, { kind: 'open' }>,
@@ -229,14 +339,22 @@ export function turnInputOf(
   consumer: ResolvedConsumer,
   limit: number,
 ): { input: TurnInput; events: Map<bigint, EventRecord> } {
-  const events = new Map<bigint, EventRecord>(batch.events.map((e) => [e.id, e]));
+  const events = new Map<bigint, EventRecord>();
+  const ids: bigint[] = [];
+  // Ascending (every fetch orders its batch): an id read twice (a re-fetched range and a
+  // straggler) is one.
+  for (const event of batch.events) {
+    if (ids.length > 0 && ids[ids.length - 1] === event.id) continue;
+    ids.push(event.id);
+    if (event.type !== PASSED_TYPE) events.set(event.id, event);
+  }
   const input: TurnInput = {
     cursor: opening.state.cursor,
     rechecked,
     fetch: {
-      ids: [...events.keys()],
+      ids,
       // A shared batch is a full one; a filtered one cut at the events it keeps is not complete.
-      complete: !batch.shared && batch.cut !== true && events.size < limit,
+      complete: !batch.shared && batch.cut !== true && ids.length < limit,
       // After a restore onto another cluster, no transaction of the old one can still commit.
       xmin: opening.clusterChanged ? MAX_XID : batch.xmin,
     },
@@ -343,10 +461,12 @@ export async function startAndDeliver(
       },
     );
   }
-  return deliver({
+  // Passed events go past the handler loop: resolved as far as the delivery got (see passedOf).
+  const handed = events.filter((e) => e.type !== PASSED_TYPE);
+  const result = await deliver({
     consumer,
     tx,
-    events,
+    events: handed,
     priorAttempts: plan.priorAttempts,
     resolvesUnhandled: (event) => unhandled(event.id),
     deadlineMs: performance.now() + options.maxTurnMs,
@@ -355,6 +475,29 @@ export async function startAndDeliver(
     metrics: env.metrics,
     ...(start.parking ? { parking: start.parking } : {}),
   });
+  return handed.length === events.length
+    ? result
+    : { ...result, resolved: passedOf(events, result.resolved.length) };
+}
+
+/**
+ * The events a delivery resolved, passed ones included, when the handler loop resolved the first
+ * `handled` of the others: a passed event is resolved once every event before it is, as the loop
+ * would have resolved it (its resolved events are always a prefix, docs/design.md §4.4).
+ */
+function passedOf(events: readonly EventRecord[], handled: number): EventRecord[] {
+  const resolved: EventRecord[] = [];
+  let seen = 0;
+  for (const event of events) {
+    if (event.type === PASSED_TYPE) {
+      resolved.push(event);
+      continue;
+    }
+    if (seen >= handled) break;
+    seen += 1;
+    resolved.push(event);
+  }
+  return resolved;
 }
 
 /**

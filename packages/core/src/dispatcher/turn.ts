@@ -9,7 +9,7 @@ import {
   planDelivery,
 } from '../consumer-state/turn-machine.js';
 import { messageOf } from '../errors.js';
-import { PASSED_TYPE, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
+import { passedStub, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
 import { deliverableIds, settleTurn } from '../gaps/gaps.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
@@ -21,6 +21,7 @@ import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startTurnSpan } from '../telemetry/tracing.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { TransactionalHandlerTimeout, type HandlerFailure } from './deliver.js';
+import type { LaneReads } from './lane-reads.js';
 import type { SharedReads } from './shared-reads.js';
 import {
   applyOpening,
@@ -77,6 +78,8 @@ export interface TurnEnvironment {
   readonly systemIdentifier: string | null;
   /** Full batches shared by the consumers of this dispatcher (absent: every turn reads for itself). */
   readonly reads?: SharedReads;
+  /** Group reads shared by the lanes of a consumer this dispatcher turns (docs/design.md §11.2). */
+  readonly laneReads?: LaneReads;
   /** A turn whose fetch came back full starts reading this many events above it (needs `reads`). */
   readonly readAhead?: number;
   /** Called once per consumer and process when a dead consumer's re-arms are used up. */
@@ -247,13 +250,18 @@ async function turnInTransaction(
     return outcome({ cursor: state.cursor, head: batch.head });
   }
 
+  // An id with no event is a passed one (another lane's, a type not handled: turnInputOf).
   const unhandled = (id: bigint) => {
     if (id === state.skipEventId) return true;
-    const type = events.get(id)?.type;
-    return type === TOMBSTONE_TYPE || type === PASSED_TYPE;
+    const event = events.get(id);
+    return event === undefined || event.type === TOMBSTONE_TYPE;
   };
   const plan = planDelivery(held, state, opening.change === 'rearmed', deliverable, unhandled, rules);
-  const toDeliver = plan.ids.map((id) => events.get(id) as EventRecord);
+  // The plan is most often the whole batch (then its events as fetched, stubs included).
+  const toDeliver =
+    plan.ids.length === batch.events.length && plan.ids[0] === batch.events[0]?.id
+      ? batch.events
+      : plan.ids.map((id) => events.get(id) ?? passedStub(id));
   const parking = parkingOf(consumer, batch);
   const result = plan.crashedOut
     ? crashedOut(consumer, plan, toDeliver[0] as EventRecord, batch.keys?.get(plan.ids[0] ?? -1n))
