@@ -56,8 +56,9 @@ vi.mock('../../../packages/core/src/gaps/gaps.ts', async (importOriginal) => {
 vi.mock('../../../packages/core/src/queries/events.ts', async (importOriginal) => {
   const real = await importOriginal<typeof EventsModule>();
   const { switchboard: board } = await import('./switchboard.js');
-  const fetchBatch: typeof real.fetchBatch = async (tx, t, cursor, ranges, limit) => {
-    const batch = await real.fetchBatch(tx, t, cursor, ranges, limit);
+  // Every argument passed on: a 'now' consumer's stragglers, a lane group's lanes (§11.2).
+  const fetchBatch: typeof real.fetchBatch = async (tx, t, cursor, ranges, limit, start, group) => {
+    const batch = await real.fetchBatch(tx, t, cursor, ranges, limit, start, group);
     const hook = board().afterFetch;
     if (hook) {
       board().afterFetch = null;
