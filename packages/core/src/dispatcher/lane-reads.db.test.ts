@@ -71,10 +71,12 @@ test('8 lanes catching up on one process read the log about once between them, a
   expect(counts.filtered).toBe(0);
   expect(counts.groupReads).toBeGreaterThan(0);
   expect(counts.groupReads).toBeLessThanOrEqual(24);
-  const cursors = await db.sql<{ instance_id: string; cursor: string }[]>`
-    select instance_id, cursor::text from ${db.sql(schema)}.consumers where name = 'fanout'`;
-  expect(cursors.map((r) => r.instance_id).sort()).toEqual(laneInstanceIds(8).sort());
-  for (const row of cursors) expect(row.cursor).toBe(String(events));
+  // Every lane at the head and idle: a lane that took the log's last batch read on after its
+  // lock to know it had caught up.
+  const rows = await db.sql<{ instance_id: string; cursor: string; status: string }[]>`
+    select instance_id, cursor::text, status from ${db.sql(schema)}.consumers where name = 'fanout'`;
+  expect(rows.map((r) => r.instance_id).sort()).toEqual(laneInstanceIds(8).sort());
+  for (const row of rows) expect([row.cursor, row.status]).toEqual([String(events), 'idle']);
 });
 
 test("a lane's filtered fetch returns every visible id above its cursor (its own events whole, runs of the others), cut before its (keptLimit + 1)-th", async () => {

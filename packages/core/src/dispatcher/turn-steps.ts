@@ -135,10 +135,16 @@ export async function fetchTurnBatch(
     const taken = early
       ? undefined
       : await group.reads.take(group.name, cursor, options.statementTimeoutMs, limit);
-    const own = taken ? undefined : (early ?? (await readGroup(tx, t, cursor, limit, group)));
-    const read = taken ?? [own as Segment];
-    const last = read[read.length - 1] as Segment;
-    const end = last.batch.events[last.batch.events.length - 1];
+    let read = taken ?? [early ?? (await readGroup(tx, t, cursor, limit, group))];
+    let last = read[read.length - 1] as Segment;
+    let end = last.batch.events[last.batch.events.length - 1];
+    if (taken && !last.full && end && !laneBatchOf(taken, filter, true).cut) {
+      // Taken up to where the log ended when it was read: the rest is read now, after the lock,
+      // so that the turn knows whether the lane has caught up.
+      read = [...taken, await readGroup(tx, t, end.id, limit, group)];
+      last = read[read.length - 1] as Segment;
+      end = last.batch.events[last.batch.events.length - 1] ?? end;
+    }
     if (last.full && end) {
       // Catching up: the next batch is read while the lanes take from this one.
       const size = Math.min(limit, GROUP_READ_MAX);
@@ -146,7 +152,9 @@ export async function fetchTurnBatch(
         groupBatchOf(options.sql, t, end.id, size, group),
       );
     }
-    return laneBatchOf(read, filter, own === undefined || own.full);
+    // Complete only when the turn's last read is its own and LIMIT did not cut it.
+    const ownLast = early !== undefined || taken === undefined || read.length > taken.length;
+    return laneBatchOf(read, filter, !ownLast || last.full);
   }
   const reads = turn.plain && filter === undefined ? env.reads : undefined;
   const early = turn.plain ? turn.early?.batch : undefined;
