@@ -56,7 +56,7 @@ vi.mock('../../../packages/core/src/gaps/gaps.ts', async (importOriginal) => {
 vi.mock('../../../packages/core/src/queries/events.ts', async (importOriginal) => {
   const real = await importOriginal<typeof EventsModule>();
   const { switchboard: board } = await import('./switchboard.js');
-  // Every argument passed on: a 'now' consumer's stragglers, a lane group's lanes (§11.2).
+  // Every argument passed on: a 'now' consumer's stragglers, a lane group's lanes (docs/design.md §11.2).
   const fetchBatch: typeof real.fetchBatch = async (tx, t, cursor, ranges, limit, start, group) => {
     const batch = await real.fetchBatch(tx, t, cursor, ranges, limit, start, group);
     const hook = board().afterFetch;

@@ -427,6 +427,7 @@ export class PassRunner {
       );
       if (outcome.timedOut) await this.#recordTimeout(consumer, outcome, failedTurnOf(progress));
     } while (
+      !outcome.retired &&
       ((continueWhileMore && outcome.hasMore && !this.#overShare(consumer)) ||
         (this.#askedAgain.has(consumer.unit) && outcome.skipped === undefined && !outcome.dead)) &&
       !this.#env.isStopping()
@@ -436,8 +437,10 @@ export class PassRunner {
       failed,
       skipped: outcome.skipped,
       pendingGaps: outcome.pendingGaps,
-      behind:
-        outcome.cursor !== undefined && outcome.head !== undefined
+      // An old lane that retired handed over to new lanes this pass did not turn: not settled.
+      behind: outcome.retired
+        ? true
+        : outcome.cursor !== undefined && outcome.head !== undefined
           ? outcome.cursor < outcome.head
           : outcome.hasMore,
     };
