@@ -199,8 +199,10 @@ export async function fetchFilteredBatch(
   const rows = await tx<FilteredRow[]>`
     with w as materialized (
       select v.*,
-             -- Constant along consecutive ids that are all passed: one run.
-             v.id - row_number() over (partition by v.kept order by v.id) as run
+             -- Constant along consecutive ids that are all passed: one run. dense_rank, not
+             -- row_number: an id read twice (a re-fetched range and the ids above the cursor)
+             -- must not make two stretches on either side of a hole look like one.
+             v.id - dense_rank() over (partition by v.kept order by v.id) as run
       from (
         select u.*, k.kept, k.key,
                count(*) filter (where k.kept) over (order by u.id rows unbounded preceding) as nth,
