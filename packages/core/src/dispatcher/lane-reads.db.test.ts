@@ -4,6 +4,7 @@
 import { appendEvents, drainUntilIdle, freshSchema } from '@sluice/testing';
 import { testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
+import { append } from '../append.js';
 import { PASSED_TYPE, type EventRecord } from '../events.js';
 import { laneInstanceIds, STREAM_KEY } from '../lanes/lanes.js';
 import { fetchBatch, fetchFilteredBatch, type FetchFilter } from '../queries/events.js';
@@ -147,4 +148,104 @@ test("a lane's filtered fetch returns every visible id above its cursor (its own
       expect(cut.cut).toBe(true);
     }
   }
+});
+
+test('an id read twice (a re-fetched range and the ids above the cursor) never joins two stretches across a hole', async () => {
+  const schema = await freshSchema(db.sql, 'lanereads');
+  const t = tables(db.sql, schema);
+  const [other] = await db.sql<{ s: string }[]>`
+    select s from unnest(array['a', 'b', 'c', 'd', 'e', 'f']) s
+    where abs(hashtextextended(s, 0) % 2) = 1 limit 1`;
+  const stream = other?.s ?? 'a';
+  await appendEvents(db.sql, 4, () => ({ streamId: stream, type: 'T', data: {} }), schema);
+  await db.sql
+    .begin(async (tx) => {
+      await tx`insert into ${tx(schema)}.events (stream_id, type, data) values (${stream}, 'T', '{}')`;
+      throw new Error('rolled back: id 5 is a hole');
+    })
+    .catch(() => undefined);
+  await appendEvents(db.sql, 3, () => ({ streamId: stream, type: 'T', data: {} }), schema);
+  // Range [4, 4] re-fetched from cursor 3: id 4 comes twice.
+  const batch = await fetchFilteredBatch(db.sql, t, 3n, { from: [4n], to: [4n] }, 100, {
+    consumer: 'c',
+    laneIndex: 0,
+    laneCount: 2,
+    key: STREAM_KEY,
+    types: null,
+    parking: false,
+    cap: null,
+    keptLimit: 50,
+  });
+  expect([...new Set(batch.events.map((e) => e.id))]).toEqual([4n, 6n, 7n, 8n]);
+});
+
+test("events a turn's replays append through ctx.tx are never handed to another lane", async () => {
+  const schema = await freshSchema(db.sql, 'lanereads');
+  const streams = await db.sql<{ s: string; lane: number }[]>`
+    select s, abs(hashtextextended(s, 0) % 2)::int as lane
+    from unnest(array['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']) s`;
+  const zero = streams.find((r) => r.lane === 0)?.s ?? 'a';
+  const one = streams.find((r) => r.lane === 1)?.s ?? 'b';
+  const laneOne: EventRecord[] = [];
+  let laneOneGotLater: () => void = () => undefined;
+  const gotLater = new Promise<void>((resolve) => (laneOneGotLater = resolve));
+  let replaying = false;
+  const dispatcher = testDispatcher(
+    db.sql,
+    schema,
+    [
+      {
+        name: 'proj',
+        lanes: 2,
+        transactional: true,
+        handlerTimeoutMs: 300,
+        handler: async (event, ctx) => {
+          if (ctx.instanceId === '*1/2') {
+            laneOne.push(event);
+            if (event.type === 'later') laneOneGotLater();
+            return;
+          }
+          if (!replaying) return;
+          if (!ctx.tx) throw new Error('a transactional handler has ctx.tx');
+          if (event.type === 'trigger') {
+            // The replayed dead letter appends, in lane 0's turn: an event of each lane.
+            await append(
+              ctx.tx,
+              [
+                { streamId: one, type: 'derived', data: {} },
+                { streamId: zero, type: 'hang', data: {} },
+              ],
+              { schema, wakeUp: 'none' },
+            );
+          } else if (event.type === 'hang') {
+            replaying = false; // once: the replay that follows the rollback goes through
+            // Lane 0 has read past its replays; lane 1 turns now (a committed event of its own
+            // waits), then lane 0's turn overruns its time and rolls back with its appends.
+            await appendEvents(db.sql, 1, () => ({ streamId: one, type: 'later', data: {} }), schema);
+            void dispatcher.runOnce();
+            await gotLater;
+            // Returns past handlerTimeoutMs (300 ms): by then the turn was rolled back.
+            await new Promise((resolve) => setTimeout(resolve, 600));
+          }
+        },
+      },
+    ],
+    { concurrency: 4 },
+  );
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 1, () => ({ streamId: zero, type: 'trigger', data: {} }), schema);
+  await drainUntilIdle(dispatcher);
+  await db.sql`
+    insert into ${db.sql(schema)}.dead_letters
+      (consumer_name, instance_id, event_id, stream_id, type, data, metadata, event_created_at, reason,
+       replay_requested_at)
+    values ('proj', '*0/2', 1, ${zero}, 'trigger', '{}', '{}', now(), 'operator-skip', now())`;
+  replaying = true;
+  await dispatcher.runOnce();
+
+  const logged = new Set(
+    (await db.sql<{ id: string }[]>`select id::text from ${db.sql(schema)}.events`).map((r) => BigInt(r.id)),
+  );
+  expect(laneOne.map((e) => e.type)).toContain('later');
+  expect(laneOne.filter((e) => !logged.has(e.id))).toEqual([]);
 });

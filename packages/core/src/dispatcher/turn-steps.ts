@@ -145,8 +145,9 @@ export async function fetchTurnBatch(
       last = read[read.length - 1] as Segment;
       end = last.batch.events[last.batch.events.length - 1] ?? end;
     }
-    if (last.full && end) {
-      // Catching up: the next batch is read while the lanes take from this one.
+    if (last.full && end && env.readAhead !== undefined) {
+      // Catching up: the next batch is read while the lanes take from this one (as the plain
+      // read-ahead, only while a turn slot is free: it takes a pool connection beyond the turns').
       const size = Math.min(limit, GROUP_READ_MAX);
       group.reads.readAhead(group.name, end.id, size, () =>
         groupBatchOf(options.sql, t, end.id, size, group),

@@ -224,8 +224,15 @@ async function turnInTransaction(
     rechecked,
     stragglers: opening.stragglers,
     // A turn with nothing to re-fetch reads only above its cursor: it may use the early fetch, or
-    // share a read with the consumers at the same cursor.
-    plain: stored.length === 0 && !opening.clusterChanged && opening.stragglers === undefined,
+    // share a read with the consumers at the same cursor. Not after replays: their handlers may
+    // have appended through ctx.tx, and a read that sees those uncommitted events is this
+    // transaction's alone, never another turn's.
+    plain:
+      stored.length === 0 &&
+      !opening.clusterChanged &&
+      opening.stragglers === undefined &&
+      !state.replaysPending &&
+      !(held.parkedReplays && replayLane),
     // The early fetch went out before the row was read: not when the row says something it did
     // not know (replays, a change of lanes, which caps an old lane's fetch).
     early:
