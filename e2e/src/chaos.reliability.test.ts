@@ -532,10 +532,11 @@ function recoveryFigures(faults: Faults, histories: Histories) {
 
 // Duplicates, turn by turn. A repeat delivery of an event is charged to the turn that made its
 // previous delivery: that turn's work was not committed. Each such aborted turn is charged to
-// the fault that cut it off: the last turn a killed incarnation ran for the consumer (kill -9),
-// or a turn in flight around a PostgreSQL restart or a storm; anything else is unexplained.
+// the fault that cut it off: the last turn a killed incarnation ran for the consumer row (kill -9;
+// a consumer run as lanes has a row per lane, and a process turns its lanes at once), or a turn
+// in flight around a PostgreSQL restart or a storm; anything else is unexplained.
 // I3's bound then reads: a fault re-delivers at most the batch of each turn it aborted (at
-// most maxBatchSize per consumer). An event whose re-delivery was itself cut off by a later
+// most maxBatchSize per consumer row). An event whose re-delivery was itself cut off by a later
 // fault is delivered once more for that fault (counted as "delivered 3+ times"): after a kill the
 // crashed batch is re-delivered one event per turn, so a later fault during that replay adds
 // at most one delivery per consumer.
@@ -547,12 +548,14 @@ function duplicatesByTurn(deliveries: readonly Delivery[], faults: Faults) {
   interface Turn {
     readonly p: string;
     readonly c: string;
+    /** The consumer row (a lane's '*k/N'). */
+    readonly l: string;
     size: number;
     lastAt: number;
     redelivered: number;
   }
   const turns = new Map<string, Turn>();
-  /** Per process incarnation and consumer: its last turn (a killed incarnation's was aborted). */
+  /** Per process incarnation and consumer row: its last turn (a killed incarnation's was aborted). */
   const lastTurnOfProcess = new Map<string, string>();
   let deliveredThreeTimes = 0;
   {
@@ -567,12 +570,13 @@ function duplicatesByTurn(deliveries: readonly Delivery[], faults: Faults) {
       const lastTurnOf = new Map<number, string>();
       const times = new Map<number, number>();
       for (const d of list) {
-        const key = `${d.p} ${d.c} ${d.f ?? '?'}`;
+        const l = d.l ?? '';
+        const key = `${d.p} ${d.c} ${l} ${d.f ?? '?'}`;
         let turn = turns.get(key);
-        if (!turn) turns.set(key, (turn = { p: d.p, c: d.c, size: 0, lastAt: d.t, redelivered: 0 }));
+        if (!turn) turns.set(key, (turn = { p: d.p, c: d.c, l, size: 0, lastAt: d.t, redelivered: 0 }));
         turn.size += 1;
         turn.lastAt = Math.max(turn.lastAt, d.t);
-        lastTurnOfProcess.set(`${d.p} ${d.c}`, key);
+        lastTurnOfProcess.set(`${d.p} ${d.c} ${l}`, key);
         const previous = lastTurnOf.get(d.id);
         if (previous !== undefined) (turns.get(previous) as Turn).redelivered += 1;
         lastTurnOf.set(d.id, key);
@@ -584,7 +588,8 @@ function duplicatesByTurn(deliveries: readonly Delivery[], faults: Faults) {
   }
   const killedTags = new Set(kills.map((k) => k.tag));
   const causeOf = (key: string, turn: Turn) => {
-    if (killedTags.has(turn.p) && lastTurnOfProcess.get(`${turn.p} ${turn.c}`) === key) return 'kill -9';
+    if (killedTags.has(turn.p) && lastTurnOfProcess.get(`${turn.p} ${turn.c} ${turn.l}`) === key)
+      return 'kill -9';
     const t = turn.lastAt;
     if (restarts.some((r) => t >= r.quitAt - abortedTurnMs && t <= r.acceptAt)) return 'restart';
     if (storms.some((s) => t >= s.startAt - abortedTurnMs && t <= s.endAt + 1_000)) return 'storm';
@@ -596,7 +601,7 @@ function duplicatesByTurn(deliveries: readonly Delivery[], faults: Faults) {
   for (const [key, turn] of abortedTurns) {
     const cause = causeOf(key, turn);
     dupsByCause[cause] = (dupsByCause[cause] ?? 0) + turn.redelivered;
-    if (cause === 'kill -9') dupsPerKillConsumer.set(`${turn.p} ${turn.c}`, turn.redelivered);
+    if (cause === 'kill -9') dupsPerKillConsumer.set(`${turn.p} ${turn.c} ${turn.l}`, turn.redelivered);
   }
   const dupsPerKill = kills.map((k) =>
     [...dupsPerKillConsumer.entries()]
@@ -801,7 +806,7 @@ function verdicts(
       {
         kills: kills.length,
         'dups per kill p50/max': `${ms(quantile(dupsPerKill, 0.5))}/${Math.max(0, ...dupsPerKill)}`,
-        'max dups per kill and consumer': maxDupsPerKillConsumer,
+        'max dups per kill and consumer row': maxDupsPerKillConsumer,
         'aborted turns / max redelivered from one turn': `${abortedTurns}/${maxRedeliveredPerTurn}`,
         'largest turn (events)': maxTurnSize,
         'events delivered 3+ times (a re-delivery cut off by a later fault)': deliveredThreeTimes,
@@ -822,7 +827,7 @@ function verdicts(
         maxTurnSize > PLAN.maxBatchSize &&
           `a turn delivered ${maxTurnSize} events (maxBatchSize ${PLAN.maxBatchSize})`,
         maxDupsPerKillConsumer > PLAN.maxBatchSize &&
-          `${maxDupsPerKillConsumer} duplicates from one kill and consumer (largest batch ${PLAN.maxBatchSize})`,
+          `${maxDupsPerKillConsumer} duplicates from one kill and consumer row (largest batch ${PLAN.maxBatchSize})`,
         (dupsByCause['unexplained'] ?? 0) > 0 &&
           `${dupsByCause['unexplained']} duplicates from turns no fault aborted`,
         lost > 0 && `lost ${lost}`,

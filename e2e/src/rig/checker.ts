@@ -33,6 +33,8 @@ export interface Delivery {
   readonly t: number;
   /** When the delivering turn's lock statement was sent (lower bound of its fetch), when known. */
   readonly f?: number | undefined;
+  /** The consumer row that delivered it: a lane's '*k/N' (lanes turn at once in one process). */
+  readonly l?: string | undefined;
 }
 
 export interface Write {

@@ -42,6 +42,8 @@ export interface DeliveryLine {
    * on the time of the turn's fetch (the fetch runs after the lock, in a later statement).
    */
   readonly f?: number;
+  /** The consumer row that delivered it (ctx.instanceId: a lane's '*k/N'). */
+  readonly l: string;
 }
 
 const config = childConfig() as DispatcherChildConfig;
@@ -90,6 +92,7 @@ function record(consumer: string, instanceId: string, events: readonly EventReco
       p: tag,
       t,
       ...(f === undefined ? {} : { f }),
+      l: instanceId,
     })),
   );
 }
