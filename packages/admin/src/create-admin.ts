@@ -3,6 +3,14 @@ import { ADMIN_DEFAULTS, resolveSchemaName, sqlStateOf, tables } from '@sluice/c
 import { collectStaleInstances } from './actions/collect-stale-instances.js';
 import { fenceGap } from './actions/fence-gap.js';
 import { dropParkedKey, relane, replayParkedKey } from './actions/parked-keys.js';
+import {
+  abandonRebuild,
+  approveRebuild,
+  dropVersion,
+  pauseRebuild,
+  rebuildStatus,
+  resumeRebuild,
+} from './actions/rebuilds.js';
 import { replayDeadLetters } from './actions/replay-dead-letters.js';
 import { restart } from './actions/restart.js';
 import { disable, enable } from './actions/set-enabled.js';
@@ -121,6 +129,22 @@ export function createAdmin(options: AdminOptions) {
       dropParkedKey(ctx, name, o),
     ),
     relane: explained((name: string, o: Parameters<typeof relane>[2]) => relane(ctx, name, o)),
+    rebuildStatus: explained((name?: string) => rebuildStatus(ctx, name)),
+    approveRebuild: explained((name: string, o?: Parameters<typeof approveRebuild>[2]) =>
+      approveRebuild(ctx, name, o),
+    ),
+    pauseRebuild: explained((name: string, o?: Parameters<typeof pauseRebuild>[2]) =>
+      pauseRebuild(ctx, name, o),
+    ),
+    resumeRebuild: explained((name: string, o?: Parameters<typeof resumeRebuild>[2]) =>
+      resumeRebuild(ctx, name, o),
+    ),
+    abandonRebuild: explained((name: string, o?: Parameters<typeof abandonRebuild>[2]) =>
+      abandonRebuild(ctx, name, o),
+    ),
+    dropVersion: explained((name: string, version: number, o?: Parameters<typeof dropVersion>[3]) =>
+      dropVersion(ctx, name, version, o),
+    ),
   };
 }
 

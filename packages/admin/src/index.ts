@@ -5,6 +5,12 @@ export type { Admin, AdminOptions } from './create-admin.js';
 export type { StaleInstance } from './actions/collect-stale-instances.js';
 export type { FenceOptions } from './actions/fence-gap.js';
 export type { ParkedKeyOptions, ParkedKeyResult, RelaneOptions } from './actions/parked-keys.js';
+export type {
+  ApproveOptions,
+  DropVersionOptions,
+  RebuildActionOptions,
+  RebuildStatus,
+} from './actions/rebuilds.js';
 export type { ReplayOptions, ReplayResult } from './actions/replay-dead-letters.js';
 export type { RestartOptions } from './actions/restart.js';
 export type { ActionOptions, ActionResult } from './actions/result.js';

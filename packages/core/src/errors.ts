@@ -30,6 +30,9 @@ export const ERROR_CODES = {
   SLUICE_CONNECT_TIMEOUT: 'thrown',
   SLUICE_LANE_CHANGE_IN_PROGRESS: 'thrown',
   SLUICE_KEY_NOT_PARKED: 'thrown',
+  SLUICE_REBUILD_NOT_FOUND: 'thrown',
+  SLUICE_REBUILD_STATE: 'thrown',
+  SLUICE_REBUILD_NOT_READY: 'thrown',
   SLUICE_INVALID_REQUEST: 'ops-route',
   SLUICE_UNAUTHORIZED: 'ops-route',
   SLUICE_CROSS_SITE_REQUEST: 'ops-route',
@@ -295,6 +298,55 @@ export class KeyNotParkedError extends SluiceError {
     super('SLUICE_KEY_NOT_PARKED', `Consumer "${consumer}" has no parked key ${JSON.stringify(key)}`);
     this.consumer = consumer;
     this.key = key;
+  }
+}
+
+/**
+ * An operator named a rebuild (a version of a consumer, docs/design.md §12) that does not exist:
+ * no version of the consumer is being rebuilt, or not that version. Nothing changed.
+ */
+export class RebuildNotFoundError extends SluiceError {
+  readonly consumer: string;
+
+  constructor(consumer: string, detail: string) {
+    super('SLUICE_REBUILD_NOT_FOUND', `Consumer "${consumer}": ${detail}`);
+    this.consumer = consumer;
+  }
+}
+
+/** An operator action on a version that its state does not allow (a paused rebuild approved…). */
+export class RebuildStateError extends SluiceError {
+  readonly consumer: string;
+  readonly version: number;
+  readonly state: string;
+
+  constructor(consumer: string, version: number, state: string, detail: string) {
+    super('SLUICE_REBUILD_STATE', `Consumer "${consumer}" version ${version} is ${state}: ${detail}`);
+    this.consumer = consumer;
+    this.version = version;
+    this.state = state;
+  }
+}
+
+/**
+ * A takeover was approved for a rebuild still far behind the log head: the live version would stop
+ * until it caught up. Nothing changed; approve it once it is closer (or with force).
+ */
+export class RebuildNotReadyError extends SluiceError {
+  readonly consumer: string;
+  readonly version: number;
+  readonly lagEvents: bigint;
+  readonly withinEvents: bigint;
+
+  constructor(consumer: string, version: number, lagEvents: bigint, withinEvents: bigint) {
+    super(
+      'SLUICE_REBUILD_NOT_READY',
+      `Consumer "${consumer}" version ${version} is ${lagEvents} events behind the log head (it takes over within ${withinEvents}): the live version would stop until it caught up. Approve it once it is closer, or with force.`,
+    );
+    this.consumer = consumer;
+    this.version = version;
+    this.lagEvents = lagEvents;
+    this.withinEvents = withinEvents;
   }
 }
 

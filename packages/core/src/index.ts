@@ -26,6 +26,9 @@ export {
   NotAGapError,
   PostgresUnsupportedError,
   PruneBlockedError,
+  RebuildNotFoundError,
+  RebuildNotReadyError,
+  RebuildStateError,
   SchemaNotMigratedError,
   SequenceCachedError,
   SkipMismatchError,
@@ -33,6 +36,7 @@ export {
   XidGuardMissingError,
 } from './errors.js';
 export { RESERVED_TYPE_PREFIX, TOMBSTONE_TYPE } from './events.js';
+export { liveVersion } from './live-version.js';
 export { consoleLogger, silentLogger } from './logger.js';
 export { DEFAULTS } from './options.js';
 export { prune } from './retention/prune.js';
@@ -42,7 +46,7 @@ export { verifySchema } from './schema/verify-schema.js';
 export { ATTR, METRIC } from './telemetry/attributes.js';
 
 export type { AppendOptions, WakeUpMode } from './append.js';
-export type { Consumer, ErrorPolicy, HandlerContext } from './consumers/consumer.js';
+export type { Consumer, ErrorPolicy, HandlerContext, RebuildOptions } from './consumers/consumer.js';
 export type { Dispatcher } from './dispatcher/create-dispatcher.js';
 export type { ConsumerPassResult, ConsumerSkip, PassResult } from './dispatcher/pass.js';
 export type { CliErrorCode, OpsRouteErrorCode, SluiceErrorCode } from './errors.js';

@@ -35,6 +35,15 @@ export { laneCountsOf, requestLaneChange } from './queries/lanes.js';
 export { deleteParkedKey, laneOwning, lockParkedKey, requestParkedReplay } from './queries/parked.js';
 export { isSharedInstanceId, laneInstanceIds, parseLaneInstanceId } from './lanes/lanes.js';
 export { collectStaleInstances } from './queries/stale-instances.js';
+export {
+  APPROVE_WITHIN_DEFAULT,
+  beginTakeover,
+  changeRebuild,
+  completeTakeover,
+  dropVersion,
+  rebuildProgress,
+  selectVersions,
+} from './queries/versions.js';
 export { resolveSchemaName } from './schema/schema-name.js';
 export { tables } from './schema/tables.js';
 export { MINIMUM_SERVER_VERSION_NUM } from './schema/verify-schema.js';
@@ -58,6 +67,7 @@ export type { StoredRange } from './queries/gaps.js';
 export type { OperatorTarget, RestartFacts } from './queries/operator.js';
 export type { CollectedInstance } from './queries/stale-instances.js';
 export type { LaneChangeRequest } from './queries/lanes.js';
+export type { RebuildProgress, VersionChange, VersionRow, VersionState } from './queries/versions.js';
 export type { Lane, LaneKey } from './lanes/lanes.js';
 export type { Tables } from './schema/tables.js';
 export type { WakeUpNotifier, WakeUpNotifierOptions } from './wake-up/wake-up-notifier.js';

@@ -158,7 +158,27 @@ export interface ResolvedConsumer {
   readonly unit: string;
   /** The lane this row is: null for a per-instance row; lane 0 of 1 for a shared consumer's '*'. */
   readonly lane: Lane | null;
+  /** The name it was declared with; `name` is its rows' ('<name>@v<N>' for a rebuilt version). */
+  readonly baseName: string;
+  /** Its declared version (docs/design.md §12); null: not versioned. */
+  readonly version: number | null;
+  readonly sideEffects: boolean;
+  /** The cursor a new version's rows start at (rebuild.from; 0: the beginning). */
+  readonly rebuildFrom: bigint;
+  /** null: an operator approves the takeover; else it takes over within this many events of the head. */
+  readonly takeoverWithin: bigint | null;
+  readonly liveView: { readonly view: string; readonly source: string } | null;
 }
+
+/** The consumer rows of `version` of consumer `name` (docs/design.md §12). */
+export function versionRowName(name: string, version: number | null, sideEffects: boolean): string {
+  return version === null || version === 1 || sideEffects ? name : `${name}${VERSION_SUFFIX}${version}`;
+}
+
+/** What ends the row name of a rebuilt version: '<name>@v<N>'. */
+export const VERSION_SUFFIX = '@v';
+const VERSIONED_NAME = /@v\d+$/;
+const RELATION_NAME = /^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$/;
 
 export interface ResolvedOptions extends Omit<
   Required<DispatcherOptions>,
@@ -255,6 +275,8 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     throw new InvalidOptionError('consumers', 'must be a non-empty array of consumers');
   }
   const seen = new Set<string>();
+  const seenNames = new Set<string>();
+  const unversioned = new Set<string>();
   // Validated as unknown input: JavaScript callers and config files do not respect the types.
   const consumers = (input.consumers as readonly unknown[]).map((raw, index) => {
     const where = `consumers[${index}]`;
@@ -267,8 +289,28 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
         'must be a non-empty string of at most 200 bytes without NUL or lone UTF-16 surrogates',
       );
     }
-    if (seen.has(name)) throw new InvalidOptionError(`${where}.name`, `duplicate consumer name "${name}"`);
-    seen.add(name);
+    if (VERSIONED_NAME.test(name)) {
+      throw new InvalidOptionError(
+        `${where}.name`,
+        `must not end with '${VERSION_SUFFIX}<number>': such names are the rows of a consumer's versions`,
+      );
+    }
+    const version = c['version'] === undefined ? null : integer(c['version'], `${where}.version`);
+    if (version !== null && version > 2_147_483_647) {
+      throw new InvalidOptionError(`${where}.version`, 'must be at most 2147483647');
+    }
+    const key = `${name}\u0000${version ?? ''}`;
+    if (seen.has(key) || (version === null ? seenNames.has(name) : unversioned.has(name))) {
+      throw new InvalidOptionError(
+        `${where}.name`,
+        version === null && !seen.has(key)
+          ? `duplicate consumer name "${name}": versions of one consumer each declare a version`
+          : `duplicate consumer name "${name}"${version === null ? '' : ` at version ${version}`}`,
+      );
+    }
+    seen.add(key);
+    seenNames.add(name);
+    if (version === null) unversioned.add(name);
     if (typeof c['handler'] !== 'function')
       throw new InvalidOptionError(`${where}.handler`, 'must be a function');
     if (c['batchHandler'] !== undefined && typeof c['batchHandler'] !== 'function') {
@@ -343,8 +385,19 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     if (featureName !== undefined && (typeof featureName !== 'string' || featureName === '')) {
       throw new InvalidOptionError(`${where}.featureName`, 'must be a non-empty string');
     }
+    const versioning = resolveVersioning(c, where, version, delivery);
+    const rowName = versionRowName(name, version, versioning.sideEffects);
+    if (Buffer.byteLength(rowName) > 200) {
+      throw new InvalidOptionError(
+        `${where}.name`,
+        `is too long for its version's rows ("${rowName}" is over 200 bytes)`,
+      );
+    }
     return {
-      name,
+      name: rowName,
+      baseName: name,
+      version,
+      ...versioning,
       definition: raw as Consumer,
       instanceId: delivery === 'shared' ? SHARED_INSTANCE_ID : (instanceId as string),
       maxAttempts,
@@ -363,7 +416,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
       laneKey,
       types,
       parkKey,
-      unit: name,
+      unit: rowName,
       lane: delivery === 'shared' ? { index: 0, count: 1 } : null,
     } satisfies ResolvedConsumer;
   });
@@ -371,6 +424,88 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
 }
 
 const NEVER_PERMANENT = (): boolean => false;
+
+/** sideEffects, rebuild and liveView of a consumer (docs/design.md §12). */
+function resolveVersioning(
+  c: Record<string, unknown>,
+  where: string,
+  version: number | null,
+  delivery: 'shared' | 'per-instance',
+): Pick<ResolvedConsumer, 'sideEffects' | 'rebuildFrom' | 'takeoverWithin' | 'liveView'> {
+  const sideEffects = c['sideEffects'] ?? false;
+  if (typeof sideEffects !== 'boolean')
+    throw new InvalidOptionError(`${where}.sideEffects`, 'must be a boolean');
+  const rebuild = c['rebuild'];
+  const liveView = c['liveView'];
+  if (version === null) {
+    for (const field of ['rebuild', 'liveView'] as const) {
+      if (c[field] !== undefined) {
+        throw new InvalidOptionError(`${where}.${field}`, 'is for a consumer that declares a version');
+      }
+    }
+  } else if (delivery === 'per-instance') {
+    throw new InvalidOptionError(
+      `${where}.version`,
+      'is for shared consumers: a per-instance consumer has a cursor per process, not versions',
+    );
+  }
+  if (rebuild !== undefined && (typeof rebuild !== 'object' || rebuild === null)) {
+    throw new InvalidOptionError(`${where}.rebuild`, 'must be an object');
+  }
+  const r = (rebuild ?? {}) as Record<string, unknown>;
+  const from = r['from'] ?? 'beginning';
+  let rebuildFrom = 0n;
+  if (from !== 'beginning') {
+    if (
+      !(typeof from === 'bigint' && from >= 0n) &&
+      !(typeof from === 'number' && Number.isSafeInteger(from) && from >= 0)
+    ) {
+      throw new InvalidOptionError(
+        `${where}.rebuild.from`,
+        "must be 'beginning' or an event id (an integer of at least 0)",
+      );
+    }
+    if (sideEffects) {
+      throw new InvalidOptionError(
+        `${where}.rebuild.from`,
+        'does not apply to a consumer with side effects: its new version starts where the live one is',
+      );
+    }
+    rebuildFrom = BigInt(from);
+  }
+  const takeover = r['takeover'] ?? 'manual';
+  let takeoverWithin: bigint | null = null;
+  if (takeover !== 'manual') {
+    const within =
+      typeof takeover === 'object' && takeover !== null
+        ? (takeover as Record<string, unknown>)['withinEvents']
+        : undefined;
+    if (typeof within !== 'number' || !Number.isSafeInteger(within) || within < 0) {
+      throw new InvalidOptionError(
+        `${where}.rebuild.takeover`,
+        "must be 'manual' or { withinEvents: <an integer of at least 0> }",
+      );
+    }
+    takeoverWithin = BigInt(within);
+  }
+  let view: ResolvedConsumer['liveView'] = null;
+  if (liveView !== undefined) {
+    const v = (typeof liveView === 'object' && liveView !== null ? liveView : {}) as Record<string, unknown>;
+    const valid = (x: unknown): x is string =>
+      typeof x === 'string' && RELATION_NAME.test(x) && x.length <= 127;
+    if (!valid(v['view']) || !valid(v['source'])) {
+      throw new InvalidOptionError(
+        `${where}.liveView`,
+        "must be { view, source }: names of the form 'name' or 'schema.name' (letters, digits, _ and $)",
+      );
+    }
+    if (sideEffects) {
+      throw new InvalidOptionError(`${where}.liveView`, 'does not apply to a consumer with side effects');
+    }
+    view = { view: v['view'], source: v['source'] };
+  }
+  return { sideEffects, rebuildFrom, takeoverWithin, liveView: view };
+}
 
 function resolveLaneKey(value: unknown, where: string): LaneKey {
   if (value === undefined || value === 'streamId') return STREAM_KEY;

@@ -8,6 +8,7 @@ import type { OpsContext } from './routes/context.js';
 import { deadLetterRoutes } from './routes/dead-letters.js';
 import { healthRoutes } from './routes/health.js';
 import { laneRoutes } from './routes/lanes.js';
+import { rebuildRoutes } from './routes/rebuilds.js';
 import { crossSiteProblem, unsupportedBodyType, WRITE_METHODS } from './write-guard.js';
 
 /**
@@ -93,6 +94,7 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
   consumerRoutes(app, context);
   deadLetterRoutes(app, context);
   laneRoutes(app, context);
+  rebuildRoutes(app, context);
   auditRoutes(app, context);
   healthRoutes(app, context);
   dashboardRoutes(app, context);

@@ -426,3 +426,109 @@ export const errorResponses = {
   405: errorResponse,
   409: errorResponse,
 } as const;
+
+const versionState = {
+  type: 'string',
+  enum: ['rebuilding', 'paused', 'waiting', 'taking-over', 'live', 'retired', 'abandoned', 'dropped'],
+} as const;
+const version = { type: 'integer', minimum: 1, maximum: 2147483647 } as const;
+
+export const versionParams = {
+  type: 'object',
+  properties: { name, version: { type: 'string', pattern: '^[1-9][0-9]{0,9}$' } },
+  required: ['name', 'version'],
+  additionalProperties: false,
+} as const;
+
+export const rebuildBody = {
+  type: 'object',
+  properties: { version, reason: text },
+  additionalProperties: false,
+} as const;
+
+export const approveBody = {
+  type: 'object',
+  properties: { version, reason: text, force: { type: 'boolean' } },
+  additionalProperties: false,
+} as const;
+
+export const dropVersionBody = {
+  type: 'object',
+  properties: { dropSource: { type: 'boolean' }, reason: text },
+  additionalProperties: false,
+} as const;
+
+export const versionChange = {
+  type: 'object',
+  properties: {
+    consumer: { type: 'string' },
+    version: { type: 'integer' },
+    state: versionState,
+    barrier: nullable(idString),
+  },
+  required: ['consumer', 'version', 'state', 'barrier'],
+} as const;
+
+export const droppedVersion = {
+  type: 'object',
+  properties: {
+    consumer: { type: 'string' },
+    version: { type: 'integer' },
+    rows: { type: 'integer' },
+    dropped: nullable({ type: 'string' }),
+  },
+  required: ['consumer', 'version', 'rows', 'dropped'],
+} as const;
+
+const versionRow = {
+  type: 'object',
+  properties: {
+    consumerName: { type: 'string' },
+    version: { type: 'integer' },
+    state: versionState,
+    rowName: { type: 'string' },
+    sideEffects: { type: 'boolean' },
+    startPosition: idString,
+    takeoverWithin: nullable(idString),
+    barrier: nullable(idString),
+    viewName: nullable({ type: 'string' }),
+    viewSource: nullable({ type: 'string' }),
+    changedBy: nullable({ type: 'string' }),
+    createdAt: dateTime,
+    stateChangedAt: dateTime,
+  },
+  required: ['consumerName', 'version', 'state', 'rowName', 'sideEffects', 'startPosition', 'createdAt'],
+} as const;
+
+const rebuildProgressSchema = {
+  type: 'object',
+  properties: {
+    consumer: { type: 'string' },
+    liveVersion: nullable({ type: 'integer' }),
+    version: { type: 'integer' },
+    state: versionState,
+    sideEffects: { type: 'boolean' },
+    position: nullable(idString),
+    startPosition: idString,
+    head: idString,
+    lagEvents: nullable(idString),
+    ratePerSecond: nullable({ type: 'number' }),
+    etaSeconds: nullable({ type: 'number' }),
+    progress: nullable({ type: 'number' }),
+    barrier: nullable(idString),
+    takeoverWithin: nullable(idString),
+    startedAt: dateTime,
+    stateChangedAt: dateTime,
+  },
+  required: ['consumer', 'version', 'state', 'head', 'startedAt'],
+} as const;
+
+export const rebuildStatusSchema = {
+  type: 'object',
+  properties: {
+    consumer: { type: 'string' },
+    versions: { type: 'array', items: versionRow },
+    rebuild: nullable(rebuildProgressSchema),
+  },
+  required: ['consumer', 'versions', 'rebuild'],
+} as const;

@@ -8,6 +8,7 @@ import { enableCommand } from './commands/enable.js';
 import { fenceCommand } from './commands/fence.js';
 import { parkedEventsCommand } from './commands/parked-events.js';
 import { parkedCommand } from './commands/parked.js';
+import { rebuildCommand } from './commands/rebuild.js';
 import { relaneCommand } from './commands/relane.js';
 import { replayKeyCommand } from './commands/replay-key.js';
 import { replayCommand } from './commands/replay.js';
@@ -31,5 +32,6 @@ export const COMMAND_LIST: readonly Command[] = [
   replayKeyCommand,
   dropKeyCommand,
   relaneCommand,
+  rebuildCommand,
   auditCommand,
 ];

@@ -36,8 +36,12 @@ export interface Command<O extends string = string> {
   readonly name: string;
   /** One line for `sluice --help`. */
   readonly summary: string;
-  /** Required positional arguments, in order. */
-  readonly positionals: readonly { readonly name: string; readonly description: string }[];
+  /** Positional arguments, in order: required, but for a last one marked optional. */
+  readonly positionals: readonly {
+    readonly name: string;
+    readonly description: string;
+    readonly optional?: boolean;
+  }[];
   readonly options: Readonly<Record<O, OptionSpec>>;
   /** Extra lines for `sluice <verb> --help`. */
   readonly notes?: readonly string[];

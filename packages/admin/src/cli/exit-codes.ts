@@ -6,10 +6,11 @@ import type { CliErrorCode } from '@sluice/core';
  *   1 anything else (an unexpected failure)
  *   2 usage error: unknown command or option, missing argument, malformed value (SLUICE_INVALID_OPTION)
  *   3 not found: no such consumer or instance (SLUICE_CONSUMER_NOT_FOUND), event (SLUICE_EVENT_NOT_FOUND),
- *     dead letter (SLUICE_DEAD_LETTER_NOT_FOUND) or parked key (SLUICE_KEY_NOT_PARKED)
+ *     dead letter (SLUICE_DEAD_LETTER_NOT_FOUND), parked key (SLUICE_KEY_NOT_PARKED) or rebuild
+ *     (SLUICE_REBUILD_NOT_FOUND)
  *   4 refused because of the consumer's state; nothing was changed (SLUICE_SKIP_MISMATCH,
  *     SLUICE_CONSUMER_BUSY, SLUICE_BELOW_RETENTION_FLOOR, SLUICE_BEYOND_HEAD, SLUICE_NOT_A_GAP,
- *     SLUICE_GAP_HELD, SLUICE_LANE_CHANGE_IN_PROGRESS)
+ *     SLUICE_GAP_HELD, SLUICE_LANE_CHANGE_IN_PROGRESS, SLUICE_REBUILD_STATE, SLUICE_REBUILD_NOT_READY)
  *   5 cannot reach the database, or what answers there is not PostgreSQL (SLUICE_CONNECT_TIMEOUT), or the
  *     Sluice schema is not migrated there (SLUICE_SCHEMA_NOT_MIGRATED)
  */
@@ -29,10 +30,10 @@ export const EXIT_CODES_HELP = [
   ['0', 'success'],
   ['1', 'unexpected failure'],
   ['2', 'usage error: unknown command or option, missing argument, malformed value'],
-  ['3', 'no such consumer (or instance, event, dead letter, parked key)'],
+  ['3', 'no such consumer (or instance, event, dead letter, parked key, rebuild)'],
   [
     '4',
-    "refused because of the consumer's state (wrong event to skip, busy, beyond head, a lane change draining, …); nothing changed",
+    "refused because of the consumer's state (wrong event to skip, busy, beyond head, a lane change draining, a rebuild not ready, …); nothing changed",
   ],
   [
     '5',

@@ -24,7 +24,11 @@ const commonOptions = () => `Common options:\n${optionList(COMMON_OPTIONS)}`;
 
 /** `sluice <verb> [options]` with required options spelled out and optional ones in brackets. */
 export function usageLine(command: Command): string {
-  const parts = ['sluice', command.name, ...command.positionals.map((p) => `<${p.name}>`)];
+  const parts = [
+    'sluice',
+    command.name,
+    ...command.positionals.map((p) => (p.optional === true ? `[<${p.name}>]` : `<${p.name}>`)),
+  ];
   for (const [name, spec] of Object.entries(command.options)) {
     const label = optionLabel(name, spec);
     parts.push(spec.type === 'string' && spec.required === true ? label : `[${label}]`);

@@ -6,10 +6,10 @@
 //   1  anything else (an unexpected failure)
 //   2  usage error: unknown command or option, missing argument, malformed value, SLUICE_INVALID_OPTION
 //   3  not found: SLUICE_CONSUMER_NOT_FOUND (also SLUICE_EVENT_NOT_FOUND, SLUICE_DEAD_LETTER_NOT_FOUND,
-//      SLUICE_KEY_NOT_PARKED)
+//      SLUICE_KEY_NOT_PARKED, SLUICE_REBUILD_NOT_FOUND)
 //   4  refused because of the consumer's state, nothing changed: SLUICE_SKIP_MISMATCH, SLUICE_CONSUMER_BUSY,
 //      SLUICE_BELOW_RETENTION_FLOOR, SLUICE_BEYOND_HEAD, SLUICE_NOT_A_GAP, SLUICE_GAP_HELD,
-//      SLUICE_LANE_CHANGE_IN_PROGRESS
+//      SLUICE_LANE_CHANGE_IN_PROGRESS, SLUICE_REBUILD_STATE, SLUICE_REBUILD_NOT_READY
 //   5  cannot reach the database (or what answers is not PostgreSQL: SLUICE_CONNECT_TIMEOUT), or the
 //      schema is not migrated there: SLUICE_SCHEMA_NOT_MIGRATED
 // Results go to stdout; errors go to stderr as `sluice: <message>`, or with --json as one line of

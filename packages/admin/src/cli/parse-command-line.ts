@@ -96,7 +96,7 @@ export function parseCommandLine(argv: readonly string[], commands: readonly Com
   }
   const wanted = command.positionals;
   const missing = wanted[second.positionals.length];
-  if (missing) {
+  if (missing && missing.optional !== true) {
     throw new UsageError(`missing <${missing.name}> (see sluice ${command.name} --help)`);
   }
   const extra = second.positionals[wanted.length];

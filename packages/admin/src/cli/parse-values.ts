@@ -122,3 +122,11 @@ export function parseTime(text: string, option: string): Date {
   }
   return date;
 }
+
+/** `--version` of a rebuild: digits only, 1 or more. */
+export function parseVersion(text: string, option = '--version'): number {
+  if (!/^[0-9]{1,10}$/.test(text) || Number(text) < 1 || Number(text) > 2_147_483_647) {
+    throw new UsageError(`${option} must be a version number (digits only, 1 or more), got "${text}"`);
+  }
+  return Number(text);
+}

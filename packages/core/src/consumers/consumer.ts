@@ -4,7 +4,13 @@ import type { TransactionSql } from '../sql-types.js';
 
 /** What a handler is told about the delivery. */
 export interface HandlerContext {
+  /** The consumer's name (for a version of it, the name it was declared with, without '@v<N>'). */
   readonly consumer: string;
+  /**
+   * The version this call runs for (Consumer.version): a projection rebuilt beside its live
+   * version writes to the new version's tables. Undefined for a consumer declared without one.
+   */
+  readonly version: number | undefined;
   /** '*' for shared consumers, the process's instance id for per-instance ones. */
   readonly instanceId: string;
   /** 1 for the first delivery of this event to this consumer, 2 for the first retry, … */
@@ -94,6 +100,44 @@ export interface Consumer {
    * past the others). @defaultValue every type
    */
   readonly types?: readonly string[];
+  /**
+   * This consumer's version (docs/design.md §12). Declaring version N + 1 while N is live rebuilds
+   * N + 1 beside N, from the beginning of the log (or `rebuild.from`), in consumer rows of its
+   * own ('<name>@v<N+1>'); N keeps serving until N + 1 takes over. A process declares every version
+   * it runs (several consumers with this name, each with its own version); a version that was
+   * taken over, or a rebuild an operator abandoned, is not run again. @defaultValue none: the
+   * consumer is not versioned
+   */
+  readonly version?: number;
+  /**
+   * The handler has effects outside the database (mail, webhooks): a new version of it is never
+   * rebuilt (it would send everything again). It takes over the consumer's rows at the position
+   * the live version reached, when an operator approves it (or at once with
+   * `rebuild.takeover: { withinEvents }`). @defaultValue false
+   */
+  readonly sideEffects?: boolean;
+  /** How a new version of this consumer is rebuilt and takes over (docs/design.md §12). */
+  readonly rebuild?: RebuildOptions;
+  /**
+   * A view that reads the live version's data: the takeover points it at this version's relation
+   * (`source`, a table or view of this version) in the transaction that makes it live, so a
+   * reader sees one version or the other, never half of one. Names are `name` or `schema.name`.
+   */
+  readonly liveView?: { readonly view: string; readonly source: string };
+}
+
+export interface RebuildOptions {
+  /**
+   * Where a new version starts: the beginning of the log, or after this event id (it then never
+   * receives the events up to it). @defaultValue 'beginning'
+   */
+  readonly from?: 'beginning' | number | bigint;
+  /**
+   * 'manual': it takes over when an operator approves it (once caught up). `{ withinEvents }`: it
+   * takes over by itself once its rows are within this many events of the log head.
+   * @defaultValue 'manual'
+   */
+  readonly takeover?: 'manual' | { readonly withinEvents: number };
 }
 
 /** Identity for defining consumers with checked types. */

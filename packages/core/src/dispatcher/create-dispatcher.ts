@@ -4,10 +4,11 @@ import { checkConnection } from '../connect-timeout.js';
 import { logUnprepared, openOwnConnections, preparingSwitch } from '../connections/own-connections.js';
 import { TurnConnections } from '../connections/turn-connections.js';
 import type { Consumer } from '../consumers/consumer.js';
-import { resolveOptions, type DispatcherOptions } from '../options.js';
+import { resolveOptions, type DispatcherOptions, type ResolvedConsumer } from '../options.js';
 import type { Sql } from '../sql-types.js';
 import { registerConsumers } from '../queries/consumers.js';
 import { laneCountsOf, requestLaneChange } from '../queries/lanes.js';
+import { RUNNING_STATES, type VersionRow } from '../queries/versions.js';
 import { laneInstanceIds } from '../lanes/lanes.js';
 import { tables } from '../schema/tables.js';
 import { verifySchema } from '../schema/verify-schema.js';
@@ -149,23 +150,56 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       await arrayTypes;
     }
     systemIdentifier ??= await readSystemIdentifier();
+    const rowsOf = (c: ResolvedConsumer, startAt?: bigint) =>
+      (c.lane === null ? [c.instanceId] : laneInstanceIds(c.lanes)).map((instanceId) => ({
+        name: c.name,
+        instanceId,
+        startFrom: c.startFrom,
+        perInstance: c.lane === null,
+        version: c.version,
+        ...(startAt === undefined ? {} : { startAt }),
+      }));
+    let versions = new Map<string, VersionRow[]>();
     const families = await registerConsumers(
       sql,
       t,
       options.schema,
-      options.consumers.flatMap((c) =>
-        (c.lane === null ? [c.instanceId] : laneInstanceIds(c.lanes)).map((instanceId) => ({
-          name: c.name,
-          instanceId,
-          startFrom: c.startFrom,
-          perInstance: c.lane === null,
-        })),
-      ),
+      options.consumers.flatMap((c) => rowsOf(c)),
+      {
+        declared: options.consumers.flatMap((c) =>
+          c.version === null
+            ? []
+            : [
+                {
+                  name: c.baseName,
+                  version: c.version,
+                  rowName: c.name,
+                  sideEffects: c.sideEffects,
+                  startPosition: c.rebuildFrom,
+                  takeoverWithin: c.takeoverWithin,
+                  view: c.liveView,
+                },
+              ],
+        ),
+        actor,
+        // A version's rows are registered while it runs here: live, or rebuilding from where it
+        // starts (docs/design.md §12.1).
+        filter: (recorded) => {
+          versions = recorded;
+          return options.consumers.flatMap((c) => {
+            if (c.version === null) return rowsOf(c);
+            const v = recorded.get(c.baseName)?.find((x) => x.version === c.version);
+            if (!v || (!RUNNING_STATES.has(v.state) && v.state !== 'paused')) return [];
+            return rowsOf(c, v.state === 'live' ? undefined : v.startPosition);
+          });
+        },
+      },
     );
+    passes.versions.set(versions);
     // A consumer registered with another lane count: change it to the configured one (nothing is
     // lost and order per key is kept: docs/design.md §11.3).
     for (const c of options.consumers) {
-      if (c.lane === null) continue;
+      if (c.lane === null || !passes.versions.runs(c)) continue;
       const counts = laneCountsOf(families.get(c.name) ?? []);
       if (counts.length === 1 && counts[0] === c.lanes) continue;
       try {

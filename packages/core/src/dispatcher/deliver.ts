@@ -368,6 +368,7 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
 /** What a handler call is told; `signal` is made on first use (most handlers never read it). */
 class CallContext implements HandlerContext {
   readonly consumer: string;
+  readonly version: number | undefined;
   readonly instanceId: string;
   readonly attempt: number;
   readonly tx: TransactionSql | undefined;
@@ -375,7 +376,8 @@ class CallContext implements HandlerContext {
   #abortedWith: { reason: unknown } | undefined;
 
   constructor(consumer: ResolvedConsumer, attempt: number, tx: TransactionSql | undefined) {
-    this.consumer = consumer.name;
+    this.consumer = consumer.baseName;
+    this.version = consumer.version ?? undefined;
     this.instanceId = consumer.instanceId;
     this.attempt = attempt;
     this.tx = tx;

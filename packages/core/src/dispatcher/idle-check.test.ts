@@ -34,6 +34,7 @@ function row(changes: Partial<PrecheckRow> = {}): PrecheckRow {
     start_snapshot: null,
     system_identifier: null,
     last_progress_at: NOW,
+    version: null,
     head: '10',
     snapshot: '800:905:800',
     now: NOW,

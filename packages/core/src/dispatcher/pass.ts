@@ -33,6 +33,7 @@ import { IdleKnowledge, isProvablyIdle } from './idle-check.js';
 import { rearmDecision } from './rearm.js';
 import { LaneReads } from './lane-reads.js';
 import { SharedReads } from './shared-reads.js';
+import { VersionKeeper } from './versions-step.js';
 import { TurnSlots } from './slots.js';
 import type { TurnConnections } from '../connections/turn-connections.js';
 import type { Sql } from '../sql-types.js';
@@ -45,7 +46,16 @@ import {
 } from './turn.js';
 
 export type ConsumerSkip =
-  'idle' | 'locked' | 'disabled' | 'dead' | 'missing' | 'feature-off' | 'backoff' | 'retry-later' | 'failed';
+  | 'idle'
+  | 'locked'
+  | 'disabled'
+  | 'dead'
+  | 'missing'
+  | 'feature-off'
+  | 'backoff'
+  | 'retry-later'
+  | 'failed'
+  | 'version';
 
 export interface ConsumerPassResult {
   readonly processed: number;
@@ -100,6 +110,8 @@ export class PassRunner {
   /** One read per batch for consumers turning from the same cursor, and the read-ahead. */
   readonly #reads: SharedReads;
   readonly #laneReads = new LaneReads(LANE_READS, SHARED_READ_MAX_AGE_MS);
+  /** Which declared versions run here, and the takeovers this process drives (docs/design.md §12). */
+  readonly versions: VersionKeeper;
   #precheckFailing = false;
   /** What is known of the consumers between passes (standing pre-check, plainness, cursors). */
   readonly #known = new IdleKnowledge();
@@ -123,6 +135,7 @@ export class PassRunner {
     this.#featureGated = env.options.consumers.some((c) => c.definition.featureName !== undefined);
     this.#slots = new TurnSlots(env.options.concurrency);
     this.#reads = new SharedReads(SHARED_READS, SHARED_READ_MAX_AGE_MS);
+    this.versions = new VersionKeeper(env.options, env.tables, env.logger, env.metrics);
   }
 
   get slots(): TurnSlots<ConsumerPassResult> {
@@ -159,6 +172,9 @@ export class PassRunner {
     // (retry delays, re-arm cooldowns, time-boxed disables) are judged by the database's clock.
     const nowMs = performance.now();
     if (this.#heartbeatDue(nowMs)) await this.#heartbeat(nowMs);
+    // Something changed since the last full pre-check: a takeover may start or end.
+    if (this.versions.active && checked !== undefined && !checked.standing)
+      await this.versions.step(precheck);
     const allIdle = checked?.standing ? this.#known.allIdleOn(precheck) : undefined;
     if (allIdle && this.#backoff.size === 0 && !this.#featureGated) {
       this.#env.metrics.pass('idle');
@@ -455,6 +471,8 @@ export class PassRunner {
   #unitsOf(precheck: Precheck | undefined): readonly ResolvedConsumer[] {
     const units: ResolvedConsumer[] = [];
     for (const consumer of this.#env.options.consumers) {
+      // A version retired, abandoned or not live yet (side effects) is not this process's to turn.
+      if (!this.versions.runs(consumer)) continue;
       if (consumer.lane === null) {
         units.push(consumer);
         continue;
@@ -523,6 +541,11 @@ export class PassRunner {
     const { options, tables, logger, metrics } = this.#env;
     const where = { consumer: consumer.name, instanceId: consumer.instanceId };
     this.#known.forget(consumer.unit);
+    if (consumer.version !== null) {
+      // An operator may have abandoned or dropped the version since: its rows stay gone.
+      await this.versions.refresh().catch(() => undefined);
+      if (!this.versions.runs(consumer)) return false;
+    }
     let done;
     try {
       done = await reregisterConsumer(options.sql, tables, options.schema, {

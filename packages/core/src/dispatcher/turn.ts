@@ -44,7 +44,7 @@ import {
   writeTurn,
 } from './turn-steps.js';
 
-export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later';
+export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later' | 'version';
 
 export interface TurnOutcome {
   readonly handled: number;
@@ -197,6 +197,11 @@ async function turnInTransaction(
   const { row, early } = lockWithEarlyFetch(env, consumer, tx, limit, expectedCursor);
   const locked = await row;
   if (!locked) return outcome({ skipped: 'locked' });
+  // Another version of the consumer took its rows over (side effects, docs/design.md §12.3):
+  // read once the row is held, so no turn of the old version runs after the switch commits.
+  if (consumer.version !== null && locked.version !== null && locked.version !== consumer.version) {
+    return outcome({ skipped: 'version' });
+  }
   const held = heldStateOf(locked);
   progress.heldXmin = held.rowXmin;
 

@@ -3,6 +3,7 @@ import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
 import { SHARED_INSTANCE_ID } from '../options.js';
 import { isSharedInstanceId } from '../lanes/lanes.js';
 import { LANES_LOCK_CLASS } from './lanes.js';
+import { registerVersions, type DeclaredVersion, type VersionRow } from './versions.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { retentionFloor, writeAudit } from './audit.js';
 import { pgArray } from './pg-array.js';
@@ -37,6 +38,8 @@ export interface ConsumerStateRow {
   start_snapshot: string | null;
   system_identifier: string | null;
   last_progress_at: Date | null;
+  /** The version of the consumer that may turn this row (docs/design.md §12); null: any. */
+  version: number | null;
 }
 
 const STATE_COLUMNS = (q: Queryable, t: Tables) => q`
@@ -46,7 +49,7 @@ const STATE_COLUMNS = (q: Queryable, t: Tables) => q`
   c.gap_min_fence::text as gap_min_fence, array_to_string(c.gap_watch, ',') as gap_watch, c.gaps_recheck, c.oldest_gap_at,
   c.start_fence::text as start_fence, c.start_upto::text as start_upto, c.start_after::text as start_after,
   c.start_snapshot::text as start_snapshot,
-  c.system_identifier, c.last_progress_at,
+  c.system_identifier, c.last_progress_at, c.version,
   exists (select 1 from ${t.deadLetters} d
           where d.consumer_name = c.name and d.instance_id = c.instance_id
             and d.replay_requested_at is not null and d.replayed_at is null) as replays_pending`;
@@ -56,6 +59,9 @@ export interface RegisterRow {
   instanceId: string;
   startFrom: 'beginning' | 'now';
   perInstance: boolean;
+  /** A version's rows (docs/design.md §12): the version, and the cursor a rebuild starts at. */
+  version?: number | null;
+  startAt?: bigint;
 }
 
 // Second key: hashtext(schema). prune() takes it exclusively; registration and operator restarts
@@ -72,11 +78,21 @@ export async function registerConsumers(
   t: Tables,
   schema: string,
   rows: readonly RegisterRow[],
+  versions?: {
+    readonly declared: readonly DeclaredVersion[];
+    readonly actor: string;
+    /** Told the versions once recorded; returns the rows to register for them (a subset of `rows`). */
+    readonly filter: (versions: Map<string, VersionRow[]>) => readonly RegisterRow[];
+  },
 ): Promise<Map<string, string[]>> {
   return guardedBegin(sql, async (tx) => {
     await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
-    // One registration (or change of lanes) at a time: never two lane sets of one consumer.
+    // One registration (or change of lanes, or takeover) at a time: never two lane sets of one
+    // consumer, never a version registered while another takes over.
     await tx`select pg_advisory_xact_lock(${LANES_LOCK_CLASS}, hashtext(${schema}))`;
+    if (versions && versions.declared.length > 0) {
+      rows = versions.filter(await registerVersions(tx, t, versions.declared, versions.actor));
+    }
     await insertRegistrations(tx, t, rows);
     const shared = [...new Set(rows.filter((r) => !r.perInstance).map((r) => r.name))];
     const found = await tx<{ name: string; instance_id: string }[]>`
@@ -99,16 +115,20 @@ async function insertRegistrations(
   rows: readonly RegisterRow[],
 ): Promise<{ cursor: string }[]> {
   return tx<{ cursor: string }[]>`
-      insert into ${t.consumers} as c (name, instance_id, cursor, last_seen_at, start_snapshot, start_fence, start_upto)
+      insert into ${t.consumers} as c
+        (name, instance_id, cursor, last_seen_at, start_snapshot, start_fence, start_upto, version)
       select r.name, r.instance_id,
-             case when r.start_from = 'now' then h.head else 0 end,
+             case when r.start_from = 'now' then h.head else coalesce(r.start_at, 0) end,
              case when r.per_instance = 'true' then now() end,
              case when r.start_from = 'now' and h.in_flight then h.snap end,
              case when r.start_from = 'now' and h.in_flight then h.fence end,
-             case when r.start_from = 'now' and h.in_flight then h.head end
+             case when r.start_from = 'now' and h.in_flight then h.head end,
+             r.version
       from unnest(${pgArray(rows.map((r) => r.name))}::text[], ${pgArray(rows.map((r) => r.instanceId))}::text[],
-                  ${pgArray(rows.map((r) => r.startFrom))}::text[], ${pgArray(rows.map((r) => String(r.perInstance)))}::text[])
-           as r(name, instance_id, start_from, per_instance)
+                  ${pgArray(rows.map((r) => r.startFrom))}::text[], ${pgArray(rows.map((r) => String(r.perInstance)))}::text[],
+                  ${pgArray(rows.map((r) => (r.startAt === undefined ? null : r.startAt.toString())))}::int8[],
+                  ${pgArray(rows.map((r) => (r.version === undefined || r.version === null ? null : String(r.version))))}::int4[])
+           as r(name, instance_id, start_from, per_instance, start_at, version)
       cross join (
         select s.head, s.snap, s.fence,
                -- Anything that may still commit an id at or below head: a listed in-progress xid,

@@ -16,6 +16,7 @@ export function tables(sql: Queryable, schema: string) {
     laneChanges: sql(`${schema}.lane_changes`),
     parkedKeys: sql(`${schema}.parked_keys`),
     parkedEvents: sql(`${schema}.parked_events`),
+    consumerVersions: sql(`${schema}.consumer_versions`),
     migrations: sql(`${schema}.migrations`),
   };
 }

@@ -13,6 +13,7 @@ export const ATTR = {
   handlerOutcome: 'sluice.handler.outcome',
   failureCategory: 'sluice.failure.category',
   reregisteredFrom: 'sluice.consumer.reregistered_from',
+  version: 'sluice.consumer.version',
   eventType: 'sluice.event.type',
   // OpenTelemetry messaging semantic conventions, where they fit.
   messagingSystem: 'messaging.system',
@@ -50,6 +51,7 @@ export const METRIC = {
   gapsBurnt: 'sluice.gaps.burnt',
   keysParked: 'sluice.keys.parked',
   eventsParked: 'sluice.events.parked',
+  rebuildLag: 'sluice.rebuild.lag',
   passes: 'sluice.passes',
   listenConnected: 'sluice.listen.connected',
 } as const;

@@ -34,6 +34,8 @@ export interface DispatcherMetrics {
   /** A turn parked `keys` keys anew and set `events` events aside under parked keys. */
   parked(consumer: string, instance: string, keys: number, events: number): void;
   setConsumer(consumer: string, instance: string, gauges: ConsumerGauges): void;
+  /** A rebuild of `consumer` in progress: its version and events behind the head; null: none. */
+  setRebuildLag(consumer: string, rebuild: { version: number; lagEvents: bigint } | null): void;
   setListenConnected(connected: boolean): void;
 }
 
@@ -128,6 +130,15 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
   // Counts (of dead consumers, of LISTEN connections), not the unit `1`: exporters that follow
   // OpenTelemetry's Prometheus rules would name a gauge in `1` `…_ratio`, which these are not.
   gauge(METRIC.consumerDead, '1 while the consumer is dead', '{consumer}', (g) => (g.dead ? 1 : 0));
+  const rebuilds = new Map<string, { attributes: Attributes; lag: number }>();
+  meter
+    .createObservableGauge(METRIC.rebuildLag, {
+      description: 'Events between a rebuilding version of the consumer and the log head',
+      unit: '{event}',
+    })
+    .addCallback((result) => {
+      for (const { attributes, lag } of rebuilds.values()) result.observe(lag, attributes);
+    });
   meter
     .createObservableGauge(METRIC.listenConnected, {
       description: '1 while LISTEN is connected',
@@ -183,6 +194,15 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
     },
     setConsumer(c, i, gauges) {
       state.set(`${c}\u0000${i}`, { attributes: attrs(c, i), gauges });
+    },
+    setRebuildLag(c, rebuild) {
+      if (rebuild === null) rebuilds.delete(c);
+      else {
+        rebuilds.set(c, {
+          attributes: { [ATTR.consumer]: c, [ATTR.version]: rebuild.version },
+          lag: Number(rebuild.lagEvents),
+        });
+      }
     },
     setListenConnected(connected) {
       listenConnected = connected ? 1 : 0;

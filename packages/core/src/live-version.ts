@@ -1,0 +1,19 @@
+import { liveVersionOf } from './queries/versions.js';
+import { resolveSchemaName } from './schema/schema-name.js';
+import { tables } from './schema/tables.js';
+import type { Queryable } from './sql-types.js';
+
+/**
+ * The live version of consumer `name` (docs/design.md §12.3), read with `sql`: pass the
+ * transaction your read runs in. Read it and then that version's tables in one REPEATABLE READ
+ * transaction and the two agree: a takeover commits in one transaction, so the reader sees the old
+ * version live and its data, or the new one and its data. Null when the consumer declares no
+ * version (or is not registered).
+ */
+export async function liveVersion(
+  sql: Queryable,
+  name: string,
+  options: { readonly schema?: string } = {},
+): Promise<number | null> {
+  return liveVersionOf(sql, tables(sql, resolveSchemaName(options.schema)), name);
+}

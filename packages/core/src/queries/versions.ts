@@ -1,0 +1,670 @@
+// Versions of a consumer and their rebuilds (docs/design.md §12): registered from what processes
+// declare, rebuilt beside the live version, taken over at a barrier, paused, abandoned, dropped.
+import { guardedBegin } from '../connections/guarded-transaction.js';
+import {
+  ConsumerNotFoundError,
+  RebuildNotFoundError,
+  RebuildNotReadyError,
+  RebuildStateError,
+} from '../errors.js';
+import type { Tables } from '../schema/tables.js';
+import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
+import { writeAudit } from './audit.js';
+import { LANES_LOCK_CLASS } from './lanes.js';
+import { pgArray } from './pg-array.js';
+
+export type VersionState =
+  'rebuilding' | 'paused' | 'waiting' | 'taking-over' | 'live' | 'retired' | 'abandoned' | 'dropped';
+
+/** States whose rows a process that declares the version turns. */
+export const RUNNING_STATES: ReadonlySet<VersionState> = new Set(['rebuilding', 'taking-over', 'live']);
+/** States of the one version a consumer may have on its way to take over. */
+const NEXT_STATES = ['rebuilding', 'paused', 'waiting', 'taking-over'] as const;
+
+/** How far behind the log head an operator may approve a takeover without force, by default. */
+export const APPROVE_WITHIN_DEFAULT = 1_000n;
+
+export interface VersionRow {
+  readonly consumerName: string;
+  readonly version: number;
+  readonly state: VersionState;
+  readonly rowName: string;
+  readonly sideEffects: boolean;
+  readonly startPosition: bigint;
+  readonly takeoverWithin: bigint | null;
+  readonly barrier: bigint | null;
+  readonly viewName: string | null;
+  readonly viewSource: string | null;
+  readonly changedBy: string | null;
+  readonly createdAt: Date;
+  readonly stateChangedAt: Date;
+}
+
+interface VersionDbRow {
+  consumer_name: string;
+  version: number;
+  state: VersionState;
+  row_name: string;
+  side_effects: boolean;
+  start_position: string;
+  takeover_within: string | null;
+  barrier: string | null;
+  view_name: string | null;
+  view_source: string | null;
+  changed_by: string | null;
+  created_at: Date;
+  state_changed_at: Date;
+}
+
+const VERSION_COLUMNS = (q: Queryable) => q`
+  consumer_name, version, state, row_name, side_effects, start_position::text as start_position,
+  takeover_within::text as takeover_within, barrier::text as barrier, view_name, view_source,
+  changed_by, created_at, state_changed_at`;
+
+function versionOf(row: VersionDbRow): VersionRow {
+  return {
+    consumerName: row.consumer_name,
+    version: row.version,
+    state: row.state,
+    rowName: row.row_name,
+    sideEffects: row.side_effects,
+    startPosition: BigInt(row.start_position),
+    takeoverWithin: row.takeover_within === null ? null : BigInt(row.takeover_within),
+    barrier: row.barrier === null ? null : BigInt(row.barrier),
+    viewName: row.view_name,
+    viewSource: row.view_source,
+    changedBy: row.changed_by,
+    createdAt: row.created_at,
+    stateChangedAt: row.state_changed_at,
+  };
+}
+
+/** Every version of the consumers named (all consumers when `names` is undefined), by version. */
+export async function selectVersions(
+  q: Queryable,
+  t: Tables,
+  names?: readonly string[],
+): Promise<VersionRow[]> {
+  const rows = await q<VersionDbRow[]>`
+    select ${VERSION_COLUMNS(q)} from ${t.consumerVersions}
+    where ${names === undefined ? q`true` : q`consumer_name = any(${pgArray(names)}::text[])`}
+    order by consumer_name, version`;
+  return rows.map(versionOf);
+}
+
+/** A version a process declares (Consumer.version), as registration needs it. */
+export interface DeclaredVersion {
+  readonly name: string;
+  readonly version: number;
+  readonly rowName: string;
+  readonly sideEffects: boolean;
+  readonly startPosition: bigint;
+  readonly takeoverWithin: bigint | null;
+  readonly view: { readonly view: string; readonly source: string } | null;
+}
+
+/**
+ * Records the versions a process declares, under registration's lock (docs/design.md §12.1). A
+ * consumer's first declared versions: the lowest is live (version 1 when the consumer already has
+ * rows from before it was versioned). A version above the live one starts a rebuild (or, with side
+ * effects, waits to take the rows over); it replaces a lower one still on its way, which is
+ * abandoned. A version at or below one already taken over, or given up, is not run again.
+ * Returns each consumer's versions after it.
+ */
+export async function registerVersions(
+  tx: TransactionSql,
+  t: Tables,
+  declared: readonly DeclaredVersion[],
+  actor: string,
+): Promise<Map<string, VersionRow[]>> {
+  const names = [...new Set(declared.map((d) => d.name))];
+  const result = new Map<string, VersionRow[]>();
+  for (const name of names) {
+    const mine = declared.filter((d) => d.name === name).sort((a, b) => a.version - b.version);
+    let known = (
+      await tx<VersionDbRow[]>`
+        select ${VERSION_COLUMNS(tx)} from ${t.consumerVersions}
+        where consumer_name = ${name} order by version for update`
+    ).map(versionOf);
+    if (known.length === 0) {
+      const [existing] = await tx`
+        select 1 from ${t.consumers} where name = ${name} and left(instance_id, 1) = '*' limit 1`;
+      const lowest = mine[0] as DeclaredVersion;
+      const live = existing
+        ? (mine.find((d) => d.version === 1) ?? { ...lowest, version: 1, rowName: name })
+        : lowest;
+      await insertVersion(tx, t, live, 'live', 0n, actor);
+      await tx`update ${t.consumers} set version = ${live.version} where name = ${live.rowName}`;
+      known = [versionOf(await selectOne(tx, t, name, live.version))];
+    }
+    for (const d of mine) {
+      if (known.some((k) => k.version === d.version)) continue;
+      const live = known.find((k) => k.state === 'live');
+      const next = known.find((k) => (NEXT_STATES as readonly string[]).includes(k.state));
+      const newest = Math.max(...known.map((k) => k.version));
+      if (!live || d.version < newest || (next && d.version < next.version)) continue;
+      if (d.sideEffects && live.rowName !== name) continue; // its rows would not be the live version's
+      if (next) await abandon(tx, t, name, next, live, actor, `version ${d.version} was declared`);
+      const state: VersionState = d.sideEffects ? 'waiting' : 'rebuilding';
+      await insertVersion(tx, t, d, state, d.sideEffects ? 0n : d.startPosition, actor);
+      known = (
+        await tx<VersionDbRow[]>`
+        select ${VERSION_COLUMNS(tx)} from ${t.consumerVersions}
+        where consumer_name = ${name} order by version`
+      ).map(versionOf);
+    }
+    // How a version on its way takes over follows what the newest deployment declares.
+    for (const d of mine) {
+      const k = known.find((v) => v.version === d.version);
+      if (!k || !['rebuilding', 'paused', 'waiting', 'live'].includes(k.state)) continue;
+      await tx`
+        update ${t.consumerVersions}
+        set takeover_within = ${d.takeoverWithin === null ? null : d.takeoverWithin.toString()}::bigint,
+            view_name = ${d.view?.view ?? null}, view_source = ${d.view?.source ?? null}
+        where consumer_name = ${name} and version = ${d.version}`;
+    }
+    result.set(name, (await selectVersions(tx, t, [name])) as VersionRow[]);
+  }
+  return result;
+}
+
+async function insertVersion(
+  tx: TransactionSql,
+  t: Tables,
+  d: DeclaredVersion,
+  state: VersionState,
+  start: bigint,
+  actor: string,
+): Promise<void> {
+  await tx`
+    insert into ${t.consumerVersions}
+      (consumer_name, version, state, row_name, side_effects, start_position, takeover_within, view_name,
+       view_source, changed_by)
+    values (${d.name}, ${d.version}, ${state}, ${d.rowName}, ${d.sideEffects}, ${start.toString()}::bigint,
+            ${d.takeoverWithin === null ? null : d.takeoverWithin.toString()}::bigint,
+            ${d.view?.view ?? null}, ${d.view?.source ?? null}, ${actor})`;
+  await writeAudit(tx, t, {
+    actor,
+    action: state === 'live' ? 'version-live' : 'rebuild-started',
+    consumerName: d.name,
+    instanceId: null,
+    cursorBefore: null,
+    cursorAfter: state === 'rebuilding' ? start : null,
+    details: { version: d.version, state, rowName: d.rowName },
+  });
+}
+
+async function selectOne(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+  version: number,
+): Promise<VersionDbRow> {
+  const [row] = await tx<VersionDbRow[]>`
+    select ${VERSION_COLUMNS(tx)} from ${t.consumerVersions}
+    where consumer_name = ${name} and version = ${version}`;
+  if (!row) throw new Error(`version ${version} of consumer "${name}" vanished in its own transaction`);
+  return row;
+}
+
+/** The consumer's versions, locked: its live one and the one on its way, if any. */
+async function lockVersions(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+): Promise<{ all: VersionRow[]; live: VersionRow | undefined; next: VersionRow | undefined }> {
+  const all = (
+    await tx<VersionDbRow[]>`
+      select ${VERSION_COLUMNS(tx)} from ${t.consumerVersions}
+      where consumer_name = ${name} order by version for update`
+  ).map(versionOf);
+  if (all.length === 0) {
+    const [row] = await tx`select 1 from ${t.consumers} where name = ${name} limit 1`;
+    if (!row) throw new ConsumerNotFoundError(name);
+    throw new RebuildNotFoundError(name, 'it has no versions (it declares no version)');
+  }
+  return {
+    all,
+    live: all.find((v) => v.state === 'live'),
+    next: all.find((v) => (NEXT_STATES as readonly string[]).includes(v.state)),
+  };
+}
+
+/** The consumer's rows of `rowName` (every lane), locked; waits for a turn holding one. */
+async function lockRows(
+  tx: TransactionSql,
+  t: Tables,
+  rowName: string,
+): Promise<{ instance_id: string; cursor: string; status: string; gap_count: number }[]> {
+  return tx<{ instance_id: string; cursor: string; status: string; gap_count: number }[]>`
+    select instance_id, cursor::text as cursor, status, gap_count from ${t.consumers}
+    where name = ${rowName} and left(instance_id, 1) = '*'
+    order by instance_id for update`;
+}
+
+/** Waits at most `ms` for a lock in this transaction (a turn holding a row: SQLSTATE 55P03 past it). */
+async function lockTimeout(tx: TransactionSql, ms: number): Promise<void> {
+  await tx`select set_config('lock_timeout', ${String(ms)}, true)`;
+}
+
+async function head(tx: Queryable, t: Tables): Promise<bigint> {
+  const [row] = await tx<{ head: string }[]>`select coalesce(max(id), 0)::text as head from ${t.events}`;
+  return BigInt(row?.head ?? '0');
+}
+
+const minCursor = (rows: readonly { cursor: string }[]): bigint | null =>
+  rows.length === 0 ? null : rows.map((r) => BigInt(r.cursor)).reduce((a, b) => (a < b ? a : b));
+
+/** What an operator action on a consumer's versions did. */
+export interface VersionChange {
+  readonly consumer: string;
+  readonly version: number;
+  /** The version's state after it. */
+  readonly state: VersionState;
+  readonly barrier: bigint | null;
+}
+
+/**
+ * Starts the takeover of the version on its way (docs/design.md §12.3). With side effects: the
+ * rows switch to it now, at the position the live version reached. A rebuild: the live version's
+ * rows stop (disabled) at the barrier, the highest of their cursors; the rebuild becomes live once
+ * every row of it has reached the barrier with no pending gap at or below it, in this transaction
+ * if it already has (else in a later turn of the dispatcher: completeTakeover). Audited.
+ * `within`: refuse (RebuildNotReadyError) while the rebuild is further behind the head than this;
+ * null: no limit (the dispatcher's own takeover, which checked it, or an approval with force).
+ */
+export async function beginTakeover(
+  sql: Sql,
+  t: Tables,
+  schema: string,
+  name: string,
+  options: {
+    readonly actor: string;
+    readonly version?: number;
+    readonly within: bigint | null;
+    /** How long to wait for a turn holding a row (lock_timeout). */
+    readonly lockTimeoutMs: number;
+  },
+): Promise<VersionChange> {
+  return guardedBegin(sql, async (tx) => {
+    await lockTimeout(tx, options.lockTimeoutMs);
+    await tx`select pg_advisory_xact_lock(${LANES_LOCK_CLASS}, hashtext(${schema}))`;
+    const { live, next } = await lockVersions(tx, t, name);
+    if (!next || (options.version !== undefined && next.version !== options.version)) {
+      throw new RebuildNotFoundError(
+        name,
+        options.version === undefined
+          ? 'no version of it is on its way to take over'
+          : `version ${options.version} is not on its way to take over`,
+      );
+    }
+    if (!live)
+      throw new RebuildStateError(name, next.version, next.state, 'the consumer has no live version');
+    if (next.state === 'taking-over') {
+      const done = await tryComplete(tx, t, name, live, next, options.actor);
+      return {
+        consumer: name,
+        version: next.version,
+        state: done ? 'live' : 'taking-over',
+        barrier: next.barrier,
+      };
+    }
+    if (next.state === 'paused') {
+      throw new RebuildStateError(name, next.version, 'paused', 'resume it before it takes over');
+    }
+    const liveRows = await lockRows(tx, t, live.rowName);
+    if (next.sideEffects) {
+      // One set of rows: from the next turn on, only the new version's processes turn them.
+      await tx`update ${t.consumers} set version = ${next.version} where name = ${live.rowName}`;
+      await setState(tx, t, name, live.version, 'retired', options.actor);
+      await setState(tx, t, name, next.version, 'live', options.actor);
+      const position = minCursor(liveRows);
+      await writeAudit(tx, t, {
+        actor: options.actor,
+        action: 'version-live',
+        consumerName: name,
+        instanceId: null,
+        cursorBefore: position,
+        cursorAfter: position,
+        details: { version: next.version, from: live.version, sideEffects: true },
+      });
+      return { consumer: name, version: next.version, state: 'live', barrier: position };
+    }
+    const nextRows = await tx<{ cursor: string }[]>`
+      select cursor::text as cursor from ${t.consumers}
+      where name = ${next.rowName} and left(instance_id, 1) = '*'`;
+    const behind = (await head(tx, t)) - (minCursor(nextRows) ?? next.startPosition);
+    if (options.within !== null && behind > options.within) {
+      throw new RebuildNotReadyError(name, next.version, behind, options.within);
+    }
+    const barrier = liveRows.map((r) => BigInt(r.cursor)).reduce((a, b) => (a > b ? a : b), 0n);
+    await tx`
+      update ${t.consumers}
+      set status = 'disabled', disabled_reason = ${`version ${next.version} takes over`},
+          disabled_until = null, updated_at = now()
+      where name = ${live.rowName} and left(instance_id, 1) = '*'`;
+    await tx`
+      update ${t.consumerVersions}
+      set state = 'taking-over', barrier = ${barrier.toString()}::bigint, changed_by = ${options.actor},
+          state_changed_at = now()
+      where consumer_name = ${name} and version = ${next.version}`;
+    await writeAudit(tx, t, {
+      actor: options.actor,
+      action: 'rebuild-takeover',
+      consumerName: name,
+      instanceId: null,
+      cursorBefore: null,
+      cursorAfter: barrier,
+      details: { version: next.version, from: live.version, behind },
+    });
+    const done = await tryComplete(tx, t, name, live, { ...next, barrier }, options.actor);
+    return { consumer: name, version: next.version, state: done ? 'live' : 'taking-over', barrier };
+  });
+}
+
+/**
+ * Ends a takeover whose rebuild has caught up (docs/design.md §12.3): called by the dispatcher
+ * after a pass; returns whether the version is live now. Nothing happens while a row of the
+ * rebuild is short of the barrier, has a pending gap at or below it, or is held by a turn.
+ */
+export async function completeTakeover(
+  sql: Sql,
+  t: Tables,
+  name: string,
+  actor: string,
+  lockTimeoutMs: number,
+): Promise<boolean> {
+  return guardedBegin(sql, async (tx) => {
+    await lockTimeout(tx, lockTimeoutMs);
+    const { live, next } = await lockVersions(tx, t, name);
+    if (!live || next?.state !== 'taking-over') return false;
+    return tryComplete(tx, t, name, live, next, actor);
+  });
+}
+
+async function tryComplete(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+  live: VersionRow,
+  next: VersionRow,
+  actor: string,
+): Promise<boolean> {
+  const barrier = next.barrier ?? 0n;
+  // SKIP LOCKED: a row a turn holds is not ready yet (its turn may move it); a later pass tries again.
+  const rows = await tx<{ cursor: string; status: string; gaps_below: boolean }[]>`
+    select c.cursor::text as cursor, c.status,
+           exists (select 1 from ${t.gaps} g
+                   where g.consumer_name = c.name and g.instance_id = c.instance_id
+                     and g.from_id <= ${barrier.toString()}::bigint) as gaps_below
+    from ${t.consumers} c
+    where c.name = ${next.rowName} and left(c.instance_id, 1) = '*'
+    for update of c skip locked`;
+  const [{ all } = { all: 0 }] = await tx<{ all: number }[]>`
+    select count(*)::int as all from ${t.consumers}
+    where name = ${next.rowName} and left(instance_id, 1) = '*'`;
+  const ready =
+    rows.length > 0 &&
+    rows.length === all &&
+    rows.every(
+      (r) => BigInt(r.cursor) >= barrier && !r.gaps_below && r.status !== 'dead' && r.status !== 'disabled',
+    );
+  if (!ready) return false;
+  if (next.viewName !== null && next.viewSource !== null) {
+    // Readers of the view see the old version's relation or the new one's, never neither.
+    await tx`drop view if exists ${tx(next.viewName)}`;
+    await tx`create view ${tx(next.viewName)} as select * from ${tx(next.viewSource)}`;
+  }
+  await tx`
+    update ${t.consumers} set disabled_reason = ${`retired: version ${next.version} is live`}
+    where name = ${live.rowName} and left(instance_id, 1) = '*'`;
+  await setState(tx, t, name, live.version, 'retired', actor);
+  await setState(tx, t, name, next.version, 'live', actor);
+  await writeAudit(tx, t, {
+    actor,
+    action: 'version-live',
+    consumerName: name,
+    instanceId: null,
+    cursorBefore: null,
+    cursorAfter: barrier,
+    details: { version: next.version, from: live.version, view: next.viewName },
+  });
+  return true;
+}
+
+async function setState(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+  version: number,
+  state: VersionState,
+  actor: string,
+): Promise<void> {
+  await tx`
+    update ${t.consumerVersions} set state = ${state}, changed_by = ${actor}, state_changed_at = now()
+    where consumer_name = ${name} and version = ${version}`;
+}
+
+/** Removes the rows of a version on its way and marks it abandoned; a stopped live version goes on. */
+async function abandon(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+  next: VersionRow,
+  live: VersionRow | undefined,
+  actor: string,
+  why: string,
+): Promise<void> {
+  if (next.state === 'taking-over' && live) {
+    await tx`
+      update ${t.consumers} set status = 'idle', disabled_reason = null, updated_at = now()
+      where name = ${live.rowName} and left(instance_id, 1) = '*' and status = 'disabled'`;
+  }
+  if (!next.sideEffects && next.rowName !== live?.rowName) await deleteRows(tx, t, next.rowName);
+  await tx`
+    update ${t.consumerVersions}
+    set state = 'abandoned', barrier = null, changed_by = ${actor}, state_changed_at = now()
+    where consumer_name = ${name} and version = ${next.version}`;
+  await writeAudit(tx, t, {
+    actor,
+    action: 'rebuild-abandoned',
+    consumerName: name,
+    instanceId: null,
+    cursorBefore: null,
+    cursorAfter: null,
+    details: { version: next.version, state: next.state, why },
+  });
+}
+
+/** Every row a version's consumer rows own: the rows, their gaps, crash records and dead letters. */
+async function deleteRows(tx: TransactionSql, t: Tables, rowName: string): Promise<number> {
+  await tx`delete from ${t.gaps} where consumer_name = ${rowName}`;
+  await tx`delete from ${t.turnStarts} where consumer_name = ${rowName}`;
+  await tx`delete from ${t.deadLetters} where consumer_name = ${rowName}`;
+  await tx`delete from ${t.parkedKeys} where consumer_name = ${rowName}`;
+  await tx`delete from ${t.laneChanges} where consumer_name = ${rowName}`;
+  const deleted = await tx`delete from ${t.consumers} where name = ${rowName}`;
+  return deleted.count;
+}
+
+/**
+ * Pauses (its rows stop), resumes or abandons (its rows are removed; a live version stopped by its
+ * takeover goes on) the version of `name` on its way. Audited.
+ */
+export async function changeRebuild(
+  sql: Sql,
+  t: Tables,
+  name: string,
+  action: 'pause' | 'resume' | 'abandon',
+  options: {
+    readonly actor: string;
+    readonly version?: number;
+    readonly reason?: string;
+    readonly lockTimeoutMs: number;
+  },
+): Promise<VersionChange> {
+  return guardedBegin(sql, async (tx) => {
+    await lockTimeout(tx, options.lockTimeoutMs);
+    const { live, next } = await lockVersions(tx, t, name);
+    if (!next || (options.version !== undefined && next.version !== options.version)) {
+      throw new RebuildNotFoundError(
+        name,
+        options.version === undefined
+          ? 'no version of it is being rebuilt'
+          : `version ${options.version} is not being rebuilt`,
+      );
+    }
+    if (action === 'abandon') {
+      await abandon(tx, t, name, next, live, options.actor, options.reason ?? 'an operator abandoned it');
+      return { consumer: name, version: next.version, state: 'abandoned', barrier: null };
+    }
+    const [from, to]: [VersionState, VersionState] =
+      action === 'pause' ? ['rebuilding', 'paused'] : ['paused', 'rebuilding'];
+    if (next.state !== from) {
+      throw new RebuildStateError(name, next.version, next.state, `only a ${from} version can be ${action}d`);
+    }
+    await lockRows(tx, t, next.rowName);
+    await tx`
+      update ${t.consumers}
+      set status = ${action === 'pause' ? 'disabled' : 'idle'},
+          disabled_reason = ${action === 'pause' ? 'rebuild paused' : null}, disabled_until = null,
+          updated_at = now()
+      where name = ${next.rowName} and left(instance_id, 1) = '*'`;
+    await setState(tx, t, name, next.version, to, options.actor);
+    await writeAudit(tx, t, {
+      actor: options.actor,
+      action: `rebuild-${action}d`,
+      consumerName: name,
+      instanceId: null,
+      cursorBefore: null,
+      cursorAfter: null,
+      details: { version: next.version, ...(options.reason === undefined ? {} : { reason: options.reason }) },
+    });
+    return { consumer: name, version: next.version, state: to, barrier: null };
+  });
+}
+
+/**
+ * Drops a retired version's data (docs/design.md §12.4): its consumer rows (and what they own) and,
+ * with `dropSource`, the relation it declared as its liveView source. The one way Sluice removes
+ * a version's data; audited.
+ */
+export async function dropVersion(
+  sql: Sql,
+  t: Tables,
+  name: string,
+  version: number,
+  options: { readonly actor: string; readonly dropSource: boolean; readonly lockTimeoutMs: number },
+): Promise<{
+  readonly consumer: string;
+  readonly version: number;
+  readonly rows: number;
+  readonly dropped: string | null;
+}> {
+  return guardedBegin(sql, async (tx) => {
+    await lockTimeout(tx, options.lockTimeoutMs);
+    const { all, live } = await lockVersions(tx, t, name);
+    const target = all.find((v) => v.version === version);
+    if (!target) throw new RebuildNotFoundError(name, `it has no version ${version}`);
+    if (target.state !== 'retired') {
+      throw new RebuildStateError(name, version, target.state, 'only a retired version is dropped');
+    }
+    const rows = target.rowName === live?.rowName ? 0 : await deleteRows(tx, t, target.rowName);
+    let dropped: string | null = null;
+    if (options.dropSource && target.viewSource !== null) {
+      await tx`drop table if exists ${tx(target.viewSource)}`;
+      dropped = target.viewSource;
+    }
+    await setState(tx, t, name, version, 'dropped', options.actor);
+    await writeAudit(tx, t, {
+      actor: options.actor,
+      action: 'version-dropped',
+      consumerName: name,
+      instanceId: null,
+      cursorBefore: null,
+      cursorAfter: null,
+      details: { version, rows, dropped },
+    });
+    return { consumer: name, version, rows, dropped };
+  });
+}
+
+/** A rebuild as the dashboard, the CLI and the metrics show it (docs/operating.md#rebuilds). */
+export interface RebuildProgress {
+  readonly consumer: string;
+  readonly liveVersion: number | null;
+  readonly version: number;
+  readonly state: VersionState;
+  readonly sideEffects: boolean;
+  /** The lowest cursor among its rows (every lane); null for a version with side effects. */
+  readonly position: bigint | null;
+  readonly startPosition: bigint;
+  readonly head: bigint;
+  readonly lagEvents: bigint | null;
+  /** Events per second since it started (its position over its age). */
+  readonly ratePerSecond: number | null;
+  readonly etaSeconds: number | null;
+  /** From its start position to the head: 0 … 1. */
+  readonly progress: number | null;
+  readonly barrier: bigint | null;
+  readonly takeoverWithin: bigint | null;
+  readonly startedAt: Date;
+  readonly stateChangedAt: Date;
+}
+
+/**
+ * Every consumer's version on its way to take over (or only `name`'s), with how far it has come:
+ * position, rate since it started and an estimate of the time left.
+ */
+export async function rebuildProgress(q: Queryable, t: Tables, name?: string): Promise<RebuildProgress[]> {
+  const versions = await selectVersions(q, t, name === undefined ? undefined : [name]);
+  const upTo = await head(q, t);
+  const [now] = await q<{ now: Date }[]>`select statement_timestamp() as now`;
+  const out: RebuildProgress[] = [];
+  for (const v of versions) {
+    if (!(NEXT_STATES as readonly string[]).includes(v.state)) continue;
+    const live = versions.find((x) => x.consumerName === v.consumerName && x.state === 'live');
+    const rows = v.sideEffects
+      ? []
+      : await q<{ cursor: string }[]>`
+          select cursor::text as cursor from ${t.consumers}
+          where name = ${v.rowName} and left(instance_id, 1) = '*'`;
+    const position = v.sideEffects ? null : (minCursor(rows) ?? v.startPosition);
+    const ageSeconds = Math.max(0.001, ((now?.now ?? new Date()).getTime() - v.createdAt.getTime()) / 1000);
+    const done = position === null ? null : Number(position - v.startPosition);
+    const rate = done === null ? null : done / ageSeconds;
+    const lag = position === null ? null : upTo > position ? upTo - position : 0n;
+    const span = Number(upTo - v.startPosition);
+    out.push({
+      consumer: v.consumerName,
+      liveVersion: live?.version ?? null,
+      version: v.version,
+      state: v.state,
+      sideEffects: v.sideEffects,
+      position,
+      startPosition: v.startPosition,
+      head: upTo,
+      lagEvents: lag,
+      ratePerSecond: rate,
+      etaSeconds: lag === null || rate === null || rate <= 0 ? null : Number(lag) / rate,
+      progress: done === null ? null : span <= 0 ? 1 : Math.min(1, Math.max(0, done / span)),
+      barrier: v.barrier,
+      takeoverWithin: v.takeoverWithin,
+      startedAt: v.createdAt,
+      stateChangedAt: v.stateChangedAt,
+    });
+  }
+  return out;
+}
+
+/**
+ * The live version of consumer `name`, read in the caller's transaction (docs/design.md §12.3): a
+ * reader that reads it and then the version's tables in one REPEATABLE READ transaction (or reads
+ * through the liveView) never sees a version that is not live yet. Null when the consumer declares
+ * no version.
+ */
+export async function liveVersionOf(q: Queryable, t: Tables, name: string): Promise<number | null> {
+  const [row] = await q<{ version: number }[]>`
+    select version from ${t.consumerVersions} where consumer_name = ${name} and state = 'live'`;
+  return row?.version ?? null;
+}
