@@ -19,7 +19,7 @@ import {
   holdGap,
   recordingConsumer,
 } from '@sluice/testing';
-import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 
 const PACKAGE_DIR = fileURLToPath(new URL('../../', import.meta.url));
@@ -187,6 +187,7 @@ const VERBS = {
   'replay-key': ['<name>', '--key', '--reason', '--json'],
   'drop-key': ['<name>', '--key', '--reason', '--json'],
   relane: ['<name>', '--lanes', '--reason', '--json'],
+  rebuild: ['<action>', '[<name>]', '--force', '--drop-source', '--reason', '--json'],
   audit: ['--consumer', '--limit', '--json'],
 } as const;
 
@@ -1082,5 +1083,71 @@ describe('failures and exit codes', () => {
     const result = await run(['status', '--database-url', db.url, '--schema', 'not_migrated']);
     expect(result.code).toBe(5);
     expect(result.stderr).toMatch(/^sluice: Sluice schema "not_migrated" is not migrated in this database/);
+  });
+});
+
+describe('rebuild', () => {
+  const stats = (version: number, extra: Partial<Consumer> = {}): Consumer => ({
+    name: 'stats',
+    version,
+    batchSize: 10,
+    maxBatchSize: 10,
+    handler: () => undefined,
+    ...extra,
+  });
+
+  test('status shows the rebuild and its progress; approve is refused (exit 4) too far behind, goes through with --force', async () => {
+    const schema = await freshSchema(db.sql, 'cli');
+    await appendEvents(db.sql, 60, undefined, schema);
+    const one = testDispatcher(db.sql, schema, [stats(1)]);
+    await one.ensureRegistered();
+    await drainUntilIdle(one);
+    await one.stop();
+    const both = testDispatcher(db.sql, schema, [
+      stats(1),
+      stats(2, { rebuild: { takeover: { withinEvents: 5 } } }),
+    ]);
+    await both.ensureRegistered();
+
+    const table = await ok(sluice(schema, 'rebuild', 'status'));
+    expect(table).toMatch(/^CONSUMER +LIVE +REBUILD +STATE +POSITION +HEAD +DONE +RATE +LEFT +STARTED\n/);
+    expect(table).toMatch(/^stats +1 +2 +rebuilding +0 +60 +0\.0 % /m);
+    const [status] = await json<Row[]>(sluice(schema, 'rebuild', 'status', 'stats', '--json'));
+    expect(status?.['rebuild']).toMatchObject({ version: 2, state: 'rebuilding', lagEvents: '60' });
+
+    const auditCount = await countOf(schema, 'audit');
+    const refused = await sluice(schema, 'rebuild', 'approve', 'stats', '--json');
+    expect(refused.code).toBe(4);
+    expect(JSON.parse(refused.stderr)).toMatchObject({ code: 'SLUICE_REBUILD_NOT_READY', exitCode: 4 });
+    expect(await countOf(schema, 'audit')).toBe(auditCount);
+
+    expect(await ok(sluice(schema, 'rebuild', 'approve', 'stats', '--force', '--reason', 'ship it'))).toBe(
+      'stats version 2 is taking over: the live version stopped at 60; it goes live once the rebuild has ' +
+        'reached it (sluice rebuild status stats)\n',
+    );
+    for (let pass = 0; pass < 50; pass++) {
+      await both.runOnce();
+      const [now] = await json<Row[]>(sluice(schema, 'rebuild', 'status', 'stats', '--json'));
+      if (now?.['rebuild'] === null) break;
+    }
+    expect(await ok(sluice(schema, 'rebuild', 'status', 'stats'))).toMatch(/^stats +2 +- +no rebuild /m);
+    const missing = await sluice(schema, 'rebuild', 'pause', 'stats');
+    expect(missing.code).toBe(3);
+    expect(await ok(sluice(schema, 'rebuild', 'drop', 'stats@v1'))).toBe(
+      'dropped stats version 1: 1 consumer row(s)\n',
+    );
+  });
+
+  test('usage errors (exit 2) before any database is looked for', async () => {
+    for (const args of [
+      ['rebuild', 'frobnicate', 'stats'],
+      ['rebuild', 'approve'],
+      ['rebuild', 'drop', 'stats'],
+      ['rebuild', 'approve', 'stats@v0'],
+    ]) {
+      const result = await run(args);
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr, args.join(' ')).toMatch(/^sluice: /);
+    }
   });
 });

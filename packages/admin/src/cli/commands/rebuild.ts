@@ -77,16 +77,12 @@ export const rebuildCommand = defineCommand({
     { name: 'action', description: 'status, approve, pause, resume, abandon or drop' },
     {
       name: 'name',
-      description: 'the consumer (status without it: every versioned consumer)',
+      description:
+        'the consumer, or <name>@v<N> for its version N (drop: required; else the one on its way); status without it: every versioned consumer',
       optional: true,
     },
   ],
   options: {
-    version: {
-      type: 'string',
-      value: 'n',
-      description: 'the version (drop: required; else the one on its way)',
-    },
     force: {
       type: 'boolean',
       description: 'approve: even while the rebuild is further behind than it takes over within',
@@ -102,20 +98,26 @@ export const rebuildCommand = defineCommand({
     'it. Refused while it is further behind than it takes over within (its rebuild.takeover.withinEvents, else',
     '1,000), unless --force (exit 4). A version with side effects takes the rows over at once.',
     "pause and resume stop and restart the rebuild's rows; abandon removes them (the live version goes on).",
-    "drop removes a retired version's consumer rows (and with --drop-source its liveView source table).",
+    "drop removes a retired version's consumer rows (and with --drop-source its liveView source table):",
+    'sluice rebuild drop stats@v1.',
   ],
   prepare({ args: [actionText = '', nameText], options, actor }) {
     if (!(ACTIONS as readonly string[]).includes(actionText)) {
       throw new UsageError(`<action> must be one of ${ACTIONS.join(', ')}, got "${actionText}"`);
     }
     const action = actionText as Action;
-    const name = nameText === undefined ? undefined : parseName(nameText, '<name>');
-    if (name === undefined && action !== 'status')
+    const versioned = nameText === undefined ? undefined : /^(.+)@v([0-9]+)$/.exec(nameText);
+    const name =
+      nameText === undefined
+        ? undefined
+        : parseName(versioned ? (versioned[1] as string) : nameText, '<name>');
+    if (name === undefined && action !== 'status') {
       throw new UsageError(`missing <name> (see sluice rebuild --help)`);
-    const versionText = options.text('version');
-    const version = versionText === undefined ? undefined : parseVersion(versionText);
-    if (action === 'drop' && version === undefined)
-      throw new UsageError('missing --version <n> (see sluice rebuild --help)');
+    }
+    const version = versioned ? parseVersion(versioned[2] as string, '<name>@v<N>') : undefined;
+    if (action === 'drop' && version === undefined) {
+      throw new UsageError('drop takes <name>@v<N>: the retired version to drop (see sluice rebuild --help)');
+    }
     const reason = parseReason(options.text('reason'));
     const json = options.flag('json');
     return async (admin) => {
