@@ -88,6 +88,7 @@ function recordEverything(provider: MeterProvider): void {
   m.parked('mailer', '*', 1, 2);
   m.setConsumer('mailer', '*', gauges);
   m.setListenConnected(true);
+  m.setRebuildLag('mailer', { version: 2, lagEvents: 40n });
 }
 
 describe('Sluice metrics as Prometheus sees them', () => {
