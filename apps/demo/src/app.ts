@@ -37,6 +37,12 @@ export interface DemoOptions {
   /** Where Sluice's lines go while `logger` is off. @defaultValue console.log */
   logLine?: (line: string) => void;
   pollIntervalMs?: number;
+  /**
+   * Also run version 2 of `order-stats` (docs/design.md §12): it is rebuilt beside version 1 until
+   * an operator approves its takeover (dashboard, `sluice rebuild approve order-stats`).
+   * @defaultValue false
+   */
+  orderStatsV2?: boolean;
 }
 
 export const OPS_PREFIX = '/sluice';
@@ -81,7 +87,13 @@ export async function buildApp(options: DemoOptions): Promise<{
   await app.register(sluice, {
     sql: options.sql,
     instanceId: options.instanceId,
-    consumers: [orderStats(), mailer(mails, customerOf), search.consumer, feed.consumer],
+    consumers: [
+      orderStats(1),
+      ...(options.orderStatsV2 === true ? [orderStats(2)] : []),
+      mailer(mails, customerOf),
+      search.consumer,
+      feed.consumer,
+    ],
     meterProvider: metrics.meterProvider,
     // Fastify's logger is off unless DEMO_LOG=1, and Sluice would then log nowhere: a consumer
     // turning dead must still say so on the console.

@@ -63,6 +63,7 @@ async function main(): Promise<void> {
     opsPassword,
     traces: process.env['DEMO_TRACES'] === 'console',
     logger: process.env['DEMO_LOG'] === '1',
+    orderStatsV2: process.env['DEMO_ORDER_STATS_V2'] === '1',
   }).catch(giveUp);
 
   // Ctrl+C reaches every process of the terminal's foreground group: pnpm and this one, but not

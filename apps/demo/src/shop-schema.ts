@@ -25,5 +25,15 @@ export async function createShopSchema(sql: Sql): Promise<void> {
       insert into shop.order_stats (name)
       values ('placed'), ('paid'), ('cancelled'), ('revenue_cents'), ('refunded_cents')
       on conflict do nothing`;
+    // Version 2 of `order-stats` (rebuilt beside version 1): the same counters and net revenue.
+    await tx`
+      create table if not exists shop.order_stats_v2 (
+        name text primary key,
+        value bigint not null default 0
+      )`;
+    await tx`
+      insert into shop.order_stats_v2 (name)
+      values ('placed'), ('paid'), ('cancelled'), ('revenue_cents'), ('refunded_cents'), ('net_revenue_cents')
+      on conflict do nothing`;
   });
 }

@@ -14,17 +14,22 @@ export const ORDER_STATS_MAX_ATTEMPTS = 3;
  * decide, for example to skip that event. The amounts are checked before they are added: a
  * malformed one stops the projection with a message that names the event and the field.
  */
-export function orderStats(): Consumer {
+export function orderStats(version: OrderStatsVersion = 1): Consumer {
   return {
     name: 'order-stats',
+    // Versioned (docs/design.md §12): version 2 adds net_revenue_cents. Declared beside version 1
+    // (DEMO_ORDER_STATS_V2=1), it is rebuilt from the beginning of the log into its own table
+    // while version 1 serves /stats, until an operator approves its takeover.
+    version,
     transactional: true,
     errorPolicy: { maxAttempts: ORDER_STATS_MAX_ATTEMPTS },
     handler: async (event, ctx) => {
       const tx = ctx.tx;
       const shop = asShopEvent(event);
       if (!tx || !shop) return;
+      const table = tx(orderStatsTable(version));
       const bump = (name: string, by: number) =>
-        tx`update shop.order_stats set value = value + ${String(by)}::bigint where name = ${name}`;
+        tx`update ${table} set value = value + ${String(by)}::bigint where name = ${name}`;
       switch (shop.type) {
         case 'OrderPlaced':
           await bump('placed', 1);
@@ -33,17 +38,26 @@ export function orderStats(): Consumer {
           const amount = cents(event, 'amountCents', shop.data.amountCents);
           await bump('paid', 1);
           await bump('revenue_cents', amount);
+          if (version === 2) await bump('net_revenue_cents', amount);
           break;
         }
         case 'OrderCancelled': {
           const refund = shop.data.wasPaid ? cents(event, 'totalCents', shop.data.totalCents) : 0;
           await bump('cancelled', 1);
           if (refund > 0) await bump('refunded_cents', refund);
+          if (version === 2 && refund > 0) await bump('net_revenue_cents', -refund);
           break;
         }
       }
     },
   };
+}
+
+export type OrderStatsVersion = 1 | 2;
+
+/** The read model of each version of `order-stats`. */
+export function orderStatsTable(version: number): string {
+  return version === 2 ? 'shop.order_stats_v2' : 'shop.order_stats';
 }
 
 function cents(event: EventRecord, field: string, value: unknown): number {

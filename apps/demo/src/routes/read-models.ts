@@ -1,4 +1,6 @@
+import { liveVersion } from '@sluice/core';
 import type { FastifyInstance } from 'fastify';
+import { orderStatsTable } from '../consumers/order-stats.js';
 import type { MailTransport } from '../consumers/mailer.js';
 import type { searchIndex } from '../consumers/search-index.js';
 
@@ -7,11 +9,22 @@ export function readModelRoutes(
   app: FastifyInstance,
   models: { search: ReturnType<typeof searchIndex>; mails: MailTransport },
 ): void {
-  // order-stats: a table written in the consumer's transaction.
-  app.get('/stats', async () => {
-    const rows = await app.sluice.dispatcher.sql<
-      { name: string; value: string }[]
-    >`select name, value::text from shop.order_stats`;
+  // order-stats: a table written in the consumer's transaction, one per version. The live version
+  // and its table are read in one REPEATABLE READ transaction: a takeover commits at once, so a
+  // request sees version 1 and its counters or version 2 and its, never a version half built.
+  app.get('/stats', async (_request, reply) => {
+    const { version, rows } = await app.sluice.dispatcher.sql.begin(
+      'isolation level repeatable read',
+      async (tx) => {
+        const live = (await liveVersion(tx, 'order-stats')) ?? 1;
+        return {
+          version: live,
+          rows: await tx<{ name: string; value: string }[]>`
+            select name, value::text from ${tx(orderStatsTable(live))}`,
+        };
+      },
+    );
+    void reply.header('x-order-stats-version', String(version));
     return Object.fromEntries(rows.map((r) => [r.name, Number(r.value)]));
   });
 

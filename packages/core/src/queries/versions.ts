@@ -183,9 +183,12 @@ async function insertVersion(
     values (${d.name}, ${d.version}, ${state}, ${d.rowName}, ${d.sideEffects}, ${start.toString()}::bigint,
             ${d.takeoverWithin === null ? null : d.takeoverWithin.toString()}::bigint,
             ${d.view?.view ?? null}, ${d.view?.source ?? null}, ${actor})`;
+  // A consumer's first version is live by declaration: nothing to audit. A rebuild started, or a
+  // version waiting to take over, is.
+  if (state === 'live') return;
   await writeAudit(tx, t, {
     actor,
-    action: state === 'live' ? 'version-live' : 'rebuild-started',
+    action: 'rebuild-started',
     consumerName: d.name,
     instanceId: null,
     cursorBefore: null,
