@@ -110,11 +110,7 @@ describe('a new version of a projection', () => {
     expect(row).toEqual({ status: 'disabled', disabled_reason: 'retired: version 2 is live' });
     const audit = await db.sql<{ action: string }[]>`
       select action from ${db.sql(schema)}.audit where consumer_name = 'stats' order by id`;
-    expect(audit.map((a) => a.action)).toEqual([
-      'rebuild-started',
-      'rebuild-takeover',
-      'version-live',
-    ]);
+    expect(audit.map((a) => a.action)).toEqual(['rebuild-started', 'rebuild-takeover', 'version-live']);
 
     // Its data goes only when an operator drops it.
     const dropped = await dropVersion(db.sql, t, 'stats', 1, {
