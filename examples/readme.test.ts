@@ -18,6 +18,7 @@ test.each([
   ['README.md', 'In your Fastify app', 0, 'examples/fastify-app.ts'],
   ['README.md', 'Without Fastify', 0, 'examples/without-fastify.ts'],
   ['README.md', 'Lanes, parked keys and type filters', 0, 'examples/lanes.ts'],
+  ['README.md', 'Rebuilding a projection', 0, 'examples/rebuild.ts'],
   ['packages/testing/README.md', 'vitest', 0, 'examples/testing/vitest.config.ts'],
   ['packages/testing/README.md', 'vitest', 1, 'examples/testing/orders.test.ts'],
 ])('%s, section "%s", code block %i is %s as it is', (readme, heading, index, file) => {
