@@ -9,7 +9,7 @@ import {
 } from '../errors.js';
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
-import { writeAudit } from './audit.js';
+import { retentionFloor, writeAudit } from './audit.js';
 import { LANES_LOCK_CLASS } from './lanes.js';
 import { pgArray } from './pg-array.js';
 
@@ -146,7 +146,11 @@ export async function registerVersions(
       if (d.sideEffects && live.rowName !== name) continue; // its rows would not be the live version's
       if (next) await abandon(tx, t, name, next, live, actor, `version ${d.version} was declared`);
       const state: VersionState = d.sideEffects ? 'waiting' : 'rebuilding';
-      await insertVersion(tx, t, d, state, d.sideEffects ? 0n : d.startPosition, actor);
+      // From the beginning means from the oldest event retention kept (as a restart from the
+      // beginning does): ids below it are gone, not holes to wait for.
+      const floor = (await retentionFloor(tx, t)) - 1n;
+      const start = d.startPosition > floor ? d.startPosition : floor;
+      await insertVersion(tx, t, d, state, d.sideEffects ? 0n : start, actor);
       known = (
         await tx<VersionDbRow[]>`
         select ${VERSION_COLUMNS(tx)} from ${t.consumerVersions}
