@@ -14,6 +14,7 @@ const SCENARIO_RUNNERS: Record<ScenarioId, () => Promise<(ctx: ScenarioContext) 
     append: async () => (await import('./scenarios/append.js')).appendOverhead,
     idle: async () => (await import('./scenarios/idle.js')).idleCost,
     scale: async () => (await import('./scenarios/scale.js')).scale,
+    rebuild: async () => (await import('./scenarios/rebuild.js')).rebuild,
   };
 
 // The orchestrator is gone (killed): its server is being stopped, nothing will read our result.

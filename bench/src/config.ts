@@ -65,6 +65,22 @@ export interface BenchConfig {
     readonly gcSettleMaxMs: number;
   };
   readonly scale: { readonly events: number };
+  readonly rebuild: {
+    /**
+     * Runs (default: runs). Each run rebuilds the whole log, the longest of any scenario's runs: fewer
+     * here keeps the full run's time in bounds.
+     */
+    readonly runs?: number;
+    /**
+     * The log version 2 of the projection rebuilds from its beginning (version 1 is live and caught
+     * up on it at the start of each run). Appends go on at the latency scenario's rate.
+     */
+    readonly events: number;
+    /** Measured seconds of appends with version 1 serving alone (no rebuild). */
+    readonly seconds: number;
+    /** Appends at the start of each phase that are not measured (a fresh dispatcher process warming up). */
+    readonly warmupSeconds: number;
+  };
 }
 
 export const FULL: BenchConfig = {
@@ -98,6 +114,11 @@ export const FULL: BenchConfig = {
   append: { writers: 8, seconds: 3, rounds: 6, warmupSeconds: 1, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 10, gcQuietMs: 9_000, gcSettleMaxMs: 45_000 },
   scale: { events: 1_000_000 },
+  // About 3.3 min a run (a 1M-event rebuild writing a row per event took 165 s at 6.3k events/s on a
+  // 2-core machine, phase A 23 s, the clone and checks ~15 s), so 2 runs, not 5: ~7 min in all.
+  // Each phase starts a fresh dispatcher process: 3 s of warm-up are left out of both, as its first
+  // seconds would weigh more on phase A's 20 s than on the rebuild's minutes.
+  rebuild: { runs: 2, events: 1_000_000, seconds: 20, warmupSeconds: 3 },
 };
 
 export const QUICK: BenchConfig = {
@@ -127,6 +148,7 @@ export const QUICK: BenchConfig = {
   append: { writers: 8, seconds: 0.6, rounds: 2, warmupSeconds: 0.2, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 1.5, gcQuietMs: 0, gcSettleMaxMs: 0 },
   scale: { events: 30_000 },
+  rebuild: { events: 50_000, seconds: 5, warmupSeconds: 1 },
 };
 
 /** A smoke test of the harness itself (`--tiny`): seconds, figures meaningless, never written to RESULTS.md. */
@@ -157,6 +179,7 @@ export const TINY: BenchConfig = {
   append: { writers: 8, seconds: 0.3, rounds: 1, warmupSeconds: 0.1, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 1, gcQuietMs: 0, gcSettleMaxMs: 0 },
   scale: { events: 5_000 },
+  rebuild: { events: 5_000, seconds: 1, warmupSeconds: 0.2 },
 };
 
 /** `--quick` on the command line, or SLUICE_BENCH_QUICK=1 (turbo passes it through, see bench/turbo.json). */

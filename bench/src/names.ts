@@ -52,3 +52,10 @@ export const IDLE_SYSTEMS = {
   minimal: 'minimal loop (each consumer polls every 100 ms)',
   floor: 'floor: select 1 every poll tick',
 } as const;
+
+/** The rebuild scenario's rows: version 1 serving without and during the rebuild of version 2, and that rebuild. */
+export const REBUILD_SYSTEMS = {
+  alone: 'Sluice, version 1 serving alone (no rebuild)',
+  during: 'Sluice, version 1 serving while version 2 rebuilds',
+  rebuild: 'Sluice, version 2 rebuilt from the beginning of the log, then taking over',
+} as const;

@@ -1,6 +1,7 @@
 import { migrate, silentLogger } from '@sluice/core';
 import { pgArray } from '@sluice/core/internal';
 import postgres from 'postgres';
+import { benchDispatcher, statsProjection, statsTable } from '../systems/sluice.js';
 import { drawnStreamOf, EVENT_TYPE, PAYLOAD_SQL } from './payload.js';
 import { progress } from './progress.js';
 import { createDatabase, databaseExists, databaseUrl } from './server.js';
@@ -85,6 +86,48 @@ export async function slowHandlerTemplate(
       );
     }
     await sql`vacuum (analyze) sluice.events`;
+  } finally {
+    await sql.end();
+  }
+  await ctx.admin`alter database ${ctx.admin(building)} rename to ${ctx.admin(name)}`;
+  return name;
+}
+
+/**
+ * The rebuild scenario's log: sluiceTemplate's `events` events, and version 1 of the stats
+ * projection live and caught up on them: its row registered at the head (startFrom 'now', by a
+ * dispatcher that declares it), its table bench.proj_v1 holding the row its handler writes for
+ * every event (filled in SQL, the same columns), and version 2's table bench.proj_v2, empty.
+ */
+export async function rebuildTemplate(ctx: TemplateContext, events: number): Promise<string> {
+  const name = `tpl_rebuild_${events}`;
+  if (await databaseExists(ctx.admin, name)) return name;
+  const log = await sluiceTemplate(ctx, events);
+  const building = `${name}_building`;
+  progress(`building template ${name} (${log} with version 1 of a projection live at its head)`);
+  await createDatabase(ctx.admin, building, { template: log, versionNum: ctx.versionNum });
+  const sql = postgres(databaseUrl(ctx.serverUrl, building), { max: 2, onnotice: () => undefined });
+  try {
+    for (const version of [1, 2]) {
+      await sql`
+        create table ${sql(statsTable(version))} (
+          event_id bigint primary key, order_id text not null, total_cents bigint not null)`;
+    }
+    await sql`
+      insert into ${sql(statsTable(1))} (event_id, order_id, total_cents)
+      select id, data->>'orderId', (data->>'totalCents')::bigint from sluice.events order by id`;
+    const dispatcher = benchDispatcher(sql, [
+      statsProjection(
+        1,
+        () => {
+          throw new Error('the template registers version 1, it runs nothing');
+        },
+        { startFrom: 'now' },
+      ),
+    ]);
+    await dispatcher.ensureRegistered();
+    await dispatcher.stop();
+    await sql`vacuum (analyze)`;
   } finally {
     await sql.end();
   }

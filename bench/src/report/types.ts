@@ -1,6 +1,6 @@
 import type { StatementProfileRow } from '../harness/counters.js';
 
-export type ScenarioId = 'catch-up' | 'latency' | 'append' | 'idle' | 'scale' | 'slow-handler';
+export type ScenarioId = 'catch-up' | 'latency' | 'append' | 'idle' | 'scale' | 'slow-handler' | 'rebuild';
 
 export const SCENARIOS: readonly ScenarioId[] = [
   'catch-up',
@@ -9,6 +9,7 @@ export const SCENARIOS: readonly ScenarioId[] = [
   'idle',
   'scale',
   'slow-handler',
+  'rebuild',
 ];
 
 /** One figure of one row, measured once per run. */

@@ -1,5 +1,6 @@
 import { createDispatcher, type Consumer, type DispatcherOptions, type Logger } from '@sluice/core';
 import postgres from 'postgres';
+import type { BenchPayload } from '../harness/payload.js';
 import type { DeliveryTracker } from '../harness/tracker.js';
 
 /** Sluice's warnings and errors reach stderr (a benchmark must not hide them); info and debug do not. */
@@ -60,6 +61,43 @@ export function trackingConsumers(
     },
     options,
   );
+}
+
+/** The rebuild scenario's versioned projection (docs/design.md §12): its rows are 'stats' and 'stats@v<N>'. */
+export const STATS_CONSUMER = 'stats';
+
+/** The table version `version` of the stats projection writes: bench.proj_v<N>. */
+export function statsTable(version: number): string {
+  return `bench.proj_v${version}`;
+}
+
+/**
+ * Version `version` of a transactional projection writing one row per event into its own table
+ * (statsTable) through ctx.tx, the catch-up case's row (event id, order id, total) and statement
+ * (INSERT … ON CONFLICT DO NOTHING). `onDelivery` runs first in the handler.
+ */
+export function statsProjection(
+  version: number,
+  onDelivery: (seq: number) => void,
+  extra: Partial<Consumer> = {},
+): Consumer {
+  return {
+    name: STATS_CONSUMER,
+    version,
+    transactional: true,
+    handler: (event, context) => {
+      const data = event.data as BenchPayload;
+      onDelivery(data.seq);
+      if (!context.tx) throw new Error('a transactional consumer is given ctx.tx');
+      if (context.version !== version)
+        throw new Error(`version ${version} called as ${String(context.version)}`);
+      return context.tx`
+        insert into ${context.tx(statsTable(context.version))} (event_id, order_id, total_cents)
+        values (${event.id.toString()}::bigint, ${data.orderId}, ${data.totalCents})
+        on conflict (event_id) do nothing`;
+    },
+    ...extra,
+  };
 }
 
 export function benchDispatcher(
