@@ -8,6 +8,7 @@ import {
   IDLE_SYSTEMS,
   LATENCY_SYSTEMS as L,
   PROJECTION_CASE,
+  REBUILD_SYSTEMS as R,
   SLOW_HANDLER_SYSTEMS as S,
   slowHandlerCase,
 } from '../names.js';
@@ -273,6 +274,32 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         'It is sent on the LISTEN connection: one backend answers every tick. ' +
         `The held gap does not change the snapshot, so the ${Math.round(f('consumers with a pending gap'))} consumers waiting on it cost no statement more. What Node does above the floor is the pass around that statement.`,
       '- A full pre-check (after any commit, or while a consumer is dead, disabled, retrying or behind) decides the trivially caught-up consumers in SQL and returns one row (their names, and the others as JSON).',
+      '',
+    );
+  }
+
+  if (missed.has('rebuild')) {
+    const f = (system: string, figure: string) => med('rebuild', undefined, system, figure);
+    const both = (figure: string, unit: string) =>
+      `${n(f(R.alone, figure))}${unit} without the rebuild and ${n(f(R.during, figure))}${unit} during it`;
+    const p99Ratios = pairwise(
+      find('rebuild', undefined, R.during, 'commit→handler p99'),
+      find('rebuild', undefined, R.alone, 'commit→handler p99'),
+      ratio,
+    );
+    out.push(
+      '### Rebuild',
+      '',
+      `- The serving version's commit→handler p99 was ${both('commit→handler p99', ' ms')} (run by run ${(p99Ratios ?? []).map(x).join(', ')}); ` +
+        `p50 ${both('commit→handler p50', ' ms')}; the slowest event ${both('commit→handler max', ' ms')}.`,
+      `- The server: PostgreSQL used ${both('PostgreSQL CPU', ' % of a core')}, of the ${100 * availableParallelism()} % that ${availableParallelism()} cores offer ` +
+        `(shared with the dispatcher's process and the appender's). The appends' own transactions took append→commit p99 ${both('append→commit p99', ' ms')}: ` +
+        "a server busy with the rebuild's writes makes every commit wait longer, the serving version's turns as well as the appends.",
+      `- The dispatcher's process: Node used ${both('Node CPU, dispatcher process', ' % of a core')}; GC paused it ${both('GC pause, dispatcher process', ' ms a second')}, ` +
+        `the longest pause ${both('longest GC pause, dispatcher process', ' ms')}. Both versions' turns share its event loop, its pool and its ${DEFAULTS.concurrency} turn slots: ` +
+        "while a pause or a stretch of version 2's batch (its handler calls, the rows it parses) holds the event loop, version 1's wake-up and turn wait.",
+      `- Version 2 rebuilt ${n(f(R.rebuild, 'events rebuilt'))} events at ${n(f(R.rebuild, 'rebuild rate'))} events/s in ${n(f(R.rebuild, 'rebuild took'))} s, ` +
+        `with ${n(f(R.rebuild, 'WAL per rebuilt event'))} bytes of WAL per rebuilt event (everything the cluster wrote meanwhile, the appends and version 1's rows included).`,
       '',
     );
   }

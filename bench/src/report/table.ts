@@ -16,6 +16,14 @@ const SHOWN: Record<string, readonly string[]> = {
     'per-stream overlaps',
     'busiest lane ÷ mean lane',
   ],
+  rebuild: [
+    'commit→handler p50',
+    'append→commit p99',
+    'PostgreSQL CPU',
+    'Node CPU, dispatcher process',
+    'rebuild took',
+    'takeover took',
+  ],
 };
 
 /** The one table `pnpm bench` prints: every row's headline over the runs, then the targets. */

@@ -7,6 +7,7 @@ import {
   IDLE_SYSTEMS,
   LATENCY_SYSTEMS,
   PROJECTION_CASE,
+  REBUILD_SYSTEMS,
   SLOW_HANDLER_SYSTEMS,
   slowHandlerCase,
 } from '../names.js';
@@ -373,6 +374,44 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
     (m) => m >= 0.8,
   );
   add('scale', 'peak RSS', '≤ 256 MiB', scaleFigure('peak RSS'), 'MiB', (m) => m <= 256);
+
+  // Rebuild (issue 30): the serving version's latency while a new version rebuilds beside it,
+  // against its own latency without a rebuild in the same run.
+  const reb = (system: string, figure: string) => find('rebuild', undefined, system, figure);
+  const duringVsAlone = (figure: string) =>
+    pairwise(reb(REBUILD_SYSTEMS.during, figure), reb(REBUILD_SYSTEMS.alone, figure), ratio);
+  add(
+    'rebuild',
+    'commit→handler p99 of the serving version (1) while version 2 rebuilds ÷ its p99 without a rebuild',
+    '≤ 2×',
+    duringVsAlone('commit→handler p99'),
+    '×',
+    (m) => m <= 2,
+  );
+  add(
+    'rebuild',
+    'commit→handler p50 of the serving version while version 2 rebuilds ÷ without a rebuild',
+    '(shown)',
+    duringVsAlone('commit→handler p50'),
+    '×',
+    undefined,
+  );
+  add(
+    'rebuild',
+    "version 2's rebuild rate (one row per event through ctx.tx, beside the serving version)",
+    '(shown)',
+    reb(REBUILD_SYSTEMS.rebuild, 'rebuild rate'),
+    'events/s',
+    undefined,
+  );
+  add(
+    'rebuild',
+    "version 2's rebuild, from its registration to catching up with version 1",
+    '(shown)',
+    reb(REBUILD_SYSTEMS.rebuild, 'rebuild took'),
+    's',
+    undefined,
+  );
 
   // Integrity, per scenario.
   for (const result of results) {
