@@ -1,6 +1,6 @@
 // The dashboard's DOM-free modules, run in Node: which actions a consumer row offers, when its last
-// error counts as past, how lane rows, lane changes and parked keys read, and the lag and
-// throughput samples behind the charts.
+// error counts as past, how lane rows, lane changes and parked keys read, the lag and throughput
+// samples behind the charts, and what the Rebuilds panel offers and says.
 import { describe, expect, test } from 'vitest';
 import { History, HISTORY_MS, slices, spanOf, summarize } from './static/ui/history.js';
 import {
@@ -14,7 +14,16 @@ import {
   parkedKeyCount,
   totalParkedKeys,
 } from './static/ui/policy.js';
-import type { ConsumerSummary } from './static/ui/types.js';
+import {
+  approveWithin,
+  behind,
+  describeChange,
+  progressPercent,
+  rebuildActions,
+  takeoverNote,
+  versionsNote,
+} from './static/ui/rebuild-policy.js';
+import type { ConsumerSummary, RebuildProgress, RebuildStatus, VersionRow } from './static/ui/types.js';
 
 function row(fields: Partial<ConsumerSummary> = {}): ConsumerSummary {
   return {
@@ -197,5 +206,126 @@ describe('lag and throughput samples', () => {
     expect(Math.max(...lag.map((v) => v ?? 0))).toBe(6);
     expect(rate.filter((v) => v !== null).every((v) => Math.abs(v - 1) < 1e-9)).toBe(true);
     expect(summarize(samples)).toMatchObject({ count: 76, lagPeak: 6, rateNow: 1, ratePeak: 1 });
+  });
+});
+
+describe('rebuilds', () => {
+  function rebuild(fields: Partial<RebuildProgress> = {}): RebuildProgress {
+    return {
+      consumer: 'stats',
+      liveVersion: 1,
+      version: 2,
+      state: 'rebuilding',
+      sideEffects: false,
+      position: '200',
+      startPosition: '0',
+      head: '1300',
+      lagEvents: '1100',
+      ratePerSecond: 50,
+      etaSeconds: 22,
+      progress: 200 / 1300,
+      barrier: null,
+      takeoverWithin: null,
+      startedAt: '2026-01-01T00:00:00.000Z',
+      ...fields,
+    };
+  }
+  function version(v: number, state: VersionRow['state']): VersionRow {
+    return {
+      consumerName: 'stats',
+      version: v,
+      state,
+      rowName: v === 1 ? 'stats' : `stats@v${v}`,
+      sideEffects: false,
+      startPosition: '0',
+      createdAt: '2026-01-01T00:00:00.000Z',
+    };
+  }
+
+  test('the actions that apply in each state; none once live or done with', () => {
+    expect(rebuildActions(rebuild())).toEqual(['approve', 'pause', 'abandon']);
+    expect(rebuildActions(rebuild({ state: 'paused' }))).toEqual(['resume', 'abandon']);
+    expect(rebuildActions(rebuild({ state: 'waiting', sideEffects: true, position: null }))).toEqual([
+      'approve',
+      'abandon',
+    ]);
+    expect(rebuildActions(rebuild({ state: 'taking-over', barrier: '1300' }))).toEqual(['abandon']);
+    for (const state of ['live', 'retired', 'abandoned', 'dropped'] as const) {
+      expect(rebuildActions(rebuild({ state }))).toEqual([]);
+    }
+  });
+
+  test('progress rounds down and says 100% only at the head; none with side effects', () => {
+    expect(progressPercent(rebuild())).toBe(15);
+    expect(progressPercent(rebuild({ progress: 0.999, lagEvents: '1' }))).toBe(99);
+    expect(progressPercent(rebuild({ progress: 1, lagEvents: '3' }))).toBe(99);
+    expect(progressPercent(rebuild({ progress: 1, lagEvents: '0', position: '1300' }))).toBe(100);
+    expect(progressPercent(rebuild({ progress: 0 }))).toBe(0);
+    expect(progressPercent(rebuild({ progress: null, position: null, lagEvents: null }))).toBeNull();
+    expect(behind(rebuild({ lagEvents: null }))).toBe(1100n);
+    expect(behind(rebuild({ lagEvents: null, position: null }))).toBeNull();
+  });
+
+  test('the takeover note: ready to approve within its distance, needs force beyond it, automatic when declared', () => {
+    expect(approveWithin(rebuild())).toBe(1000n);
+    expect(takeoverNote(rebuild())).toBe(
+      'Approve once it is within 1000 events of the head (an approval before needs force).',
+    );
+    expect(takeoverNote(rebuild({ lagEvents: '1000' }))).toBe(
+      'Within 1000 events of the head: ready to approve.',
+    );
+    expect(approveWithin(rebuild({ takeoverWithin: '5' }))).toBe(5n);
+    expect(takeoverNote(rebuild({ takeoverWithin: '5' }))).toBe(
+      'Takes over by itself once within 5 events of the head.',
+    );
+    expect(takeoverNote(rebuild({ takeoverWithin: '1', lagEvents: '1' }))).toBe(
+      'Within 1 event of the head: it takes over by itself.',
+    );
+    expect(takeoverNote(rebuild({ state: 'taking-over', barrier: '1300' }))).toBe(
+      'Taking over: version 1 stopped at event 1300; version 2 becomes live once it has reached it with no pending gap below.',
+    );
+    expect(takeoverNote(rebuild({ state: 'waiting', sideEffects: true, position: null }))).toMatch(
+      /^Has side effects, so it is not rebuilt: once approved it takes the rows over where version 1 is/,
+    );
+    expect(takeoverNote(rebuild({ state: 'paused' }))).toMatch(/^Paused/);
+  });
+
+  test("a consumer's versions read as a short note only while a retired one keeps its data", () => {
+    const status = (versions: VersionRow[]): RebuildStatus => ({
+      consumer: 'stats',
+      versions,
+      rebuild: null,
+    });
+    expect(versionsNote(status([version(1, 'live')]))).toBeNull();
+    expect(versionsNote(status([version(1, 'retired'), version(2, 'live')]))).toBe('v2 live, v1 retired');
+    expect(
+      versionsNote(
+        status([version(1, 'dropped'), version(2, 'retired'), version(3, 'abandoned'), version(4, 'live')]),
+      ),
+    ).toBe('v4 live, v2 retired');
+    expect(versionsNote(status([version(1, 'dropped'), version(2, 'live')]))).toBeNull();
+  });
+
+  test('what an action did, in words', () => {
+    const r = rebuild();
+    const change = { consumer: 'stats', version: 2, barrier: null };
+    expect(describeChange('approve', { ...change, state: 'live', barrier: '1300' }, r)).toBe(
+      'Approved: version 2 of stats is live.',
+    );
+    expect(describeChange('approve', { ...change, state: 'taking-over', barrier: '1300' }, r)).toBe(
+      'Approved: version 2 of stats is taking over. Version 1 stopped at event 1300; version 2 of stats becomes live once it has reached it.',
+    );
+    expect(describeChange('pause', { ...change, state: 'paused' }, r)).toBe(
+      'Paused the rebuild of version 2 of stats: its rows wait until it is resumed.',
+    );
+    expect(describeChange('resume', { ...change, state: 'rebuilding' }, r)).toBe(
+      'Resumed the rebuild of version 2 of stats.',
+    );
+    expect(describeChange('abandon', { ...change, state: 'abandoned' }, r)).toBe(
+      'Abandoned version 2 of stats: its rows are removed and it is not run again; version 1 goes on.',
+    );
+    expect(describeChange('abandon', { ...change, state: 'abandoned' }, { ...r, sideEffects: true })).toBe(
+      'Abandoned version 2 of stats: it will not take over and it is not run again; version 1 goes on.',
+    );
   });
 });

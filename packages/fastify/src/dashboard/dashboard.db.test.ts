@@ -323,6 +323,9 @@ describe('ops dashboard', () => {
     expect(html).toMatch(/<dialog id="payload-dialog"[^>]*aria-labelledby="payload-title"/);
     expect(html).toMatch(/<a class="skip-link" href="#main">/);
     expect(html).toContain('>Consumer</th>');
+    // The Rebuilds panel: hidden until a poll of GET rebuilds has a version on its way (or retired).
+    expect(html).toMatch(/<section id="rebuilds"[^>]*\bhidden>/);
+    expect(js).toContain("api('GET', 'rebuilds')");
     // Requests: same-origin credentials, JSON, and the bearer token from sessionStorage.
     expect(js).toContain("credentials: 'same-origin'");
     expect(js).toContain("'content-type': 'application/json'");

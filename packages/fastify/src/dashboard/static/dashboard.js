@@ -11,6 +11,7 @@
 //   ui/history.js   lag and throughput samples              ui/dialog.js   the confirmation dialog
 //   ui/charts.js    SVG charts                              ui/payload.js  the payload dialog
 //   ui/sign-in.js   the bearer-token sign-in                ui/status.js   status line, banner, results
+//   ui/rebuilds.js  the Rebuilds panel, its actions         ui/rebuild-policy.js  what a rebuild offers
 import {
   disableAction,
   dropKeyAction,
@@ -32,12 +33,14 @@ import {
   openParkedEventsPayload,
   setUpPayloadDialog,
 } from './ui/payload.js';
+import { renderRebuilds, setUpRebuilds } from './ui/rebuilds.js';
 import { askForToken, HISTORY_KEY, setUpSignIn, signedIn } from './ui/sign-in.js';
 import { authMode, hooks, readOnly, REFRESH_MS, state } from './ui/state.js';
 import { pollFailureMessage, setBanner, updateRefreshStatus } from './ui/status.js';
 import { hasRows, renderConsumers, setPlaceholder } from './ui/table.js';
 
 /** @typedef {import('./ui/types.js').ConsumerSummary} ConsumerSummary */
+/** @typedef {import('./ui/types.js').RebuildStatus} RebuildStatus */
 
 function schedule() {
   clearTimeout(state.timer);
@@ -51,8 +54,9 @@ async function poll() {
   if (state.loading) return;
   state.loading = true;
   try {
-    const answer = await api('GET', 'consumers');
+    const [answer, versioned] = await Promise.all([api('GET', 'consumers'), api('GET', 'rebuilds')]);
     const consumers = Array.isArray(answer) ? /** @type {ConsumerSummary[]} */ (answer) : [];
+    const rebuilds = Array.isArray(versioned) ? /** @type {RebuildStatus[]} */ (versioned) : [];
     const now = Date.now();
     state.lastSuccess = new Date(now);
     state.lastFailed = false;
@@ -61,6 +65,7 @@ async function poll() {
     state.history.keepOnly(new Set(state.consumers.keys()));
     signedIn();
     renderConsumers(consumers, now);
+    renderRebuilds(rebuilds);
     afterPoll();
     setBanner(null);
   } catch (error) {
@@ -170,6 +175,7 @@ function start() {
   setUpDialog();
   setUpPayloadDialog();
   setUpSignIn();
+  setUpRebuilds();
 
   byId('consumer-rows', HTMLElement).addEventListener('click', (event) => {
     const button = actionButton(event);

@@ -124,6 +124,17 @@ export function openDialog(options) {
   }
 }
 
+/**
+ * Relabels the open dialog's Confirm button: an action that becomes a more serious one (an
+ * approval with force).
+ * @param {string} label @param {boolean} danger
+ */
+export function setConfirmLabel(label, danger) {
+  const confirm = confirmButton();
+  confirm.textContent = label;
+  confirm.classList.toggle('danger', danger);
+}
+
 /** Wires the dialog's buttons and its form; once, at start. */
 export function setUpDialog() {
   dialog().addEventListener('close', () => {

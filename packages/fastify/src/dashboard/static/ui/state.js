@@ -44,6 +44,8 @@ export const state = {
   history: new History(),
   /** @type {Detail | null} */
   detail: null,
+  /** consumer name → its versions and rebuild, as of the last poll. @type {Map<string, import('./types.js').RebuildStatus>} */
+  rebuilds: new Map(),
 };
 
 /**

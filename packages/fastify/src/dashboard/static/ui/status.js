@@ -30,6 +30,7 @@ export function setBanner(message) {
     banner.hidden = false;
   }
   byId('consumers', HTMLElement).classList.toggle('stale', message !== null);
+  byId('rebuilds', HTMLElement).classList.toggle('stale', message !== null);
 }
 
 /** @param {unknown} error */

@@ -175,6 +175,66 @@
  * @property {string} lane the lane that owns the key: '*' or '*k/N'
  */
 
+/**
+ * A version's state (docs/design.md §12): on its way (`rebuilding`, `paused`, `waiting` for a
+ * version with side effects, `taking-over`), `live`, or done with (`retired`, `abandoned`, `dropped`).
+ * @typedef {'rebuilding' | 'paused' | 'waiting' | 'taking-over' | 'live' | 'retired' | 'abandoned' | 'dropped'} VersionState
+ */
+
+/**
+ * One version of a versioned consumer (`GET rebuilds`).
+ * @typedef {object} VersionRow
+ * @property {string} consumerName
+ * @property {number} version
+ * @property {VersionState} state
+ * @property {string} rowName its consumer rows' name: the consumer's for version 1, `<name>@v<N>` else
+ * @property {boolean} sideEffects
+ * @property {string} startPosition
+ * @property {string | null} [takeoverWithin]
+ * @property {string | null} [barrier]
+ * @property {string | null} [changedBy]
+ * @property {string} createdAt
+ * @property {string} [stateChangedAt]
+ */
+
+/**
+ * The version of a consumer on its way to take over, with how far it has come (`GET rebuilds`).
+ * @typedef {object} RebuildProgress
+ * @property {string} consumer
+ * @property {number | null} [liveVersion]
+ * @property {number} version
+ * @property {VersionState} state
+ * @property {boolean} [sideEffects] it takes the rows over where the live version is: no rebuild
+ * @property {string | null} [position] the lowest cursor of its rows; null with side effects
+ * @property {string} [startPosition]
+ * @property {string} head
+ * @property {string | null} [lagEvents]
+ * @property {number | null} [ratePerSecond] events per second since it started
+ * @property {number | null} [etaSeconds] the time left at that rate
+ * @property {number | null} [progress] from its start position to the head: 0 … 1
+ * @property {string | null} [barrier] where the live version stopped (taking over)
+ * @property {string | null} [takeoverWithin] it takes over by itself within this many events of the head
+ * @property {string} startedAt
+ * @property {string} [stateChangedAt]
+ */
+
+/**
+ * A versioned consumer: its versions, and the one on its way with its progress (null when none is).
+ * @typedef {object} RebuildStatus
+ * @property {string} consumer
+ * @property {VersionRow[]} versions
+ * @property {RebuildProgress | null} rebuild
+ */
+
+/**
+ * What an operator action on a rebuild did (approve, pause, resume, abandon).
+ * @typedef {object} VersionChange
+ * @property {string} consumer
+ * @property {number} version
+ * @property {VersionState} state the version's state after it
+ * @property {string | null} barrier
+ */
+
 /** A consumer row's identity: a shared row has the instance id '*'. */
 /** @typedef {{ name: string, instanceId: string }} ConsumerKey */
 
