@@ -220,7 +220,10 @@ describe('ops routes', () => {
     expect(opsRoutes.length).toBeGreaterThanOrEqual(13);
     expect(routes.filter((r) => r.shell).length).toBeGreaterThanOrEqual(4);
     for (const route of opsRoutes) {
-      const url = route.url.replace(':name', 'mailer').replace(/:(eventId|id)\b/, '2');
+      const url = route.url
+        .replace(':name', 'mailer')
+        .replace(/:(eventId|id)\b/, '2')
+        .replace(':version', '1');
       for (const headers of [
         {},
         { authorization: 'Bearer wrong-token-000000000' },
@@ -428,17 +431,27 @@ describe('ops routes', () => {
       'lanes',
       'parked-keys/drop',
       'parked-keys/replay',
+      'rebuild/abandon',
+      'rebuild/approve',
+      'rebuild/pause',
+      'rebuild/resume',
       'restart',
       'skip',
+      'versions/:version/drop',
     ]);
     expect(writes.every((r) => r.write)).toBe(true);
     for (const route of writes) {
-      const response = await authed(app, 'POST', route.url.replace(':name', 'feed'), {
-        from: '0',
-        eventId: '1',
-        key: 's-1',
-        lanes: 4,
-      });
+      const response = await authed(
+        app,
+        'POST',
+        route.url.replace(':name', 'feed').replace(':version', '1'),
+        {
+          from: '0',
+          eventId: '1',
+          key: 's-1',
+          lanes: 4,
+        },
+      );
       expect(response.statusCode, route.url).toBe(405);
       expect(response.json<{ code: string }>().code, route.url).toBe('SLUICE_READ_ONLY');
     }
@@ -925,6 +938,343 @@ describe('laned consumers, parked keys and lane changes', () => {
   });
 });
 
+describe('versions and rebuilds', () => {
+  const ISO_TIME: unknown = expect.stringMatching(/^\d{4}-\d\d-\d\dT/);
+
+  /** `stats` at `version`: records `v<version>:<event id>` for every event it handles. */
+  function stats(version: number, seen: string[]): Consumer {
+    return {
+      name: 'stats',
+      version,
+      handler: (event, ctx) => {
+        seen.push(`v${ctx.version ?? '?'}:${event.id}`);
+      },
+    };
+  }
+
+  /** `stats` declared at versions 1 (live) and 2 (rebuilding from the beginning), and `feed`. */
+  async function buildVersioned(ops: Partial<OpsOptions> = {}) {
+    const seen: string[] = [];
+    const built = await build([stats(1, seen), stats(2, seen), recordingConsumer('feed').consumer], {
+      auth: bearerAuth(TOKEN, 'alice'),
+      ...ops,
+    });
+    const handled = (version: number) =>
+      seen.filter((s) => s.startsWith(`v${version}:`)).map((s) => Number(s.slice(s.indexOf(':') + 1)));
+    return { ...built, handled };
+  }
+
+  async function versionState(schema: string) {
+    const table = (name: string) => db.sql(`${schema}.${name}`);
+    return {
+      consumers: await stateOf(schema),
+      versions:
+        await db.sql`select consumer_name, version, state, barrier::text, changed_by from ${table('consumer_versions')} order by 1, 2`,
+      audit: await auditCount(schema),
+    };
+  }
+
+  const get = (app: FastifyInstance, url: string) => authed(app, 'GET', `/sluice/${url}`);
+  const post = (app: FastifyInstance, url: string, payload: object = {}) =>
+    authed(app, 'POST', `/sluice/consumers/${url}`, payload);
+  /** The rebuild of `stats` as GET /consumers/stats/rebuild shows it. */
+  const rebuildOf = async (app: FastifyInstance) =>
+    (await get(app, 'consumers/stats/rebuild')).json<{ rebuild: Record<string, unknown> | null }[]>()[0]
+      ?.rebuild;
+  const expectRefused = async (
+    request: ReturnType<typeof post>,
+    status: number,
+    code: string,
+    label: string,
+  ) => {
+    const response = await request;
+    expect(
+      [response.statusCode, response.json<{ code: string }>().code],
+      `${label}: ${response.body}`,
+    ).toEqual([status, code]);
+  };
+
+  test('lists each versioned consumer with its versions and progress; pause, resume, approve once caught up, drop the retired version', async () => {
+    const { app, schema, handled } = await buildVersioned();
+    // Paused first: its rows wait while version 1 goes on (an append wakes the plugin's dispatcher).
+    const paused = await post(app, 'stats/rebuild/pause', { reason: 'night batch first' });
+    expect(paused.statusCode, paused.body).toBe(200);
+    expect(paused.json()).toEqual({ consumer: 'stats', version: 2, state: 'paused', barrier: null });
+    await appendEvents(db.sql, 30, undefined, schema);
+
+    const list = await get(app, 'rebuilds');
+    expect(list.statusCode, list.body).toBe(200);
+    const [status, ...others] =
+      list.json<
+        { consumer: string; versions: Record<string, unknown>[]; rebuild: Record<string, unknown> | null }[]
+      >();
+    expect(others).toEqual([]); // feed declares no version
+    expect(status?.consumer).toBe('stats');
+    expect(status?.versions.map((v) => [v['version'], v['state'], v['rowName'], v['startPosition']])).toEqual(
+      [
+        [1, 'live', 'stats', '0'],
+        [2, 'paused', 'stats@v2', '0'],
+      ],
+    );
+    expect(status?.versions[1]).toMatchObject({ sideEffects: false, barrier: null, createdAt: ISO_TIME });
+    expect(status?.rebuild).toMatchObject({
+      consumer: 'stats',
+      liveVersion: 1,
+      version: 2,
+      state: 'paused',
+      sideEffects: false,
+      position: '0',
+      startPosition: '0',
+      head: '30',
+      lagEvents: '30',
+      progress: 0,
+      barrier: null,
+      takeoverWithin: null,
+      startedAt: ISO_TIME,
+    });
+    expect((await get(app, 'consumers/feed/rebuild')).json()).toEqual([]);
+
+    await drainUntilIdle(app.sluice.dispatcher);
+    expect(handled(1)).toHaveLength(30);
+    expect(handled(2)).toEqual([]);
+    expect(await rebuildOf(app)).toMatchObject({ state: 'paused', position: '0', lagEvents: '30' });
+
+    // What the state does not allow: 409 SLUICE_REBUILD_STATE, nothing changed.
+    const before = await versionState(schema);
+    await expectRefused(post(app, 'stats/rebuild/approve'), 409, 'SLUICE_REBUILD_STATE', 'approve paused');
+    await expectRefused(post(app, 'stats/rebuild/pause'), 409, 'SLUICE_REBUILD_STATE', 'pause paused');
+    await expectRefused(
+      post(app, 'stats/rebuild/pause', { version: 3 }),
+      404,
+      'SLUICE_REBUILD_NOT_FOUND',
+      'pause another version',
+    );
+    expect(await versionState(schema)).toEqual(before);
+
+    const resumed = await post(app, 'stats/rebuild/resume', { version: 2 });
+    expect(resumed.json()).toEqual({ consumer: 'stats', version: 2, state: 'rebuilding', barrier: null });
+    await expectRefused(post(app, 'stats/rebuild/resume'), 409, 'SLUICE_REBUILD_STATE', 'resume twice');
+    await drainUntilIdle(app.sluice.dispatcher);
+    expect(handled(2)).toEqual(handled(1));
+    const caughtUp = await rebuildOf(app);
+    expect(caughtUp).toMatchObject({
+      state: 'rebuilding',
+      position: '30',
+      head: '30',
+      lagEvents: '0',
+      progress: 1,
+    });
+    expect(caughtUp?.['ratePerSecond']).toBeGreaterThan(0);
+
+    // Approved at the head: version 1 stops at its cursor and version 2 is live in the same request.
+    const approved = await post(app, 'stats/rebuild/approve', { version: 2 });
+    expect(approved.statusCode, approved.body).toBe(200);
+    expect(approved.json()).toEqual({ consumer: 'stats', version: 2, state: 'live', barrier: '30' });
+    const after = (await get(app, 'rebuilds')).json<{ versions: { state: string }[]; rebuild: unknown }[]>();
+    expect(after.map((s) => [s.versions.map((v) => v.state), s.rebuild])).toEqual([
+      [['retired', 'live'], null],
+    ]);
+    await expectRefused(post(app, 'stats/rebuild/approve'), 404, 'SLUICE_REBUILD_NOT_FOUND', 'approve again');
+    await expectRefused(post(app, 'stats/rebuild/abandon'), 404, 'SLUICE_REBUILD_NOT_FOUND', 'abandon live');
+    await appendEvents(db.sql, 2, undefined, schema);
+    await drainUntilIdle(app.sluice.dispatcher);
+    expect(handled(2).slice(-2)).toEqual([31, 32]);
+    expect(handled(1)).toHaveLength(30);
+
+    // Only a retired version is dropped: its consumer rows go, the live version's stay.
+    const refusedDrops: [string, number, string][] = [
+      ['stats/versions/2/drop', 409, 'SLUICE_REBUILD_STATE'],
+      ['stats/versions/3/drop', 404, 'SLUICE_REBUILD_NOT_FOUND'],
+      ['feed/versions/1/drop', 404, 'SLUICE_REBUILD_NOT_FOUND'],
+      ['nobody/versions/1/drop', 404, 'SLUICE_CONSUMER_NOT_FOUND'],
+      ['nobody/rebuild/approve', 404, 'SLUICE_CONSUMER_NOT_FOUND'],
+      ['feed/rebuild/pause', 404, 'SLUICE_REBUILD_NOT_FOUND'],
+    ];
+    const beforeDrops = await versionState(schema);
+    for (const [url, status, code] of refusedDrops) await expectRefused(post(app, url), status, code, url);
+    expect(await versionState(schema)).toEqual(beforeDrops);
+    const dropped = await post(app, 'stats/versions/1/drop', { dropSource: false });
+    expect(dropped.statusCode, dropped.body).toBe(200);
+    expect(dropped.json()).toEqual({ consumer: 'stats', version: 1, rows: 1, dropped: null });
+    expect((await stateOf(schema)).map((r) => String(r['name']))).toEqual(['feed', 'stats@v2']);
+    await expectRefused(post(app, 'stats/versions/1/drop'), 409, 'SLUICE_REBUILD_STATE', 'drop twice');
+
+    const audit = (await authed(app, 'GET', '/sluice/audit?consumer=stats')).json<
+      { action: string; actor: string; details: Record<string, unknown> }[]
+    >();
+    expect(audit.filter((a) => a.actor === 'alice').map((a) => a.action)).toEqual([
+      'version-dropped',
+      'version-live',
+      'rebuild-takeover',
+      'rebuild-resumed',
+      'rebuild-paused',
+    ]);
+    expect(audit.find((a) => a.action === 'rebuild-paused')?.details).toMatchObject({
+      version: 2,
+      reason: 'night batch first',
+    });
+  });
+
+  test('approving a rebuild far behind is 409 SLUICE_REBUILD_NOT_READY and changes nothing; with force the live version stops at the barrier until the rebuild reaches it', async () => {
+    const { app, schema, handled } = await buildVersioned();
+    expect((await post(app, 'stats/rebuild/pause')).statusCode).toBe(200);
+    await appendEvents(db.sql, 1_200, undefined, schema);
+    await drainUntilIdle(app.sluice.dispatcher, { timeoutMs: 20_000 });
+    expect((await post(app, 'stats/rebuild/resume')).statusCode).toBe(200);
+
+    const before = await versionState(schema);
+    const refused = post(app, 'stats/rebuild/approve', { reason: 'too early' });
+    await expectRefused(refused, 409, 'SLUICE_REBUILD_NOT_READY', 'approve far behind');
+    expect((await refused).json<{ message: string }>().message).toContain('1200 events behind the log head');
+    expect(await versionState(schema)).toEqual(before);
+
+    const forced = await post(app, 'stats/rebuild/approve', { force: true, reason: 'cut over tonight' });
+    expect(forced.statusCode, forced.body).toBe(200);
+    expect(forced.json()).toEqual({ consumer: 'stats', version: 2, state: 'taking-over', barrier: '1200' });
+    expect(await rebuildOf(app)).toMatchObject({ state: 'taking-over', barrier: '1200', lagEvents: '1200' });
+    const stopped = (await stateOf(schema)).find((r) => r['name'] === 'stats');
+    expect(stopped).toMatchObject({ status: 'disabled', cursor: '1200' });
+    // Taking over: nothing but abandon applies.
+    await expectRefused(post(app, 'stats/rebuild/pause'), 409, 'SLUICE_REBUILD_STATE', 'pause taking over');
+
+    await appendEvents(db.sql, 5, undefined, schema);
+    await passUntil(
+      app.sluice.dispatcher,
+      async () => ((await rebuildOf(app)) ?? null) === null,
+      'version 2 is live',
+    );
+    await drainUntilIdle(app.sluice.dispatcher, { timeoutMs: 20_000 });
+    expect(handled(2)).toEqual(Array.from({ length: 1_205 }, (_, i) => i + 1));
+    expect(handled(1)).toHaveLength(1_200); // it stopped at the barrier
+    const [status] = (await get(app, 'rebuilds')).json<
+      { versions: { version: number; state: string }[] }[]
+    >();
+    expect(status?.versions.map((v) => [v.version, v.state])).toEqual([
+      [1, 'retired'],
+      [2, 'live'],
+    ]);
+  });
+
+  test('abandon removes the rebuild and lets the live version go on, even once its takeover stopped it', async () => {
+    const { app, schema, handled } = await buildVersioned();
+    expect((await post(app, 'stats/rebuild/pause')).statusCode).toBe(200);
+    await appendEvents(db.sql, 10, undefined, schema);
+    await drainUntilIdle(app.sluice.dispatcher);
+    expect((await post(app, 'stats/rebuild/resume')).statusCode).toBe(200);
+    // Within 1,000 events of the head: approved without force; version 2 has not reached the barrier.
+    const approved = await post(app, 'stats/rebuild/approve');
+    expect(approved.json()).toEqual({ consumer: 'stats', version: 2, state: 'taking-over', barrier: '10' });
+    expect((await stateOf(schema)).find((r) => r['name'] === 'stats')).toMatchObject({ status: 'disabled' });
+
+    const abandoned = await post(app, 'stats/rebuild/abandon', { version: 2, reason: 'wrong shape' });
+    expect(abandoned.statusCode, abandoned.body).toBe(200);
+    expect(abandoned.json()).toEqual({ consumer: 'stats', version: 2, state: 'abandoned', barrier: null });
+    expect((await stateOf(schema)).map((r) => [String(r['name']), String(r['status'])])).toEqual([
+      ['feed', 'idle'],
+      ['stats', 'idle'],
+    ]);
+    const [status] = (await get(app, 'rebuilds')).json<
+      { versions: { version: number; state: string }[]; rebuild: unknown }[]
+    >();
+    expect([status?.versions.map((v) => [v.version, v.state]), status?.rebuild]).toEqual([
+      [
+        [1, 'live'],
+        [2, 'abandoned'],
+      ],
+      null,
+    ]);
+    for (const action of ['approve', 'pause', 'resume', 'abandon']) {
+      await expectRefused(post(app, `stats/rebuild/${action}`), 404, 'SLUICE_REBUILD_NOT_FOUND', action);
+    }
+    await expectRefused(post(app, 'stats/versions/2/drop'), 409, 'SLUICE_REBUILD_STATE', 'drop abandoned');
+    await appendEvents(db.sql, 3, undefined, schema);
+    await drainUntilIdle(app.sluice.dispatcher);
+    expect(handled(1)).toEqual(Array.from({ length: 13 }, (_, i) => i + 1));
+    expect(handled(2)).toEqual([]);
+  });
+
+  test('bad versions, names and types are 400 before any action; nothing changes', async () => {
+    const { app, schema } = await buildVersioned();
+    await appendEvents(db.sql, 5, undefined, schema);
+    const before = await versionState(schema);
+    // (Like every ops route's, these bodies go through the host's Ajv: with Fastify's defaults an
+    // unknown field is dropped and "2" or "true" are coerced, so those are not refused here.)
+    const cases: [label: string, url: string, payload: object | string][] = [
+      ['version 0', 'stats/rebuild/approve', { version: 0 }],
+      ['a negative version', 'stats/rebuild/pause', { version: -2 }],
+      ['a version that is not whole', 'stats/rebuild/approve', { version: 1.5 }],
+      ['a version that is not a number', 'stats/rebuild/abandon', { version: 'two' }],
+      ['a version beyond int4', 'stats/rebuild/resume', { version: 2_147_483_648 }],
+      ['a version beyond 2^53', 'stats/rebuild/abandon', '{"version": 9007199254740993}'],
+      ['force that is not a boolean', 'stats/rebuild/approve', { force: 'yes' }],
+      ['a reason that is not text', 'stats/rebuild/abandon', { reason: {} }],
+      ['a reason over 1000 characters', 'stats/rebuild/pause', { reason: 'r'.repeat(1001) }],
+      ['a body that is an array', 'stats/rebuild/approve', '[2]'],
+      ['malformed JSON', 'stats/rebuild/approve', '{"force": '],
+      ['a NUL in the name', 'a%00b/rebuild/approve', {}],
+      ['a name over 200 bytes', `${encodeURIComponent('\u00e9'.repeat(101))}/rebuild/abandon`, {}],
+      ['a version path that is text', 'stats/versions/one/drop', {}],
+      ['a version path of 0', 'stats/versions/0/drop', {}],
+      ['a version path with a leading zero', 'stats/versions/01/drop', {}],
+      ['a version path of 11 digits', 'stats/versions/12345678901/drop', {}],
+      ['a version path beyond int4', 'stats/versions/9999999999/drop', {}],
+      ['a negative version path', 'stats/versions/-1/drop', {}],
+      ['dropSource that is not a boolean', 'stats/versions/1/drop', { dropSource: 'yes' }],
+    ];
+    for (const [label, url, payload] of cases) {
+      const response = await app.inject({
+        method: 'POST',
+        url: `/sluice/consumers/${url}`,
+        headers: { ...auth, 'content-type': 'application/json' },
+        payload: typeof payload === 'string' ? payload : JSON.stringify(payload),
+      });
+      expect(response.statusCode, `${label}: ${response.body}`).toBe(400);
+    }
+    const bad = await authed(app, 'GET', '/sluice/consumers/a%00b/rebuild');
+    expect(bad.statusCode, bad.body).toBe(400);
+    expect(await versionState(schema)).toEqual(before);
+  });
+
+  test('the rebuild routes answer 401 without credentials, 405 when read-only, and change nothing', async () => {
+    const requests: [method: 'GET' | 'POST', url: string, payload?: object][] = [
+      ['GET', 'rebuilds'],
+      ['GET', 'consumers/stats/rebuild'],
+      ['POST', 'consumers/stats/rebuild/approve', { force: true }],
+      ['POST', 'consumers/stats/rebuild/pause', {}],
+      ['POST', 'consumers/stats/rebuild/resume', {}],
+      ['POST', 'consumers/stats/rebuild/abandon', { version: 2 }],
+      ['POST', 'consumers/stats/versions/1/drop', { dropSource: true }],
+    ];
+    const { app, schema } = await buildVersioned();
+    const before = await versionState(schema);
+    for (const [method, url, payload] of requests) {
+      for (const headers of [{}, { authorization: 'Bearer wrong-token-000000000' }]) {
+        const response = await app.inject({
+          method,
+          url: `/sluice/${url}`,
+          headers,
+          ...(payload === undefined ? {} : { payload }),
+        });
+        expect(response.statusCode, `${method} ${url}`).toBe(401);
+        expect(response.json()).toMatchObject({ code: 'SLUICE_UNAUTHORIZED' });
+      }
+    }
+    expect(await versionState(schema)).toEqual(before);
+
+    const readOnly = await buildVersioned({ readOnly: true });
+    const readOnlyBefore = await versionState(readOnly.schema);
+    for (const [method, url, payload] of requests) {
+      const response = await authed(readOnly.app, method, `/sluice/${url}`, payload);
+      if (method === 'GET') expect(response.statusCode, url).toBe(200);
+      else {
+        expect(response.statusCode, url).toBe(405);
+        expect(response.json()).toMatchObject({ code: 'SLUICE_READ_ONLY' });
+      }
+    }
+    expect(await versionState(readOnly.schema)).toEqual(readOnlyBefore);
+  });
+});
+
 describe('cross-site writes, body types and caching', () => {
   const OPERATOR = { username: 'operator', password: 'correct-horse-battery' };
   /** The credentials a browser caches after the dashboard's Basic prompt and sends on every request. */
@@ -989,18 +1339,25 @@ describe('cross-site writes, body types and caching', () => {
   test('a cross-site form POST with valid Basic credentials to every write route changes nothing', async () => {
     const { app, schema, routes } = await buildDead();
     const writes = routes.filter((r) => r.url.startsWith('/sluice') && (r.write || r.method !== 'GET'));
-    expect(writes.length).toBe(9);
+    expect(writes.length).toBe(14);
     expect(writes.every((r) => r.write)).toBe(true);
     // Sanity: the host's parsers read a form, so without the checks these bodies would be accepted.
     const before = await everything(schema);
     const statuses: string[] = [];
     for (const route of writes) {
-      const url = route.url.replace(':name', 'mailer');
-      // The fields an attacker would send: what moves the cursor or un-sticks the consumer.
+      const url = route.url.replace(':name', 'mailer').replace(':version', '1');
+      // The fields an attacker would send: what moves the cursor, un-sticks the consumer, or forces
+      // a takeover.
       const attack = Object.fromEntries(
-        Object.entries({ from: 'now', eventId: '2', key: 'mailer', lanes: '8', reason: 'csrf' }).filter(
-          ([field]) => route.bodyFields.includes(field),
-        ),
+        Object.entries({
+          from: 'now',
+          eventId: '2',
+          key: 'mailer',
+          lanes: '8',
+          force: 'true',
+          dropSource: 'true',
+          reason: 'csrf',
+        }).filter(([field]) => route.bodyFields.includes(field)),
       );
       const form = new URLSearchParams(attack).toString();
       const cases: [label: string, headers: Record<string, string>, payload: string, status: number][] = [
@@ -1068,7 +1425,7 @@ describe('cross-site writes, body types and caching', () => {
         expect(response.headers['cache-control']).toBe('no-store');
       }
     }
-    expect(statuses.length).toBe(9 * 9);
+    expect(statuses.length).toBe(14 * 9);
     expect(await everything(schema)).toEqual(before);
   });
 
