@@ -61,7 +61,7 @@ test.skipIf(!hasChromium)(
     onTestFinished(() => app.close());
     await app.listen({ port: 0, host: '127.0.0.1' });
     const target = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
-    expect(writes.length).toBe(9);
+    expect(writes.length).toBe(14);
 
     // mailer dead on event 2 (so a skip, restart or replay would move it), feed idle.
     await appendEvents(db.sql, 3, undefined, schema);
@@ -83,9 +83,11 @@ test.skipIf(!hasChromium)(
       reason: 'cross-site',
       key: 'stream-1',
       lanes: '2',
+      force: 'true',
+      dropSource: 'true',
     };
     const forms = writes.map((write) => {
-      const action = `${target}${write.url.replace(':name', 'mailer')}`;
+      const action = `${target}${write.url.replace(':name', 'mailer').replace(':version', '1')}`;
       const inputs = write.fields
         .filter((field) => field in values)
         .map((field) => `<input name="${field}" value="${attribute(values[field] ?? '')}">`)

@@ -7,7 +7,11 @@
 // token: the page loads without credentials and asks for the token. On a plugin app with a consumer
 // run as lanes that parks keys: each lane is a row named "lane k of N"; a key is parked, the
 // operator opens Parked keys, reads the key's events (redacted), replays it once the failure is
-// fixed and the key is gone; a change of the lane count shows as a note until it is through.
+// fixed and the key is gone; a change of the lane count shows as a note until it is through. On a
+// plugin app with a versioned consumer: version 2 rebuilds beside version 1 and its card in the
+// Rebuilds panel shows its progress (docs/images/dashboard-rebuild.png is taken here); an approval
+// while it is far behind is refused and force is offered only then; once caught up it is paused,
+// resumed and approved from the card, and version 2 is live.
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
@@ -621,5 +625,188 @@ test.skipIf(!hasChromium)(
       'relane',
       'replay-parked-key',
     ]);
+  },
+);
+
+test.skipIf(!hasChromium)(
+  'a rebuild: the panel shows its progress, an approval far behind is refused with force offered, and Approve makes the new version live',
+  async () => {
+    const schema = 'rebuild_e2e';
+    await migrate(db.sql, { schema, logger: silentLogger });
+    // Version 2 of stats rebuilds up to event 200, then waits at the gate: its progress holds still.
+    let openGate: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      openGate = resolve;
+    });
+    const handled: Record<1 | 2, bigint[]> = { 1: [], 2: [] };
+    const app = Fastify({ logger: false });
+    await app.register(sluice, {
+      sql: db.sql,
+      schema,
+      consumers: [
+        { name: 'stats', version: 1, handler: (event) => void handled[1].push(event.id) },
+        {
+          name: 'stats',
+          version: 2,
+          batchSize: 10,
+          maxBatchSize: 10,
+          handlerTimeoutMs: 120_000,
+          handler: async (event) => {
+            if (event.id > 200n) await gate;
+            handled[2].push(event.id);
+          },
+        },
+        recordingConsumer('feed').consumer,
+      ],
+      listen: false,
+      pollIntervalMs: 50,
+      logger: silentLogger,
+      ops: { auth: basicAuth({ username: 'ops', password: PASSWORD }) },
+    });
+    onTestFinished(async () => {
+      openGate();
+      await app.close();
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    const basic = { authorization: `Basic ${Buffer.from(`ops:${PASSWORD}`).toString('base64')}` };
+    const rebuilds = async () =>
+      (await (await fetch(`${base}/sluice/rebuilds`, { headers: basic })).json()) as {
+        consumer: string;
+        versions: { version: number; state: string }[];
+        rebuild: { version: number; state: string; position: string | null } | null;
+      }[];
+    await appendEvents(
+      db.sql,
+      1_300,
+      (n) => ({ streamId: `s-${n % 7}`, type: 'Counted', data: { n } }),
+      schema,
+    );
+
+    const context = await browser!.newContext({
+      httpCredentials: { username: 'ops', password: PASSWORD },
+      viewport: { width: 1280, height: 800 },
+    });
+    onTestFinished(() => context.close());
+    const page = await context.newPage();
+    const pageErrors = watchErrors(page);
+    await page.goto(`${base}/sluice/`);
+
+    // Version 2 on its way beside version 1: its card with the bar, position and head, rate and
+    // time left, and the actions that apply while it rebuilds.
+    const panel = page.locator('#rebuilds');
+    const card = panel.locator('li[data-rebuild="stats"][data-version="2"]');
+    await expect.poll(() => card.getAttribute('data-position'), { timeout: 30_000 }).toBe('200');
+    expect(await panel.isVisible()).toBe(true);
+    expect(await card.getAttribute('data-head')).toBe('1300');
+    expect(await card.getAttribute('data-rebuild-state')).toBe('rebuilding');
+    expect(await card.getAttribute('data-progress')).toBe('15'); // 200 of 1300
+    expect(await card.locator('progress').getAttribute('value')).toBe('15');
+    expect(await card.locator('.rebuild-percent').textContent()).toBe('15%');
+    expect(await card.locator('.rebuild-title').textContent()).toBe('statsv1 live → v2');
+    expect(await card.locator('.badge').textContent()).toBe('rebuilding');
+    const figures = await card.locator('.rebuild-figures dd').allTextContents();
+    expect(figures[0]).toBe('200of 1300');
+    expect(figures[1]).toBe('1100 eventsapprove within 1000');
+    expect(figures[2]).toMatch(/^[0-9.]+k? events\/ssince it started$/);
+    expect(figures[3]).toMatch(/^\d+ (s|min \d+ s|h \d+ min)$/);
+    expect(await card.locator('.rebuild-note').textContent()).toBe(
+      'Approve once it is within 1000 events of the head (an approval before needs force).',
+    );
+    const offeredOnCard = async () =>
+      attributes(card.locator('.actions button.write:visible'), 'data-action');
+    expect(await offeredOnCard()).toEqual(['approve-rebuild', 'pause-rebuild', 'abandon-rebuild']);
+    // Version 1 serves meanwhile: it is at the head.
+    await expect
+      .poll(() => page.locator('tr[data-consumer="stats"] [data-lag-events]').getAttribute('data-lag-events'))
+      .toBe('0');
+    await settle(page);
+    expect(await overflow(page)).toEqual({ page: 0, table: 0 });
+    await mkdir(IMAGES, { recursive: true });
+    await card.screenshot({ path: new URL('dashboard-rebuild.png', IMAGES).pathname });
+    // 390 px: the card fits.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await expect.poll(() => overflow(page)).toEqual({ page: 0, table: 0 });
+    const box = await card.boundingBox();
+    expect((box?.x ?? 0) + (box?.width ?? Infinity)).toBeLessThanOrEqual(390);
+    await page.setViewportSize({ width: 1280, height: 800 });
+
+    // Approve while 1100 events behind: refused (the live version would stop for that long), nothing
+    // changes, and force is offered as a second, explicit step; the operator thinks better of it.
+    await card.locator('[data-action="approve-rebuild"]').click();
+    const dialog = page.locator('#action-dialog[open]');
+    expect(await dialog.locator('#dialog-title').textContent()).toBe(
+      'Approve the takeover of version 2 of stats',
+    );
+    expect(await dialog.locator('[data-force]').count()).toBe(0);
+    await dialog.locator('[data-confirm]').click();
+    await expect
+      .poll(() => dialog.locator('#dialog-error').textContent(), { timeout: 10_000 })
+      .toMatch(/is 1100 events behind the log head .* \(409 SLUICE_REBUILD_NOT_READY\)$/);
+    expect(await dialog.locator('[data-force]').isVisible()).toBe(true);
+    expect(await page.evaluate("document.activeElement?.getAttribute('data-force')")).toBe('');
+    await dialog.locator('[data-force]').check();
+    expect(await dialog.locator('[data-confirm]').textContent()).toBe('Approve with force');
+    await dialog.locator('[data-force]').uncheck();
+    expect(await dialog.locator('[data-confirm]').textContent()).toBe('Approve');
+    await dialog.locator('#dialog-cancel').click();
+    await expect.poll(() => dialog.count()).toBe(0);
+    expect((await rebuilds())[0]?.versions.map((v) => v.state)).toEqual(['live', 'rebuilding']);
+
+    // The rebuild goes on and catches up: at the head, ready to approve.
+    openGate();
+    await expect.poll(() => card.getAttribute('data-progress'), { timeout: 30_000 }).toBe('100');
+    expect(await card.getAttribute('data-position')).toBe('1300');
+    expect(await card.locator('.rebuild-figures dd').nth(3).textContent()).toBe('caught up');
+    expect(await card.locator('.rebuild-note').textContent()).toBe(
+      'Within 1000 events of the head: ready to approve.',
+    );
+
+    // Pause and resume from the card.
+    await card.locator('[data-action="pause-rebuild"]').click();
+    await dialog.locator('[data-confirm]').click();
+    await expect.poll(() => card.getAttribute('data-rebuild-state'), { timeout: 10_000 }).toBe('paused');
+    expect(await page.locator('#result').textContent()).toContain(
+      'Paused the rebuild of version 2 of stats: its rows wait until it is resumed.',
+    );
+    expect(await offeredOnCard()).toEqual(['resume-rebuild', 'abandon-rebuild']);
+    await card.locator('[data-action="resume-rebuild"]').click();
+    await dialog.locator('[data-confirm]').click();
+    await expect.poll(() => card.getAttribute('data-rebuild-state'), { timeout: 10_000 }).toBe('rebuilding');
+
+    // Approve: version 1 stops at the head, version 2 is live; the card gives way to a line.
+    await card.locator('[data-action="approve-rebuild"]').click();
+    await dialog.locator('#dialog-reason').fill('v2 caught up');
+    await dialog.locator('[data-confirm]').click();
+    await expect
+      .poll(() => page.locator('#result').textContent(), { timeout: 10_000 })
+      .toMatch(/Approved: version 2 of stats is (live|taking over)/);
+    await expect.poll(() => card.count(), { timeout: 30_000 }).toBe(0);
+    const note = panel.locator('[data-versions="stats"]');
+    await expect.poll(() => note.textContent(), { timeout: 10_000 }).toBe('stats v2 live, v1 retired');
+    const [status] = await rebuilds();
+    expect([status?.versions.map((v) => [v.version, v.state]), status?.rebuild]).toEqual([
+      [
+        [1, 'retired'],
+        [2, 'live'],
+      ],
+      null,
+    ]);
+    expect(handled[2]).toEqual(Array.from({ length: 1_300 }, (_, i) => BigInt(i + 1)));
+    expect(handled[1]).toHaveLength(1_300);
+    await settle(page);
+    expect(await overflow(page)).toEqual({ page: 0, table: 0 });
+
+    // The refused approval is the page's only failed request.
+    expect(pageErrors.filter((e) => !e.includes('status of 409'))).toEqual([]);
+    expect(pageErrors.filter((e) => e.includes('status of 409'))).toHaveLength(1);
+    const audit = (await (await fetch(`${base}/sluice/audit?consumer=stats`, { headers: basic })).json()) as {
+      action: string;
+      actor: string;
+      details: Record<string, unknown>;
+    }[];
+    expect(audit.filter((a) => a.actor === 'ops').map((a) => a.action)).toEqual(
+      expect.arrayContaining(['rebuild-takeover', 'rebuild-resumed', 'rebuild-paused']),
+    );
   },
 );

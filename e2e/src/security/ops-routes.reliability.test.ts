@@ -121,7 +121,7 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
       const urls = [...new Set([...opsRoutes.map((r) => r.url), `${PREFIX}/`, `${PREFIX}/nope`])];
       const writes = opsRoutes.filter((r) => r.method === 'POST').length;
       expect(registered.size).toBeGreaterThanOrEqual(25);
-      expect(writes).toBe(9);
+      expect(writes).toBe(14);
       expect(urls.filter((u) => u.includes('dashboard')).length).toBe(3);
       // The payload views: one event in a consumer's context, one dead letter.
       for (const route of [
@@ -188,7 +188,7 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
             const withBody = method === 'POST' || method === 'PUT' || method === 'DELETE';
             const { response, statements: sent } = await ops.request({
               method,
-              url: `${url.replace(':name', 'mailer')}?access_token=${TOKEN}`,
+              url: `${url.replace(':name', 'mailer').replace(':version', '1')}?access_token=${TOKEN}`,
               headers: { ...headers, ...(withBody ? { 'content-type': 'application/json' } : {}) },
               ...(withBody ? { payload: body } : {}),
             });
@@ -232,7 +232,10 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
         let apiRequests = 0;
         for (const route of bearerRoutes) {
           const withBody = route.method === 'POST';
-          const url = route.url.replace(':name', probe).replace(/:(eventId|id)\b/, '1');
+          const url = route.url
+            .replace(':name', probe)
+            .replace(/:(eventId|id)\b/, '1')
+            .replace(':version', '1');
           const answers = new Set<string>();
           for (const [label, headers] of credentials) {
             const { response, statements: sent } = await bearerOnly.request({
@@ -1063,7 +1066,7 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
       const writes = ops.routes.filter(
         (r) => r.url.startsWith(`${PREFIX}/`) && (r.write || !['GET', 'HEAD'].includes(r.method)),
       );
-      expect(writes.length).toBe(9);
+      expect(writes.length).toBe(14);
       if (writes.some((r) => !r.write)) violations.add('a write method on a route not marked as a write');
 
       /** The forms a page on another site can make a browser submit, as browsers encode them. */
@@ -1137,12 +1140,17 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
       let cacheable = 0;
       const changedRoutes: string[] = [];
       for (const route of writes) {
-        const path = route.url.replace(':name', 'mailer');
-        // The fields that move mailer's cursor or un-stick it, where the route takes them.
+        const path = route.url.replace(':name', 'mailer').replace(':version', '1');
+        // The fields that move mailer's cursor, un-stick it or force a takeover, where the route
+        // takes them.
         const fields = Object.fromEntries(
-          Object.entries({ from: 'now', eventId: STUCK.toString(), reason: 'csrf' }).filter(([field]) =>
-            route.bodyFields.includes(field),
-          ),
+          Object.entries({
+            from: 'now',
+            eventId: STUCK.toString(),
+            force: 'true',
+            dropSource: 'true',
+            reason: 'csrf',
+          }).filter(([field]) => route.bodyFields.includes(field)),
         );
         const before = await ops.state();
         for (const [encoding, contentType, body] of forms(fields)) {
@@ -1207,7 +1215,7 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
       const opsRoutes = ops.routes.filter((r) => r.url === PREFIX || r.url.startsWith(`${PREFIX}/`));
       const requests: { method: string; path: string; headers: Record<string, string>; body?: string }[] = [];
       for (const route of opsRoutes) {
-        const path = route.url.replace(':name', 'rewinder');
+        const path = route.url.replace(':name', 'rewinder').replace(':version', '1');
         const writes = route.method === 'POST';
         // rewinder: restarted to now, disabled then enabled, a skip and a fence that are 409, a replay.
         const body = JSON.stringify(
