@@ -3,6 +3,7 @@
 // pause, resume, abandon and drop, each validated and audited.
 import {
   ConsumerBusyError,
+  ConsumerNotFoundError,
   InvalidOptionError,
   RebuildNotFoundError,
   RebuildNotReadyError,
@@ -86,6 +87,10 @@ test('status shows the live version and the rebuild with its progress; an approv
     'version-live by sluice-dispatcher',
   ]);
   await expect(admin.approveRebuild('stats')).rejects.toBeInstanceOf(RebuildNotFoundError);
+  const [takeover] = await db.sql<{ details: { reason?: string } }[]>`
+    select details from ${db.sql(schema)}.audit where action = 'rebuild-takeover'`;
+  expect(takeover?.details.reason).toBe('go');
+  await expect(admin.rebuildStatus('nope')).rejects.toBeInstanceOf(ConsumerNotFoundError);
 });
 
 test('a turn holding a row past lockTimeoutMs refuses the approval with ConsumerBusyError, nothing changed', async () => {

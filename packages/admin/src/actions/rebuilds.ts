@@ -1,6 +1,6 @@
 // Rebuilds of a consumer's versions (docs/design.md §12): status, approval of the takeover, pause,
 // resume, abandon, and dropping a retired version's data. Each action is audited by core.
-import { ConsumerBusyError, InvalidOptionError } from '@sluice/core';
+import { ConsumerBusyError, ConsumerNotFoundError, InvalidOptionError } from '@sluice/core';
 import {
   APPROVE_WITHIN_DEFAULT,
   beginTakeover,
@@ -49,6 +49,10 @@ export interface RebuildStatus {
 export async function rebuildStatus(ctx: AdminContext, nameInput?: string): Promise<RebuildStatus[]> {
   const name = nameInput === undefined ? undefined : checkName(nameInput, 'name');
   const versions = await selectVersions(ctx.sql, ctx.tables, name === undefined ? undefined : [name]);
+  if (name !== undefined && versions.length === 0) {
+    const [row] = await ctx.sql`select 1 from ${ctx.tables.consumers} where name = ${name} limit 1`;
+    if (!row) throw new ConsumerNotFoundError(name);
+  }
   const progress = await rebuildProgress(ctx.sql, ctx.tables, name);
   const names = [...new Set(versions.map((v) => v.consumerName))];
   return names.map((consumer) => ({
@@ -86,6 +90,7 @@ export async function approveRebuild(
       ...(version === undefined ? {} : { version }),
       within: options.force === true ? null : (next?.takeoverWithin ?? APPROVE_WITHIN_DEFAULT),
       lockTimeoutMs: ctx.lockTimeoutMs,
+      ...(who.reason === null ? {} : { reason: who.reason }),
     }),
   );
 }
@@ -123,6 +128,8 @@ export async function abandonRebuild(
 export interface DropVersionOptions {
   /** Who acts, for the audit. @defaultValue the admin's defaultActor */
   readonly actor?: string;
+  /** Free text kept in the audit. */
+  readonly reason?: string;
   /** Drop the table the version declared as its liveView source too. @defaultValue false */
   readonly dropSource?: boolean;
 }
@@ -156,6 +163,7 @@ export async function dropVersion(
       actor: who.actor,
       dropSource: options.dropSource === true,
       lockTimeoutMs: ctx.lockTimeoutMs,
+      ...(who.reason === null ? {} : { reason: who.reason }),
     }),
   );
 }

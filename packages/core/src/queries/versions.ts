@@ -291,6 +291,8 @@ export async function beginTakeover(
     readonly within: bigint | null;
     /** How long to wait for a turn holding a row (lock_timeout). */
     readonly lockTimeoutMs: number;
+    /** Free text kept in the audit. */
+    readonly reason?: string;
   },
 ): Promise<VersionChange> {
   return guardedBegin(sql, async (tx) => {
@@ -333,7 +335,12 @@ export async function beginTakeover(
         instanceId: null,
         cursorBefore: position,
         cursorAfter: position,
-        details: { version: next.version, from: live.version, sideEffects: true },
+        details: {
+          version: next.version,
+          from: live.version,
+          sideEffects: true,
+          ...(options.reason === undefined ? {} : { reason: options.reason }),
+        },
       });
       return { consumer: name, version: next.version, state: 'live', barrier: position };
     }
@@ -362,7 +369,12 @@ export async function beginTakeover(
       instanceId: null,
       cursorBefore: null,
       cursorAfter: barrier,
-      details: { version: next.version, from: live.version, behind },
+      details: {
+        version: next.version,
+        from: live.version,
+        behind,
+        ...(options.reason === undefined ? {} : { reason: options.reason }),
+      },
     });
     const done = await tryComplete(tx, t, name, live, { ...next, barrier }, options.actor);
     return { consumer: name, version: next.version, state: done ? 'live' : 'taking-over', barrier };
@@ -561,7 +573,12 @@ export async function dropVersion(
   t: Tables,
   name: string,
   version: number,
-  options: { readonly actor: string; readonly dropSource: boolean; readonly lockTimeoutMs: number },
+  options: {
+    readonly actor: string;
+    readonly dropSource: boolean;
+    readonly lockTimeoutMs: number;
+    readonly reason?: string;
+  },
 ): Promise<{
   readonly consumer: string;
   readonly version: number;
@@ -590,7 +607,12 @@ export async function dropVersion(
       instanceId: null,
       cursorBefore: null,
       cursorAfter: null,
-      details: { version, rows, dropped },
+      details: {
+        version,
+        rows,
+        dropped,
+        ...(options.reason === undefined ? {} : { reason: options.reason }),
+      },
     });
     return { consumer: name, version, rows, dropped };
   });

@@ -75,22 +75,23 @@ export function rebuildRoutes(app: FastifyInstance, { admin }: OpsContext): void
     });
   }
 
-  app.post<{ Params: { name: string; version: string }; Body: { dropSource?: boolean } | undefined }>(
-    '/consumers/:name/versions/:version/drop',
-    {
-      config: { write: true },
-      schema: {
-        params: versionParams,
-        body: dropVersionBody,
-        response: { 200: droppedVersion, ...errorResponses },
-      },
-      handler: async (request) =>
-        toJson(
-          await admin.dropVersion(request.params.name, Number(request.params.version), {
-            actor: request.sluiceActor,
-            ...(request.body?.dropSource === undefined ? {} : { dropSource: request.body.dropSource }),
-          }),
-        ),
+  app.post<{
+    Params: { name: string; version: string };
+    Body: { dropSource?: boolean; reason?: string } | undefined;
+  }>('/consumers/:name/versions/:version/drop', {
+    config: { write: true },
+    schema: {
+      params: versionParams,
+      body: dropVersionBody,
+      response: { 200: droppedVersion, ...errorResponses },
     },
-  );
+    handler: async (request) =>
+      toJson(
+        await admin.dropVersion(request.params.name, Number(request.params.version), {
+          actor: request.sluiceActor,
+          ...(request.body?.reason === undefined ? {} : { reason: request.body.reason }),
+          ...(request.body?.dropSource === undefined ? {} : { dropSource: request.body.dropSource }),
+        }),
+      ),
+  });
 }
