@@ -69,9 +69,9 @@ test('/stats serves version 1 while version 2 rebuilds, and version 2 once its t
 
   // Orders keep coming while an operator approves; requests watch /stats throughout.
   const seen: { version: string; placed: number }[] = [];
-  let watching = true;
+  const watching = { on: true };
   const watcher = (async () => {
-    while (watching) {
+    while (watching.on) {
       const s = await stats();
       seen.push({ version: s.version, placed: s.body['placed'] ?? -1 });
     }
@@ -94,7 +94,7 @@ test('/stats serves version 1 while version 2 rebuilds, and version 2 once its t
     15_000,
     'version 2 counted every order and payment',
   );
-  watching = false;
+  watching.on = false;
   await watcher;
 
   const final = await stats();

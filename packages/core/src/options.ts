@@ -473,7 +473,7 @@ function resolveVersioning(
     }
     rebuildFrom = BigInt(from);
   }
-  const takeover = r['takeover'] ?? 'manual';
+  const takeover: unknown = r['takeover'] ?? 'manual';
   let takeoverWithin: bigint | null = null;
   if (takeover !== 'manual') {
     const within =

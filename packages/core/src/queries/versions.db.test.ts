@@ -158,10 +158,10 @@ describe('a new version of a projection', () => {
       projection(schema, 2, { rebuild: { takeover: { withinEvents: 0 } } }),
     ]);
     await both.ensureRegistered();
-    let reading = true;
+    const reading = { on: true };
     const seen: { version: number; count: number; head: number }[] = [];
     const reader = (async () => {
-      while (reading) {
+      while (reading.on) {
         await db.sql.begin('isolation level repeatable read', async (tx) => {
           const version = (await liveVersion(tx, 'stats', { schema })) ?? 0;
           const [row] = await tx<
@@ -181,7 +181,7 @@ describe('a new version of a projection', () => {
       'version 2 is live',
     );
     await until(() => seen.some((s) => s.version === 2), 10_000, 'a reader saw version 2 live');
-    reading = false;
+    reading.on = false;
     await reader;
     // What a reader sees never goes back: the new version is live only once it holds at least what
     // the old one showed.

@@ -167,7 +167,7 @@ export async function registerVersions(
             view_name = ${d.view?.view ?? null}, view_source = ${d.view?.source ?? null}
         where consumer_name = ${name} and version = ${d.version}`;
     }
-    result.set(name, (await selectVersions(tx, t, [name])) as VersionRow[]);
+    result.set(name, await selectVersions(tx, t, [name]));
   }
   return result;
 }
