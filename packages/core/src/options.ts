@@ -178,7 +178,9 @@ export function versionRowName(name: string, version: number | null, sideEffects
 /** What ends the row name of a rebuilt version: '<name>@v<N>'. */
 export const VERSION_SUFFIX = '@v';
 const VERSIONED_NAME = /@v\d+$/;
-const RELATION_NAME = /^[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?$/;
+// Lower case only: Sluice quotes the names it is given, so a mixed-case name would not be the
+// relation an unquoted name in the application's SQL folds to.
+const RELATION_NAME = /^[a-z_][a-z0-9_$]*(\.[a-z_][a-z0-9_$]*)?$/;
 
 export interface ResolvedOptions extends Omit<
   Required<DispatcherOptions>,
@@ -425,6 +427,9 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
 
 const NEVER_PERMANENT = (): boolean => false;
 
+/** The highest event id (bigint). */
+const MAX_EVENT_ID = 9_223_372_036_854_775_807n;
+
 /** sideEffects, rebuild and liveView of a consumer (docs/design.md §12). */
 function resolveVersioning(
   c: Record<string, unknown>,
@@ -457,12 +462,12 @@ function resolveVersioning(
   let rebuildFrom = 0n;
   if (from !== 'beginning') {
     if (
-      !(typeof from === 'bigint' && from >= 0n) &&
+      !(typeof from === 'bigint' && from >= 0n && from <= MAX_EVENT_ID) &&
       !(typeof from === 'number' && Number.isSafeInteger(from) && from >= 0)
     ) {
       throw new InvalidOptionError(
         `${where}.rebuild.from`,
-        "must be 'beginning' or an event id (an integer of at least 0)",
+        "must be 'beginning' or an event id (an integer from 0 to 9223372036854775807)",
       );
     }
     if (sideEffects) {
@@ -496,8 +501,11 @@ function resolveVersioning(
     if (!valid(v['view']) || !valid(v['source'])) {
       throw new InvalidOptionError(
         `${where}.liveView`,
-        "must be { view, source }: names of the form 'name' or 'schema.name' (letters, digits, _ and $)",
+        "must be { view, source }: names of the form 'name' or 'schema.name' (lower-case letters, digits, _ and $)",
       );
+    }
+    if (v['view'] === v['source']) {
+      throw new InvalidOptionError(`${where}.liveView`, 'view and source must name two relations');
     }
     if (sideEffects) {
       throw new InvalidOptionError(`${where}.liveView`, 'does not apply to a consumer with side effects');

@@ -2,7 +2,6 @@
 // resume, abandon, and dropping a retired version's data. Each action is audited by core.
 import { ConsumerBusyError, ConsumerNotFoundError, InvalidOptionError } from '@sluice/core';
 import {
-  APPROVE_WITHIN_DEFAULT,
   beginTakeover,
   changeRebuild,
   dropVersion as dropCoreVersion,
@@ -81,14 +80,13 @@ export async function approveRebuild(
   if (options.force !== undefined && typeof options.force !== 'boolean') {
     throw new InvalidOptionError('force', 'must be a boolean');
   }
-  const [next] = (await rebuildProgress(ctx.sql, ctx.tables, name)).filter(
-    (p) => version === undefined || p.version === version,
-  );
   return busy(name, ctx, () =>
     beginTakeover(ctx.sql, ctx.tables, ctx.schema, name, {
       actor: who.actor,
       ...(version === undefined ? {} : { version }),
-      within: options.force === true ? null : (next?.takeoverWithin ?? APPROVE_WITHIN_DEFAULT),
+      // Without force: the version's declared distance (read under the takeover's lock), else
+      // APPROVE_WITHIN_DEFAULT.
+      within: options.force === true ? null : 'declared',
       lockTimeoutMs: ctx.lockTimeoutMs,
       ...(who.reason === null ? {} : { reason: who.reason }),
     }),

@@ -189,6 +189,14 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
           return options.consumers.flatMap((c) => {
             if (c.version === null) return rowsOf(c);
             const v = recorded.get(c.baseName)?.find((x) => x.version === c.version);
+            if (v && v.rowName !== c.name) {
+              logger.error(
+                { consumer: c.baseName, version: c.version, recorded: v.rowName, declared: c.name },
+                'this version was recorded with other rows than this process declares (its sideEffects ' +
+                  'differ from the process that declared it first): this process does not run it',
+              );
+              return [];
+            }
             if (!v || (!RUNNING_STATES.has(v.state) && v.state !== 'paused')) return [];
             return rowsOf(c, v.state === 'live' ? undefined : v.startPosition);
           });

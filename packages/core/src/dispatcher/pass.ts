@@ -548,11 +548,17 @@ export class PassRunner {
     }
     let done;
     try {
+      // A version's row keeps its version; a rebuild's starts where the rebuild started.
+      const version = this.versions.rowOf(consumer);
       done = await reregisterConsumer(options.sql, tables, options.schema, {
         name: consumer.name,
         instanceId: consumer.instanceId,
         startFrom: consumer.startFrom,
         perInstance: consumer.lane === null,
+        version: consumer.version,
+        ...(version && version.state !== 'live' && !version.sideEffects
+          ? { startAt: version.startPosition }
+          : {}),
       });
     } catch (error) {
       logger.error(

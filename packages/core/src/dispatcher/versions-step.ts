@@ -1,7 +1,7 @@
 // Which declared versions of a consumer this process runs, and the takeovers it drives
 // (docs/design.md §12): a version runs while it is live, rebuilding or taking over; a process that
 // runs a rebuild takes it over by itself once it is within its declared distance of the head, and
-// ends a takeover once the rebuild has reached the barrier.
+// any process that declares the consumer ends a takeover once the rebuild has reached the barrier.
 import { messageOf } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedOptions, ResolvedConsumer } from '../options.js';
@@ -60,8 +60,16 @@ export class VersionKeeper {
    */
   runs(consumer: ResolvedConsumer): boolean {
     if (consumer.version === null) return true;
-    const state = this.#versions.get(consumer.baseName)?.find((v) => v.version === consumer.version)?.state;
-    return state !== undefined && RUNNING_STATES.has(state);
+    const row = this.rowOf(consumer);
+    // Rows named otherwise than this process names them (the first process to declare the
+    // version decided, e.g. with another sideEffects) are not this declaration's: not run.
+    return row !== undefined && row.rowName === consumer.name && RUNNING_STATES.has(row.state);
+  }
+
+  /** The recorded version `consumer` declares, if any. */
+  rowOf(consumer: ResolvedConsumer): VersionRow | undefined {
+    if (consumer.version === null) return undefined;
+    return this.#versions.get(consumer.baseName)?.find((v) => v.version === consumer.version);
   }
 
   /** Reads the versions again (something changed in the database since the last pre-check). */
@@ -99,7 +107,11 @@ export class VersionKeeper {
       const next = versions.find((v) => ['rebuilding', 'waiting', 'taking-over'].includes(v.state));
       const declared = this.#declared.get(name) ?? [];
       this.#reportLag(name, next, precheck);
-      if (!next || !declared.some((c) => c.version === next.version)) continue;
+      // A takeover is ended by any process that declares the consumer (it needs no code of the new
+      // version: only its rows), so a rollback of the deployment to the old version alone does not
+      // leave the live version stopped for ever. A takeover is started only by one that runs it.
+      if (!next || (next.state !== 'taking-over' && !declared.some((c) => c.version === next.version)))
+        continue;
       try {
         if (next.state === 'taking-over') {
           changed =

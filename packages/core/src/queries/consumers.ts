@@ -118,11 +118,12 @@ async function insertRegistrations(
       insert into ${t.consumers} as c
         (name, instance_id, cursor, last_seen_at, start_snapshot, start_fence, start_upto, version)
       select r.name, r.instance_id,
-             case when r.start_from = 'now' then h.head else coalesce(r.start_at, 0) end,
+             -- A row given its start (a rebuild's rows) starts there, whatever startFrom says.
+             case when r.start_at is null and r.start_from = 'now' then h.head else coalesce(r.start_at, 0) end,
              case when r.per_instance = 'true' then now() end,
-             case when r.start_from = 'now' and h.in_flight then h.snap end,
-             case when r.start_from = 'now' and h.in_flight then h.fence end,
-             case when r.start_from = 'now' and h.in_flight then h.head end,
+             case when r.start_at is null and r.start_from = 'now' and h.in_flight then h.snap end,
+             case when r.start_at is null and r.start_from = 'now' and h.in_flight then h.fence end,
+             case when r.start_at is null and r.start_from = 'now' and h.in_flight then h.head end,
              r.version
       from unnest(${pgArray(rows.map((r) => r.name))}::text[], ${pgArray(rows.map((r) => r.instanceId))}::text[],
                   ${pgArray(rows.map((r) => r.startFrom))}::text[], ${pgArray(rows.map((r) => String(r.perInstance)))}::text[],

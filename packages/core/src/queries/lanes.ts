@@ -163,8 +163,9 @@ export async function trySwitchLanes(
       and from_lanes = ${change.from} and to_lanes = ${change.to}`;
   if (switched.count === 0) return false;
   await tx`
-    insert into ${t.consumers} as c (name, instance_id, cursor, system_identifier, last_progress_at)
-    select ${name}, id, ${change.barrier.toString()}::bigint, ${options.systemIdentifier}, now()
+    insert into ${t.consumers} as c (name, instance_id, cursor, system_identifier, last_progress_at, version)
+    select ${name}, id, ${change.barrier.toString()}::bigint, ${options.systemIdentifier}, now(),
+           (select max(o.version) from ${t.consumers} o where o.name = ${name})
     from unnest(${pgArray(laneInstanceIds(change.to))}::text[]) as id
     on conflict (name, instance_id) do nothing`;
   await writeAudit(tx, t, {

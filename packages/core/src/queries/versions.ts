@@ -131,7 +131,15 @@ export async function registerVersions(
         select 1 from ${t.consumers} where name = ${name} and left(instance_id, 1) = '*' limit 1`;
       const lowest = mine[0] as DeclaredVersion;
       const live = existing
-        ? (mine.find((d) => d.version === 1) ?? { ...lowest, version: 1, rowName: name })
+        ? (mine.find((d) => d.version === 1) ?? {
+            // The rows from before versioning, as they ran: no side effects declared, no view.
+            ...lowest,
+            version: 1,
+            rowName: name,
+            sideEffects: false,
+            takeoverWithin: null,
+            view: null,
+          })
         : lowest;
       await insertVersion(tx, t, live, 'live', 0n, actor);
       await tx`update ${t.consumers} set version = ${live.version} where name = ${live.rowName}`;
@@ -237,14 +245,18 @@ async function lockVersions(
   };
 }
 
+interface LockedRow {
+  instance_id: string;
+  cursor: string;
+  status: string;
+  disabled_reason: string | null;
+  gap_count: number;
+}
+
 /** The consumer's rows of `rowName` (every lane), locked; waits for a turn holding one. */
-async function lockRows(
-  tx: TransactionSql,
-  t: Tables,
-  rowName: string,
-): Promise<{ instance_id: string; cursor: string; status: string; gap_count: number }[]> {
-  return tx<{ instance_id: string; cursor: string; status: string; gap_count: number }[]>`
-    select instance_id, cursor::text as cursor, status, gap_count from ${t.consumers}
+async function lockRows(tx: TransactionSql, t: Tables, rowName: string): Promise<LockedRow[]> {
+  return tx<LockedRow[]>`
+    select instance_id, cursor::text as cursor, status, disabled_reason, gap_count from ${t.consumers}
     where name = ${rowName} and left(instance_id, 1) = '*'
     order by instance_id for update`;
 }
@@ -258,6 +270,14 @@ async function head(tx: Queryable, t: Tables): Promise<bigint> {
   const [row] = await tx<{ head: string }[]>`select coalesce(max(id), 0)::text as head from ${t.events}`;
   return BigInt(row?.head ?? '0');
 }
+
+/** The reason a live version's rows carry while a new version takes over from them. */
+const takeoverReason = (version: number) => `version ${version} takes over`;
+/** The reason a paused rebuild's rows carry. */
+const PAUSED_REASON = 'rebuild paused';
+
+const maxCursor = (rows: readonly { cursor: string }[]): bigint =>
+  rows.map((r) => BigInt(r.cursor)).reduce((a, b) => (a > b ? a : b), 0n);
 
 const minCursor = (rows: readonly { cursor: string }[]): bigint | null =>
   rows.length === 0 ? null : rows.map((r) => BigInt(r.cursor)).reduce((a, b) => (a < b ? a : b));
@@ -278,7 +298,8 @@ export interface VersionChange {
  * every row of it has reached the barrier with no pending gap at or below it, in this transaction
  * if it already has (else in a later turn of the dispatcher: completeTakeover). Audited.
  * `within`: refuse (RebuildNotReadyError) while the rebuild is further behind the head than this;
- * null: no limit (the dispatcher's own takeover, which checked it, or an approval with force).
+ * null: no limit (an approval with force); 'declared': the version's own takeover distance, read
+ * under the lock (APPROVE_WITHIN_DEFAULT when it declares none).
  */
 export async function beginTakeover(
   sql: Sql,
@@ -288,7 +309,7 @@ export async function beginTakeover(
   options: {
     readonly actor: string;
     readonly version?: number;
-    readonly within: bigint | null;
+    readonly within: bigint | null | 'declared';
     /** How long to wait for a turn holding a row (lock_timeout). */
     readonly lockTimeoutMs: number;
     /** Free text kept in the audit. */
@@ -344,19 +365,36 @@ export async function beginTakeover(
       });
       return { consumer: name, version: next.version, state: 'live', barrier: position };
     }
-    const nextRows = await tx<{ cursor: string }[]>`
-      select cursor::text as cursor from ${t.consumers}
+    const nextRows = await tx<{ cursor: string; status: string; disabled_reason: string | null }[]>`
+      select cursor::text as cursor, status, disabled_reason from ${t.consumers}
       where name = ${next.rowName} and left(instance_id, 1) = '*'`;
-    const behind = (await head(tx, t)) - (minCursor(nextRows) ?? next.startPosition);
-    if (options.within !== null && behind > options.within) {
-      throw new RebuildNotReadyError(name, next.version, behind, options.within);
+    // The live version stops only for a rebuild that goes on: not one with a dead or disabled row.
+    const stuck = nextRows.find((r) => r.status === 'dead' || r.status === 'disabled');
+    if (stuck) {
+      throw new RebuildStateError(
+        name,
+        next.version,
+        next.state,
+        stuck.status === 'dead'
+          ? 'a row of it is dead: restart it or skip its event before it takes over'
+          : `a row of it is disabled (${stuck.disabled_reason ?? 'no reason given'}): enable it before it takes over`,
+      );
     }
-    const barrier = liveRows.map((r) => BigInt(r.cursor)).reduce((a, b) => (a > b ? a : b), 0n);
+    const viewProblem = await liveViewProblem(tx, next);
+    if (viewProblem !== null) throw new RebuildStateError(name, next.version, next.state, viewProblem);
+    const behind = (await head(tx, t)) - (minCursor(nextRows) ?? next.startPosition);
+    const within =
+      options.within === 'declared' ? (next.takeoverWithin ?? APPROVE_WITHIN_DEFAULT) : options.within;
+    if (within !== null && behind > within) {
+      throw new RebuildNotReadyError(name, next.version, behind, within);
+    }
+    const barrier = maxCursor(liveRows);
+    // A dead row, or one an operator disabled, keeps its status (and an abandon leaves it so).
     await tx`
       update ${t.consumers}
-      set status = 'disabled', disabled_reason = ${`version ${next.version} takes over`},
+      set status = 'disabled', disabled_reason = ${takeoverReason(next.version)},
           disabled_until = null, updated_at = now()
-      where name = ${live.rowName} and left(instance_id, 1) = '*'`;
+      where name = ${live.rowName} and left(instance_id, 1) = '*' and status not in ('dead', 'disabled')`;
     await tx`
       update ${t.consumerVersions}
       set state = 'taking-over', barrier = ${barrier.toString()}::bigint, changed_by = ${options.actor},
@@ -410,32 +448,64 @@ async function tryComplete(
   actor: string,
 ): Promise<boolean> {
   const barrier = next.barrier ?? 0n;
-  // SKIP LOCKED: a row a turn holds is not ready yet (its turn may move it); a later pass tries again.
-  const rows = await tx<{ cursor: string; status: string; gaps_below: boolean }[]>`
-    select c.cursor::text as cursor, c.status,
-           exists (select 1 from ${t.gaps} g
-                   where g.consumer_name = c.name and g.instance_id = c.instance_id
-                     and g.from_id <= ${barrier.toString()}::bigint) as gaps_below
-    from ${t.consumers} c
-    where c.name = ${next.rowName} and left(c.instance_id, 1) = '*'
-    for update of c skip locked`;
+  // The rebuild's rows first, SKIP LOCKED: a row a turn holds is not ready yet (its turn may move
+  // it); a later pass tries again.
+  const held = await tx`
+    select 1 from ${t.consumers}
+    where name = ${next.rowName} and left(instance_id, 1) = '*'
+    for update skip locked`;
   const [{ all } = { all: 0 }] = await tx<{ all: number }[]>`
     select count(*)::int as all from ${t.consumers}
     where name = ${next.rowName} and left(instance_id, 1) = '*'`;
+  if (held.length === 0 || held.length !== all) return false;
+  // The live version's rows too: one an operator enabled, or whose time-boxed disable ran out,
+  // may have gone past the barrier since the takeover began. It stops again and the barrier
+  // rises to it (the rebuild must hold at least what the live version held).
+  const liveRows = await lockRows(tx, t, live.rowName);
+  const top = maxCursor(liveRows);
+  if (top > barrier || liveRows.some((r) => r.status !== 'dead' && r.status !== 'disabled')) {
+    await tx`
+      update ${t.consumers}
+      set status = 'disabled', disabled_reason = ${takeoverReason(next.version)},
+          disabled_until = null, updated_at = now()
+      where name = ${live.rowName} and left(instance_id, 1) = '*' and status not in ('dead', 'disabled')`;
+    if (top > barrier) {
+      await tx`
+        update ${t.consumerVersions} set barrier = ${top.toString()}::bigint
+        where consumer_name = ${name} and version = ${next.version}`;
+      return false;
+    }
+  }
+  // Read once every row is held (a statement's snapshot taken before a turn committed would pair
+  // the turn's new cursor with the gaps as they were before it).
+  const rows = await tx<{ cursor: string; status: string; pending: boolean }[]>`
+    select c.cursor::text as cursor, c.status,
+           c.start_upto is not null
+           or exists (select 1 from ${t.gaps} g
+                      where g.consumer_name = c.name and g.instance_id = c.instance_id
+                        and g.from_id <= ${barrier.toString()}::bigint) as pending
+    from ${t.consumers} c
+    where c.name = ${next.rowName} and left(c.instance_id, 1) = '*'`;
+  // A key the rebuild parked at or below the barrier holds events it has not delivered yet.
+  const [parked] = await tx`
+    select 1 from ${t.parkedKeys}
+    where consumer_name = ${next.rowName} and first_event_id <= ${barrier.toString()}::bigint limit 1`;
   const ready =
-    rows.length > 0 &&
     rows.length === all &&
+    !parked &&
     rows.every(
-      (r) => BigInt(r.cursor) >= barrier && !r.gaps_below && r.status !== 'dead' && r.status !== 'disabled',
+      (r) => BigInt(r.cursor) >= barrier && !r.pending && r.status !== 'dead' && r.status !== 'disabled',
     );
   if (!ready) return false;
   if (next.viewName !== null && next.viewSource !== null) {
-    // Readers of the view see the old version's relation or the new one's, never neither.
-    await tx`drop view if exists ${tx(next.viewName)}`;
-    await tx`create view ${tx(next.viewName)} as select * from ${tx(next.viewSource)}`;
+    const problem = await liveViewProblem(tx, next);
+    if (problem !== null) throw new RebuildStateError(name, next.version, next.state, problem);
+    if (!(await swapView(tx, next.viewName, next.viewSource))) return false;
   }
   await tx`
-    update ${t.consumers} set disabled_reason = ${`retired: version ${next.version} is live`}
+    update ${t.consumers}
+    set status = 'disabled', disabled_reason = ${`retired: version ${next.version} is live`},
+        disabled_until = null, updated_at = now()
     where name = ${live.rowName} and left(instance_id, 1) = '*'`;
   await setState(tx, t, name, live.version, 'retired', actor);
   await setState(tx, t, name, next.version, 'live', actor);
@@ -448,6 +518,98 @@ async function tryComplete(
     cursorAfter: barrier,
     details: { version: next.version, from: live.version, view: next.viewName },
   });
+  return true;
+}
+
+/** `name` or `schema.name` as a quoted identifier (names as options.ts validates them). */
+const quoteName = (name: string): string =>
+  name
+    .split('.')
+    .map((part) => `"${part.replaceAll('"', '""')}"`)
+    .join('.');
+
+/** How long the view swap waits for readers of the view before it tries again on a later pass. */
+const VIEW_LOCK_TIMEOUT_MS = 1_000;
+const VIEW_PRIVILEGES = new Set([
+  'SELECT',
+  'INSERT',
+  'UPDATE',
+  'DELETE',
+  'TRUNCATE',
+  'REFERENCES',
+  'TRIGGER',
+  'MAINTAIN',
+]);
+
+/**
+ * Why the version's liveView cannot be swapped by this role, or null when it can (or it has none):
+ * its source must exist; the view, if it exists, must be a view, owned by a role this one is a
+ * member of, with no other view built on it.
+ */
+async function liveViewProblem(tx: TransactionSql, v: VersionRow): Promise<string | null> {
+  if (v.viewName === null || v.viewSource === null) return null;
+  const [row] = await tx<
+    {
+      source: boolean;
+      kind: string | null;
+      owned: boolean | null;
+      dependents: boolean | null;
+    }[]
+  >`
+    select to_regclass(${v.viewSource}) is not null as source,
+           c.relkind::text as kind,
+           pg_has_role(c.relowner, 'MEMBER') as owned,
+           exists (select 1 from pg_depend d join pg_rewrite r on r.oid = d.objid
+                   where d.classid = 'pg_rewrite'::regclass and d.refobjid = c.oid
+                     and r.ev_class <> c.oid) as dependents
+    from (select 1) one
+    left join pg_class c on c.oid = to_regclass(${v.viewName})`;
+  if (!row?.source) return `its liveView source ${v.viewSource} does not exist`;
+  if (row.kind === null) return null;
+  if (row.kind !== 'v') return `its liveView ${v.viewName} exists and is not a view`;
+  if (!row.owned)
+    return `its liveView ${v.viewName} is owned by a role the dispatcher's role is not a member of`;
+  if (row.dependents)
+    return `other views are built on its liveView ${v.viewName}: drop them or read the source`;
+  return null;
+}
+
+/**
+ * Points the view at the new source (drop and create, in the takeover's transaction: readers see
+ * one version's relation or the other's), keeping its owner and its grants. Waits at most
+ * VIEW_LOCK_TIMEOUT_MS for readers holding the view; false when that ran out (tried again later).
+ */
+async function swapView(tx: TransactionSql, view: string, source: string): Promise<boolean> {
+  const grants = await tx<{ grantee: string; privilege: string; grantable: boolean }[]>`
+    select case when a.grantee = 0 then 'public' else quote_ident(r.rolname) end as grantee,
+           a.privilege_type as privilege, a.is_grantable as grantable
+    from pg_class c cross join lateral aclexplode(c.relacl) a
+    left join pg_roles r on r.oid = a.grantee
+    where c.oid = to_regclass(${view}) and a.grantee <> c.relowner`;
+  const [owner] = await tx<{ owner: string | null; me: boolean }[]>`
+    select quote_ident(r.rolname) as owner, r.rolname = current_user as me
+    from pg_class c join pg_roles r on r.oid = c.relowner where c.oid = to_regclass(${view})`;
+  try {
+    await tx.savepoint(async (sp) => {
+      await sp`select set_config('lock_timeout', ${String(VIEW_LOCK_TIMEOUT_MS)}, true)`;
+      await sp`drop view if exists ${sp(view)}`;
+      await sp`create view ${sp(view)} as select * from ${sp(source)}`;
+      // Role names come quoted by quote_ident, privileges from the fixed list, the view's name
+      // from quoteName (validated names: letters, digits, _ and $).
+      if (owner && !owner.me && owner.owner !== null) {
+        await sp.unsafe(`alter view ${quoteName(view)} owner to ${owner.owner}`);
+      }
+      for (const g of grants) {
+        if (!VIEW_PRIVILEGES.has(g.privilege)) continue;
+        await sp.unsafe(
+          `grant ${g.privilege} on ${quoteName(view)} to ${g.grantee}${g.grantable ? ' with grant option' : ''}`,
+        );
+      }
+    });
+  } catch (error) {
+    if ((error as { code?: string }).code === '55P03') return false;
+    throw error;
+  }
   return true;
 }
 
@@ -477,7 +639,8 @@ async function abandon(
   if (next.state === 'taking-over' && live) {
     await tx`
       update ${t.consumers} set status = 'idle', disabled_reason = null, updated_at = now()
-      where name = ${live.rowName} and left(instance_id, 1) = '*' and status = 'disabled'`;
+      where name = ${live.rowName} and left(instance_id, 1) = '*' and status = 'disabled'
+        and disabled_reason = ${takeoverReason(next.version)}`;
   }
   if (!next.sideEffects && next.rowName !== live?.rowName) await deleteRows(tx, t, next.rowName);
   await tx`
@@ -497,6 +660,8 @@ async function abandon(
 
 /** Every row a version's consumer rows own: the rows, their gaps, crash records and dead letters. */
 async function deleteRows(tx: TransactionSql, t: Tables, rowName: string): Promise<number> {
+  // The rows first, as a turn takes them (then their gaps): waits for a turn holding one.
+  await tx`select 1 from ${t.consumers} where name = ${rowName} for update`;
   await tx`delete from ${t.gaps} where consumer_name = ${rowName}`;
   await tx`delete from ${t.turnStarts} where consumer_name = ${rowName}`;
   await tx`delete from ${t.deadLetters} where consumer_name = ${rowName}`;
@@ -543,12 +708,17 @@ export async function changeRebuild(
       throw new RebuildStateError(name, next.version, next.state, `only a ${from} version can be ${action}d`);
     }
     await lockRows(tx, t, next.rowName);
-    await tx`
-      update ${t.consumers}
-      set status = ${action === 'pause' ? 'disabled' : 'idle'},
-          disabled_reason = ${action === 'pause' ? 'rebuild paused' : null}, disabled_until = null,
-          updated_at = now()
-      where name = ${next.rowName} and left(instance_id, 1) = '*'`;
+    // A dead row stays dead (and one an operator disabled stays disabled) across a pause and a resume.
+    await (action === 'pause'
+      ? tx`
+          update ${t.consumers}
+          set status = 'disabled', disabled_reason = ${PAUSED_REASON}, disabled_until = null,
+              updated_at = now()
+          where name = ${next.rowName} and left(instance_id, 1) = '*' and status not in ('dead', 'disabled')`
+      : tx`
+          update ${t.consumers} set status = 'idle', disabled_reason = null, updated_at = now()
+          where name = ${next.rowName} and left(instance_id, 1) = '*' and status = 'disabled'
+            and disabled_reason = ${PAUSED_REASON}`);
     await setState(tx, t, name, next.version, to, options.actor);
     await writeAudit(tx, t, {
       actor: options.actor,
@@ -596,8 +766,34 @@ export async function dropVersion(
     const rows = target.rowName === live?.rowName ? 0 : await deleteRows(tx, t, target.rowName);
     let dropped: string | null = null;
     if (options.dropSource && target.viewSource !== null) {
-      await tx`drop table if exists ${tx(target.viewSource)}`;
-      dropped = target.viewSource;
+      const source = target.viewSource;
+      const [rel] = await tx<{ kind: string; used: boolean }[]>`
+        select c.relkind::text as kind,
+               exists (select 1 from pg_depend d join pg_rewrite r on r.oid = d.objid
+                       where d.classid = 'pg_rewrite'::regclass and d.refobjid = c.oid
+                         and r.ev_class <> c.oid) as used
+        from pg_class c where c.oid = to_regclass(${source})`;
+      if (rel?.used) {
+        throw new RebuildStateError(
+          name,
+          version,
+          target.state,
+          `views are built on its source ${source} (the live view?): it is not dropped`,
+        );
+      }
+      if (rel) {
+        const kind = { r: 'table', p: 'table', v: 'view', m: 'materialized view' }[rel.kind];
+        if (kind === undefined) {
+          throw new RebuildStateError(
+            name,
+            version,
+            target.state,
+            `its source ${source} is neither a table nor a view: it is not dropped`,
+          );
+        }
+        await tx.unsafe(`drop ${kind} ${quoteName(source)}`);
+        dropped = source;
+      }
     }
     await setState(tx, t, name, version, 'dropped', options.actor);
     await writeAudit(tx, t, {

@@ -1,0 +1,195 @@
+// A takeover under what operators and deployments do meanwhile (docs/design.md §12.3): the live
+// version enabled again while it is stopped, a rebuild with a dead or disabled row, a view other
+// views are built on, its grants, a rollback of the deployment to the old version alone, and a
+// consumer that started from now.
+import { RebuildStateError, type Consumer } from '@sluice/core';
+import { appendEvents, drainUntilIdle, freshSchema, holdGap, passUntil } from '@sluice/testing';
+import { heldTransaction, testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { expect, test } from 'vitest';
+import { createAdmin } from './create-admin.js';
+
+const db = await useTestDatabase();
+
+/** A projection writing one row per event into `<schema>.proj_v<version>`, through ctx.tx. */
+const projection = (schema: string, version: number, extra: Partial<Consumer> = {}): Consumer => ({
+  name: 'stats',
+  version,
+  transactional: true,
+  handler: async (event, ctx) => {
+    if (!ctx.tx) throw new Error('a transactional handler has ctx.tx');
+    await ctx.tx`insert into ${ctx.tx(`${schema}.proj_v${version}`)} (id) values (${event.id.toString()}::bigint)`;
+  },
+  ...extra,
+});
+
+async function setup(first: Partial<Consumer> = {}) {
+  const schema = await freshSchema(db.sql, 'takeover');
+  for (const v of [1, 2])
+    await db.sql`create table ${db.sql(`${schema}.proj_v${v}`)} (id bigint primary key)`;
+  const admin = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 2_000, defaultActor: 'alice' });
+  const one = testDispatcher(db.sql, schema, [projection(schema, 1, first)]);
+  await one.ensureRegistered();
+  await appendEvents(db.sql, 30, undefined, schema);
+  await drainUntilIdle(one);
+  await one.stop();
+  return { schema, admin };
+}
+
+const ids = async (schema: string, relation: string): Promise<bigint[]> =>
+  (
+    await db.sql<
+      { id: string }[]
+    >`select r.id::text as id from ${db.sql(`${schema}.${relation}`)} r order by r.id`
+  ).map((r) => BigInt(r.id));
+
+const rows = (schema: string, name: string) =>
+  db.sql<{ status: string; disabled_reason: string | null }[]>`
+    select status, disabled_reason from ${db.sql(schema)}.consumers where name = ${name} order by instance_id`;
+
+const barrierOf = async (schema: string): Promise<bigint> => {
+  const [row] = await db.sql<{ barrier: string }[]>`
+    select barrier::text as barrier from ${db.sql(schema)}.consumer_versions
+    where consumer_name = 'stats' and version = 2`;
+  return BigInt(row?.barrier ?? '-1');
+};
+
+test('a rebuild of a consumer that started from now replays the log from the beginning, not from the head', async () => {
+  const { schema } = await setup({ startFrom: 'now' });
+  const both = testDispatcher(db.sql, schema, [
+    projection(schema, 1, { startFrom: 'now' }),
+    projection(schema, 2, { startFrom: 'now' }),
+  ]);
+  await both.ensureRegistered();
+  await appendEvents(db.sql, 5, undefined, schema);
+  await drainUntilIdle(both);
+  // Version 1 started at the head of an empty log; version 2 rebuilds all 35.
+  expect(await ids(schema, 'proj_v2')).toEqual(await ids(schema, 'events'));
+  await both.stop();
+});
+
+test('a live row enabled by an operator during the takeover stops again and raises the barrier: the new version holds everything the old one showed', async () => {
+  const { schema, admin } = await setup();
+  const both = testDispatcher(db.sql, schema, [projection(schema, 1), projection(schema, 2)]);
+  await both.ensureRegistered();
+  await drainUntilIdle(both);
+  // A held id keeps version 2 short of the barrier.
+  const held = await holdGap(db.sql, undefined, { schema });
+  await appendEvents(db.sql, 3, undefined, schema);
+  await both.runOnce();
+  const started = await admin.approveRebuild('stats', { force: true });
+  expect(started.state).toBe('taking-over');
+  expect(await rows(schema, 'stats')).toEqual([
+    { status: 'disabled', disabled_reason: 'version 2 takes over' },
+  ]);
+
+  // The operator enables version 1 again, and a process of a release from before versions (it
+  // checks no takeover) delivers it past the barrier before any check.
+  await admin.enable('stats', { reason: 'by mistake' });
+  await appendEvents(db.sql, 4, undefined, schema);
+  const unversionedStats: Consumer = { ...projection(schema, 1) };
+  delete (unversionedStats as { version?: number }).version;
+  const unversioned = testDispatcher(db.sql, schema, [unversionedStats]);
+  await unversioned.ensureRegistered();
+  await unversioned.runOnce();
+  await unversioned.stop();
+  const shown = await ids(schema, 'proj_v1');
+  expect(shown.at(-1)).toBeGreaterThan(started.barrier ?? 0n);
+  await held.release({ commit: true });
+  await passUntil(
+    both,
+    async () =>
+      (await admin.rebuildStatus('stats'))[0]?.versions.find((v) => v.version === 2)?.state === 'live',
+    'version 2 is live',
+  );
+  const v1 = await ids(schema, 'proj_v1');
+  const v2 = await ids(schema, 'proj_v2');
+  expect(v1.length).toBeGreaterThanOrEqual(shown.length);
+  expect(v1.filter((id) => !v2.includes(id))).toEqual([]);
+  expect(await barrierOf(schema)).toBeGreaterThanOrEqual(v1.at(-1) ?? 0n);
+  expect(await rows(schema, 'stats')).toEqual([
+    { status: 'disabled', disabled_reason: 'retired: version 2 is live' },
+  ]);
+  await drainUntilIdle(both);
+  expect(await ids(schema, 'proj_v2')).toEqual(await ids(schema, 'events'));
+  await both.stop();
+});
+
+test('a rebuild with a disabled row is not taken over; an operator disable of the live version outlives an abandoned takeover', async () => {
+  const { schema, admin } = await setup();
+  const both = testDispatcher(db.sql, schema, [projection(schema, 1), projection(schema, 2)]);
+  await both.ensureRegistered();
+  await drainUntilIdle(both);
+  await admin.disable('stats@v2', { reason: 'looking into it' });
+  const refused = await admin.approveRebuild('stats', { force: true }).catch((e: unknown) => e);
+  expect(refused).toBeInstanceOf(RebuildStateError);
+  expect((refused as Error).message).toMatch(/disabled \(looking into it\)/);
+  expect(await rows(schema, 'stats')).toEqual([{ status: 'idle', disabled_reason: null }]);
+  await admin.enable('stats@v2');
+
+  // The live version was disabled by an operator before the takeover: an abandon leaves it so.
+  // (A held id below the barrier keeps the takeover from ending.)
+  const held = await holdGap(db.sql, undefined, { schema });
+  await appendEvents(db.sql, 2, undefined, schema);
+  await both.runOnce();
+  await admin.disable('stats', { reason: 'maintenance' });
+  expect((await admin.approveRebuild('stats', { force: true })).state).toBe('taking-over');
+  await admin.abandonRebuild('stats');
+  expect(await rows(schema, 'stats')).toEqual([{ status: 'disabled', disabled_reason: 'maintenance' }]);
+  await held.release({ commit: false });
+  await both.stop();
+});
+
+test("a takeover is ended by a process that runs only the old version (the deployment rolled back), once the rebuild's rows are free", async () => {
+  const { schema, admin } = await setup();
+  const both = testDispatcher(db.sql, schema, [projection(schema, 1), projection(schema, 2)]);
+  await both.ensureRegistered();
+  await drainUntilIdle(both);
+  await both.stop();
+  // A turn of version 2 holds its row while the takeover begins: it cannot end then.
+  const tx = await heldTransaction(db.sql);
+  await tx.sql`select 1 from ${tx.sql(schema)}.consumers where name = 'stats@v2' for update`;
+  expect((await admin.approveRebuild('stats')).state).toBe('taking-over');
+  await tx.rollback();
+  const oldOnly = testDispatcher(db.sql, schema, [projection(schema, 1)]);
+  await oldOnly.ensureRegistered();
+  await passUntil(
+    oldOnly,
+    async () =>
+      (await admin.rebuildStatus('stats'))[0]?.versions.find((v) => v.version === 2)?.state === 'live',
+    'version 2 is live',
+  );
+  await oldOnly.stop();
+});
+
+test('the live view keeps its owner and grants across the swap; a view other views are built on is refused before anything stops', async () => {
+  const { schema, admin } = await setup();
+  const reader = `${schema}_reader`;
+  await db.sql`create role ${db.sql(reader)} nologin`;
+  try {
+    await db.sql`create view ${db.sql(`${schema}.stats`)} as select * from ${db.sql(`${schema}.proj_v1`)}`;
+    await db.sql`grant select on ${db.sql(`${schema}.stats`)} to ${db.sql(reader)}`;
+    await db.sql`create view ${db.sql(`${schema}.stats_report`)} as select count(*) from ${db.sql(`${schema}.stats`)}`;
+    const view = (v: number) => ({ liveView: { view: `${schema}.stats`, source: `${schema}.proj_v${v}` } });
+    const both = testDispatcher(db.sql, schema, [
+      projection(schema, 1, view(1)),
+      projection(schema, 2, view(2)),
+    ]);
+    await both.ensureRegistered();
+    await drainUntilIdle(both);
+    const refused = await admin.approveRebuild('stats').catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(RebuildStateError);
+    expect((refused as Error).message).toMatch(/other views are built on its liveView/);
+    expect(await rows(schema, 'stats')).toEqual([{ status: 'idle', disabled_reason: null }]);
+
+    await db.sql`drop view ${db.sql(`${schema}.stats_report`)}`;
+    expect((await admin.approveRebuild('stats')).state).toBe('live');
+    expect(await ids(schema, 'stats')).toEqual(await ids(schema, 'proj_v2'));
+    const [grant] = await db.sql<{ granted: boolean }[]>`
+      select has_table_privilege(${reader}, ${`${schema}.stats`}, 'select') as granted`;
+    expect(grant?.granted).toBe(true);
+    await both.stop();
+  } finally {
+    await db.sql`drop owned by ${db.sql(reader)}`;
+    await db.sql`drop role ${db.sql(reader)}`;
+  }
+});
