@@ -133,9 +133,10 @@ export const rebuildCommand = defineCommand({
         const dropped = await admin.dropVersion(target, version as number, {
           actor,
           dropSource: options.flag('drop-source'),
+          ...withoutUndefined({ reason }),
         });
         if (json) return toJson(dropped);
-        return `dropped ${target} version ${dropped.version}: ${dropped.rows} consumer row(s)${dropped.dropped === null ? '' : `, table ${dropped.dropped}`}`;
+        return `dropped ${target} version ${dropped.version}: ${dropped.rows} consumer row(s)${dropped.dropped === null ? '' : `, ${dropped.dropped}`}`;
       }
       const common = { actor, ...withoutUndefined({ version, reason }) };
       const change =
