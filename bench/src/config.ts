@@ -67,8 +67,8 @@ export interface BenchConfig {
   readonly scale: { readonly events: number };
   readonly rebuild: {
     /**
-     * Runs (default: runs). Each run rebuilds the whole log, the longest of any scenario's runs: fewer
-     * here keeps the full run's time in bounds.
+     * Runs (default: runs). Each run rebuilds the whole log twice, the longest of any scenario's
+     * runs: fewer here keeps the full run's time in bounds.
      */
     readonly runs?: number;
     /**
@@ -78,7 +78,7 @@ export interface BenchConfig {
     readonly events: number;
     /** Measured seconds of appends with version 1 serving alone (no rebuild). */
     readonly seconds: number;
-    /** Appends at the start of each phase that are not measured (a fresh dispatcher process warming up). */
+    /** Appends at the start of each phase that are not measured (fresh dispatcher processes warming up). */
     readonly warmupSeconds: number;
   };
 }
@@ -114,10 +114,11 @@ export const FULL: BenchConfig = {
   append: { writers: 8, seconds: 3, rounds: 6, warmupSeconds: 1, eventsPerTx: [1, 10] },
   idle: { consumers: 100, withGaps: 10, seconds: 10, gcQuietMs: 9_000, gcSettleMaxMs: 45_000 },
   scale: { events: 1_000_000 },
-  // About 3.3 min a run (a 1M-event rebuild writing a row per event took 165 s at 6.3k events/s on a
-  // 2-core machine, phase A 23 s, the clone and checks ~15 s), so 2 runs, not 5: ~7 min in all.
-  // Each phase starts a fresh dispatcher process: 3 s of warm-up are left out of both, as its first
-  // seconds would weigh more on phase A's 20 s than on the rebuild's minutes.
+  // About 5 min a run (two 1M-event rebuilds writing a row per event on a 2-core machine: ~115 s in
+  // a process of its own, ~140 s in the serving process; phase A 23 s; a clone and checks per
+  // phase), so 2 runs, not 5: ~10 min in all. Each phase starts fresh dispatcher
+  // processes: 3 s of warm-up are left out of every phase, as their first seconds would weigh more
+  // on phase A's 20 s than on the rebuilds' minutes.
   rebuild: { runs: 2, events: 1_000_000, seconds: 20, warmupSeconds: 3 },
 };
 

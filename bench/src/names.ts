@@ -53,9 +53,15 @@ export const IDLE_SYSTEMS = {
   floor: 'floor: select 1 every poll tick',
 } as const;
 
-/** The rebuild scenario's rows: version 1 serving without and during the rebuild of version 2, and that rebuild. */
+/**
+ * The rebuild scenario's rows: version 1 serving without a rebuild, and during the rebuild of
+ * version 2 in a process of its own (declaring only version 2) or in the serving process (declaring
+ * both), and each rebuild.
+ */
 export const REBUILD_SYSTEMS = {
   alone: 'Sluice, version 1 serving alone (no rebuild)',
-  during: 'Sluice, version 1 serving while version 2 rebuilds',
-  rebuild: 'Sluice, version 2 rebuilt from the beginning of the log, then taking over',
+  duringSeparate: 'Sluice, version 1 serving while version 2 rebuilds in a process of its own',
+  rebuildSeparate: 'Sluice, version 2 rebuilt in a process of its own, then taking over',
+  during: "Sluice, version 1 serving while version 2 rebuilds in the serving version's process",
+  rebuild: "Sluice, version 2 rebuilt in the serving version's process, then taking over",
 } as const;

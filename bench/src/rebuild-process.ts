@@ -1,7 +1,7 @@
 // The rebuild scenario's dispatcher in a process of its own (harness/rebuild-dispatcher.ts starts
-// it): versions of the stats projection at default options, woken by the NOTIFY the appender's
-// transaction() sends after its commit in the scenario's process. Only Sluice and postgres.js are
-// loaded here.
+// it): versions of the stats projection at default options ([1], [1, 2] or [2]), woken by the
+// NOTIFY the appender's transaction() sends after its commit in the scenario's process. Only Sluice
+// and postgres.js are loaded here.
 import { GcPauses } from './harness/gc.js';
 import { nodeCpuMs } from './harness/counters.js';
 import { progress } from './harness/progress.js';
@@ -35,25 +35,28 @@ async function main(): Promise<void> {
   }
   const input = JSON.parse(raw) as RebuildProcessInput;
   const { seqFrom, capacity } = input;
-  const handledAt = new Float64Array(capacity);
-  // Version 1 is caught up on every event below seqFrom: one of them delivered again counts as a
-  // duplicate (out of the tracker's range).
-  const v1 = new DeliveryTracker(1, capacity);
-  const v2 = new DeliveryTracker(1, seqFrom + capacity);
-  const v2Times = { firstAt: 0, lastAt: 0 };
+  // Version 1 (when declared) is caught up on every event below seqFrom: one of them delivered
+  // again counts as a duplicate (out of its tracker's range). Version 2 (when declared) is to have
+  // every event of the log.
+  const v1 = input.versions.includes(1)
+    ? { tracker: new DeliveryTracker(1, capacity), handledAt: new Float64Array(capacity) }
+    : undefined;
+  const v2 = input.versions.some((version) => version !== 1)
+    ? { tracker: new DeliveryTracker(1, seqFrom + capacity), firstAt: 0, lastAt: 0 }
+    : undefined;
   const consumers = input.versions.map((version) =>
-    version === 1
-      ? statsProjection(1, (seq) => {
-          const i = seq - seqFrom;
-          if (i >= 0 && i < capacity && handledAt[i] === 0) handledAt[i] = monotonicMs();
-          v1.record(0, i);
-        })
-      : statsProjection(version, (seq) => {
-          const at = monotonicMs();
-          if (v2Times.firstAt === 0) v2Times.firstAt = at;
-          v2Times.lastAt = at;
-          v2.record(0, seq);
-        }),
+    statsProjection(version, (seq) => {
+      if (version === 1 && v1) {
+        const i = seq - seqFrom;
+        if (i >= 0 && i < capacity && v1.handledAt[i] === 0) v1.handledAt[i] = monotonicMs();
+        v1.tracker.record(0, i);
+      } else if (v2) {
+        const at = monotonicMs();
+        if (v2.firstAt === 0) v2.firstAt = at;
+        v2.lastAt = at;
+        v2.tracker.record(0, seq);
+      }
+    }),
   );
   const sql = pool(input.url, input.poolSize);
   const dispatcher = benchDispatcher(sql, consumers);
@@ -80,7 +83,9 @@ async function main(): Promise<void> {
       });
     } else if ('v1Through' in message) {
       const { appended, timeoutMs } = message.v1Through;
-      void v1.whenDistinct(appended - seqFrom, timeoutMs).then((caughtUp) => send({ caughtUp }));
+      void (v1?.tracker.whenDistinct(appended - seqFrom, timeoutMs) ?? Promise.resolve(false)).then(
+        (caughtUp) => send({ caughtUp }),
+      );
     } else {
       finishing?.(message.finish);
     }
@@ -91,15 +96,30 @@ async function main(): Promise<void> {
     await send({ ready: { startCalledAt } });
     const { appended, timeoutMs } = await finished;
     const deadline = performance.now() + timeoutMs;
-    await v1.whenDistinct(appended - seqFrom, timeoutMs);
-    if (input.versions.length > 1) await v2.whenDistinct(appended, Math.max(1, deadline - performance.now()));
+    const left = () => Math.max(1, deadline - performance.now());
+    await v1?.tracker.whenDistinct(appended - seqFrom, left());
+    await v2?.tracker.whenDistinct(appended, left());
     await dispatcher.stop();
     await send({
       result: {
-        handledAt: Array.from(handledAt),
-        v1: { lost: v1.lost(appended - seqFrom), duplicated: v1.duplicated() },
-        ...(input.versions.length > 1
-          ? { v2: { lost: v2.lost(appended), duplicated: v2.duplicated(), ...v2Times } }
+        ...(v1
+          ? {
+              v1: {
+                lost: v1.tracker.lost(appended - seqFrom),
+                duplicated: v1.tracker.duplicated(),
+                handledAt: Array.from(v1.handledAt),
+              },
+            }
+          : {}),
+        ...(v2
+          ? {
+              v2: {
+                lost: v2.tracker.lost(appended),
+                duplicated: v2.tracker.duplicated(),
+                firstAt: v2.firstAt,
+                lastAt: v2.lastAt,
+              },
+            }
           : {}),
       },
     });

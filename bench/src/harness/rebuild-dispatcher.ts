@@ -4,22 +4,25 @@ import { monotonicMs } from './remote-dispatcher.js';
 
 /**
  * The rebuild scenario's dispatcher in a process of its own (src/rebuild-process.ts), declaring
- * version 1 of the stats projection, or versions 1 and 2 (a deployment that brings version 2). As in
- * the latency scenario's row with the dispatcher in another process, its handlers note the time on
- * the machine's monotonic clock (process.hrtime, CLOCK_MONOTONIC), sent back when the phase is over,
- * and its appender is another process: a rebuild that keeps the dispatcher's process busy does not
- * hold up the appender's own clock. Nothing crosses the process boundary per event.
+ * version 1 of the stats projection, versions 1 and 2 (a deployment that brings version 2 to the
+ * serving process), or version 2 alone (the rebuild in a process of its own, beside one serving
+ * version 1). As in the latency scenario's row with the dispatcher in another process, version 1's
+ * handler notes the time on the machine's monotonic clock (process.hrtime, CLOCK_MONOTONIC), sent
+ * back when the phase is over, and its appender is another process: a rebuild that keeps a
+ * dispatcher's process busy does not hold up the appender's own clock. Nothing crosses the process
+ * boundary per event.
  */
 
 /** What the scenario tells the dispatcher process at its start (SLUICE_BENCH_REBUILD). */
 export interface RebuildProcessInput {
   readonly url: string;
   readonly poolSize: number;
-  /** The versions of the stats projection this process declares: [1] or [1, 2]. */
+  /** The versions of the stats projection this process declares: [1], [1, 2] or [2]. */
   readonly versions: readonly number[];
   /**
    * The events appended in this phase are seq seqFrom … seqFrom + capacity − 1 at most: version 1's
-   * handler times are noted for them (version 1 is caught up on every earlier one).
+   * handler times are noted for them (version 1 is caught up on every earlier one), and version 2
+   * is to have every event of the log, seq 0 … seqFrom + capacity − 1 at most.
    */
   readonly seqFrom: number;
   readonly capacity: number;
@@ -38,33 +41,41 @@ export interface Deliveries {
   readonly duplicated: number;
 }
 
+/** Version 2's deliveries, and when its handler first and last ran (monotonic ms in the message, 0: never). */
+export type RebuildDeliveries = Deliveries & { readonly firstAt: number; readonly lastAt: number };
+
 export type FromRebuildProcess =
   | { readonly ready: { readonly startCalledAt: number } }
   | { readonly window: RebuildProcessWindow }
   | { readonly caughtUp: boolean }
   | {
       readonly result: {
-        /** Monotonic ms when version 1's handler first ran for seqFrom + i (0: never). */
-        readonly handledAt: number[];
-        readonly v1: Deliveries;
+        /**
+         * Version 1, when declared: the appended events, seqFrom … appended − 1, and the monotonic ms
+         * when its handler first ran for seqFrom + i (0: never).
+         */
+        readonly v1?: Deliveries & { readonly handledAt: number[] };
         /** Version 2, when declared: every event of the log, 0 … appended − 1. */
-        readonly v2?: Deliveries & { readonly firstAt: number; readonly lastAt: number };
+        readonly v2?: RebuildDeliveries;
       };
     };
 
 export type ToRebuildProcess =
   | { readonly measure: true }
   | { readonly endMeasure: true }
-  /** Resolves once version 1 has handled every event below `appended` (at most timeoutMs). */
+  /** Resolves once version 1 has handled every event below `appended` (at most timeoutMs); false where it is not declared. */
   | { readonly v1Through: { readonly appended: number; readonly timeoutMs: number } }
   /** Waits for every version to have every event below `appended`, stops and sends the result. */
   | { readonly finish: { readonly appended: number; readonly timeoutMs: number } };
 
 export interface RebuildOutcome {
-  /** When version 1's handler ran for seqFrom + i, as performance.now() of this process (0: never). */
-  readonly handledAt: Float64Array;
-  readonly v1: Deliveries;
-  readonly v2?: Deliveries & { readonly firstAt: number; readonly lastAt: number };
+  /**
+   * Version 1, when declared, and when its handler ran for seqFrom + i, as performance.now() of this
+   * process (0: never).
+   */
+  readonly v1?: Deliveries & { readonly handledAt: Float64Array };
+  /** Version 2, when declared, its times as performance.now() of this process. */
+  readonly v2?: RebuildDeliveries;
 }
 
 /** A monotonic time of the other process as performance.now() of this one (the same clock, another origin). */
@@ -136,10 +147,9 @@ export class RebuildDispatcher {
     this.#child.send({ finish: { appended, timeoutMs } } satisfies ToRebuildProcess);
     const message = await reply;
     if (!('result' in message)) throw new Error('the dispatcher process sent no result');
-    const { handledAt, v1, v2 } = message.result;
+    const { v1, v2 } = message.result;
     return {
-      handledAt: Float64Array.from(handledAt, local),
-      v1,
+      ...(v1 ? { v1: { ...v1, handledAt: Float64Array.from(v1.handledAt, local) } } : {}),
       ...(v2 ? { v2: { ...v2, firstAt: local(v2.firstAt), lastAt: local(v2.lastAt) } } : {}),
     };
   }

@@ -280,26 +280,38 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
 
   if (missed.has('rebuild')) {
     const f = (system: string, figure: string) => med('rebuild', undefined, system, figure);
-    const both = (figure: string, unit: string) =>
-      `${n(f(R.alone, figure))}${unit} without the rebuild and ${n(f(R.during, figure))}${unit} during it`;
-    const p99Ratios = pairwise(
-      find('rebuild', undefined, R.during, 'commit→handler p99'),
-      find('rebuild', undefined, R.alone, 'commit→handler p99'),
-      ratio,
-    );
+    const three = (figure: string, unit: string) =>
+      `${n(f(R.alone, figure))}${unit} without a rebuild, ${n(f(R.duringSeparate, figure))}${unit} while version 2 rebuilt in a process of its own ` +
+      `and ${n(f(R.during, figure))}${unit} while it rebuilt in the serving process`;
+    const p99Ratios = (system: string) =>
+      (
+        pairwise(
+          find('rebuild', undefined, system, 'commit→handler p99'),
+          find('rebuild', undefined, R.alone, 'commit→handler p99'),
+          ratio,
+        ) ?? []
+      )
+        .map(x)
+        .join(', ');
+    const rebuilt = (system: string, where: string) =>
+      `${where} version 2 rebuilt ${n(f(system, 'events rebuilt'))} events at ${n(f(system, 'rebuild rate'))} events/s in ${n(f(system, 'rebuild took'))} s, ` +
+      `Node using ${n(f(system, 'Node CPU, dispatcher process'))} % of a core in the process that rebuilt it and PostgreSQL ${n(f(system, 'PostgreSQL CPU'))} % over the same window, ` +
+      `with ${n(f(system, 'WAL per rebuilt event'))} bytes of WAL per rebuilt event`;
     out.push(
       '### Rebuild',
       '',
-      `- The serving version's commit→handler p99 was ${both('commit→handler p99', ' ms')} (run by run ${(p99Ratios ?? []).map(x).join(', ')}); ` +
-        `p50 ${both('commit→handler p50', ' ms')}; the slowest event ${both('commit→handler max', ' ms')}.`,
-      `- The server: PostgreSQL used ${both('PostgreSQL CPU', ' % of a core')}, of the ${100 * availableParallelism()} % that ${availableParallelism()} cores offer ` +
-        `(shared with the dispatcher's process and the appender's). The appends' own transactions took append→commit p99 ${both('append→commit p99', ' ms')}: ` +
+      `- The serving version's commit→handler p99 was ${three('commit→handler p99', ' ms')} ` +
+        `(÷ without a rebuild, run by run: ${p99Ratios(R.duringSeparate)} in a process of its own; ${p99Ratios(R.during)} in the serving process); ` +
+        `p50 ${three('commit→handler p50', ' ms')}; the slowest event ${three('commit→handler max', ' ms')}.`,
+      `- The server: PostgreSQL used ${three('PostgreSQL CPU', ' % of a core')}, of the ${100 * availableParallelism()} % that ${availableParallelism()} cores offer ` +
+        `(shared with the dispatcher processes and the appender's). The appends' own transactions took append→commit p99 ${three('append→commit p99', ' ms')}: ` +
         "a server busy with the rebuild's writes makes every commit wait longer, the serving version's turns as well as the appends.",
-      `- The dispatcher's process: Node used ${both('Node CPU, dispatcher process', ' % of a core')}; GC paused it ${both('GC pause, dispatcher process', ' ms a second')}, ` +
-        `the longest pause ${both('longest GC pause, dispatcher process', ' ms')}. Both versions' turns share its event loop, its pool and its ${DEFAULTS.concurrency} turn slots: ` +
+      `- The serving process: Node used ${three('Node CPU, dispatcher process', ' % of a core')}; GC paused it ${three('GC pause, dispatcher process', ' ms a second')}, ` +
+        `the longest pause ${three('longest GC pause, dispatcher process', ' ms')}. In a process of its own, version 2's turns, pool and heap are that process's; ` +
+        `in the serving process both versions' turns share its event loop, its pool and its ${DEFAULTS.concurrency} turn slots: ` +
         "while a pause or a stretch of version 2's batch (its handler calls, the rows it parses) holds the event loop, version 1's wake-up and turn wait.",
-      `- Version 2 rebuilt ${n(f(R.rebuild, 'events rebuilt'))} events at ${n(f(R.rebuild, 'rebuild rate'))} events/s in ${n(f(R.rebuild, 'rebuild took'))} s, ` +
-        `with ${n(f(R.rebuild, 'WAL per rebuilt event'))} bytes of WAL per rebuilt event (everything the cluster wrote meanwhile, the appends and version 1's rows included).`,
+      `- ${rebuilt(R.rebuildSeparate, 'In a process of its own,')}; ${rebuilt(R.rebuild, 'in the serving process,')} ` +
+        "(the WAL: everything the cluster wrote over the window, the appends and version 1's rows included).",
       '',
     );
   }

@@ -375,43 +375,65 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
   );
   add('scale', 'peak RSS', '≤ 256 MiB', scaleFigure('peak RSS'), 'MiB', (m) => m <= 256);
 
-  // Rebuild (issue 30): the serving version's latency while a new version rebuilds beside it,
-  // against its own latency without a rebuild in the same run.
+  // Rebuild (issue 30): the serving version's latency while a new version rebuilds, in a process of
+  // its own (the deployment docs/operating.md recommends: the goal) and in the serving process
+  // (shown), against its own latency without a rebuild in the same run.
   const reb = (system: string, figure: string) => find('rebuild', undefined, system, figure);
-  const duringVsAlone = (figure: string) =>
-    pairwise(reb(REBUILD_SYSTEMS.during, figure), reb(REBUILD_SYSTEMS.alone, figure), ratio);
+  const vsAlone = (system: string, figure: string) =>
+    pairwise(reb(system, figure), reb(REBUILD_SYSTEMS.alone, figure), ratio);
   add(
     'rebuild',
-    'commit→handler p99 of the serving version (1) while version 2 rebuilds ÷ its p99 without a rebuild',
+    'commit→handler p99 of the serving version (1) while version 2 rebuilds in a process of its own (the documented deployment) ÷ its p99 without a rebuild',
     '≤ 2×',
-    duringVsAlone('commit→handler p99'),
+    vsAlone(REBUILD_SYSTEMS.duringSeparate, 'commit→handler p99'),
     '×',
     (m) => m <= 2,
   );
   add(
     'rebuild',
-    'commit→handler p50 of the serving version while version 2 rebuilds ÷ without a rebuild',
+    'commit→handler p50 of the serving version while version 2 rebuilds in a process of its own ÷ without a rebuild',
     '(shown)',
-    duringVsAlone('commit→handler p50'),
+    vsAlone(REBUILD_SYSTEMS.duringSeparate, 'commit→handler p50'),
     '×',
     undefined,
   );
   add(
     'rebuild',
-    "version 2's rebuild rate (one row per event through ctx.tx, beside the serving version)",
+    "commit→handler p99 of the serving version while version 2 rebuilds in the serving version's process ÷ without a rebuild",
     '(shown)',
-    reb(REBUILD_SYSTEMS.rebuild, 'rebuild rate'),
-    'events/s',
+    vsAlone(REBUILD_SYSTEMS.during, 'commit→handler p99'),
+    '×',
     undefined,
   );
   add(
     'rebuild',
-    "version 2's rebuild, from its registration to catching up with version 1",
+    "commit→handler p50 of the serving version while version 2 rebuilds in the serving version's process ÷ without a rebuild",
     '(shown)',
-    reb(REBUILD_SYSTEMS.rebuild, 'rebuild took'),
-    's',
+    vsAlone(REBUILD_SYSTEMS.during, 'commit→handler p50'),
+    '×',
     undefined,
   );
+  for (const [system, where] of [
+    [REBUILD_SYSTEMS.rebuildSeparate, 'in a process of its own'],
+    [REBUILD_SYSTEMS.rebuild, "in the serving version's process"],
+  ] as const) {
+    add(
+      'rebuild',
+      `version 2's rebuild rate ${where} (one row per event through ctx.tx)`,
+      '(shown)',
+      reb(system, 'rebuild rate'),
+      'events/s',
+      undefined,
+    );
+    add(
+      'rebuild',
+      `version 2's rebuild ${where}, from its registration to catching up with version 1`,
+      '(shown)',
+      reb(system, 'rebuild took'),
+      's',
+      undefined,
+    );
+  }
 
   // Integrity, per scenario.
   for (const result of results) {
