@@ -101,7 +101,8 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         `${n(f(one, C.sluiceLanes, 'Node CPU per event'))} µs of Node CPU against ${n(sl('Node CPU per event'))} µs; PostgreSQL was busy ${n(f(one, C.sluiceLanes, 'PostgreSQL CPU'))} % of a core ` +
         `(${n(sl('PostgreSQL CPU'))} % with one lane). Per 100 events the lanes sent ${n(f(one, C.sluiceLanes, 'statements sent per 100 events'))} statements and ran ` +
         `${n(f(one, C.sluiceLanes, 'write transactions per 100 events'))} write transactions (one lane: ${n(sl('statements sent per 100 events'))} and ${n(sl('write transactions per 100 events'))}). ` +
-        `Each lane reads the log above its own cursor and passes the other lanes' events (docs/design.md §11.2), so the server scans every row ${CATCH_UP_LANES} times; ` +
+        'The lanes share group reads (docs/design.md §11.2: one lane reads the events above its cursor, the others take what follows theirs from that batch), ' +
+        "but each lane's turn locks its own row, passes the other lanes' events and commits its own cursor; " +
         "the statement tables under the catch-up scenario show each one's statements, with their mean time and rows per call.",
       '',
     );
