@@ -28,6 +28,41 @@ export interface FetchedBatch {
 }
 
 /**
+ * The rows a turn's fetch reads, one set for fetchBatch and fetchFilteredBatch: up to `limit` events
+ * above the cursor (and at most `above`, a lane's cap), the re-fetched gap ranges, and a 'now'
+ * consumer's stragglers, read by a branch of their own (the common fetch keeps its plan and its
+ * prepared statement). An id may come twice (a range and the ids above the cursor).
+ */
+function candidateRows(
+  tx: TransactionSql | Sql,
+  t: Tables,
+  cursor: bigint,
+  ranges: { from: readonly bigint[]; to: readonly bigint[] },
+  limit: number,
+  start: StartStragglers | undefined,
+  above = tx``,
+) {
+  const stragglers = start
+    ? tx`
+       union all
+       (select id, stream_id, type, data, metadata, created_at from ${t.events}
+        where id > ${start.after.toString()}::bigint and id <= ${start.upto.toString()}::bigint
+          and tx >= pg_snapshot_xmin(${start.snapshot}::pg_snapshot)
+          and not pg_visible_in_snapshot(tx, ${start.snapshot}::pg_snapshot)
+        order by id limit ${limit})`
+    : tx``;
+  return tx`
+       (select id, stream_id, type, data, metadata, created_at from ${t.events}
+        where id > ${cursor.toString()}::bigint ${above} order by id limit ${limit})
+       union all
+       (select ev.* from unnest(${pgArray(ranges.from)}::int8[], ${pgArray(ranges.to)}::int8[]) as r(f, t)
+        cross join lateral (
+          select id, stream_id, type, data, metadata, created_at from ${t.events}
+          where id between r.f and r.t order by id limit ${limit}) ev)
+       ${stragglers}`;
+}
+
+/**
  * The turn's fetch (docs/design.md §4.3, §5.3): events above the cursor plus the visible ids inside the
  * re-fetched gap ranges, in id order, LIMIT `limit`, and the snapshot of this very statement.
  * One statement, one snapshot: the xmin that may justify a burn and the rows that prove a range
@@ -46,17 +81,6 @@ export async function fetchBatch(
   start?: StartStragglers,
   group?: LaneGroup,
 ): Promise<FetchedBatch & { lanes?: Int16Array }> {
-  // A 'now' consumer's stragglers are read by a statement of their own shape: the common fetch
-  // keeps its plan and its prepared statement.
-  const stragglers = start
-    ? tx`
-       union all
-       (select id, stream_id, type, data, metadata, created_at from ${t.events}
-        where id > ${start.after.toString()}::bigint and id <= ${start.upto.toString()}::bigint
-          and tx >= pg_snapshot_xmin(${start.snapshot}::pg_snapshot)
-          and not pg_visible_in_snapshot(tx, ${start.snapshot}::pg_snapshot)
-        order by id limit ${limit})`
-    : tx``;
   const rows = await tx<FetchRow[]>`
     (select pg_current_snapshot()::text as snapshot,
             (select coalesce(max(id), 0) from ${t.events})::text as head,
@@ -66,16 +90,7 @@ export async function fetchBatch(
     union all
     (select null, null, u.id::text, u.stream_id, u.type, u.data, u.metadata, u.created_at
             ${group ? tx`, abs(hashtextextended(${laneKeyOf(tx, group.key)}, 0) % ${group.count})::int2` : tx``}
-     from (
-       (select id, stream_id, type, data, metadata, created_at from ${t.events}
-        where id > ${cursor.toString()}::bigint order by id limit ${limit})
-       union all
-       (select ev.* from unnest(${pgArray(ranges.from)}::int8[], ${pgArray(ranges.to)}::int8[]) as r(f, t)
-        cross join lateral (
-          select id, stream_id, type, data, metadata, created_at from ${t.events}
-          where id between r.f and r.t order by id limit ${limit}) ev)
-       ${stragglers}
-     ) u
+     from (${candidateRows(tx, t, cursor, ranges, limit, start)}) u
      order by u.id limit ${limit})`;
   let header: FetchRow | undefined;
   const events: EventRecord[] = [];
@@ -186,15 +201,6 @@ export async function fetchFilteredBatch(
   start?: StartStragglers,
 ): Promise<FilteredBatch> {
   const above = filter.cap === null ? tx`` : tx`and id <= ${filter.cap.toString()}::bigint`;
-  const stragglers = start
-    ? tx`
-       union all
-       (select id, stream_id, type, data, metadata, created_at from ${t.events}
-        where id > ${start.after.toString()}::bigint and id <= ${start.upto.toString()}::bigint
-          and tx >= pg_snapshot_xmin(${start.snapshot}::pg_snapshot)
-          and not pg_visible_in_snapshot(tx, ${start.snapshot}::pg_snapshot)
-        order by id limit ${limit})`
-    : tx``;
   const types = filter.types === null ? null : pgArray(filter.types);
   const rows = await tx<FilteredRow[]>`
     with w as materialized (
@@ -207,16 +213,7 @@ export async function fetchFilteredBatch(
         select u.*, k.kept, k.key,
                count(*) filter (where k.kept) over (order by u.id rows unbounded preceding) as nth,
                count(*) filter (where k.kept) over () as kept_total
-        from (
-          (select id, stream_id, type, data, metadata, created_at from ${t.events}
-           where id > ${cursor.toString()}::bigint ${above} order by id limit ${limit})
-          union all
-          (select ev.* from unnest(${pgArray(ranges.from)}::int8[], ${pgArray(ranges.to)}::int8[]) as r(f, t)
-           cross join lateral (
-             select id, stream_id, type, data, metadata, created_at from ${t.events}
-             where id between r.f and r.t order by id limit ${limit}) ev)
-          ${stragglers}
-        ) u
+        from (${candidateRows(tx, t, cursor, ranges, limit, start, above)}) u
         cross join lateral (select ${laneKeyOf(tx, filter.key)} as key) k0
         cross join lateral (
           select k0.key,
