@@ -67,7 +67,13 @@ export type { StoredRange } from './queries/gaps.js';
 export type { OperatorTarget, RestartFacts } from './queries/operator.js';
 export type { CollectedInstance } from './queries/stale-instances.js';
 export type { LaneChangeRequest } from './queries/lanes.js';
-export type { RebuildProgress, VersionChange, VersionRow, VersionState } from './queries/versions.js';
+export type {
+  DroppedVersion,
+  RebuildProgress,
+  VersionChange,
+  VersionRow,
+  VersionState,
+} from './queries/versions.js';
 export type { Lane, LaneKey } from './lanes/lanes.js';
 export type { Tables } from './schema/tables.js';
 export type { WakeUpNotifier, WakeUpNotifierOptions } from './wake-up/wake-up-notifier.js';

@@ -8,6 +8,7 @@ import {
   rebuildProgress,
   selectVersions,
   sqlStateOf,
+  type DroppedVersion,
   type RebuildProgress,
   type VersionChange,
   type VersionRow,
@@ -142,12 +143,7 @@ export async function dropVersion(
   nameInput: string,
   versionInput: number,
   options: DropVersionOptions = {},
-): Promise<{
-  readonly consumer: string;
-  readonly version: number;
-  readonly rows: number;
-  readonly dropped: string | null;
-}> {
+): Promise<DroppedVersion> {
   const name = checkName(nameInput, 'name');
   const version = checkVersion(versionInput);
   if (version === undefined)

@@ -528,6 +528,11 @@ const quoteName = (name: string): string =>
     .map((part) => `"${part.replaceAll('"', '""')}"`)
     .join('.');
 
+/** Whether other views are built on the relation `c` (of pg_class) of the statement it is part of. */
+const viewsBuiltOnC = (tx: TransactionSql) => tx`
+  exists (select 1 from pg_depend d join pg_rewrite r on r.oid = d.objid
+          where d.classid = 'pg_rewrite'::regclass and d.refobjid = c.oid and r.ev_class <> c.oid)`;
+
 /** How long the view swap waits for readers of the view before it tries again on a later pass. */
 const VIEW_LOCK_TIMEOUT_MS = 1_000;
 const VIEW_PRIVILEGES = new Set([
@@ -559,9 +564,7 @@ async function liveViewProblem(tx: TransactionSql, v: VersionRow): Promise<strin
     select to_regclass(${v.viewSource}) is not null as source,
            c.relkind::text as kind,
            pg_has_role(c.relowner, 'MEMBER') as owned,
-           exists (select 1 from pg_depend d join pg_rewrite r on r.oid = d.objid
-                   where d.classid = 'pg_rewrite'::regclass and d.refobjid = c.oid
-                     and r.ev_class <> c.oid) as dependents
+           ${viewsBuiltOnC(tx)} as dependents
     from (select 1) one
     left join pg_class c on c.oid = to_regclass(${v.viewName})`;
   if (!row?.source) return `its liveView source ${v.viewSource} does not exist`;
@@ -733,6 +736,14 @@ export async function changeRebuild(
   });
 }
 
+/** What dropVersion removed: the rows of the version's consumer rows, and the relation dropped. */
+export interface DroppedVersion {
+  readonly consumer: string;
+  readonly version: number;
+  readonly rows: number;
+  readonly dropped: string | null;
+}
+
 /**
  * Drops a retired version's data (docs/design.md §12.4): its consumer rows (and what they own) and,
  * with `dropSource`, the relation it declared as its liveView source. The one way Sluice removes
@@ -749,12 +760,7 @@ export async function dropVersion(
     readonly lockTimeoutMs: number;
     readonly reason?: string;
   },
-): Promise<{
-  readonly consumer: string;
-  readonly version: number;
-  readonly rows: number;
-  readonly dropped: string | null;
-}> {
+): Promise<DroppedVersion> {
   return guardedBegin(sql, async (tx) => {
     await lockTimeout(tx, options.lockTimeoutMs);
     const { all, live } = await lockVersions(tx, t, name);
@@ -769,9 +775,7 @@ export async function dropVersion(
       const source = target.viewSource;
       const [rel] = await tx<{ kind: string; used: boolean }[]>`
         select c.relkind::text as kind,
-               exists (select 1 from pg_depend d join pg_rewrite r on r.oid = d.objid
-                       where d.classid = 'pg_rewrite'::regclass and d.refobjid = c.oid
-                         and r.ev_class <> c.oid) as used
+               ${viewsBuiltOnC(tx)} as used
         from pg_class c where c.oid = to_regclass(${source})`;
       if (rel?.used) {
         throw new RebuildStateError(
