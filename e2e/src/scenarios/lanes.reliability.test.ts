@@ -13,14 +13,21 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createAdmin } from '@sluice/admin';
-import { append, transaction, type EventRecord, type Sql, type TransactionSql } from '@sluice/core';
+import { append, type EventRecord, type Sql, type TransactionSql } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { freshSchema, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, beforeAll, test } from 'vitest';
-import { random } from '../rig/child.js';
 import type { LaneDelivery, LanesChildConfig } from './lanes-child.js';
-import { check, killChildren, quietDispatcher, ScenarioRecorder, startChild, type Child } from './support.js';
+import {
+  check,
+  killChildren,
+  quietDispatcher,
+  ScenarioRecorder,
+  startChild,
+  writers,
+  type Child,
+} from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-lanes');
@@ -60,40 +67,21 @@ async function deliveries(file: string): Promise<LaneDelivery[]> {
 }
 
 /**
- * Writers appending to streams of their own (stream `w<writer>-<n>`), `perTx` events a
- * transaction, a fifth of the transactions rolled back, until `stop()`; returns what committed.
+ * Writers appending to streams of their own (stream `w<writer>-<n>`, 25 a writer), each event
+ * numbered within its writer, a fifth of the transactions rolled back, until `stop()`.
  */
-function writers(sql: Sql, schema: string, count: number, seed: number) {
-  const rand = random(seed);
-  const state = { running: true, committed: 0, rolledBack: 0 };
-  const loops = Array.from({ length: count }, async (_, w) => {
-    let k = 0;
-    while (state.running) {
-      const rollback = rand() < 0.2;
-      const events = Array.from({ length: 1 + Math.floor(rand() * 3) }, () => ({
-        streamId: `w${w}-${Math.floor(rand() * 25)}`,
-        type: 'Keyed',
-        data: { k: k++ },
-      }));
-      try {
-        await transaction(sql, async (tx) => {
-          await append(tx, events, { schema });
-          if (rollback) throw new Error('rolled back on purpose');
-        });
-        state.committed += events.length;
-      } catch {
-        state.rolledBack += events.length;
-      }
-      await sleep(rand() * 4);
-    }
-  });
-  return {
-    state,
-    async stop() {
-      state.running = false;
-      await Promise.all(loops);
+function keyedWriters(sql: Sql, schema: string, count: number, seed: number) {
+  const next = new Array<number>(count).fill(0);
+  return writers(sql, schema, {
+    count,
+    seed,
+    pauseMs: 4,
+    event: (w, _i, rand) => {
+      const k = next[w] ?? 0;
+      next[w] = k + 1;
+      return { streamId: `w${w}-${Math.floor(rand() * 25)}`, type: 'Keyed', data: { k } };
     },
-  };
+  });
 }
 
 /** Committed ids with their stream, in id order. */
@@ -148,7 +136,7 @@ test('L1: 2 processes, 16 lanes, writers with rollbacks, kill -9: nothing lost, 
     const a = start({ ...base, file: files[0] as string, instanceId: 'l1-a', generation: 1 });
     const b = start({ ...base, file: files[1] as string, instanceId: 'l1-b', generation: 1 });
     await Promise.all([a.announced('LANES READY'), b.announced('LANES READY')]);
-    const load = writers(db.sql, schema, 4, 101);
+    const load = keyedWriters(db.sql, schema, 4, 101);
     await until(() => load.state.committed > 1_500, 60_000, 'the writers to commit 1,500 events');
     a.kill('SIGKILL');
     await a.exited;
@@ -195,7 +183,7 @@ test('L2: 4 → 16 → 2 lanes while writers append: nothing lost, order kept pe
     const b = start({ ...base, file: files[1] as string, instanceId: 'l2-b', generation: 1 });
     await Promise.all([a.announced('LANES READY'), b.announced('LANES READY')]);
     const admin = createAdmin({ sql: db.sql, schema, defaultActor: 'l2' });
-    const load = writers(db.sql, schema, 4, 202);
+    const load = keyedWriters(db.sql, schema, 4, 202);
     const changes: string[] = [];
     for (const [at, lanes] of [
       [800, 16],
@@ -265,7 +253,7 @@ test('L3: a parked key is replayed in order once its handler is fixed', async ()
     await one.start();
     await two.start();
     try {
-      const load = writers(db.sql, schema, 1, 303);
+      const load = keyedWriters(db.sql, schema, 1, 303);
       await until(() => load.state.committed > 400, 60_000, 'the writer to commit 400 events');
       await load.stop();
       const admin = createAdmin({ sql: db.sql, schema, defaultActor: 'l3' });

@@ -5,14 +5,12 @@
 //       takes over, and its rows are exactly the committed log: nothing lost, nothing doubled
 //       (a row per event, written in the turn's transaction).
 import { setTimeout as sleep } from 'node:timers/promises';
-import { append, transaction, type Sql } from '@sluice/core';
 import { beginTakeover, rebuildProgress, selectVersions, tables } from '@sluice/core/internal';
 import { appendEvents, freshSchema, holdGap, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { afterAll, test } from 'vitest';
-import { random } from '../rig/child.js';
 import type { RebuildChildConfig } from './rebuild-child.js';
-import { check, killChildren, ScenarioRecorder, startChild, type Child } from './support.js';
+import { check, killChildren, ScenarioRecorder, startChild, writers, type Child } from './support.js';
 
 const db = await useTestDatabase();
 const recorder = new ScenarioRecorder('scenarios-rebuild');
@@ -34,39 +32,6 @@ async function stopCleanly(child: Child): Promise<void> {
     exit?.code === 0,
     `a dispatcher did not stop cleanly: ${JSON.stringify(exit)}\n${child.output().slice(-1500)}`,
   );
-}
-
-/** Writers appending until stop(), a fifth of their transactions rolled back. */
-function writers(sql: Sql, schema: string, count: number, seed: number) {
-  const rand = random(seed);
-  const state = { running: true, committed: 0, rolledBack: 0 };
-  const loops = Array.from({ length: count }, async (_, w) => {
-    while (state.running) {
-      const rollback = rand() < 0.2;
-      const events = Array.from({ length: 1 + Math.floor(rand() * 3) }, (_e, i) => ({
-        streamId: `w${w}-${i}`,
-        type: 'Counted',
-        data: {},
-      }));
-      try {
-        await transaction(sql, async (tx) => {
-          await append(tx, events, { schema });
-          if (rollback) throw new Error('rolled back on purpose');
-        });
-        state.committed += events.length;
-      } catch {
-        state.rolledBack += events.length;
-      }
-      await sleep(rand() * 5);
-    }
-  });
-  return {
-    state,
-    async stop() {
-      state.running = false;
-      await Promise.all(loops);
-    },
-  };
 }
 
 const ids = async (schema: string, relation: string): Promise<bigint[]> =>
@@ -91,7 +56,12 @@ test('V1: a rebuild under writers with rollbacks and a held gap, its process kil
     const base = { schema, batchSize: 25, rebuildHandlerMs: 1 };
     const a = start({ ...base, instanceId: 'v1-a' });
     await a.announced('REBUILD READY');
-    const load = writers(db.sql, schema, 3, 303);
+    const load = writers(db.sql, schema, {
+      count: 3,
+      seed: 303,
+      pauseMs: 5,
+      event: (w, i) => ({ streamId: `w${w}-${i}`, type: 'Counted', data: {} }),
+    });
     const held = await holdGap(db.sql, { streamId: 'held', type: 'Counted', data: {} }, { schema });
 
     // Killed mid-rebuild, with version 2's turns in flight.

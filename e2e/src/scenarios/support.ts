@@ -4,17 +4,21 @@
 import type { ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
+  append,
   createDispatcher,
   silentLogger,
+  transaction,
   type Consumer,
   type Dispatcher,
   type DispatcherOptions,
+  type NewEvent,
   type Sql,
 } from '@sluice/core';
 import { tables } from '@sluice/core/internal';
 import { profile, recordSuiteResult, type ScenarioResult } from '../report/results.js';
-import { spawnScript } from '../rig/child.js';
+import { random, spawnScript } from '../rig/child.js';
 
 export type Figures = Record<string, number | string>;
 
@@ -281,4 +285,46 @@ export async function killChildren(): Promise<void> {
       }),
   );
   await Promise.all(waiting);
+}
+
+/**
+ * Writers appending until stop(), each transaction 1–3 events made by `event` (writer, index in the
+ * transaction, the writers' seeded random), a fifth of the transactions rolled back, a pause of up
+ * to `pauseMs` between them; `state` counts what committed and what rolled back.
+ */
+export function writers(
+  sql: Sql,
+  schema: string,
+  options: {
+    readonly count: number;
+    readonly seed: number;
+    readonly pauseMs: number;
+    readonly event: (writer: number, index: number, rand: () => number) => NewEvent;
+  },
+) {
+  const rand = random(options.seed);
+  const state = { running: true, committed: 0, rolledBack: 0 };
+  const loops = Array.from({ length: options.count }, async (_, w) => {
+    while (state.running) {
+      const rollback = rand() < 0.2;
+      const events = Array.from({ length: 1 + Math.floor(rand() * 3) }, (_e, i) => options.event(w, i, rand));
+      try {
+        await transaction(sql, async (tx) => {
+          await append(tx, events, { schema });
+          if (rollback) throw new Error('rolled back on purpose');
+        });
+        state.committed += events.length;
+      } catch {
+        state.rolledBack += events.length;
+      }
+      await sleep(rand() * options.pauseMs);
+    }
+  });
+  return {
+    state,
+    async stop() {
+      state.running = false;
+      await Promise.all(loops);
+    },
+  };
 }
