@@ -83,8 +83,8 @@ test('a failed event is retried after a delay that doubles with each attempt, fo
     },
   });
   const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
-    retryDelayMs: 300,
-    retryMaxDelayMs: 600,
+    retryDelayMs: 1_000,
+    retryMaxDelayMs: 2_000,
   });
   await appendEvents(db.sql, 1, undefined, schema);
   await dispatcher.runOnce();
@@ -93,14 +93,15 @@ test('a failed event is retried after a delay that doubles with each attempt, fo
   expect((await dispatcher.runOnce()).byConsumer['patient']?.skipped).toBe('retry-later');
   expect(calls).toBe(1);
   // Another instance honours the same wait: it is counted from last_error_at in the database.
-  const other = testDispatcher(db.sql, schema, [c.consumer], { retryDelayMs: 300, retryMaxDelayMs: 600 });
+  const other = testDispatcher(db.sql, schema, [c.consumer], { retryDelayMs: 1_000, retryMaxDelayMs: 2_000 });
   await other.ensureRegistered();
   expect((await other.runOnce()).byConsumer['patient']?.skipped).toBe('retry-later');
-  await new Promise((resolve) => setTimeout(resolve, 350));
+  await new Promise((resolve) => setTimeout(resolve, 1_050));
   await dispatcher.runOnce();
   expect(calls).toBe(2);
   expect((await consumerRow(db.sql, schema, 'patient')).attempts).toBe(2);
-  // The second wait is twice as long (600 ms, the cap).
-  await new Promise((resolve) => setTimeout(resolve, 350));
+  // The second wait is twice as long (2 s, the cap): 1 s on it still waits. (Seconds, not
+  // hundreds of ms: a pass on a loaded CI machine took longer than the 250 ms those left.)
+  await new Promise((resolve) => setTimeout(resolve, 1_050));
   expect((await dispatcher.runOnce()).byConsumer['patient']?.skipped).toBe('retry-later');
 });
