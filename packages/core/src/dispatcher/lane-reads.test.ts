@@ -158,3 +158,15 @@ test("a lane's batch keeps only its types and spans the segments, the oldest xmi
   expect(batch.xmin).toBe(5n);
   expect(batch.head).toBe(113n);
 });
+
+test("lanes passing the same event of a batch share its stub, which carries only the event's id", () => {
+  const segments = [{ batch: groupOf(1, 12), start: 0, full: false }];
+  const first = laneBatchOf(segments, lane(0, 100, ['A']), false).events;
+  const second = laneBatchOf(segments, lane(0, 100, ['B']), false).events;
+  // Event 1 is lane 1's: both of lane 0's batches pass it, through the same stub.
+  const stub = first.find((e) => e.id === 1n);
+  expect(stub).toMatchObject({ type: PASSED_TYPE, streamId: '', data: {} });
+  expect(second.find((e) => e.id === 1n)).toBe(stub);
+  // Lane 1 keeps it whole all the same.
+  expect(laneBatchOf(segments, lane(1, 100), false).events.find((e) => e.id === 1n)?.streamId).toBe('s-1');
+});

@@ -171,6 +171,26 @@ function isWhole(cursor: bigint, events: readonly EventRecord[]): boolean {
   return last !== undefined && last.id - cursor === BigInt(events.length);
 }
 
+/**
+ * The passed stub of a group batch's i-th event, made once for every lane that passes it: each of
+ * the N lanes taking from a batch passes about N − 1 events for every one it keeps.
+ */
+function stubOf(batch: GroupBatch, i: number): EventRecord {
+  let stubs = STUBS.get(batch);
+  if (!stubs) {
+    stubs = new Array<EventRecord | undefined>(batch.events.length);
+    STUBS.set(batch, stubs);
+  }
+  let stub = stubs[i];
+  if (!stub) {
+    stub = passedStub((batch.events[i] as EventRecord).id);
+    stubs[i] = stub;
+  }
+  return stub;
+}
+
+const STUBS = new WeakMap<GroupBatch, (EventRecord | undefined)[]>();
+
 /** The events of a group batch from `start` on. */
 export interface Segment {
   readonly batch: GroupBatch;
@@ -211,7 +231,7 @@ export function laneBatchOf(
         kept += 1;
         events.push(event);
       } else {
-        events.push(passedStub(event.id));
+        events.push(stubOf(batch, i));
       }
     }
   }

@@ -757,8 +757,11 @@ function isPlainSkip(skipped: SkipReason | undefined): boolean {
 const SHARED_READS = 4;
 const SHARED_READ_MAX_AGE_MS = 2_000;
 
-/** Group reads kept per laned consumer: its lanes spread over a few batches while catching up. */
-const LANE_READS = 8;
+/**
+ * Group reads kept per laned consumer: its lanes spread over a few batches while catching up (four
+ * of at most 16,384 events: docs/design.md §11.2).
+ */
+const LANE_READS = 4;
 
 /** A lane whose row was written this recently is being served (by this or another instance). */
 const LANE_SERVED_MS = 1_000;

@@ -268,9 +268,11 @@ async function groupBatchOf(
 /**
  * Most events one group read holds: a lane whose turn reaches its end goes on from the next one
  * (read once for the lanes again), so a read is never much larger than what the lanes of one
- * process take from it before it is let go.
+ * process take from it before it is let go. With N lanes a lane finds about this ÷ N of its own
+ * events in one read, so the size also bounds how much a lane's turn (its lock, row update and
+ * commit) delivers while catching up (docs/design.md §11.2).
  */
-const GROUP_READ_MAX = 8_192;
+const GROUP_READ_MAX = 16_384;
 
 /**
  * A parking consumer's parked keys for the delivery (docs/design.md §11.4): the keys its fetch
@@ -376,13 +378,13 @@ export function turnInputOf(
 // ---- the delivery -------------------------------------------------------------------------------
 
 /** What the state machine needs to know of a delivery. */
-export function deliveredOf(result: DeliveryResult): Delivered {
+export function deliveredOf(result: DeliveryResult, resolvedIds: readonly bigint[]): Delivered {
   const failure = result.failure && {
     eventId: result.failure.event.id,
     attempts: result.failure.attempts,
     message: messageOf(result.failure.error),
   };
-  return { resolvedIds: result.resolved.map((e) => e.id), failure, dead: result.dead };
+  return { resolvedIds, failure, dead: result.dead };
 }
 
 /**

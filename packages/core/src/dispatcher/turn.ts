@@ -282,10 +282,8 @@ async function turnInTransaction(
         ...(parking ? { parking } : {}),
       });
 
-  let settlement = settleTurn(
-    input,
-    result.resolved.map((e) => e.id),
-  );
+  const resolvedIds = result.resolved.map((e) => e.id);
+  let settlement = settleTurn(input, resolvedIds);
   if (opening.clusterChanged) settlement = await clusterChanged(env, consumer, tx, state, settlement);
   const gapDelta = await persistRanges(tx, env.tables, consumer, stored, settlement.ranges, held.now);
   const pendingGaps = state.gapCount + gapDelta;
@@ -294,7 +292,7 @@ async function turnInTransaction(
     deliverable,
     plan,
     settlement,
-    delivered: deliveredOf(result),
+    delivered: deliveredOf(result, resolvedIds),
     head: batch.head,
     pendingRanges: pendingGaps,
   });

@@ -83,7 +83,7 @@ export function settleTurn(input: TurnInput, delivered: readonly bigint[]): Sett
 
 function settleFast(input: TurnInput, delivered: readonly bigint[]): Settlement {
   const { cursor, rechecked, fetch } = input;
-  const deliveredSorted = [...delivered].sort(compare);
+  const deliveredSorted = sortedForCarving(rechecked, delivered);
   const horizon = examinedHorizon(fetch);
   const kept: GapRange[] = [];
   const burnt: GapRange[] = [];
@@ -135,7 +135,7 @@ function settleFast(input: TurnInput, delivered: readonly bigint[]): Settlement 
 function settleStrict(input: TurnInput, delivered: readonly bigint[]): Settlement {
   const { cursor, rechecked, fetch } = input;
   const newCursor = delivered.length > 0 ? max(cursor, delivered[delivered.length - 1] ?? cursor) : cursor;
-  const deliveredSorted = [...delivered].sort(compare);
+  const deliveredSorted = sortedForCarving(rechecked, delivered);
   const kept: GapRange[] = [];
   const burnt: GapRange[] = [];
   for (const range of rechecked) {
@@ -247,6 +247,19 @@ function holesBetween(start: bigint, ids: readonly bigint[], ranges: readonly Ga
     previous = id;
   }
   return holes;
+}
+
+/**
+ * The delivered ids in ascending order, for carving them out of the rechecked ranges: none needed
+ * when there is no range (a turn that read only above its cursor, as most do), and no copy when
+ * they already ascend (they do unless late gap ids came first).
+ */
+function sortedForCarving(rechecked: readonly GapRange[], delivered: readonly bigint[]): readonly bigint[] {
+  if (rechecked.length === 0) return [];
+  for (let i = 1; i < delivered.length; i++) {
+    if ((delivered[i] as bigint) < (delivered[i - 1] as bigint)) return [...delivered].sort(compare);
+  }
+  return delivered;
 }
 
 function examinedHorizon(fetch: FetchResult): bigint {
