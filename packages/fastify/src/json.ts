@@ -41,3 +41,88 @@ export function findBodyProblem(body: unknown): string | undefined {
   }
   return undefined;
 }
+
+/** The part of a JSON schema the strict check reads (the ops routes' schemas, schemas.ts). */
+interface SchemaShape {
+  readonly type?: string;
+  readonly anyOf?: readonly SchemaShape[];
+  readonly items?: SchemaShape;
+  readonly properties?: Readonly<Record<string, SchemaShape>>;
+  readonly additionalProperties?: boolean;
+}
+
+/**
+ * Finds, as a message for a 400, what the host's Ajv would quietly mend in an ops body: a field
+ * the route does not know (Fastify's default Ajv removes it, so a misspelt `forMs` would disable a
+ * consumer with no end), or a value of another JSON type than the field's (its default Ajv coerces
+ * `"true"` to true and `"5"` to 5). The ops routes take their input exactly as their schemas say,
+ * whatever Ajv options the host app has; Ajv then checks the rest (patterns, ranges, required).
+ * In a query string, where every value is text, only unknown parameters are refused.
+ */
+export function findStrictProblem(
+  input: unknown,
+  schema: unknown,
+  part: 'body' | 'query',
+): string | undefined {
+  const shape = schema as SchemaShape | undefined;
+  if (!shape?.properties || !isPlainObject(input)) return undefined;
+  for (const [key, value] of Object.entries(input)) {
+    const field = shape.properties[key];
+    if (field === undefined) {
+      if (shape.additionalProperties !== false) continue;
+      const known = Object.keys(shape.properties);
+      return `${part}.${key} is not a field of this request${known.length > 0 ? ` (its fields: ${known.join(', ')})` : ''}`;
+    }
+    if (part === 'query') continue;
+    const expected = typesOf(field);
+    if (expected.length > 0 && !expected.some((type) => hasJsonType(value, type, field))) {
+      return `${part}.${key} must be ${expected.map(article).join(' or ')}, not ${article(jsonTypeOf(value))}`;
+    }
+  }
+  return undefined;
+}
+
+function typesOf(field: SchemaShape): string[] {
+  if (field.type !== undefined) return [field.type];
+  return (field.anyOf ?? []).flatMap((option) => (option.type === undefined ? [] : [option.type]));
+}
+
+function hasJsonType(value: unknown, type: string, field: SchemaShape): boolean {
+  switch (type) {
+    case 'null':
+      return value === null;
+    case 'boolean':
+      return typeof value === 'boolean';
+    case 'string':
+      return typeof value === 'string';
+    case 'integer':
+      return typeof value === 'number' && Number.isInteger(value);
+    case 'number':
+      return typeof value === 'number';
+    case 'object':
+      return isPlainObject(value);
+    case 'array': {
+      if (!Array.isArray(value)) return false;
+      const items = field.items ?? (field.anyOf ?? []).find((option) => option.type === 'array')?.items;
+      const itemType = items?.type;
+      return itemType === undefined || value.every((item) => hasJsonType(item, itemType, items ?? {}));
+    }
+    default:
+      return true;
+  }
+}
+
+function jsonTypeOf(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'array';
+  if (typeof value === 'number') return Number.isInteger(value) ? 'integer' : 'number';
+  return typeof value;
+}
+
+function article(type: string): string {
+  return type === 'null' ? 'null' : `${/^[aeiou]/.test(type) ? 'an' : 'a'} ${type}`;
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { dashboardRoutes, shellIsPublic } from './dashboard/dashboard.js';
 import { sendOpsCode, sendOpsError } from './http-errors.js';
-import { findBodyProblem } from './json.js';
+import { findBodyProblem, findStrictProblem } from './json.js';
 import { auditRoutes } from './routes/audit.js';
 import { consumerRoutes } from './routes/consumers.js';
 import type { OpsContext } from './routes/context.js';
@@ -15,7 +15,8 @@ import { crossSiteProblem, unsupportedBodyType, WRITE_METHODS } from './write-gu
  * The ops routes, in an encapsulated context. Order of checks, before any SQL: authentication
  * (onRequest, so an unauthenticated body is never even parsed) → for writes, the request's origin
  * (403) and its Content-Type (415), still before the body is read → read-only (405 for write
- * routes) → schema validation (400) → unsafe JSON numbers (400) → the admin action.
+ * routes) → unsafe JSON numbers, unknown fields and values of another JSON type than the schema's,
+ * which the host's Ajv might drop or coerce (400) → schema validation (400) → the admin action.
  * Every response, whatever its status, is marked `Cache-Control: no-store`.
  */
 export async function opsRoutes(app: FastifyInstance, context: OpsContext): Promise<void> {
@@ -85,7 +86,11 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
       void reply.header('allow', 'GET, HEAD');
       return sendOpsCode(reply, 'SLUICE_READ_ONLY', 'The Sluice ops routes are read-only here');
     }
-    const problem = findBodyProblem(request.body);
+    const schema = request.routeOptions.schema;
+    const problem =
+      findBodyProblem(request.body) ??
+      findStrictProblem(request.query, schema?.querystring, 'query') ??
+      findStrictProblem(request.body, schema?.body, 'body');
     if (problem !== undefined) {
       return sendOpsCode(reply, 'SLUICE_INVALID_REQUEST', problem);
     }

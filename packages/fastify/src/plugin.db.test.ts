@@ -596,6 +596,52 @@ describe('ops routes', () => {
     expect(actions.map((a) => a.action)).toEqual(['restart', 'enable', 'disable']);
   });
 
+  test("unknown fields and values of another JSON type are 400 whatever the host's Ajv would mend; nothing changes", async () => {
+    // Fastify's default Ajv removes unknown fields and coerces types: a misspelt forMs would have
+    // disabled the consumer with no end, "true" would have been a dry run's true.
+    const { app, schema } = await build([failingOn('mailer', () => false).consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    await drainUntilIdle(app.sluice.dispatcher);
+    const before = await stateOf(schema);
+    const audits = await auditCount(schema);
+    const cases: [url: string, payload: object, message: RegExp][] = [
+      [
+        'disable',
+        { forMS: 5_000 },
+        /body\.forMS is not a field of this request \(its fields: until, forMs, instanceId, reason\)/,
+      ],
+      ['disable', { forMs: '5000' }, /body\.forMs must be an integer, not a string/],
+      ['disable', { forMs: 5_000.5 }, /body\.forMs must be an integer, not a number/],
+      ['restart', { from: 3 }, /body\.from must be a string, not an integer/],
+      ['restart', { from: 'now', reason: null }, /body\.reason must be a string, not null/],
+      ['dead-letters/replay', { dryRun: 'true' }, /body\.dryRun must be a boolean, not a string/],
+      ['dead-letters/replay', { ids: '5' }, /body\.ids must be an array, not a string/],
+      ['dead-letters/replay', { ids: [5] }, /body\.ids must be an array, not an array/],
+      ['skip', { eventId: 2 }, /body\.eventId must be a string, not an integer/],
+      ['enable', { instance: 'a' }, /body\.instance is not a field/],
+    ];
+    for (const [url, payload, message] of cases) {
+      const response = await authed(app, 'POST', `/sluice/consumers/mailer/${url}`, payload);
+      expect(response.statusCode, `${url} ${JSON.stringify(payload)}: ${response.body}`).toBe(400);
+      const answer = response.json<{ code: string; message: string }>();
+      expect(answer.code).toBe('SLUICE_INVALID_REQUEST');
+      expect(answer.message).toMatch(message);
+    }
+    const query = await authed(app, 'GET', '/sluice/consumers/mailer?instanceId=x');
+    expect(query.statusCode, query.body).toBe(400);
+    expect(query.json<{ message: string }>().message).toMatch(
+      /query\.instanceId is not a field of this request \(its fields: instance\)/,
+    );
+    expect(await stateOf(schema)).toEqual(before);
+    expect(await auditCount(schema)).toBe(audits);
+    // The same requests spelt right still go through.
+    expect((await authed(app, 'GET', '/sluice/consumers/mailer?instance=*')).statusCode).toBe(200);
+    expect(
+      (await authed(app, 'POST', '/sluice/consumers/mailer/dead-letters/replay', { dryRun: true }))
+        .statusCode,
+    ).toBe(200);
+  });
+
   test('health is a readiness probe: ok while running, degraded with a dead consumer', async () => {
     const { app, schema } = await build([
       failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } }).consumer,
@@ -1199,8 +1245,7 @@ describe('versions and rebuilds', () => {
     // The plugin's dispatcher delivers them meanwhile: the state compared is the one after that.
     await drainUntilIdle(app.sluice.dispatcher);
     const before = await versionState(schema);
-    // (Like every ops route's, these bodies go through the host's Ajv: with Fastify's defaults an
-    // unknown field is dropped and "2" or "true" are coerced, so those are not refused here.)
+    // (Unknown fields and coercible types are refused before the host's Ajv: see the test on them.)
     const cases: [label: string, url: string, payload: object | string][] = [
       ['version 0', 'stats/rebuild/approve', { version: 0 }],
       ['a negative version', 'stats/rebuild/pause', { version: -2 }],
@@ -1209,6 +1254,9 @@ describe('versions and rebuilds', () => {
       ['a version beyond int4', 'stats/rebuild/resume', { version: 2_147_483_648 }],
       ['a version beyond 2^53', 'stats/rebuild/abandon', '{"version": 9007199254740993}'],
       ['force that is not a boolean', 'stats/rebuild/approve', { force: 'yes' }],
+      ['force as text', 'stats/rebuild/approve', { force: 'true' }],
+      ['a version as text', 'stats/rebuild/pause', { version: '2' }],
+      ['an unknown field', 'stats/rebuild/approve', { versoin: 2 }],
       ['a reason that is not text', 'stats/rebuild/abandon', { reason: {} }],
       ['a reason over 1000 characters', 'stats/rebuild/pause', { reason: 'r'.repeat(1001) }],
       ['a body that is an array', 'stats/rebuild/approve', '[2]'],
