@@ -399,6 +399,20 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
       const q = encodeComponent;
       const numeric = (p: string, min: number, max: number) =>
         p.trim() !== '' && Number.isSafeInteger(Number(p)) && Number(p) >= min && Number(p) <= max;
+      // Typed fields take the payload as the JSON literal it spells, when it spells a number or a
+      // boolean (the ops routes refuse a string there before any SQL: the handler is not reached).
+      const literal = (p: string): unknown => {
+        try {
+          const value: unknown = JSON.parse(p);
+          return typeof value === 'number' || typeof value === 'boolean' ? value : p;
+        } catch {
+          return p;
+        }
+      };
+      const integer = (p: string, min: number, max: number) => {
+        const value = literal(p);
+        return typeof value === 'number' && Number.isSafeInteger(value) && value >= min && value <= max;
+      };
       const storable = (p: string) => Buffer.byteLength(p) <= 1000 && !p.includes('\u0000') && wellFormed(p);
 
       const untilBaseline = new Date(Date.now() + 86_400_000).toISOString();
@@ -498,21 +512,21 @@ describe.each(HOSTS)('security, $host host app', ({ host, suite }) => {
         {
           id: 'body forMs (disable)',
           baseline: ['60000'],
-          build: (p) => post('/consumers/scribe/disable', { forMs: p }),
-          accepts: (p) => numeric(p, 1000, 31_536_000_000),
+          build: (p) => post('/consumers/scribe/disable', { forMs: literal(p) }),
+          accepts: (p) => integer(p, 1000, 31_536_000_000),
           mayChange: 'scribe',
         },
         {
           id: 'body dryRun (replay)',
           baseline: ['true'],
-          build: (p) => post('/consumers/mailer/dead-letters/replay', { dryRun: p }),
-          accepts: (p) => p === 'true' || p === 'false',
+          build: (p) => post('/consumers/mailer/dead-letters/replay', { dryRun: literal(p) }),
+          accepts: (p) => typeof literal(p) === 'boolean',
         },
         {
           id: 'body limit (replay)',
           baseline: ['5'],
-          build: (p) => post('/consumers/mailer/dead-letters/replay', { limit: p, dryRun: true }),
-          accepts: (p) => numeric(p, 1, 1000),
+          build: (p) => post('/consumers/mailer/dead-letters/replay', { limit: literal(p), dryRun: true }),
+          accepts: (p) => integer(p, 1, 1000),
         },
       ];
 

@@ -57,7 +57,8 @@ interface SchemaShape {
  * consumer with no end), or a value of another JSON type than the field's (its default Ajv coerces
  * `"true"` to true and `"5"` to 5). The ops routes take their input exactly as their schemas say,
  * whatever Ajv options the host app has; Ajv then checks the rest (patterns, ranges, required).
- * In a query string, where every value is text, only unknown parameters are refused.
+ * In a query string, where every value is text, only unknown parameters are refused; a write route
+ * without a query schema takes none (NO_PARAMETERS).
  */
 export function findStrictProblem(
   input: unknown,
@@ -71,23 +72,39 @@ export function findStrictProblem(
     if (field === undefined) {
       if (shape.additionalProperties !== false) continue;
       const known = Object.keys(shape.properties);
-      return `${part}.${key} is not a field of this request${known.length > 0 ? ` (its fields: ${known.join(', ')})` : ''}`;
+      const what = part === 'query' ? 'query parameter' : 'field';
+      return `${part}.${key} is not a ${what} of this request (${known.length > 0 ? `its ${what}s: ${known.join(', ')}` : `it takes no ${what}`})`;
     }
-    if (part === 'query') continue;
-    const expected = typesOf(field);
-    if (expected.length > 0 && !expected.some((type) => hasJsonType(value, type, field))) {
-      return `${part}.${key} must be ${expected.map(article).join(' or ')}, not ${article(jsonTypeOf(value))}`;
+    if (part === 'body') {
+      const problem = typeProblem(value, field, `${part}.${key}`);
+      if (problem !== undefined) return problem;
     }
   }
   return undefined;
 }
 
-function typesOf(field: SchemaShape): string[] {
-  if (field.type !== undefined) return [field.type];
-  return (field.anyOf ?? []).flatMap((option) => (option.type === undefined ? [] : [option.type]));
+/** A query string for a route that takes no parameters. */
+export const NO_PARAMETERS = { type: 'object', properties: {}, additionalProperties: false } as const;
+
+/** Why `value` is not of the JSON type `field` declares (each item of an array too), if it is not. */
+function typeProblem(value: unknown, field: SchemaShape, path: string): string | undefined {
+  const options =
+    field.type !== undefined ? [field] : (field.anyOf ?? []).filter((o) => o.type !== undefined);
+  if (options.length === 0) return undefined;
+  const matching = options.find((option) => hasJsonType(value, option.type as string));
+  if (!matching) {
+    return `${path} must be ${options.map((o) => article(o.type as string)).join(' or ')}, not ${article(jsonTypeOf(value))}`;
+  }
+  if (Array.isArray(value) && matching.items) {
+    for (const [i, item] of value.entries()) {
+      const problem = typeProblem(item, matching.items, `${path}[${i}]`);
+      if (problem !== undefined) return problem;
+    }
+  }
+  return undefined;
 }
 
-function hasJsonType(value: unknown, type: string, field: SchemaShape): boolean {
+function hasJsonType(value: unknown, type: string): boolean {
   switch (type) {
     case 'null':
       return value === null;
@@ -101,12 +118,8 @@ function hasJsonType(value: unknown, type: string, field: SchemaShape): boolean 
       return typeof value === 'number';
     case 'object':
       return isPlainObject(value);
-    case 'array': {
-      if (!Array.isArray(value)) return false;
-      const items = field.items ?? (field.anyOf ?? []).find((option) => option.type === 'array')?.items;
-      const itemType = items?.type;
-      return itemType === undefined || value.every((item) => hasJsonType(item, itemType, items ?? {}));
-    }
+    case 'array':
+      return Array.isArray(value);
     default:
       return true;
   }

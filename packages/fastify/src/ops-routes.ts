@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { dashboardRoutes, shellIsPublic } from './dashboard/dashboard.js';
 import { sendOpsCode, sendOpsError } from './http-errors.js';
-import { findBodyProblem, findStrictProblem } from './json.js';
+import { findBodyProblem, findStrictProblem, NO_PARAMETERS } from './json.js';
 import { auditRoutes } from './routes/audit.js';
 import { consumerRoutes } from './routes/consumers.js';
 import type { OpsContext } from './routes/context.js';
@@ -89,7 +89,14 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
     const schema = request.routeOptions.schema;
     const problem =
       findBodyProblem(request.body) ??
-      findStrictProblem(request.query, schema?.querystring, 'query') ??
+      findStrictProblem(
+        request.query,
+        schema?.querystring ??
+          (request.routeOptions.config.write === true || request.method === 'POST'
+            ? NO_PARAMETERS
+            : undefined),
+        'query',
+      ) ??
       findStrictProblem(request.body, schema?.body, 'body');
     if (problem !== undefined) {
       return sendOpsCode(reply, 'SLUICE_INVALID_REQUEST', problem);

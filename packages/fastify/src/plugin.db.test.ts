@@ -616,7 +616,7 @@ describe('ops routes', () => {
       ['restart', { from: 'now', reason: null }, /body\.reason must be a string, not null/],
       ['dead-letters/replay', { dryRun: 'true' }, /body\.dryRun must be a boolean, not a string/],
       ['dead-letters/replay', { ids: '5' }, /body\.ids must be an array, not a string/],
-      ['dead-letters/replay', { ids: [5] }, /body\.ids must be an array, not an array/],
+      ['dead-letters/replay', { ids: ['4', 5] }, /body\.ids\[1\] must be a string, not an integer/],
       ['skip', { eventId: 2 }, /body\.eventId must be a string, not an integer/],
       ['enable', { instance: 'a' }, /body\.instance is not a field/],
     ];
@@ -630,7 +630,13 @@ describe('ops routes', () => {
     const query = await authed(app, 'GET', '/sluice/consumers/mailer?instanceId=x');
     expect(query.statusCode, query.body).toBe(400);
     expect(query.json<{ message: string }>().message).toMatch(
-      /query\.instanceId is not a field of this request \(its fields: instance\)/,
+      /query\.instanceId is not a query parameter of this request \(its query parameters: instance\)/,
+    );
+    // A write route without query parameters takes none (dropSource belongs in the body).
+    const inQuery = await authed(app, 'POST', '/sluice/consumers/mailer/versions/1/drop?dropSource=true', {});
+    expect(inQuery.statusCode, inQuery.body).toBe(400);
+    expect(inQuery.json<{ message: string }>().message).toMatch(
+      /query\.dropSource is not a query parameter of this request \(it takes no query parameter\)/,
     );
     expect(await stateOf(schema)).toEqual(before);
     expect(await auditCount(schema)).toBe(audits);

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { toJson } from '../json.js';
+import { NO_PARAMETERS, toJson } from '../json.js';
 import {
   actionResult,
   consumerDetail,
@@ -38,7 +38,10 @@ const reasonOf = (body?: ActionBody) => (body?.reason === undefined ? {} : { rea
 /** Consumers: list, show, diagnose, one event's payload, and the write actions (docs/operating.md). */
 export function consumerRoutes(app: FastifyInstance, { admin, ops }: OpsContext): void {
   app.get('/consumers', {
-    schema: { response: { 200: { type: 'array', items: consumerSummary }, ...errorResponses } },
+    schema: {
+      querystring: NO_PARAMETERS,
+      response: { 200: { type: 'array', items: consumerSummary }, ...errorResponses },
+    },
     handler: async () => toJson(await admin.listConsumers()),
   });
 

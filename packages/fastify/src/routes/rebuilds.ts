@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { toJson } from '../json.js';
+import { NO_PARAMETERS, toJson } from '../json.js';
 import {
   approveBody,
   droppedVersion,
@@ -33,13 +33,17 @@ const optionsOf = (body: RebuildBody | undefined) => ({
  */
 export function rebuildRoutes(app: FastifyInstance, { admin }: OpsContext): void {
   app.get('/rebuilds', {
-    schema: { response: { 200: { type: 'array', items: rebuildStatusSchema }, ...errorResponses } },
+    schema: {
+      querystring: NO_PARAMETERS,
+      response: { 200: { type: 'array', items: rebuildStatusSchema }, ...errorResponses },
+    },
     handler: async () => toJson(await admin.rebuildStatus()),
   });
 
   app.get<{ Params: NameParams }>('/consumers/:name/rebuild', {
     schema: {
       params: nameParams,
+      querystring: NO_PARAMETERS,
       response: { 200: { type: 'array', items: rebuildStatusSchema }, ...errorResponses },
     },
     handler: async (request) => toJson(await admin.rebuildStatus(request.params.name)),
