@@ -2,37 +2,19 @@
 // (harness/remote-dispatcher.ts): one consumer at default options, woken by the NOTIFY the
 // appender's transaction() sends after its commit in the other process. Only Sluice and
 // postgres.js are loaded here.
+import { monotonicMs, runChild, sendToParent } from './harness/child-channel.js';
 import { GcPauses, YoungGeneration } from './harness/gc.js';
-import { progress } from './harness/progress.js';
-import {
-  monotonicMs,
-  type DispatcherProcessInput,
-  type FromDispatcherProcess,
-  type ToDispatcherProcess,
+import type {
+  DispatcherProcessInput,
+  FromDispatcherProcess,
+  ToDispatcherProcess,
 } from './harness/remote-dispatcher.js';
 import { DeliveryTracker } from './harness/tracker.js';
 import { benchConsumers, benchDispatcher, pool } from './systems/sluice.js';
 
-// The latency scenario's process is gone: nothing will read the result.
-process.on('disconnect', () => {
-  process.exit(1);
-});
+const send = (message: FromDispatcherProcess) => sendToParent(message);
 
-function send(message: FromDispatcherProcess): Promise<void> {
-  return new Promise((resolve, reject) => {
-    process.send?.(message, (error: Error | null) => {
-      if (error) reject(error);
-      else resolve();
-    });
-  });
-}
-
-async function main(): Promise<void> {
-  const raw = process.env['SLUICE_BENCH_DISPATCHER'];
-  if (raw === undefined || typeof process.send !== 'function') {
-    throw new Error('dispatcher-process.ts is started by the latency scenario, not directly');
-  }
-  const input = JSON.parse(raw) as DispatcherProcessInput;
+async function main(input: DispatcherProcessInput): Promise<void> {
   const handledAt = new Float64Array(input.total);
   const tracker = new DeliveryTracker(1, input.total);
   const sql = pool(input.url, input.poolSize);
@@ -79,14 +61,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => {
-    process.exit(0);
-  },
-  (error: unknown) => {
-    progress(
-      `dispatcher process failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`,
-    );
-    process.exit(1);
-  },
-);
+runChild('SLUICE_BENCH_DISPATCHER', 'dispatcher process', (input) => main(input as DispatcherProcessInput));

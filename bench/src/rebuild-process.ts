@@ -2,38 +2,20 @@
 // it): versions of the stats projection at default options ([1], [1, 2] or [2]), woken by the
 // NOTIFY the appender's transaction() sends after its commit in the scenario's process. Only Sluice
 // and postgres.js are loaded here.
-import { GcPauses } from './harness/gc.js';
+import { monotonicMs, runChild, sendToParent } from './harness/child-channel.js';
 import { nodeCpuMs } from './harness/counters.js';
-import { progress } from './harness/progress.js';
-import {
-  type FromRebuildProcess,
-  type RebuildProcessInput,
-  type ToRebuildProcess,
+import { GcPauses } from './harness/gc.js';
+import type {
+  FromRebuildProcess,
+  RebuildProcessInput,
+  ToRebuildProcess,
 } from './harness/rebuild-dispatcher.js';
-import { monotonicMs } from './harness/remote-dispatcher.js';
 import { DeliveryTracker } from './harness/tracker.js';
 import { benchDispatcher, pool, statsProjection } from './systems/sluice.js';
 
-// The scenario's process is gone: nothing will read the result.
-process.on('disconnect', () => {
-  process.exit(1);
-});
+const send = (message: FromRebuildProcess) => sendToParent(message);
 
-function send(message: FromRebuildProcess): Promise<void> {
-  return new Promise((resolve, reject) => {
-    process.send?.(message, (error: Error | null) => {
-      if (error) reject(error);
-      else resolve();
-    });
-  });
-}
-
-async function main(): Promise<void> {
-  const raw = process.env['SLUICE_BENCH_REBUILD'];
-  if (raw === undefined || typeof process.send !== 'function') {
-    throw new Error('rebuild-process.ts is started by the rebuild scenario, not directly');
-  }
-  const input = JSON.parse(raw) as RebuildProcessInput;
+async function main(input: RebuildProcessInput): Promise<void> {
   const { seqFrom, capacity } = input;
   // Version 1 (when declared) is caught up on every event below seqFrom: one of them delivered
   // again counts as a duplicate (out of its tracker's range). Version 2 (when declared) is to have
@@ -128,14 +110,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(
-  () => {
-    process.exit(0);
-  },
-  (error: unknown) => {
-    progress(
-      `rebuild dispatcher process failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`,
-    );
-    process.exit(1);
-  },
-);
+runChild('SLUICE_BENCH_REBUILD', 'rebuild dispatcher process', (input) => main(input as RebuildProcessInput));

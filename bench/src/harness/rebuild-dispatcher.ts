@@ -1,6 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { monotonicMs } from './remote-dispatcher.js';
+import { ChildChannel, localTime } from './child-channel.js';
 
 /**
  * The rebuild scenario's dispatcher in a process of its own (src/rebuild-process.ts), declaring
@@ -78,105 +76,63 @@ export interface RebuildOutcome {
   readonly v2?: RebuildDeliveries;
 }
 
-/** A monotonic time of the other process as performance.now() of this one (the same clock, another origin). */
-function local(monotonic: number): number {
-  return monotonic === 0 ? 0 : monotonic - (monotonicMs() - performance.now());
-}
+type Channel = ChildChannel<FromRebuildProcess, ToRebuildProcess>;
 
 export class RebuildDispatcher {
-  readonly #child: ChildProcess;
-  readonly #exited: Promise<void>;
-  #onMessage: ((message: FromRebuildProcess) => void) | undefined;
-  #onExit: ((error: Error) => void) | undefined;
-  #exitError: Error | undefined;
+  readonly #channel: Channel;
   /** When the process called the dispatcher's start() (registration, which starts a rebuild), as performance.now(). */
-  startCalledAt = 0;
+  readonly startCalledAt: number;
 
-  private constructor(child: ChildProcess) {
-    this.#child = child;
-    child.on('message', (message: FromRebuildProcess) => {
-      this.#onMessage?.(message);
-    });
-    this.#exited = new Promise((resolve) => {
-      child.once('exit', (code, signal) => {
-        this.#exitError = new Error(`the dispatcher process exited with ${signal ?? `code ${String(code)}`}`);
-        this.#onExit?.(this.#exitError);
-        resolve();
-      });
-    });
+  private constructor(channel: Channel, startCalledAt: number) {
+    this.#channel = channel;
+    this.startCalledAt = startCalledAt;
   }
 
   /** Starts the process; resolves once its dispatcher has started (registered, LISTEN connected). */
   static async start(input: RebuildProcessInput): Promise<RebuildDispatcher> {
-    const script = fileURLToPath(new URL('../rebuild-process.js', import.meta.url));
-    const child = spawn(process.execPath, [...process.execArgv, script], {
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      env: { ...process.env, SLUICE_BENCH_REBUILD: JSON.stringify(input) },
-    });
-    const remote = new RebuildDispatcher(child);
-    const ready = await remote.#next((m) => 'ready' in m);
-    if ('ready' in ready) remote.startCalledAt = local(ready.ready.startCalledAt);
-    return remote;
+    const { channel, ready } = await ChildChannel.start<FromRebuildProcess, ToRebuildProcess>(
+      '../rebuild-process.js',
+      'SLUICE_BENCH_REBUILD',
+      input,
+      (m) => 'ready' in m,
+    );
+    return new RebuildDispatcher(channel, 'ready' in ready ? localTime(ready.ready.startCalledAt) : 0);
   }
 
   /** The measured window starts (CPU time and GC pauses are counted from here). */
   measure(): void {
-    this.#child.send({ measure: true } satisfies ToRebuildProcess);
+    this.#channel.send({ measure: true });
   }
 
   /** The measured window ends: the process's CPU time and GC pauses over it. */
   async endMeasure(): Promise<RebuildProcessWindow> {
-    const reply = this.#next((m) => 'window' in m);
-    this.#child.send({ endMeasure: true } satisfies ToRebuildProcess);
-    const message = await reply;
+    const message = await this.#channel.request({ endMeasure: true }, (m) => 'window' in m);
     if (!('window' in message)) throw new Error('the dispatcher process sent no window');
     return message.window;
   }
 
   /** Whether version 1 handled every event below `appended` within timeoutMs. */
   async v1Through(appended: number, timeoutMs: number): Promise<boolean> {
-    const reply = this.#next((m) => 'caughtUp' in m);
-    this.#child.send({ v1Through: { appended, timeoutMs } } satisfies ToRebuildProcess);
-    const message = await reply;
+    const message = await this.#channel.request(
+      { v1Through: { appended, timeoutMs } },
+      (m) => 'caughtUp' in m,
+    );
     return 'caughtUp' in message && message.caughtUp;
   }
 
   /** Waits (at most timeoutMs) for every declared version to have every event below `appended`; the process then stops. */
   async finish(appended: number, timeoutMs: number): Promise<RebuildOutcome> {
-    const reply = this.#next((m) => 'result' in m);
-    this.#child.send({ finish: { appended, timeoutMs } } satisfies ToRebuildProcess);
-    const message = await reply;
+    const message = await this.#channel.request({ finish: { appended, timeoutMs } }, (m) => 'result' in m);
     if (!('result' in message)) throw new Error('the dispatcher process sent no result');
     const { v1, v2 } = message.result;
     return {
-      ...(v1 ? { v1: { ...v1, handledAt: Float64Array.from(v1.handledAt, local) } } : {}),
-      ...(v2 ? { v2: { ...v2, firstAt: local(v2.firstAt), lastAt: local(v2.lastAt) } } : {}),
+      ...(v1 ? { v1: { ...v1, handledAt: Float64Array.from(v1.handledAt, localTime) } } : {}),
+      ...(v2 ? { v2: { ...v2, firstAt: localTime(v2.firstAt), lastAt: localTime(v2.lastAt) } } : {}),
     };
   }
 
   /** Waits for the process to exit (it does once it has sent its result), killing it after 10 s. */
-  async stop(): Promise<void> {
-    if (this.#child.exitCode === null && this.#child.signalCode === null) {
-      if (this.#child.connected) this.#child.disconnect();
-      const timer = setTimeout(() => this.#child.kill('SIGKILL'), 10_000);
-      await this.#exited;
-      clearTimeout(timer);
-    }
-  }
-
-  #next(match: (message: FromRebuildProcess) => boolean): Promise<FromRebuildProcess> {
-    return new Promise((resolve, reject) => {
-      if (this.#exitError) {
-        reject(this.#exitError);
-        return;
-      }
-      this.#onMessage = (message) => {
-        if (!match(message)) return;
-        this.#onMessage = undefined;
-        this.#onExit = undefined;
-        resolve(message);
-      };
-      this.#onExit = reject;
-    });
+  stop(): Promise<void> {
+    return this.#channel.stop();
   }
 }

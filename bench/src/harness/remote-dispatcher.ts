@@ -1,5 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import { ChildChannel, localTime } from './child-channel.js';
 
 /**
  * A Sluice dispatcher in a process of its own (src/dispatcher-process.ts), for the latency row
@@ -39,11 +38,6 @@ export type FromDispatcherProcess =
 
 export type ToDispatcherProcess = { readonly measure: true } | { readonly finish: { timeoutMs: number } };
 
-/** The machine's monotonic clock in ms (what the dispatcher process notes). */
-export function monotonicMs(): number {
-  return Number(process.hrtime.bigint()) / 1e6;
-}
-
 export interface RemoteOutcome {
   /** When each event's handler ran, as performance.now() of this process (0: never). */
   readonly handledAt: Float64Array;
@@ -53,41 +47,26 @@ export interface RemoteOutcome {
 }
 
 export class RemoteDispatcher {
-  readonly #child: ChildProcess;
-  readonly #exited: Promise<void>;
-  #onMessage: ((message: FromDispatcherProcess) => void) | undefined;
-  #onExit: ((error: Error) => void) | undefined;
-  #exitError: Error | undefined;
+  readonly #channel: ChildChannel<FromDispatcherProcess, ToDispatcherProcess>;
 
-  private constructor(child: ChildProcess) {
-    this.#child = child;
-    child.on('message', (message: FromDispatcherProcess) => {
-      this.#onMessage?.(message);
-    });
-    this.#exited = new Promise((resolve) => {
-      child.once('exit', (code, signal) => {
-        this.#exitError = new Error(`the dispatcher process exited with ${signal ?? `code ${String(code)}`}`);
-        this.#onExit?.(this.#exitError);
-        resolve();
-      });
-    });
+  private constructor(channel: ChildChannel<FromDispatcherProcess, ToDispatcherProcess>) {
+    this.#channel = channel;
   }
 
   /** Starts the process; resolves once its dispatcher has started (LISTEN connected). */
   static async start(input: DispatcherProcessInput): Promise<RemoteDispatcher> {
-    const script = fileURLToPath(new URL('../dispatcher-process.js', import.meta.url));
-    const child = spawn(process.execPath, [...process.execArgv, script], {
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      env: { ...process.env, SLUICE_BENCH_DISPATCHER: JSON.stringify(input) },
-    });
-    const remote = new RemoteDispatcher(child);
-    await remote.#next((m) => 'ready' in m);
-    return remote;
+    const { channel } = await ChildChannel.start<FromDispatcherProcess, ToDispatcherProcess>(
+      '../dispatcher-process.js',
+      'SLUICE_BENCH_DISPATCHER',
+      input,
+      (m) => 'ready' in m,
+    );
+    return new RemoteDispatcher(channel);
   }
 
   /** The measured window starts (allocation and GC pauses are counted from here). */
   measure(): void {
-    this.#send({ measure: true });
+    this.#channel.send({ measure: true });
   }
 
   /**
@@ -95,43 +74,14 @@ export class RemoteDispatcher {
    * `timeoutMs`), stops its dispatcher and sends back what it measured.
    */
   async finish(timeoutMs: number): Promise<RemoteOutcome> {
-    const done = this.#next((m) => 'handledAt' in m);
-    this.#send({ finish: { timeoutMs } });
-    const result = await done;
+    const result = await this.#channel.request({ finish: { timeoutMs } }, (m) => 'handledAt' in m);
     if (!('handledAt' in result)) throw new Error('the dispatcher process sent no result');
-    // Its monotonic times, as performance.now() of this process (the same clock, another origin).
-    const offset = monotonicMs() - performance.now();
-    const handledAt = Float64Array.from(result.handledAt, (at) => (at === 0 ? 0 : at - offset));
+    const handledAt = Float64Array.from(result.handledAt, localTime);
     return { handledAt, lost: result.lost, duplicated: result.duplicated, heap: result.heap };
   }
 
   /** Waits for the process to exit (it does once it has sent its result), killing it after 10 s. */
-  async stop(): Promise<void> {
-    if (this.#child.exitCode === null && this.#child.signalCode === null) {
-      if (this.#child.connected) this.#child.disconnect();
-      const timer = setTimeout(() => this.#child.kill('SIGKILL'), 10_000);
-      await this.#exited;
-      clearTimeout(timer);
-    }
-  }
-
-  #send(message: ToDispatcherProcess): void {
-    this.#child.send(message);
-  }
-
-  #next(match: (message: FromDispatcherProcess) => boolean): Promise<FromDispatcherProcess> {
-    return new Promise((resolve, reject) => {
-      if (this.#exitError) {
-        reject(this.#exitError);
-        return;
-      }
-      this.#onMessage = (message) => {
-        if (!match(message)) return;
-        this.#onMessage = undefined;
-        this.#onExit = undefined;
-        resolve(message);
-      };
-      this.#onExit = reject;
-    });
+  stop(): Promise<void> {
+    return this.#channel.stop();
   }
 }
