@@ -2,7 +2,7 @@ import { recordNotifications, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from './append.js';
-import { InvalidEventError } from './errors.js';
+import { InvalidEventError, TransactionAbandonedError } from './errors.js';
 import type { NewEvent } from './events.js';
 import { silentLogger } from './logger.js';
 import { pgArray } from './queries/pg-array.js';
@@ -393,5 +393,41 @@ describe('wake-ups', () => {
     await db.sql.begin((tx) => append(tx, [order(1)]));
     await wakeUpNotifierFor(db.sql, 'sluice').flush();
     expect(await recorder.barrier(db.sql)).toEqual([]);
+  });
+});
+
+describe('append() after the transaction lost its connection', () => {
+  test('sends nothing: no event lands outside the transaction on the connection the pool opened again', async () => {
+    // One connection: a statement queued on the pool while the transaction holds it makes
+    // postgres.js open the same connection object again when its session dies, and a statement the
+    // transaction's code sends afterwards would run there, outside any transaction, and commit.
+    const app = db.connect({ max: 1 });
+    onTestFinished(() => app.end({ timeout: 1 }));
+    const before = await countEvents();
+    let pid: number | undefined;
+    let release: () => void = () => undefined;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let appended: Promise<unknown> | undefined;
+    const outcome = transaction(app, async (tx) => {
+      const [row] = await tx<{ pid: number }[]>`select pg_backend_pid() as pid`;
+      pid = row?.pid;
+      await released;
+      appended = append(tx, [order(1)]);
+      return appended;
+    });
+    outcome.catch(() => undefined);
+    await until(() => pid !== undefined);
+    const queued = app`select 1 as one`; // waits for the pool's one connection
+    await db.sql`select pg_terminate_backend(${pid ?? 0})`;
+    await expect(outcome).rejects.toThrow(); // the transaction failed with its connection
+    await queued; // served by the connection opened again
+    release();
+    await until(() => appended !== undefined);
+    await expect(appended).rejects.toThrow(TransactionAbandonedError);
+    await expect(appended).rejects.toMatchObject({ code: 'SLUICE_TRANSACTION_ABANDONED' });
+    await app`select 1`;
+    expect(await countEvents()).toBe(before);
   });
 });

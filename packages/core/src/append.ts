@@ -230,19 +230,20 @@ function valuesTemplate(count: number, withMetadata: boolean): TemplateStringsAr
  * Runs `fn` in a transaction and, once it has committed, wakes the dispatchers of every schema
  * `fn` appended to: at once in this process, by one coalesced NOTIFY elsewhere (docs/design.md §3.3).
  * A rollback (fn throws) wakes nobody. Returns what `fn` returns.
+ *
+ * Once the transaction's connection is lost (transaction() then fails with the connection's
+ * error), every statement `fn` still makes through `tx` throws TransactionAbandonedError instead of
+ * being sent: postgres.js 3.4.9 opens the same connection object again when another statement of
+ * the pool is waiting, and would run it there, outside any transaction, where it commits at once
+ * (an append() of a transaction that failed would land in the log). Nor does the driver's own
+ * ROLLBACK or COMMIT go out (connections/guarded-transaction.ts).
  */
 export async function transaction<T>(sql: Sql, fn: (tx: TransactionSql) => Promise<T>): Promise<T> {
   const schemas = new Set<string>();
-  // The application's transaction, as it is; guardedBegin only keeps postgres.js 3.4.9 from sending
-  // its ROLLBACK or COMMIT to a connection known to be gone (connections/guarded-transaction.ts).
-  const result = await guardedBegin(
-    sql,
-    (tx) => {
-      trackWakeUps(tx, schemas);
-      return fn(tx);
-    },
-    { guardStatements: false },
-  );
+  const result = await guardedBegin(sql, (tx) => {
+    trackWakeUps(tx, schemas);
+    return fn(tx);
+  });
   for (const schema of schemas) wakeUpNotifierFor(sql, schema).poke();
   return result;
 }

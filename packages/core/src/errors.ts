@@ -28,6 +28,7 @@ export const ERROR_CODES = {
   SLUICE_NOT_A_GAP: 'thrown',
   SLUICE_GAP_HELD: 'thrown',
   SLUICE_CONNECT_TIMEOUT: 'thrown',
+  SLUICE_TRANSACTION_ABANDONED: 'thrown',
   SLUICE_LANE_CHANGE_IN_PROGRESS: 'thrown',
   SLUICE_KEY_NOT_PARKED: 'thrown',
   SLUICE_REBUILD_NOT_FOUND: 'thrown',
@@ -431,5 +432,19 @@ export class ConnectTimeoutError extends SluiceError {
     );
     this.address = address;
     this.timeoutMs = timeoutMs;
+  }
+}
+
+/**
+ * The transaction's connection was lost, or the transaction was ended: a statement made through it
+ * afterwards is refused, not sent (docs/design.md §4.11: on postgres.js 3.4.9 it could otherwise
+ * run outside any transaction, on the connection the pool opened again).
+ */
+export class TransactionAbandonedError extends SluiceError {
+  constructor() {
+    super(
+      'SLUICE_TRANSACTION_ABANDONED',
+      "the transaction's connection was lost; the rest of the transaction is abandoned",
+    );
   }
 }

@@ -33,6 +33,7 @@ export {
   SequenceCachedError,
   SkipMismatchError,
   SluiceError,
+  TransactionAbandonedError,
   XidGuardMissingError,
 } from './errors.js';
 export { RESERVED_TYPE_PREFIX, TOMBSTONE_TYPE } from './events.js';

@@ -1,7 +1,2 @@
-/** The transaction's connection was lost, or the transaction was ended: nothing of it may run any more. */
-export class TransactionAbandonedError extends Error {
-  constructor() {
-    super("the transaction's connection was lost; the rest of the transaction is abandoned");
-    this.name = 'TransactionAbandonedError';
-  }
-}
+// Kept where the connections code imports it from; the class lives with the other errors.
+export { TransactionAbandonedError } from '../errors.js';
