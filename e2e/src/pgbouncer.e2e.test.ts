@@ -364,8 +364,22 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
         // Turns that met a missing prepared statement around the switch failed (infrastructure, not
         // counted; postgres.js may misread the answers to a turn's pipelined statements then). Once
         // every pool of the dispatcher has stopped preparing, turns run: one more event reaches
-        // both consumers without a failure.
-        await until(delivered, 30_000, 'the last writes delivered');
+        // both consumers without a failure. Both must have taken the writers' last events first:
+        // a turn of the projection that began before the switch may still fail after the other
+        // consumer has caught up.
+        await until(
+          async () => {
+            const [head] = await fixed<
+              { id: string | null }[]
+            >`select max(id)::text as id from ${fixed(`${schema}.events`)}`;
+            if (!head?.id || !seen.has(BigInt(head.id))) return false;
+            const rows =
+              await fixed`select 1 from ${fixed(`${schema}.projection`)} where event_id = ${head.id}::bigint`;
+            return rows.length === 1;
+          },
+          30_000,
+          'the last writes delivered to both consumers',
+        );
         const afterSwitch = first.lines.length;
         const [last] = await transaction(fixed, (tx) =>
           append(tx, [{ streamId: 'last', type: 'Pooled', data: {} }], { schema }),
