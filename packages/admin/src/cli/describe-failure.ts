@@ -40,6 +40,7 @@ const BY_CODE: Partial<Record<SluiceErrorCode, ExitCode>> = {
   SLUICE_REBUILD_NOT_READY: EXIT_CODES.refused,
   SLUICE_SCHEMA_NOT_MIGRATED: EXIT_CODES.unreachable,
   SLUICE_CONNECT_TIMEOUT: EXIT_CODES.unreachable,
+  SLUICE_TRANSACTION_ABANDONED: EXIT_CODES.unreachable,
 };
 
 // Errors of the socket (Node) and of postgres.js's connection handling: the database cannot be

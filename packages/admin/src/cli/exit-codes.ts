@@ -12,7 +12,8 @@ import type { CliErrorCode } from '@sluice/core';
  *     SLUICE_CONSUMER_BUSY, SLUICE_BELOW_RETENTION_FLOOR, SLUICE_BEYOND_HEAD, SLUICE_NOT_A_GAP,
  *     SLUICE_GAP_HELD, SLUICE_LANE_CHANGE_IN_PROGRESS, SLUICE_REBUILD_STATE, SLUICE_REBUILD_NOT_READY)
  *   5 cannot reach the database, or what answers there is not PostgreSQL (SLUICE_CONNECT_TIMEOUT), or the
- *     Sluice schema is not migrated there (SLUICE_SCHEMA_NOT_MIGRATED)
+ *     Sluice schema is not migrated there (SLUICE_SCHEMA_NOT_MIGRATED), or the connection was lost
+ *     during the action's transaction, which did not commit (SLUICE_TRANSACTION_ABANDONED)
  */
 export const EXIT_CODES = {
   success: 0,
