@@ -20,7 +20,7 @@
 //   and the driver rolls the transaction back as usual.
 import { isConnectionLoss } from '../dispatcher/classify-failure.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
-import { TransactionAbandonedError } from './transaction-abandoned-error.js';
+import { TransactionAbandonedError } from '../errors.js';
 
 export { TransactionAbandonedError };
 

@@ -1,6 +1,5 @@
-import { sqlStateOf } from '../errors.js';
+import { sqlStateOf, TransactionAbandonedError } from '../errors.js';
 import { PoolExhaustedError } from '../queries/turn-starts.js';
-import { TransactionAbandonedError } from '../connections/transaction-abandoned-error.js';
 
 /** Failure categories recorded on the consumer row (failure_category) and in metrics. */
 export type FailureCategory =
