@@ -339,11 +339,15 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
           first.lines.findIndex((l) =>
             l.message.startsWith('a prepared statement did not survive to the next transaction'),
           );
-        const delivered = async () => {
+        const headId = async () => {
           const [head] = await fixed<
             { id: string | null }[]
           >`select max(id)::text as id from ${fixed(`${schema}.events`)}`;
-          return head?.id !== null && head?.id !== undefined && seen.has(BigInt(head.id));
+          return head?.id === null || head?.id === undefined ? undefined : BigInt(head.id);
+        };
+        const delivered = async () => {
+          const head = await headId();
+          return head !== undefined && seen.has(head);
         };
         try {
           await until(() => switched() >= 0, 60_000, 'the switch to prepare: false');
@@ -369,12 +373,10 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
         // consumer has caught up.
         await until(
           async () => {
-            const [head] = await fixed<
-              { id: string | null }[]
-            >`select max(id)::text as id from ${fixed(`${schema}.events`)}`;
-            if (!head?.id || !seen.has(BigInt(head.id))) return false;
+            const head = await headId();
+            if (head === undefined || !seen.has(head)) return false;
             const rows =
-              await fixed`select 1 from ${fixed(`${schema}.projection`)} where event_id = ${head.id}::bigint`;
+              await fixed`select 1 from ${fixed(`${schema}.projection`)} where event_id = ${head.toString()}::bigint`;
             return rows.length === 1;
           },
           30_000,
