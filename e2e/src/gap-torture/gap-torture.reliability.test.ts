@@ -188,7 +188,8 @@ async function runCommands(
     await run.quiesce();
     return {
       violations: [...run.model.violations],
-      log: run.log,
+      steps: run.log.length,
+      log: [...run.log, ...(run.said.length > 0 ? ['-- the dispatchers said:', ...run.said] : [])],
       parkedStops: run.parkedStops,
       relanes: run.relanes,
       switched: await run.lanesSwitched(),
@@ -219,7 +220,7 @@ test(`the dispatcher survives ${RUNS} runs of ${COMMANDS} commands with no viola
       runs += 1;
       const run = await runCommands(null, commands);
       const { violations, log } = run;
-      steps += log.length;
+      steps += run.steps;
       parkedStops += run.parkedStops;
       relanes += run.relanes;
       switched += run.switched;
@@ -252,8 +253,9 @@ test(`the dispatcher survives ${RUNS} runs of ${COMMANDS} commands with no viola
   // Likewise the lane-count changes: they must really have switched over during the runs.
   expect(switched, 'no change of lane count ever switched over').toBeGreaterThan(0);
   if (result.failed) {
+    // The commands print with the replay path fast-check needs to run this schedule again.
     throw new Error(
-      `gap torture found a violation (seed ${SEED}, path ${result.counterexamplePath ?? '?'}):\n${lastFailure}`,
+      `gap torture found a violation (seed ${SEED}, path ${result.counterexamplePath ?? '?'}, commands ${result.counterexample ? fc.stringify(result.counterexample[0]) : '?'}):\n${lastFailure}`,
     );
   }
 });

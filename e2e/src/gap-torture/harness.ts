@@ -2,7 +2,14 @@
 // in another database, two dispatcher instances, all driven one SQL step at a time by fast-check
 // commands, so the interleaving is exactly the generated one and replays from seed and path.
 import { randomBytes } from 'node:crypto';
-import { createDispatcher, migrate, silentLogger, type Dispatcher, type Sql } from '@sluice/core';
+import {
+  createDispatcher,
+  migrate,
+  silentLogger,
+  type Dispatcher,
+  type Logger,
+  type Sql,
+} from '@sluice/core';
 import { listRanges, parseLaneInstanceId, requestLaneChange, tables } from '@sluice/core/internal';
 import type postgres from 'postgres';
 import { TortureModel } from './model.js';
@@ -76,6 +83,8 @@ export class TortureRun {
   private foreignSession: postgres.ReservedSql | undefined;
   dispatchers: Dispatcher[] = [];
   readonly log: string[] = [];
+  /** What the dispatchers logged (info and above), in order: printed with a failure. */
+  readonly said: string[] = [];
 
   readonly pools: Pools;
   readonly schema: string;
@@ -109,7 +118,7 @@ export class TortureRun {
       createDispatcher({
         sql,
         schema,
-        logger: silentLogger,
+        logger: run.dispatcherLogger(instance),
         listen: false,
         retryDelayMs: 0,
         instanceId: `torture-${instance}`,
@@ -133,6 +142,19 @@ export class TortureRun {
       run.laneOfWriter[count] = rows.map((r) => r.lane);
     }
     return run;
+  }
+
+  /**
+   * What a dispatcher says beyond debug, noted in the run's log: a failed turn (which backs its
+   * consumer off for a second, longer than quiescence waits) or a lane step shows in a failure.
+   */
+  dispatcherLogger(instance: number): Logger {
+    const note = (level: string) => (fields: object, message: string) => {
+      this.log.push(
+        `[dispatcher ${instance} ${level}] ${message} ${JSON.stringify(fields, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}`,
+      );
+    };
+    return { debug: () => undefined, info: note('info'), warn: note('warn'), error: note('error') };
   }
 
   /** Asks for the laned consumer to run as `lanes` lanes (docs/design.md §11.3), as an operator would. */
@@ -375,6 +397,27 @@ export class TortureRun {
         invariant: 'I1',
         message: `${left} gap range(s) still pending at quiescence`,
       });
+    if (this.model.violations.length > 0) this.log.push(...(await this.describeRows()));
+  }
+
+  /** The consumer rows, pending ranges and change of lanes as they stand: the failure's context. */
+  private async describeRows(): Promise<string[]> {
+    const sql = this.pools.admin;
+    const s = (table: string) => sql(`${this.schema}.${table}`);
+    const rows = await sql<Record<string, unknown>[]>`
+      select name, instance_id, cursor::text, status, attempts, skip_event_id::text as skip
+      from ${s('consumers')} order by name, instance_id`;
+    const gaps = await sql<Record<string, unknown>[]>`select * from ${s('gaps')}`;
+    const changes = await sql<Record<string, unknown>[]>`select * from ${s('lane_changes')}`;
+    const show = (r: Record<string, unknown>) =>
+      JSON.stringify(r, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v));
+    return [
+      '-- at quiescence:',
+      ...rows.map((r) => `row ${show(r)}`),
+      ...gaps.map((g) => `gap ${show(g)}`),
+      ...changes.map((c) => `lane change ${show(c)}`),
+      `delivered ${show(Object.fromEntries([...this.model.delivered].map(([k, v]) => [k, v.map(String)])))}`,
+    ];
   }
 
   /** Changes of the laned consumer's lane count that switched over (audited 'relane-switched'). */
