@@ -14,6 +14,8 @@ import { testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, test } from 'vitest';
 import type { Consumer } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
+import { requestLaneChange } from '../queries/lanes.js';
+import { tables } from '../schema/tables.js';
 import { laneInstanceIds } from './lanes.js';
 
 const db = await useTestDatabase();
@@ -328,5 +330,40 @@ describe('changing the lane count', () => {
       Array.from({ length: 80 }, (_, i) => BigInt(i + 1)),
     );
     expectOrderedPerStream(seen);
+  });
+
+  test('old lanes whose turns run at the same time switch in that pass: each may wait for the lanes after it, none for one before it', async () => {
+    const seen: EventRecord[] = [];
+    const handler = (event: EventRecord) => {
+      seen.push(event);
+    };
+    const schema = await freshSchema(db.sql, 'relane');
+    const two = testDispatcher(db.sql, schema, [{ name: 'proj', lanes: 2, handler }], { concurrency: 2 });
+    await two.ensureRegistered();
+    await appendEvents(db.sql, 20, byStream, schema);
+    await drainUntilIdle(two);
+    await requestLaneChange(db.sql, tables(db.sql, schema), schema, 'proj', 1, 'test');
+    // The window, widened: an old lane's turn writes its row, then tries the switch in the same
+    // transaction. The write sleeps, so both lanes' turns (one pass runs them at once) hold their
+    // rows when each locks the other's. Locking without waiting, both gave up, pass after pass.
+    await db.sql.unsafe(`
+      create function "${schema}".slow_lane_write() returns trigger language plpgsql as $$
+      begin
+        if old.instance_id like '*%/2' then perform pg_sleep(0.3); end if;
+        return new;
+      end $$;
+      create trigger slow_lane_write before update on "${schema}".consumers
+        for each row execute function "${schema}".slow_lane_write();`);
+    await two.runOnce();
+    const audit = await db.sql<{ action: string }[]>`
+      select action from ${db.sql(`${schema}.audit`)} where action like 'relane%' order by id`;
+    expect(audit.map((a) => a.action)).toEqual(['relane', 'relane-switched']);
+
+    await appendEvents(db.sql, 10, (n) => byStream(n + 20), schema);
+    await drainUntilIdle(two);
+    expect((await rows(schema, 'proj')).map((r) => r.instance_id)).toEqual(['*']);
+    expect(seen.map((e) => e.id).sort((a, b) => (a < b ? -1 : 1))).toEqual(
+      Array.from({ length: 30 }, (_, i) => BigInt(i + 1)),
+    );
   });
 });

@@ -129,10 +129,18 @@ export async function raiseBarrier(
 
 /**
  * Tries to switch a change of lanes over, from an old lane's turn that holds its row at the
- * barrier: every other old lane must be held here too (SKIP LOCKED: one whose turn is running is
- * not, and the switch waits for a later turn), at the barrier, and healthy (not dead or disabled, no
- * failed attempt; for strict ordering, no pending gap either). Then the new lanes are created at the
- * barrier, in this transaction. Returns whether it switched.
+ * barrier: every other old lane must be held here too, at the barrier, and healthy (not dead or
+ * disabled, no failed attempt; for strict ordering, no pending gap either). Then the new lanes are
+ * created at the barrier, in this transaction. Returns whether it switched.
+ *
+ * The other old lanes' turns run at the same time as this one (one pass turns them all, on every
+ * instance). Had each turn locked the others without waiting, two turns holding their own rows
+ * would each find the other's held and give up, pass after pass. So the old lanes after this one
+ * (in instance id order) are waited for, and those before it are not (`SKIP LOCKED`): the first
+ * old lane a turn holds waits for the turns after it to end, and they give up on it. Waits go one
+ * way along the order, as every other statement that locks several rows of a consumer takes them
+ * (`order by instance_id`), so no two transactions wait on each other. A turn waits only when the
+ * others, as last committed, stand at the barrier and healthy: their running turns are short.
  */
 export async function trySwitchLanes(
   tx: TransactionSql,
@@ -142,21 +150,33 @@ export async function trySwitchLanes(
   change: { readonly from: number; readonly to: number; readonly barrier: bigint },
   options: { readonly strict: boolean; readonly systemIdentifier: string | null },
 ): Promise<boolean> {
-  const oldIds = laneInstanceIds(change.from);
-  const held = await tx<{ instance_id: string }[]>`
+  const others = pgArray(laneInstanceIds(change.from).filter((id) => id !== self));
+  const expected = change.from - 1;
+  const ready = () => tx`cursor = ${change.barrier.toString()}::bigint and status in ('idle', 'processing')
+    and attempts = 0 and skip_event_id is null and start_upto is null
+    and (not ${options.strict} or gap_count = 0)`;
+  const [looks] = await tx<{ n: number; ready: number; before: number }[]>`
+    select count(*)::int as n, count(*) filter (where ${ready()})::int as ready,
+           count(*) filter (where instance_id < ${self})::int as before
+    from ${t.consumers} where name = ${name} and instance_id = any(${others}::text[])`;
+  if (!looks || looks.n !== expected || looks.ready !== expected) return false;
+  const [before] = await tx<{ n: number }[]>`
+    select count(*)::int as n from (
+      select instance_id from ${t.consumers}
+      where name = ${name} and instance_id = any(${others}::text[]) and instance_id < ${self}
+      order by instance_id
+      for update skip locked) b`;
+  if (before?.n !== looks.before) return false;
+  await tx`
     select instance_id from ${t.consumers}
-    where name = ${name} and instance_id = any(${pgArray(oldIds)}::text[]) and instance_id <> ${self}
+    where name = ${name} and instance_id = any(${others}::text[]) and instance_id > ${self}
     order by instance_id
-    for update skip locked`;
-  if (held.length !== oldIds.length - 1) return false;
+    for update`;
   // Read once they are held (docs/design.md §5.4): a lock that followed a commit sees it only so.
-  const [ready] = await tx<{ all: boolean }[]>`
-    select coalesce(bool_and(cursor = ${change.barrier.toString()}::bigint and status in ('idle', 'processing')
-                             and attempts = 0 and skip_event_id is null and start_upto is null
-                             and (not ${options.strict} or gap_count = 0)), true) as all
-    from ${t.consumers}
-    where name = ${name} and instance_id = any(${pgArray(oldIds)}::text[]) and instance_id <> ${self}`;
-  if (ready?.all !== true) return false;
+  const [held] = await tx<{ n: number; ready: number }[]>`
+    select count(*)::int as n, count(*) filter (where ${ready()})::int as ready
+    from ${t.consumers} where name = ${name} and instance_id = any(${others}::text[])`;
+  if (held?.n !== expected || held.ready !== expected) return false;
   const switched = await tx`
     update ${t.laneChanges} set switched_at = now()
     where consumer_name = ${name} and switched_at is null and barrier = ${change.barrier.toString()}::bigint
