@@ -223,6 +223,7 @@ async function turnInTransaction(
     ? await selectRangesToRecheck(tx, env.tables, consumer.name, consumer.instanceId, opening.recheck)
     : [];
   const rechecked = fenced(stored, held.xid);
+  const filter = fetchFilterOf(consumer, held.laneChange, limit);
   const batch = await fetchTurnBatch(env, consumer, tx, {
     cursor: state.cursor,
     limit,
@@ -247,19 +248,24 @@ async function turnInTransaction(
       state.cursor === expectedCursor
         ? early
         : undefined,
-    filter: fetchFilterOf(consumer, held.laneChange, limit),
+    filter,
   });
+  // An old lane of a change of lane count reads nothing above the barrier (docs/design.md §11.3):
+  // for it the log ends there. Past the barrier, it would count as behind and be turned again and
+  // again while it waits for the other old lanes.
+  const cap = filter?.cap ?? null;
+  const head = cap !== null && batch.head > cap ? cap : batch.head;
   const { input, events } = turnInputOf(batch, opening, rechecked, consumer, limit);
   const deliverable = deliverableIds(input);
   if (
     deliverable.length === 0 &&
     input.fetch.complete &&
-    batch.head <= state.cursor &&
+    head <= state.cursor &&
     hasNothingToRecord(held, opening, env.systemIdentifier, rules, stored.length)
   ) {
     // Nothing to deliver and nothing to record: the row is not rewritten. (Its lock took an xid,
     // so the COMMIT still writes and flushes a commit record.)
-    return outcome({ cursor: state.cursor, head: batch.head });
+    return outcome({ cursor: state.cursor, head });
   }
 
   // An id with no event is a passed one (another lane's, a type not handled: turnInputOf).
@@ -293,7 +299,7 @@ async function turnInTransaction(
     plan,
     settlement,
     delivered: deliveredOf(result, resolvedIds),
-    head: batch.head,
+    head,
     pendingRanges: pendingGaps,
   });
   await recordDelivery(env, consumer, tx, span, result, settlement);
@@ -327,7 +333,7 @@ async function turnInTransaction(
     filledBatch: close.filledBatch,
     pendingGaps,
     cursor: settlement.cursor,
-    head: batch.head,
+    head,
     dead: result.dead,
   });
 }

@@ -366,4 +366,36 @@ describe('changing the lane count', () => {
       Array.from({ length: 30 }, (_, i) => BigInt(i + 1)),
     );
   });
+
+  test('an old lane at the barrier has nothing more to do until the switch: its turns do not go on and on', async () => {
+    let laneOneFails = true;
+    const schema = await freshSchema(db.sql, 'relane');
+    const two = testDispatcher(db.sql, schema, [
+      {
+        name: 'proj',
+        lanes: 2,
+        errorPolicy: { maxAttempts: 1_000 },
+        handler: (_event, ctx) => {
+          if (laneOneFails && ctx.instanceId === '*1/2') throw new Error('lane 1 is not ready');
+        },
+      },
+    ]);
+    await two.ensureRegistered();
+    await appendEvents(db.sql, 40, byStream, schema);
+    await two.runOnce(); // lane 0 delivers up to 40; lane 1 stays behind, failing
+    await requestLaneChange(db.sql, tables(db.sql, schema), schema, 'proj', 1, 'test');
+    await appendEvents(db.sql, 10, (n) => byStream(n + 40), schema);
+
+    // Lane 0 stands at the barrier (40) below the head (50): the log ends at the barrier for it.
+    // Taken for more work, a started dispatcher would turn it again and again until lane 1 came.
+    const result = await two.runOnce();
+    expect(result.byConsumer['proj']?.lanes?.['*0/2']).toMatchObject({ behind: false, processed: 0 });
+    const [laneZero] = await db.sql<{ cursor: string; status: string }[]>`
+      select cursor::text, status from ${db.sql(`${schema}.consumers`)} where instance_id = '*0/2'`;
+    expect(laneZero).toEqual({ cursor: '40', status: 'idle' });
+
+    laneOneFails = false;
+    await drainUntilIdle(two);
+    expect((await rows(schema, 'proj')).map((r) => r.instance_id)).toEqual(['*']);
+  });
 });
