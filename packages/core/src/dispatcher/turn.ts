@@ -251,21 +251,22 @@ async function turnInTransaction(
     filter,
   });
   // An old lane of a change of lane count reads nothing above the barrier (docs/design.md §11.3):
-  // for it the log ends there. Past the barrier, it would count as behind and be turned again and
-  // again while it waits for the other old lanes.
+  // its turn has no more to do there, or a started dispatcher would turn it again and again while
+  // it waits for the other old lanes. (It still reports the log's head: the events above the
+  // barrier wait for the new lanes.)
   const cap = filter?.cap ?? null;
-  const head = cap !== null && batch.head > cap ? cap : batch.head;
+  const turnHead = cap !== null && batch.head > cap ? cap : batch.head;
   const { input, events } = turnInputOf(batch, opening, rechecked, consumer, limit);
   const deliverable = deliverableIds(input);
   if (
     deliverable.length === 0 &&
     input.fetch.complete &&
-    head <= state.cursor &&
+    batch.head <= state.cursor &&
     hasNothingToRecord(held, opening, env.systemIdentifier, rules, stored.length)
   ) {
     // Nothing to deliver and nothing to record: the row is not rewritten. (Its lock took an xid,
     // so the COMMIT still writes and flushes a commit record.)
-    return outcome({ cursor: state.cursor, head });
+    return outcome({ cursor: state.cursor, head: batch.head });
   }
 
   // An id with no event is a passed one (another lane's, a type not handled: turnInputOf).
@@ -299,7 +300,7 @@ async function turnInTransaction(
     plan,
     settlement,
     delivered: deliveredOf(result, resolvedIds),
-    head,
+    head: turnHead,
     pendingRanges: pendingGaps,
   });
   await recordDelivery(env, consumer, tx, span, result, settlement);
@@ -333,7 +334,7 @@ async function turnInTransaction(
     filledBatch: close.filledBatch,
     pendingGaps,
     cursor: settlement.cursor,
-    head,
+    head: batch.head,
     dead: result.dead,
   });
 }

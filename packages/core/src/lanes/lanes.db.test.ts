@@ -332,7 +332,12 @@ describe('changing the lane count', () => {
     expectOrderedPerStream(seen);
   });
 
-  test('old lanes whose turns run at the same time switch in that pass: each may wait for the lanes after it, none for one before it', async () => {
+  /**
+   * Two lanes at the barrier of a change to one lane, their turns widened: an old lane's turn
+   * writes its row, then tries the switch in the same transaction, and the write of each lane in
+   * `sleeps` takes that many seconds. Returns after one pass of both lanes' turns at once.
+   */
+  async function overlappingSwitch(sleeps: Record<string, number>) {
     const seen: EventRecord[] = [];
     const handler = (event: EventRecord) => {
       seen.push(event);
@@ -343,28 +348,46 @@ describe('changing the lane count', () => {
     await appendEvents(db.sql, 20, byStream, schema);
     await drainUntilIdle(two);
     await requestLaneChange(db.sql, tables(db.sql, schema), schema, 'proj', 1, 'test');
-    // The window, widened: an old lane's turn writes its row, then tries the switch in the same
-    // transaction. The write sleeps, so both lanes' turns (one pass runs them at once) hold their
-    // rows when each locks the other's. Locking without waiting, both gave up, pass after pass.
+    const when = Object.entries(sleeps)
+      .map(([lane, seconds]) => `when '${lane}' then ${seconds}`)
+      .join(' ');
     await db.sql.unsafe(`
       create function "${schema}".slow_lane_write() returns trigger language plpgsql as $$
       begin
-        if old.instance_id like '*%/2' then perform pg_sleep(0.3); end if;
+        perform pg_sleep(case old.instance_id ${when} else 0 end);
         return new;
       end $$;
       create trigger slow_lane_write before update on "${schema}".consumers
         for each row execute function "${schema}".slow_lane_write();`);
-    await two.runOnce();
+    const pass = await two.runOnce();
     const audit = await db.sql<{ action: string }[]>`
       select action from ${db.sql(`${schema}.audit`)} where action like 'relane%' order by id`;
-    expect(audit.map((a) => a.action)).toEqual(['relane', 'relane-switched']);
-
+    const left = (await rows(schema, 'proj')).map((r) => r.instance_id);
+    await db.sql.unsafe(`drop trigger slow_lane_write on "${schema}".consumers`);
     await appendEvents(db.sql, 10, (n) => byStream(n + 20), schema);
     await drainUntilIdle(two);
     expect((await rows(schema, 'proj')).map((r) => r.instance_id)).toEqual(['*']);
     expect(seen.map((e) => e.id).sort((a, b) => (a < b ? -1 : 1))).toEqual(
       Array.from({ length: 30 }, (_, i) => BigInt(i + 1)),
     );
+    return { pass, switches: audit.map((a) => a.action), left };
+  }
+
+  test('old lanes whose turns run at the same time switch in that pass: each may wait for the lanes after it, none for one before it', async () => {
+    // Both hold their rows when each locks the other's: locking without waiting, both gave up,
+    // pass after pass. Lane 0 waits for lane 1, which gives up on lane 0.
+    const { switches, left } = await overlappingSwitch({ '*0/2': 0.3, '*1/2': 0.3 });
+    expect(switches).toEqual(['relane', 'relane-switched']);
+    expect(left).toEqual(['*', '*1/2']); // lane 0 switched and went; lane 1 goes at its next turn
+  });
+
+  test('an old lane waits for the lanes after it at most 0.5 s, then gives the switch up and goes on', async () => {
+    // Lane 1's turn holds its row for 0.8 s: lane 0's wait runs out and its turn commits without
+    // a failure; lane 1 then finds lane 0 free and switches.
+    const { pass, switches, left } = await overlappingSwitch({ '*1/2': 0.8 });
+    expect(switches).toEqual(['relane', 'relane-switched']);
+    expect(left).toEqual(['*', '*0/2']);
+    expect(pass.byConsumer['proj']?.lanes?.['*0/2']).toMatchObject({ failed: 0, skipped: undefined });
   });
 
   test('an old lane at the barrier has nothing more to do until the switch: its turns do not go on and on', async () => {
@@ -386,10 +409,10 @@ describe('changing the lane count', () => {
     await requestLaneChange(db.sql, tables(db.sql, schema), schema, 'proj', 1, 'test');
     await appendEvents(db.sql, 10, (n) => byStream(n + 40), schema);
 
-    // Lane 0 stands at the barrier (40) below the head (50): the log ends at the barrier for it.
-    // Taken for more work, a started dispatcher would turn it again and again until lane 1 came.
-    const result = await two.runOnce();
-    expect(result.byConsumer['proj']?.lanes?.['*0/2']).toMatchObject({ behind: false, processed: 0 });
+    // Lane 0 stands at the barrier (40) below the head (50): its turn has no more to do ('idle').
+    // With more to do ('processing'), a started dispatcher turned it again and again until lane 1
+    // came.
+    await two.runOnce();
     const [laneZero] = await db.sql<{ cursor: string; status: string }[]>`
       select cursor::text, status from ${db.sql(`${schema}.consumers`)} where instance_id = '*0/2'`;
     expect(laneZero).toEqual({ cursor: '40', status: 'idle' });

@@ -12,6 +12,12 @@ import { pgArray } from './pg-array.js';
 // consumer's lanes, so that no two of them create two lane sets of one consumer at once.
 export const LANES_LOCK_CLASS = 0x534c4c4e; // 'SLLN'
 
+/**
+ * How long an old lane's turn waits for the turns of the old lanes after it to end, to switch a
+ * change of lanes (see trySwitchLanes): below PostgreSQL's default deadlock_timeout (1 s).
+ */
+export const SWITCH_WAIT_MS = 500;
+
 /** The lane counts a consumer's shared rows have: one, or two while a switched change drains. */
 export function laneCountsOf(instanceIds: readonly string[]): number[] {
   const counts = new Set<number>();
@@ -136,11 +142,13 @@ export async function raiseBarrier(
  * The other old lanes' turns run at the same time as this one (one pass turns them all, on every
  * instance). Had each turn locked the others without waiting, two turns holding their own rows
  * would each find the other's held and give up, pass after pass. So the old lanes after this one
- * (in instance id order) are waited for, and those before it are not (`SKIP LOCKED`): the first
- * old lane a turn holds waits for the turns after it to end, and they give up on it. Waits go one
- * way along the order, as every other statement that locks several rows of a consumer takes them
- * (`order by instance_id`), so no two transactions wait on each other. A turn waits only when the
- * others, as last committed, stand at the barrier and healthy: their running turns are short.
+ * (in instance id order) are waited for, and those before it are not (`SKIP LOCKED`): among turns
+ * that overlap, the first waits for the others to end, and they give up on it. A turn waits only
+ * when the others, as last committed, stand at the barrier and healthy (their turns are short),
+ * and at most {@link SWITCH_WAIT_MS}, in a savepoint: a wait that runs out gives the attempt up
+ * and the turn goes on. Below PostgreSQL's default deadlock_timeout, it also ends a wait that
+ * closes a cycle with another transaction (an operator's, or a handler's write through ctx.tx)
+ * before the other one is failed as a deadlock.
  */
 export async function trySwitchLanes(
   tx: TransactionSql,
@@ -155,9 +163,10 @@ export async function trySwitchLanes(
   const ready = () => tx`cursor = ${change.barrier.toString()}::bigint and status in ('idle', 'processing')
     and attempts = 0 and skip_event_id is null and start_upto is null
     and (not ${options.strict} or gap_count = 0)`;
-  const [looks] = await tx<{ n: number; ready: number; before: number }[]>`
+  const [looks] = await tx<{ n: number; ready: number; before: number; lock_timeout: string }[]>`
     select count(*)::int as n, count(*) filter (where ${ready()})::int as ready,
-           count(*) filter (where instance_id < ${self})::int as before
+           count(*) filter (where instance_id < ${self})::int as before,
+           current_setting('lock_timeout') as lock_timeout
     from ${t.consumers} where name = ${name} and instance_id = any(${others}::text[])`;
   if (!looks || looks.n !== expected || looks.ready !== expected) return false;
   const [before] = await tx<{ n: number }[]>`
@@ -167,11 +176,25 @@ export async function trySwitchLanes(
       order by instance_id
       for update skip locked) b`;
   if (before?.n !== looks.before) return false;
-  await tx`
-    select instance_id from ${t.consumers}
-    where name = ${name} and instance_id = any(${others}::text[]) and instance_id > ${self}
-    order by instance_id
-    for update`;
+  const waited = await tx
+    .savepoint(async (sp) => {
+      await sp`select set_config('lock_timeout', ${`${SWITCH_WAIT_MS}ms`}, true)`;
+      await sp`
+        select instance_id from ${t.consumers}
+        where name = ${name} and instance_id = any(${others}::text[]) and instance_id > ${self}
+        order by instance_id
+        for update`;
+      return true;
+    })
+    .catch((error: unknown) => {
+      // lock_not_available (the wait ran out), deadlock_detected: undone with the savepoint.
+      const code = (error as { code?: unknown }).code;
+      if (code === '55P03' || code === '40P01') return false;
+      throw error;
+    });
+  // The wait's bound, kept by a savepoint released, applies to it alone.
+  await tx`select set_config('lock_timeout', ${looks.lock_timeout}, true)`;
+  if (!waited) return false;
   // Read once they are held (docs/design.md §5.4): a lock that followed a commit sees it only so.
   const [held] = await tx<{ n: number; ready: number }[]>`
     select count(*)::int as n, count(*) filter (where ${ready()})::int as ready
