@@ -169,32 +169,17 @@ export async function trySwitchLanes(
            current_setting('lock_timeout') as lock_timeout
     from ${t.consumers} where name = ${name} and instance_id = any(${others}::text[])`;
   if (!looks || looks.n !== expected || looks.ready !== expected) return false;
-  const [before] = await tx<{ n: number }[]>`
-    select count(*)::int as n from (
-      select instance_id from ${t.consumers}
-      where name = ${name} and instance_id = any(${others}::text[]) and instance_id < ${self}
-      order by instance_id
-      for update skip locked) b`;
-  if (before?.n !== looks.before) return false;
-  const waited = await tx
-    .savepoint(async (sp) => {
-      await sp`select set_config('lock_timeout', ${`${SWITCH_WAIT_MS}ms`}, true)`;
-      await sp`
+  if (looks.before > 0) {
+    const [before] = await tx<{ n: number }[]>`
+      select count(*)::int as n from (
         select instance_id from ${t.consumers}
-        where name = ${name} and instance_id = any(${others}::text[]) and instance_id > ${self}
+        where name = ${name} and instance_id = any(${others}::text[]) and instance_id < ${self}
         order by instance_id
-        for update`;
-      return true;
-    })
-    .catch((error: unknown) => {
-      // lock_not_available (the wait ran out), deadlock_detected: undone with the savepoint.
-      const code = (error as { code?: unknown }).code;
-      if (code === '55P03' || code === '40P01') return false;
-      throw error;
-    });
-  // The wait's bound, kept by a savepoint released, applies to it alone.
-  await tx`select set_config('lock_timeout', ${looks.lock_timeout}, true)`;
-  if (!waited) return false;
+        for update skip locked) b`;
+    if (before?.n !== looks.before) return false;
+  }
+  const after = { name, self, others, lockTimeout: looks.lock_timeout };
+  if (looks.n > looks.before && !(await waitForLanesAfter(tx, t, after))) return false;
   // Read once they are held (docs/design.md §5.4): a lock that followed a commit sees it only so.
   const [held] = await tx<{ n: number; ready: number }[]>`
     select count(*)::int as n, count(*) filter (where ${ready()})::int as ready
@@ -221,6 +206,43 @@ export async function trySwitchLanes(
     details: { from: change.from, to: change.to },
   });
   return true;
+}
+
+/**
+ * Locks the old lanes after `self` (in instance id order), waiting at most {@link SWITCH_WAIT_MS}
+ * for their turns to end, in a savepoint; false when the wait ran out. `lockTimeout`: the
+ * transaction's own, set again after the wait.
+ */
+async function waitForLanesAfter(
+  tx: TransactionSql,
+  t: Tables,
+  lanes: {
+    readonly name: string;
+    readonly self: string;
+    readonly others: string;
+    readonly lockTimeout: string;
+  },
+): Promise<boolean> {
+  const { name, self, others } = lanes;
+  const waited = await tx
+    .savepoint(async (sp) => {
+      await sp`select set_config('lock_timeout', ${`${SWITCH_WAIT_MS}ms`}, true)`;
+      await sp`
+        select instance_id from ${t.consumers}
+        where name = ${name} and instance_id = any(${others}::text[]) and instance_id > ${self}
+        order by instance_id
+        for update`;
+      return true;
+    })
+    .catch((error: unknown) => {
+      // lock_not_available (the wait ran out), deadlock_detected: undone with the savepoint.
+      const code = (error as { code?: unknown }).code;
+      if (code === '55P03' || code === '40P01') return false;
+      throw error;
+    });
+  // The wait's bound, kept by a savepoint released, applies to it alone.
+  await tx`select set_config('lock_timeout', ${lanes.lockTimeout}, true)`;
+  return waited;
 }
 
 /**
