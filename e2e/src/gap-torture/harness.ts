@@ -61,6 +61,11 @@ interface ParkedPass {
   readonly holder: postgres.ReservedSql;
 }
 
+/** JSON on one line, bigints as their digits. */
+function jsonLine(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? String(v) : v));
+}
+
 /** One run's world: a fresh schema, its dispatchers, the writer sessions and the model. */
 export class TortureRun {
   readonly model = new TortureModel(CONSUMERS);
@@ -145,14 +150,12 @@ export class TortureRun {
   }
 
   /**
-   * What a dispatcher says beyond debug, noted in the run's log: a failed turn (which backs its
+   * What a dispatcher says beyond debug, noted apart from the steps: a failed turn (which backs its
    * consumer off for a second, longer than quiescence waits) or a lane step shows in a failure.
    */
   dispatcherLogger(instance: number): Logger {
     const note = (level: string) => (fields: object, message: string) => {
-      this.log.push(
-        `[dispatcher ${instance} ${level}] ${message} ${JSON.stringify(fields, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}`,
-      );
+      this.said.push(`[dispatcher ${instance} ${level}] ${message} ${jsonLine(fields)}`);
     };
     return { debug: () => undefined, info: note('info'), warn: note('warn'), error: note('error') };
   }
@@ -409,14 +412,12 @@ export class TortureRun {
       from ${s('consumers')} order by name, instance_id`;
     const gaps = await sql<Record<string, unknown>[]>`select * from ${s('gaps')}`;
     const changes = await sql<Record<string, unknown>[]>`select * from ${s('lane_changes')}`;
-    const show = (r: Record<string, unknown>) =>
-      JSON.stringify(r, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v));
     return [
       '-- at quiescence:',
-      ...rows.map((r) => `row ${show(r)}`),
-      ...gaps.map((g) => `gap ${show(g)}`),
-      ...changes.map((c) => `lane change ${show(c)}`),
-      `delivered ${show(Object.fromEntries([...this.model.delivered].map(([k, v]) => [k, v.map(String)])))}`,
+      ...rows.map((r) => `row ${jsonLine(r)}`),
+      ...gaps.map((g) => `gap ${jsonLine(g)}`),
+      ...changes.map((c) => `lane change ${jsonLine(c)}`),
+      `delivered ${jsonLine(Object.fromEntries(this.model.delivered))}`,
     ];
   }
 
