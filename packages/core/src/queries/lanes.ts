@@ -160,15 +160,22 @@ export async function trySwitchLanes(
 ): Promise<boolean> {
   const others = pgArray(laneInstanceIds(change.from).filter((id) => id !== self));
   const expected = change.from - 1;
-  const ready = () => tx`cursor = ${change.barrier.toString()}::bigint and status in ('idle', 'processing')
-    and attempts = 0 and skip_event_id is null and start_upto is null
-    and (not ${options.strict} or gap_count = 0)`;
-  const [looks] = await tx<{ n: number; ready: number; before: number; lock_timeout: string }[]>`
-    select count(*)::int as n, count(*) filter (where ${ready()})::int as ready,
-           count(*) filter (where instance_id < ${self})::int as before,
-           current_setting('lock_timeout') as lock_timeout
-    from ${t.consumers} where name = ${name} and instance_id = any(${others}::text[])`;
-  if (!looks || looks.n !== expected || looks.ready !== expected) return false;
+  // The other old lanes: how many there are, how many stand at the barrier healthy, how many come
+  // before this one; read before any is locked, and again once all are held.
+  const othersNow = async () => {
+    const [now] = await tx<{ n: number; ready: number; before: number; lock_timeout: string }[]>`
+      select count(*)::int as n,
+             count(*) filter (where cursor = ${change.barrier.toString()}::bigint
+                                and status in ('idle', 'processing') and attempts = 0
+                                and skip_event_id is null and start_upto is null
+                                and (not ${options.strict} or gap_count = 0))::int as ready,
+             count(*) filter (where instance_id < ${self})::int as before,
+             current_setting('lock_timeout') as lock_timeout
+      from ${t.consumers} where name = ${name} and instance_id = any(${others}::text[])`;
+    return now !== undefined && now.n === expected && now.ready === expected ? now : undefined;
+  };
+  const looks = await othersNow();
+  if (!looks) return false;
   if (looks.before > 0) {
     const [before] = await tx<{ n: number }[]>`
       select count(*)::int as n from (
@@ -181,10 +188,7 @@ export async function trySwitchLanes(
   const after = { name, self, others, lockTimeout: looks.lock_timeout };
   if (looks.n > looks.before && !(await waitForLanesAfter(tx, t, after))) return false;
   // Read once they are held (docs/design.md §5.4): a lock that followed a commit sees it only so.
-  const [held] = await tx<{ n: number; ready: number }[]>`
-    select count(*)::int as n, count(*) filter (where ${ready()})::int as ready
-    from ${t.consumers} where name = ${name} and instance_id = any(${others}::text[])`;
-  if (held?.n !== expected || held.ready !== expected) return false;
+  if (!(await othersNow())) return false;
   const switched = await tx`
     update ${t.laneChanges} set switched_at = now()
     where consumer_name = ${name} and switched_at is null and barrier = ${change.barrier.toString()}::bigint
