@@ -3,7 +3,7 @@
 // here is documented for applications, and any of it may change in any release. Applications use
 // the package root (`@sluice/core`), whose every export is listed in packages/core/README.md.
 export { connectTimeoutMsOf, withinConnectTimeout } from './connect-timeout.js';
-export { guardedBegin, TransactionAbandonedError } from './connections/guarded-transaction.js';
+export { guardedBegin } from './connections/guarded-transaction.js';
 export { logUnprepared, openOwnConnections } from './connections/own-connections.js';
 export { consumerStateOf } from './consumer-state/consumer-state.js';
 export {

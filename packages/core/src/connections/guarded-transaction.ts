@@ -22,8 +22,6 @@ import { isConnectionLoss } from '../dispatcher/classify-failure.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { TransactionAbandonedError } from '../errors.js';
 
-export { TransactionAbandonedError };
-
 /** Whether a guarded transaction may still run statements; `ended` settles when it may not. */
 export interface Liveness {
   readonly isEnded: boolean;
