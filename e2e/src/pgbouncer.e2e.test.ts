@@ -339,16 +339,15 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
           first.lines.findIndex((l) =>
             l.message.startsWith('a prepared statement did not survive to the next transaction'),
           );
-        const headId = async () => {
+        /** The log's last event once the first consumer has seen it, else undefined. */
+        const deliveredHead = async () => {
           const [head] = await fixed<
             { id: string | null }[]
           >`select max(id)::text as id from ${fixed(`${schema}.events`)}`;
-          return head?.id === null || head?.id === undefined ? undefined : BigInt(head.id);
+          const id = head?.id === null || head?.id === undefined ? undefined : BigInt(head.id);
+          return id !== undefined && seen.has(id) ? id : undefined;
         };
-        const delivered = async () => {
-          const head = await headId();
-          return head !== undefined && seen.has(head);
-        };
+        const delivered = async () => (await deliveredHead()) !== undefined;
         try {
           await until(() => switched() >= 0, 60_000, 'the switch to prepare: false');
           // From then on the turns run: a head committed after the switch reaches the consumer.
@@ -373,8 +372,8 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
         // consumer has caught up.
         await until(
           async () => {
-            const head = await headId();
-            if (head === undefined || !seen.has(head)) return false;
+            const head = await deliveredHead();
+            if (head === undefined) return false;
             const rows =
               await fixed`select 1 from ${fixed(`${schema}.projection`)} where event_id = ${head.toString()}::bigint`;
             return rows.length === 1;
