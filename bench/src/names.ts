@@ -31,6 +31,8 @@ export const SLOW_HANDLER_SYSTEMS = {
 
 export const LATENCY_SYSTEMS = {
   otherProcess: 'Sluice, transaction() with the dispatcher in another process (after-commit NOTIFY)',
+  otherProcessInTx:
+    "Sluice, append(…, { wakeUp: 'in-transaction' }) with the dispatcher in another process (NOTIFY in the appending transaction)",
   otherPool: 'Sluice, transaction() from another pool of the same process (after-commit NOTIFY)',
   otherPoolTimed: 'Sluice, from another pool, each statement timed (diagnostic: slower, see below)',
   inProcess: 'Sluice, transaction() on the dispatcher pool (in-process wake-up)',

@@ -236,7 +236,9 @@ export function bottlenecks(results: readonly ScenarioResult[]): string[] {
         'then runs a pass and the turn: BEGIN, the lock with the fetch behind it; the pre-check and the turn-start record only on the paths the step table under the latency scenario shows taking them. ' +
         "graphile-worker and the minimal loop hear of the commit from PostgreSQL itself (their NOTIFY is part of the producer's transaction). " +
         `The in-process wake-up skips the NOTIFY: its commit→handler p50 took ${diff(L.inProcess, L.otherPool, 'commit→handler p50')} than from another pool of the same process (run by run, median); ` +
-        `the dispatcher in a process of its own ${diff(L.otherProcess, L.otherPool, 'commit→handler p50')} than in the appender's process.`,
+        `the dispatcher in a process of its own ${diff(L.otherProcess, L.otherPool, 'commit→handler p50')} than in the appender's process. ` +
+        `Woken by a NOTIFY inside the appending transaction instead (wakeUp 'in-transaction', as graphile-worker's), the dispatcher in a process of its own took ${c50(L.otherProcessInTx)} / ${c99(L.otherProcessInTx)} ms at p50 / p99, ` +
+        `its p50 ${diff(L.otherProcessInTx, L.otherProcess, 'commit→handler p50')} than with the after-commit NOTIFY (run by run, median); the append scenario shows what that NOTIFY costs the writers.`,
       `- The append's own share: append→commit p50 ${n(f(L.otherProcess, 'append→commit p50'))} ms of Sluice's append call→handler p50 ${n(f(L.otherProcess, 'p50'))} ms ` +
         `(dispatcher in another process, ${share(L.otherProcess)} %), ${n(f(L.graphile, 'append→commit p50'))} ms of graphile-worker's ${n(f(L.graphile, 'p50'))} ms (${share(L.graphile)} %, BEGIN, add_job and COMMIT). ` +
         'No dispatcher shortens the transaction that appends; the commit→handler goals leave it out.',

@@ -254,6 +254,24 @@ export function evaluateTargets(results: readonly ScenarioResult[]): TargetResul
     '×',
     (m) => m <= 0.6,
   );
+  // The same dispatcher process woken by a NOTIFY inside the appending transaction, as
+  // graphile-worker's is: how much of the two rows above is the after-commit NOTIFY's round trip.
+  add(
+    'latency',
+    "commit→handler p50: Sluice (dispatcher in another process, wakeUp 'in-transaction') ÷ graphile-worker's",
+    '(shown)',
+    vsGraphile(LATENCY_SYSTEMS.otherProcessInTx, 'commit→handler p50'),
+    '×',
+    undefined,
+  );
+  add(
+    'latency',
+    "commit→handler p99: Sluice (dispatcher in another process, wakeUp 'in-transaction') ÷ graphile-worker's",
+    '(shown)',
+    vsGraphile(LATENCY_SYSTEMS.otherProcessInTx, 'commit→handler p99'),
+    '×',
+    undefined,
+  );
   // Where the goals lie against the smallest correct consumer, woken by a NOTIFY inside the
   // producer's transaction (no round trip after the commit), in the same runs.
   add(

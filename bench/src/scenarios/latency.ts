@@ -293,6 +293,7 @@ export async function latency(ctx: ScenarioContext): Promise<ScenarioResult> {
       `Sluice: default options (batchSize ${DEFAULTS.batchSize}, maxBatchSize at its default, pollIntervalMs ${DEFAULTS.pollIntervalMs}, countCrashedAttempts true), a pool of ${DISPATCHER_POOL}. ` +
         '"dispatcher in another process": the dispatcher runs in a Node process of its own (src/dispatcher-process.ts, only Sluice and postgres.js loaded), as a worker process beside the application that appends; ' +
         'the appender has its own postgres.js pool here, so the dispatcher is woken by the NOTIFY transaction() sends after the commit (at once unless 3 commits came in the 10 ms before, else ≤ 1 per 10 ms). ' +
+        "The row with wakeUp: 'in-transaction' is the same dispatcher process, with the appender's BEGIN, append(…, { wakeUp: 'in-transaction' }) and COMMIT: its NOTIFY is part of the appending transaction, as graphile-worker's is, and reaches the dispatcher with the commit (the append scenario measures what it costs the writers). " +
         "Its handler notes the time on the machine's monotonic clock (process.hrtime: CLOCK_MONOTONIC, one clock for every process of the machine, which performance.now() reads too), sent back once the run is over. " +
         '"another pool of the same process": the same, with the dispatcher in the appender\'s process; "dispatcher pool": the appender uses the ' +
         "dispatcher's pool and wakes it directly (in-process wake-up, no NOTIFY); polling only: listen false and append(…, { wakeUp: 'none' }).",
@@ -378,7 +379,12 @@ function appenderStatement(text: string): 'commit' | 'notify' | undefined {
 async function makeSystem(name: LatencySystem, db: RunDatabase, total: number): Promise<System> {
   const logCapacity = total * LOG_PER_EVENT;
   switch (name) {
-    case LATENCY_SYSTEMS.otherProcess: {
+    case LATENCY_SYSTEMS.otherProcess:
+    case LATENCY_SYSTEMS.otherProcessInTx: {
+      // The same dispatcher process; only how the appender wakes it differs: transaction()'s
+      // NOTIFY once the COMMIT is answered, or a NOTIFY inside the appending transaction (as
+      // graphile-worker and the minimal loop send theirs), which PostgreSQL delivers at the commit.
+      const inTransaction = name === LATENCY_SYSTEMS.otherProcessInTx;
       const appenderSql = pool(db.url, 2);
       let dispatcher: RemoteDispatcher | undefined;
       const started = () => {
@@ -392,9 +398,10 @@ async function makeSystem(name: LatencySystem, db: RunDatabase, total: number): 
           return () => remote.stop();
         },
         async append(seq) {
-          await transaction(appenderSql, (tx) =>
-            append(tx, [{ streamId: streamOf(seq), type: EVENT_TYPE, data: payload(seq) }]),
-          );
+          const event = { streamId: streamOf(seq), type: EVENT_TYPE, data: payload(seq) };
+          if (inTransaction)
+            await appenderSql.begin((tx) => append(tx, [event], { wakeUp: 'in-transaction' }));
+          else await transaction(appenderSql, (tx) => append(tx, [event]));
           return performance.now();
         },
         close: () => appenderSql.end(),
