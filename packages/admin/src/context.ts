@@ -9,6 +9,7 @@ import {
   consumerStateOf,
   guardedBegin,
   lockConsumerForOperator,
+  pgArray,
   sqlStateOf,
   type ConsumerState,
   type OperatorRow,
@@ -76,7 +77,7 @@ export async function withLockedConsumers<T>(
       await tx`select set_config('lock_timeout', ${String(ctx.lockTimeoutMs)}, true)`;
       const instances =
         typeof instanceId === 'object'
-          ? [...instanceId].sort()
+          ? await inInstanceIdOrder(tx, instanceId)
           : await resolveInstances(tx, ctx, name, instanceId);
       const results: T[] = [];
       for (const instance of instances) {
@@ -90,6 +91,18 @@ export async function withLockedConsumers<T>(
     if (sqlStateOf(error) === '55P03') throw new ConsumerBusyError(name, ctx.lockTimeoutMs);
     throw error;
   }
+}
+
+/**
+ * `ids` sorted as PostgreSQL sorts the instance_id column (the database's collation), not as
+ * JavaScript sorts strings: under a collation such as en_US the two put lane ids such as `*1/16`
+ * and `*10/16` in opposite order, and a lock taken out of the column's order could wait on a turn's
+ * lock in a cycle.
+ */
+async function inInstanceIdOrder(tx: TransactionSql, ids: readonly string[]): Promise<string[]> {
+  const rows = await tx<{ id: string }[]>`
+    select id from unnest(${pgArray(ids)}::text[]) as id order by id`;
+  return rows.map((r) => r.id);
 }
 
 /**

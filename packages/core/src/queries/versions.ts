@@ -664,7 +664,8 @@ async function abandon(
 /** Every row a version's consumer rows own: the rows, their gaps, crash records and dead letters. */
 async function deleteRows(tx: TransactionSql, t: Tables, rowName: string): Promise<number> {
   // The rows first, as a turn takes them (then their gaps): waits for a turn holding one. In
-  // instance id order, as lockRows and trySwitchLanes take a consumer's rows.
+  // instance id order, as lockRows, trySwitchLanes and the operator actions (admin's
+  // withLockedConsumers) take a consumer's rows.
   await tx`select 1 from ${t.consumers} where name = ${rowName} order by instance_id for update`;
   await tx`delete from ${t.gaps} where consumer_name = ${rowName}`;
   await tx`delete from ${t.turnStarts} where consumer_name = ${rowName}`;
