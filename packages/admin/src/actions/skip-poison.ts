@@ -24,16 +24,11 @@ export async function skip(
   const name = checkName(nameInput, 'name');
   const eventId = checkEventId(options.eventId);
   const who = checkActor(options, ctx.defaultActor);
-  // A laned consumer: the lane stuck on that event (it decides again once held).
-  const lane =
-    options.instanceId === undefined ? (await lanesWhere(ctx, name, { stuckOn: eventId }))?.[0] : undefined;
-  if (
-    options.instanceId === undefined &&
-    lane === undefined &&
-    (await lanesWhere(ctx, name, {})) !== undefined
-  ) {
-    throw new SkipMismatchError(name, eventId, null);
-  }
+  // A laned consumer: the lane stuck on that event (it decides again once held); none stuck on it
+  // is a mismatch.
+  const lanes = options.instanceId === undefined ? await lanesWhere(ctx, name, { stuckOn: eventId }) : undefined;
+  const lane = lanes?.[0];
+  if (lanes !== undefined && lane === undefined) throw new SkipMismatchError(name, eventId, null);
   return withLockedConsumer(
     ctx,
     name,
