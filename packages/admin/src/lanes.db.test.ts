@@ -74,8 +74,12 @@ describe('a laned consumer', () => {
     expect(diagnosis.findings.some((f) => f.startsWith(`lane ${stuck?.instanceId}: dead after`))).toBe(true);
 
     // An event no lane is stuck on is refused, and changes nothing.
-    await expect(admin.skip('reactor', { eventId: 9n })).rejects.toMatchObject({ code: 'SLUICE_SKIP_MISMATCH' });
-    expect((await admin.showConsumer('reactor')).lanes?.find((l) => l.status === 'dead')?.stuckEventId).toBe(8n);
+    await expect(admin.skip('reactor', { eventId: 9n })).rejects.toMatchObject({
+      code: 'SLUICE_SKIP_MISMATCH',
+    });
+    expect((await admin.showConsumer('reactor')).lanes?.find((l) => l.status === 'dead')?.stuckEventId).toBe(
+      8n,
+    );
     const skipped = await admin.skip('reactor', { eventId: 8n });
     expect(skipped.instanceId).toBe(stuck?.instanceId);
     await drainUntilIdle(dispatcher);
