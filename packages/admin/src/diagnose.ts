@@ -1,7 +1,7 @@
 import { listRanges, type StoredRange } from '@sluice/core/internal';
 import { resolveInstances, type AdminContext } from './context.js';
-import { optionalName, showConsumer, type ConsumerSummary } from './read-models.js';
-import { checkName } from './validate.js';
+import { showConsumer, type ConsumerSummary } from './read-models.js';
+import { checkName, optionalName } from './validate.js';
 
 /** A backend (or prepared transaction) that matters to a diagnosis, from pg_stat_activity. */
 export interface Backend {

@@ -13,7 +13,7 @@ export type {
 } from './actions/rebuilds.js';
 export type { ReplayOptions, ReplayResult } from './actions/replay-dead-letters.js';
 export type { RestartOptions } from './actions/restart.js';
-export type { ActionOptions, ActionResult } from './actions/result.js';
+export type { ActionOptions, ActionResult } from './context.js';
 export type { DisableOptions, DisableResult } from './actions/set-enabled.js';
 export type { SkipOptions } from './actions/skip-poison.js';
 export type { Backend, Diagnosis } from './diagnose.js';

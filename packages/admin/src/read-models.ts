@@ -7,7 +7,7 @@ import {
 } from '@sluice/core';
 import { listRanges, parseLaneInstanceId, pgArray, type StoredRange } from '@sluice/core/internal';
 import { resolveInstances, type AdminContext } from './context.js';
-import { checkEventId, checkLimit, checkName, checkText } from './validate.js';
+import { checkEventId, checkLimit, checkName, checkText, optionalName } from './validate.js';
 
 export type ConsumerStatus = 'idle' | 'processing' | 'dead' | 'disabled';
 
@@ -458,10 +458,6 @@ export async function listAudit(
     cursorAfter: r.cursor_after === null ? null : BigInt(r.cursor_after),
     details: r.details,
   }));
-}
-
-export function optionalName(value: unknown): string | undefined {
-  return value === undefined ? undefined : checkName(value, 'instanceId');
 }
 
 export { checkText };

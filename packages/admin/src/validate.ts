@@ -23,6 +23,11 @@ export function checkName(value: unknown, option: string): string {
   return value;
 }
 
+/** An instance id given or not. */
+export function optionalName(value: unknown): string | undefined {
+  return value === undefined ? undefined : checkName(value, 'instanceId');
+}
+
 const MAX_ID = 2n ** 63n - 1n;
 
 /** An event id: a positive bigint within int8. */

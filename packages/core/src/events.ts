@@ -21,27 +21,6 @@ export interface EventRecord<TData extends JsonObject = JsonObject> {
   readonly createdAt: Date;
 }
 
-/** An events row as queries select it (`id::text`, so the id never depends on the pool's type parsers). */
-export interface EventRow {
-  id: string;
-  stream_id: string;
-  type: string;
-  data: JsonObject;
-  metadata: JsonObject;
-  created_at: Date;
-}
-
-export function eventFromRow(row: EventRow): EventRecord {
-  return {
-    id: BigInt(row.id),
-    streamId: row.stream_id,
-    type: row.type,
-    data: row.data,
-    metadata: row.metadata,
-    createdAt: row.created_at,
-  };
-}
-
 /** Event types starting with this prefix are Sluice's own; append() refuses them. */
 export const RESERVED_TYPE_PREFIX = '$sluice';
 

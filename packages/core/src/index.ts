@@ -42,7 +42,7 @@ export { consoleLogger, silentLogger } from './logger.js';
 export { DEFAULTS } from './options.js';
 export { prune } from './retention/prune.js';
 export { migrate } from './schema/migrate.js';
-export { DEFAULT_SCHEMA } from './schema/schema-name.js';
+export { DEFAULT_SCHEMA } from './schema/tables.js';
 export { verifySchema } from './schema/verify-schema.js';
 export { ATTR, METRIC } from './telemetry/attributes.js';
 

@@ -16,7 +16,7 @@ export {
   stuckEventOf,
 } from './consumer-state/operator-transitions.js';
 export { messageOf, sqlStateOf } from './errors.js';
-export { parseSnapshot } from './gaps/snapshot.js';
+export { parseSnapshot } from './gaps/gaps.js';
 export { retentionFloor, writeAudit } from './queries/audit.js';
 export { lockConsumer, lockConsumerForOperator, RETENTION_LOCK_CLASS } from './queries/consumers.js';
 export { listRanges } from './queries/gaps.js';
@@ -44,7 +44,7 @@ export {
   rebuildProgress,
   selectVersions,
 } from './queries/versions.js';
-export { resolveSchemaName } from './schema/schema-name.js';
+export { resolveSchemaName } from './schema/tables.js';
 export { tables } from './schema/tables.js';
 export { MINIMUM_SERVER_VERSION_NUM } from './schema/verify-schema.js';
 export { ADMIN_DEFAULTS, SHARED_INSTANCE_ID } from './options.js';

@@ -1,6 +1,5 @@
 import { liveVersionOf } from './queries/versions.js';
-import { resolveSchemaName } from './schema/schema-name.js';
-import { tables } from './schema/tables.js';
+import { resolveSchemaName, tables } from './schema/tables.js';
 import type { Queryable } from './sql-types.js';
 
 /**

@@ -1,5 +1,4 @@
-import type { MeterProvider } from '@opentelemetry/api';
-import type { TracerProvider } from '@opentelemetry/api';
+import type { MeterProvider, TracerProvider } from '@opentelemetry/api';
 import type { Consumer } from './consumers/consumer.js';
 import type { EventRecord } from './events.js';
 import { InvalidOptionError } from './errors.js';
@@ -13,7 +12,7 @@ import {
 } from './lanes/lanes.js';
 import type { Ordering } from './gaps/gaps.js';
 import { consoleLogger, type Logger } from './logger.js';
-import { resolveSchemaName } from './schema/schema-name.js';
+import { resolveSchemaName } from './schema/tables.js';
 import type { Sql } from './sql-types.js';
 
 /** The instance id under which shared consumers keep their single cursor row. */

@@ -4,10 +4,16 @@ import {
   insertTombstone,
   isPendingGap,
 } from '@sluice/core/internal';
-import { lanesWhere, withLockedConsumers, type AdminContext } from '../context.js';
-import { optionalName } from '../read-models.js';
-import { checkActor, checkEventId, checkName } from '../validate.js';
-import { combined, resultOf, type ActionOptions, type ActionResult } from './result.js';
+import {
+  lanesWhere,
+  withLockedConsumers,
+  type AdminContext,
+  combined,
+  resultOf,
+  type ActionOptions,
+  type ActionResult,
+} from '../context.js';
+import { checkActor, checkEventId, checkName, optionalName } from '../validate.js';
 
 export interface FenceOptions extends ActionOptions {
   /** An id inside one of the consumer's pending gap ranges. */

@@ -5,10 +5,8 @@ import {
   requestReplays,
   selectReplays,
 } from '@sluice/core/internal';
-import { withLockedConsumers, type AdminContext } from '../context.js';
-import { optionalName } from '../read-models.js';
-import { checkActor, checkLimit, checkName } from '../validate.js';
-import type { ActionOptions } from './result.js';
+import { withLockedConsumers, type AdminContext, type ActionOptions } from '../context.js';
+import { checkActor, checkLimit, checkName, optionalName } from '../validate.js';
 
 export interface ReplayOptions extends ActionOptions {
   /** Dead-letter ids to replay (also ones replayed before). Default: those not replayed yet. */

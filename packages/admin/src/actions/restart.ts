@@ -5,10 +5,15 @@ import {
   restartConsumer,
   type RestartFrom,
 } from '@sluice/core/internal';
-import { withLockedConsumers, type AdminContext } from '../context.js';
-import { optionalName } from '../read-models.js';
-import { checkActor, checkEventId, checkName } from '../validate.js';
-import { combined, resultOf, type ActionOptions, type ActionResult } from './result.js';
+import {
+  withLockedConsumers,
+  type AdminContext,
+  combined,
+  resultOf,
+  type ActionOptions,
+  type ActionResult,
+} from '../context.js';
+import { checkActor, checkEventId, checkName, optionalName } from '../validate.js';
 
 export interface RestartOptions extends ActionOptions {
   /** 'beginning' (the oldest kept event), 'now' (the log head), or the id after which to continue. */

@@ -1,9 +1,14 @@
 import { InvalidOptionError } from '@sluice/core';
 import { applyOperatorChange, disableConsumer, enableConsumer, readDisableEnd } from '@sluice/core/internal';
-import { withLockedConsumers, type AdminContext } from '../context.js';
-import { optionalName } from '../read-models.js';
-import { checkActor, checkName } from '../validate.js';
-import { combined, resultOf, type ActionOptions, type ActionResult } from './result.js';
+import {
+  withLockedConsumers,
+  type AdminContext,
+  combined,
+  resultOf,
+  type ActionOptions,
+  type ActionResult,
+} from '../context.js';
+import { checkActor, checkName, optionalName } from '../validate.js';
 
 export interface DisableOptions extends ActionOptions {
   /** Re-enable by itself at this time (a time-boxed disable); it must be in the database's future. */

@@ -1,9 +1,14 @@
 import { SkipMismatchError } from '@sluice/core';
 import { applyOperatorChange, copySkippedEvent, skipEvent } from '@sluice/core/internal';
-import { lanesWhere, withLockedConsumer, type AdminContext } from '../context.js';
-import { optionalName } from '../read-models.js';
-import { checkActor, checkEventId, checkName } from '../validate.js';
-import { resultOf, type ActionOptions, type ActionResult } from './result.js';
+import {
+  lanesWhere,
+  withLockedConsumer,
+  type AdminContext,
+  resultOf,
+  type ActionOptions,
+  type ActionResult,
+} from '../context.js';
+import { checkActor, checkEventId, checkName, optionalName } from '../validate.js';
 
 export interface SkipOptions extends ActionOptions {
   /** The event the consumer is stuck on (compare-and-set: any other id is refused). */
@@ -26,7 +31,8 @@ export async function skip(
   const who = checkActor(options, ctx.defaultActor);
   // A laned consumer: the lane stuck on that event (it decides again once held); none stuck on it
   // is a mismatch.
-  const lanes = options.instanceId === undefined ? await lanesWhere(ctx, name, { stuckOn: eventId }) : undefined;
+  const lanes =
+    options.instanceId === undefined ? await lanesWhere(ctx, name, { stuckOn: eventId }) : undefined;
   const lane = lanes?.[0];
   if (lanes !== undefined && lane === undefined) throw new SkipMismatchError(name, eventId, null);
   return withLockedConsumer(

@@ -1,6 +1,6 @@
 // What a consumer's row says, as the turn and the operators decide on it: the row read once it is
 // held (docs/design.md §4.3), parsed into exact values (ids and xids as bigints). Pure.
-import { parseSnapshot, parseXidList, type Snapshot } from '../gaps/snapshot.js';
+import { parseSnapshot, parseXidList, type Snapshot } from '../gaps/gaps.js';
 import type { LockedRow, OperatorRow } from '../queries/consumers.js';
 
 export type ConsumerStatus = 'idle' | 'processing' | 'dead' | 'disabled';
@@ -44,7 +44,7 @@ export interface ConsumerState {
   readonly gapCount: number;
   readonly gapsUnfenced: number;
   readonly gapsRecheck: boolean;
-  /** Transactions running below the highest fence at the last check (see gaps/snapshot.ts). */
+  /** Transactions running below the highest fence at the last check (see runningBelow in gaps/gaps.ts). */
   readonly gapWatch: readonly bigint[];
   readonly start: StartInFlight | null;
   /** The cluster the row's fences were taken on. */

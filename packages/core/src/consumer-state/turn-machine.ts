@@ -3,9 +3,17 @@
 // runs, which ranges it re-fetches, what it delivers, and what the row becomes. dispatcher/turn.ts
 // only reads, calls these, and writes what they return.
 import { rearmDecision } from '../dispatcher/rearm.js';
-import type { FetchResult, GapRange, Ordering, Settlement, TurnInput } from '../gaps/gaps.js';
-import { settleStragglers } from '../gaps/gaps.js';
-import { lowestEnded, runningBelow, type Snapshot } from '../gaps/snapshot.js';
+import {
+  type FetchResult,
+  type GapRange,
+  type Ordering,
+  type Settlement,
+  type TurnInput,
+  settleStragglers,
+  lowestEnded,
+  runningBelow,
+  type Snapshot,
+} from '../gaps/gaps.js';
 import {
   isWaitingToRetry,
   type ConsumerState,

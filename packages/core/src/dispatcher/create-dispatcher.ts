@@ -2,7 +2,7 @@ import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { DispatcherNotRegisteredError, DispatcherStoppedError, messageOf } from '../errors.js';
 import { checkConnection } from '../connect-timeout.js';
 import { logUnprepared, openOwnConnections, preparingSwitch } from '../connections/own-connections.js';
-import { TurnConnections } from '../connections/turn-connections.js';
+import { TurnConnections } from './slots.js';
 import type { Consumer } from '../consumers/consumer.js';
 import { resolveOptions, type DispatcherOptions, type ResolvedConsumer } from '../options.js';
 import type { Sql } from '../sql-types.js';

@@ -1,4 +1,4 @@
-import { lowestEnded, parseSnapshot, parseXidList, type Snapshot } from '../gaps/snapshot.js';
+import { lowestEnded, parseSnapshot, parseXidList, type Snapshot } from '../gaps/gaps.js';
 import type { ResolvedConsumer } from '../options.js';
 import type { ConsumerStateRow, Precheck, PrecheckRow } from '../queries/consumers.js';
 import type { PassResult } from './pass.js';

@@ -1,6 +1,6 @@
 import { context, ROOT_CONTEXT, type Tracer } from '@opentelemetry/api';
 import { messageOf } from '../errors.js';
-import { parseSnapshot, type Snapshot } from '../gaps/snapshot.js';
+import { parseSnapshot, type Snapshot } from '../gaps/gaps.js';
 import type { Logger } from '../logger.js';
 import {
   attemptsCharged,
@@ -34,8 +34,7 @@ import { rearmDecision } from './rearm.js';
 import { LaneReads } from './lane-reads.js';
 import { SharedReads } from './shared-reads.js';
 import { VersionKeeper } from './versions-step.js';
-import { TurnSlots } from './slots.js';
-import type { TurnConnections } from '../connections/turn-connections.js';
+import { TurnSlots, type TurnConnections } from './slots.js';
 import type { Sql } from '../sql-types.js';
 import {
   runTurn,

@@ -14,8 +14,7 @@ import type {
 } from '../consumer-state/turn-machine.js';
 import { messageOf } from '../errors.js';
 import { PASSED_TYPE, type EventRecord } from '../events.js';
-import type { GapRange, Settlement, TurnInput } from '../gaps/gaps.js';
-import { parseSnapshot } from '../gaps/snapshot.js';
+import { type GapRange, type Settlement, type TurnInput, parseSnapshot } from '../gaps/gaps.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { writeAudit } from '../queries/audit.js';
 import { lockConsumer, type LockedRow, saveTurn, setStatus } from '../queries/consumers.js';

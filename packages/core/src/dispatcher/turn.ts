@@ -68,7 +68,7 @@ export interface TurnEnvironment {
   readonly options: ResolvedOptions;
   /**
    * The pool of the turn's transaction (one connection, whose BEGIN goes out with the row lock:
-   * connections/turn-connections.ts); `options.sql` serves the statements made beside it.
+   * TurnConnections in dispatcher/slots.ts); `options.sql` serves the statements made beside it.
    */
   readonly turnSql: Sql;
   readonly tables: Tables;

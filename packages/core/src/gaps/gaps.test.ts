@@ -7,8 +7,11 @@ import {
   type FetchResult,
   type GapRange,
   type TurnInput,
+  isRunning,
+  lowestEnded,
+  parseSnapshot,
+  runningBelow,
 } from './gaps.js';
-import { isRunning, lowestEnded, parseSnapshot, runningBelow } from './snapshot.js';
 
 const r = (from: number, to: number, fence: number | null = null): GapRange => ({
   from: BigInt(from),

@@ -1,8 +1,29 @@
-import { eventFromRow, passedStub, type EventRecord, type EventRow } from '../events.js';
+import { passedStub, type EventRecord, type JsonObject } from '../events.js';
 import type { LaneKey } from '../lanes/lanes.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { pgArray } from './pg-array.js';
+
+/** An events row as queries select it (`id::text`, so the id never depends on the pool's type parsers). */
+interface EventRow {
+  id: string;
+  stream_id: string;
+  type: string;
+  data: JsonObject;
+  metadata: JsonObject;
+  created_at: Date;
+}
+
+function eventFromRow(row: EventRow): EventRecord {
+  return {
+    id: BigInt(row.id),
+    streamId: row.stream_id,
+    type: row.type,
+    data: row.data,
+    metadata: row.metadata,
+    createdAt: row.created_at,
+  };
+}
 
 interface FetchRow {
   snapshot: string | null;

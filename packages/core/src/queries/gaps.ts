@@ -15,7 +15,7 @@ interface GapRow {
 }
 
 /**
- * The ranges this turn must re-fetch (see gaps/snapshot.ts): unfenced ones, burnable ones (fence
+ * The ranges this turn must re-fetch (see the gap watch in gaps/gaps.ts): unfenced ones, burnable ones (fence
  * below xmin), and those fenced above the lowest watched xid that has ended. `all` when the
  * previous turn left a range visible-but-undelivered or unexamined.
  */

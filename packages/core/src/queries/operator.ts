@@ -4,7 +4,7 @@
 import type { InFlightAt, OperatorChange } from '../consumer-state/operator-transitions.js';
 import { TOMBSTONE_TYPE } from '../events.js';
 import { GapHeldError, NotAGapError, sqlStateOf } from '../errors.js';
-import { parseSnapshot } from '../gaps/snapshot.js';
+import { parseSnapshot } from '../gaps/gaps.js';
 import type { Tables } from '../schema/tables.js';
 import type { TransactionSql } from '../sql-types.js';
 import { retentionFloor, writeAudit } from './audit.js';

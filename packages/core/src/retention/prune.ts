@@ -2,8 +2,7 @@ import { guardedBegin } from '../connections/guarded-transaction.js';
 import { InvalidOptionError, PruneBlockedError } from '../errors.js';
 import { writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
-import { resolveSchemaName } from '../schema/schema-name.js';
-import { tables } from '../schema/tables.js';
+import { resolveSchemaName, tables } from '../schema/tables.js';
 import type { Sql } from '../sql-types.js';
 
 export interface PruneOptions {

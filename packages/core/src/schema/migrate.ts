@@ -3,8 +3,7 @@ import { MigrationFailedError, MigrationModifiedError } from '../errors.js';
 import { consoleLogger, type Logger } from '../logger.js';
 import type { Sql } from '../sql-types.js';
 import { loadMigrations, renderMigration } from './load-migrations.js';
-import { resolveSchemaName } from './schema-name.js';
-import { tables } from './tables.js';
+import { resolveSchemaName, tables } from './tables.js';
 import { verifySchema } from './verify-schema.js';
 
 export interface MigrateOptions {

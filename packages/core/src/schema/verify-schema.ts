@@ -5,7 +5,7 @@ import {
   XidGuardMissingError,
 } from '../errors.js';
 import type { Queryable } from '../sql-types.js';
-import { resolveSchemaName } from './schema-name.js';
+import { resolveSchemaName } from './tables.js';
 
 /** PostgreSQL 14 is the oldest release Sluice supports (xid8 functions, multiranges). */
 export const MINIMUM_SERVER_VERSION_NUM = 140000;
