@@ -129,9 +129,6 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     () => started && !stopping,
     logger,
   );
-  const requestPass = (woken: boolean, local = false) => {
-    scheduler.request(woken, local);
-  };
 
   // A transactional consumer's handlers run on Sluice's own pool (ctx.tx), which uses the array
   // types the application's pool fetched on its first connection (connections/own-connections.ts):
@@ -243,10 +240,10 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     await ensureRegistered();
     started = true;
     unsubscribe = notifier.subscribe(() => {
-      requestPass(true, true);
+      scheduler.request(true, true);
     });
     pollTimer = setInterval(() => {
-      requestPass(false);
+      scheduler.request(false);
     }, options.pollIntervalMs);
     if (options.listen) {
       listener = await startListener({
@@ -259,7 +256,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
         logger,
         checkMs: options.listenCheckMs,
         onWake: () => {
-          requestPass(true);
+          scheduler.request(true);
         },
         onConnectedChange: (connected) => {
           listenConnected = connected;
@@ -267,7 +264,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
         },
       });
     }
-    requestPass(false);
+    scheduler.request(false);
   }
 
   async function readSystemIdentifier(): Promise<string | null> {

@@ -20,7 +20,7 @@ export interface DeliveryInput {
   /** Stop starting new handlers after this time (performance.now() ms); the turn commits what it did. */
   readonly deadlineMs: number;
   /** Events resolved without a handler call: operator skips, tombstones, another lane's events. */
-  readonly resolvesUnhandled: (event: EventRecord) => boolean;
+  readonly resolvesUnhandled: (eventId: bigint) => boolean;
   /** A consumer whose error policy parks keys (docs/design.md §11.4). */
   readonly parking?: Parking;
   readonly tracer: Tracer;
@@ -101,14 +101,16 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   let failed = 0;
 
   const batchHandler = consumer.definition.batchHandler;
-  const toHandle = events.filter((e) => !input.resolvesUnhandled(e) && setAsideKey(input, e) === undefined);
+  const toHandle = events.filter(
+    (e) => !input.resolvesUnhandled(e.id) && setAsideKey(input, e) === undefined,
+  );
   if (batchHandler && toHandle.length > 1) {
     assertLive(input.tx);
     const attempt = Math.max(...toHandle.map((e) => input.priorAttempts(e.id))) + 1;
     const outcome = await invoke(input, toHandle, attempt, batchHandler);
     if (outcome.ok) {
       for (const event of events) {
-        const key = input.resolvesUnhandled(event) ? undefined : setAsideKey(input, event);
+        const key = input.resolvesUnhandled(event.id) ? undefined : setAsideKey(input, event);
         if (key !== undefined) parked.push({ event, key, error: null, attempts: 0 });
       }
       return {
@@ -134,7 +136,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
 
   for (const event of events) {
     if (resolved.length > 0 && performance.now() > input.deadlineMs) break;
-    if (input.resolvesUnhandled(event)) {
+    if (input.resolvesUnhandled(event.id)) {
       resolved.push(event);
       continue;
     }
@@ -297,7 +299,7 @@ async function inOneSavepoint(
     await input.tx.savepoint(async (savepoint) => {
       for (const [index, event] of events.entries()) {
         if (deadline && resolved.length > 0 && performance.now() > input.deadlineMs) break;
-        if (input.resolvesUnhandled(event)) {
+        if (input.resolvesUnhandled(event.id)) {
           resolved.push(event);
           continue;
         }

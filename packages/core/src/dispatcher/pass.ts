@@ -172,7 +172,7 @@ export class PassRunner {
     const nowMs = performance.now();
     if (this.#heartbeatDue(nowMs)) await this.#heartbeat(nowMs);
     // Something changed since the last full pre-check: a takeover may start or end.
-    if (this.versions.active && checked !== undefined && !checked.standing)
+    if (checked !== undefined && !checked.standing && this.versions.active)
       await this.versions.step(precheck);
     const allIdle = checked?.standing ? this.#known.allIdleOn(precheck) : undefined;
     if (allIdle && this.#backoff.size === 0 && !this.#featureGated) {
@@ -471,7 +471,7 @@ export class PassRunner {
     const units: ResolvedConsumer[] = [];
     for (const consumer of this.#env.options.consumers) {
       // A version retired, abandoned or not live yet (side effects) is not this process's to turn.
-      if (!this.versions.runs(consumer)) continue;
+      if (consumer.version !== null && !this.versions.runs(consumer)) continue;
       if (consumer.lane === null) {
         units.push(consumer);
         continue;

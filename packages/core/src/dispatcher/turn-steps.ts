@@ -478,7 +478,7 @@ export async function startAndDeliver(
     tx,
     events: handed,
     priorAttempts: plan.priorAttempts,
-    resolvesUnhandled: (event) => unhandled(event.id),
+    resolvesUnhandled: unhandled,
     deadlineMs: performance.now() + options.maxTurnMs,
     tracer: env.tracer,
     turnSpan: span,
