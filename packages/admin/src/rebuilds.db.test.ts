@@ -117,6 +117,15 @@ test('pause, resume and abandon; drop only a retired version; bad input changes 
   expect(await admin.resumeRebuild('stats')).toMatchObject({ state: 'rebuilding' });
   await drainUntilIdle(both);
   expect(seen[2]).toHaveLength(100);
+  // Paused behind the head after it has moved: a rate, and no time left estimated (nothing moves).
+  await appendEvents(db.sql, 5, undefined, schema);
+  await admin.pauseRebuild('stats');
+  const [paused] = await admin.rebuildStatus('stats');
+  expect(paused?.rebuild).toMatchObject({ state: 'paused', lagEvents: 5n, etaSeconds: null });
+  expect(paused?.rebuild?.ratePerSecond).toBeGreaterThan(0);
+  expect(await admin.resumeRebuild('stats')).toMatchObject({ state: 'rebuilding' });
+  expect((await admin.rebuildStatus('stats'))[0]?.rebuild?.etaSeconds).toBeGreaterThan(0);
+  await drainUntilIdle(both);
 
   await expect(admin.dropVersion('stats', 1)).rejects.toBeInstanceOf(RebuildStateError);
   await expect(admin.dropVersion('stats', 9)).rejects.toBeInstanceOf(RebuildNotFoundError);
@@ -131,6 +140,8 @@ test('pause, resume and abandon; drop only a retired version; bad input changes 
     await db.sql`select count(*)::int as n from ${db.sql(schema)}.consumers where name = 'stats@v2'`;
   expect(row?.['n']).toBe(0);
   expect((await audited(schema)).slice(1)).toEqual([
+    'rebuild-paused by alice',
+    'rebuild-resumed by alice',
     'rebuild-paused by alice',
     'rebuild-resumed by alice',
     'rebuild-abandoned by alice',

@@ -832,8 +832,9 @@ export interface RebuildProgress {
   readonly startPosition: bigint;
   readonly head: bigint;
   readonly lagEvents: bigint | null;
-  /** Events per second since it started (its position over its age). */
+  /** Events per second since it started (its position over its age, paused time included). */
   readonly ratePerSecond: number | null;
+  /** The time left at that rate; null while paused (nothing moves) or when nothing has moved yet. */
   readonly etaSeconds: number | null;
   /** From its start position to the head: 0 … 1. */
   readonly progress: number | null;
@@ -877,7 +878,8 @@ export async function rebuildProgress(q: Queryable, t: Tables, name?: string): P
       head: upTo,
       lagEvents: lag,
       ratePerSecond: rate,
-      etaSeconds: lag === null || rate === null || rate <= 0 ? null : Number(lag) / rate,
+      etaSeconds:
+        v.state === 'paused' || lag === null || rate === null || rate <= 0 ? null : Number(lag) / rate,
       progress: done === null ? null : span <= 0 ? 1 : Math.min(1, Math.max(0, done / span)),
       barrier: v.barrier,
       takeoverWithin: v.takeoverWithin,
