@@ -25,7 +25,7 @@ create table :SLUICE_SCHEMA.consumers (
   gaps_unfenced integer not null default 0 check (gaps_unfenced >= 0),
   gap_min_fence xid8,
   -- Transactions still running below the highest fence at the last check: while all of them run,
-  -- no pending range can have gained a visible id (see gaps/snapshot.ts).
+  -- no pending range can have gained a visible id (see runningBelow in gaps/gaps.ts).
   gap_watch xid8[] not null default '{}',
   -- A range holds an id that was visible but not delivered, or was not fully examined.
   gaps_recheck boolean not null default false,

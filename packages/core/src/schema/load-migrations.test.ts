@@ -23,7 +23,10 @@ describe('migrations', () => {
     const former = Object.fromEntries((await loadMigrations()).map((m) => [m.version, m.formerChecksums]));
     expect(former).toMatchObject({
       1: ['f7d5fbad8112255f23076398fa5a373467976e49c7f034ce721c5a8a0a586588'],
-      2: ['3220c00e6a961ea8b5177dc1aeb672caee9b58323bdb37edef3647c2f7f8727f'],
+      2: [
+        '3220c00e6a961ea8b5177dc1aeb672caee9b58323bdb37edef3647c2f7f8727f',
+        '367967bed34609e24e272c62d6e63164f3d58402beecb5ba1f8b10c859f64f8a',
+      ],
       5: ['da3d30c1f13053cba6dc35337efd8aad3c53338b860c5b51e30aecd4c5364eba'],
     });
   });

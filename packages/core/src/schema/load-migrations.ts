@@ -33,6 +33,10 @@ const REWORDED: Readonly<Record<number, readonly { checksum: string; statements:
       checksum: '3220c00e6a961ea8b5177dc1aeb672caee9b58323bdb37edef3647c2f7f8727f',
       statements: '735c0b710645636b8db0f7705b019480026e312e1861238c94e4981c0f59dfce',
     },
+    {
+      checksum: '367967bed34609e24e272c62d6e63164f3d58402beecb5ba1f8b10c859f64f8a',
+      statements: '735c0b710645636b8db0f7705b019480026e312e1861238c94e4981c0f59dfce',
+    },
   ],
   5: [
     {

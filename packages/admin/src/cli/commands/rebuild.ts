@@ -93,7 +93,7 @@ export const rebuildCommand = defineCommand({
   },
   notes: [
     'status shows, per consumer, its live version and the version on its way: position (its lowest cursor), the',
-    'log head, how much is done, its rate since it started and the time left at that rate.',
+    'log head, how much is done, its rate since it started and the time left at that rate (none while paused).',
     'approve stops the live version at a barrier; the new one goes live once it has reached it with no gap below',
     'it. Refused while it is further behind than it takes over within (its rebuild.takeover.withinEvents, else',
     '1,000), unless --force (exit 4). A version with side effects takes the rows over at once.',

@@ -210,7 +210,7 @@
  * @property {string} head
  * @property {string | null} [lagEvents]
  * @property {number | null} [ratePerSecond] events per second since it started
- * @property {number | null} [etaSeconds] the time left at that rate
+ * @property {number | null} [etaSeconds] the time left at that rate (null while paused)
  * @property {number | null} [progress] from its start position to the head: 0 … 1
  * @property {string | null} [barrier] where the live version stopped (taking over)
  * @property {string | null} [takeoverWithin] it takes over by itself within this many events of the head
