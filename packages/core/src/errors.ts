@@ -92,7 +92,7 @@ export class DispatcherStoppedError extends SluiceError {
   constructor() {
     super(
       'SLUICE_DISPATCHER_STOPPED',
-      'A stopped dispatcher cannot be started again: create a new one with createDispatcher()',
+      'A stopped dispatcher cannot start or run again: create a new one with createDispatcher()',
     );
   }
 }
@@ -205,8 +205,19 @@ export function sqlStateOf(error: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * The text of an error as Sluice logs and stores it (last_error, dead letters, parked keys). Any
+ * error a handler throws has one: a NUL becomes U+FFFD (PostgreSQL text cannot hold it, and the
+ * failure must still be recorded and counted), and a message that cannot be read is said so.
+ */
 export function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
+  let text: string;
+  try {
+    text = String(error instanceof Error ? error.message : error);
+  } catch {
+    return 'an error whose message could not be read';
+  }
+  return text.includes('\u0000') ? text.replaceAll('\u0000', '\uFFFD') : text;
 }
 
 /** prune() would delete events that registered consumers still need; nothing was deleted. */

@@ -12,6 +12,7 @@ import {
   type Tracer,
   type TracerProvider,
 } from '@opentelemetry/api';
+import { messageOf } from '../errors.js';
 import type { JsonObject } from '../events.js';
 import { ATTR, MESSAGING_SYSTEM } from './attributes.js';
 
@@ -138,10 +139,15 @@ function linkTurn(turnSpan: Span, links: readonly Link[]): void {
 }
 
 export function endSpanWithError(span: Span, error: unknown): void {
-  span.setStatus({
-    code: SpanStatusCode.ERROR,
-    message: error instanceof Error ? error.message : String(error),
-  });
-  if (error instanceof Error) span.recordException(error);
+  const message = messageOf(error);
+  span.setStatus({ code: SpanStatusCode.ERROR, message });
+  if (error instanceof Error) {
+    try {
+      // The SDK reads the error's name, message and stack: a handler's error may throw from them.
+      span.recordException(error);
+    } catch {
+      span.recordException(message);
+    }
+  }
   span.end();
 }
