@@ -77,6 +77,29 @@ describe('resolveOptions', () => {
       'consumers[0].errorPolicy.maxAttempts',
     ],
     ['a bad schema name', { schema: 'Robert"); drop' }, 'schema'],
+    // Durations a Node.js timer or PostgreSQL's timeouts cannot take (2^31 ms fires at once / is refused).
+    ['a statement timeout of 2^31 ms', { statementTimeoutMs: 2 ** 31 }, 'statementTimeoutMs'],
+    ['a poll interval of 2^31 ms', { pollIntervalMs: 2 ** 31 }, 'pollIntervalMs'],
+    [
+      'handler and statement timeouts whose sum (the idle-in-transaction timeout) is 2^31 ms',
+      { handlerTimeoutMs: 2 ** 30, statementTimeoutMs: 2 ** 30 },
+      'handlerTimeoutMs',
+    ],
+    [
+      "a consumer's handler timeout that, with the statement timeout, reaches 2^31 ms",
+      { consumers: [consumer('a', { handlerTimeoutMs: 2 ** 31 - 30_000 })] },
+      'consumers[0].handlerTimeoutMs',
+    ],
+    [
+      'an isFeatureEnabled that is not a function',
+      { isFeatureEnabled: 'yes' as unknown as () => boolean },
+      'isFeatureEnabled',
+    ],
+    ['a logger without its methods', { logger: {} as never }, 'logger'],
+    ['a meterProvider that is not one', { meterProvider: 5 as never }, 'meterProvider'],
+    ['a tracerProvider that is not one', { tracerProvider: 'x' as never }, 'tracerProvider'],
+    // eslint-disable-next-line no-sparse-arrays -- the hole is the case
+    ['a hole in the consumers', { consumers: [, consumer('a')] as Consumer[] }, 'consumers[0]'],
   ])('rejects %s, naming the option', (_label, options, option) => {
     const attempt = resolve(options);
     expect(attempt).toThrow(InvalidOptionError);

@@ -97,6 +97,12 @@ export interface DispatcherOptions {
   tracerProvider?: TracerProvider;
 }
 
+/**
+ * The longest duration option (about 24.8 days): the largest delay a Node.js timer keeps (a longer
+ * one fires at once) and the largest timeout PostgreSQL's settings take.
+ */
+const MAX_MS = 2 ** 31 - 1;
+
 export const DEFAULTS = {
   batchSize: 100,
   maxTurnMs: 5 * SECOND_MS,
@@ -232,6 +238,9 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
       throw new InvalidOptionError(name, `must be an integer of at least ${min}, got ${String(value)}`);
     }
+    if (name.endsWith('Ms') && value > MAX_MS) {
+      throw new InvalidOptionError(name, `must be at most ${MAX_MS} (ms), got ${value}`);
+    }
     return value;
   };
   const options = {
@@ -266,8 +275,37 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     meterProvider: input.meterProvider,
     tracerProvider: input.tracerProvider,
   };
+  if (typeof options.isFeatureEnabled !== 'function') {
+    throw new InvalidOptionError('isFeatureEnabled', 'must be a function of a feature name');
+  }
+  const logger = options.logger as unknown as Record<string, unknown> | null;
+  if (
+    typeof logger !== 'object' ||
+    logger === null ||
+    !(['debug', 'info', 'warn', 'error'] as const).every((level) => typeof logger[level] === 'function')
+  ) {
+    throw new InvalidOptionError('logger', 'must have debug, info, warn and error methods (pino does)');
+  }
+  for (const [option, method] of [
+    ['meterProvider', 'getMeter'],
+    ['tracerProvider', 'getTracer'],
+  ] as const) {
+    const provider = options[option] as unknown as Record<string, unknown> | undefined | null;
+    if (
+      provider !== undefined &&
+      (typeof provider !== 'object' || provider === null || typeof provider[method] !== 'function')
+    ) {
+      throw new InvalidOptionError(option, `must be an OpenTelemetry ${option} (with ${method}())`);
+    }
+  }
   if (options.maxBatchSize !== undefined && options.maxBatchSize < options.batchSize) {
     throw new InvalidOptionError('maxBatchSize', `must be at least batchSize (${options.batchSize})`);
+  }
+  if (options.handlerTimeoutMs + options.statementTimeoutMs > MAX_MS) {
+    throw new InvalidOptionError(
+      'handlerTimeoutMs',
+      `plus statementTimeoutMs must be at most ${MAX_MS} (ms): a turn's idle-in-transaction timeout is their sum`,
+    );
   }
   if (options.backoffMaxMs < options.backoffInitialMs) {
     throw new InvalidOptionError('backoffMaxMs', 'must be at least backoffInitialMs');
@@ -279,7 +317,8 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
   const seenNames = new Set<string>();
   const unversioned = new Set<string>();
   // Validated as unknown input: JavaScript callers and config files do not respect the types.
-  const consumers = (input.consumers as readonly unknown[]).map((raw, index) => {
+  // Array.from: a hole in a sparse array is an undefined consumer, not one skipped.
+  const consumers = Array.from(input.consumers as readonly unknown[]).map((raw, index) => {
     const where = `consumers[${index}]`;
     if (typeof raw !== 'object' || raw === null) throw new InvalidOptionError(where, 'must be an object');
     const c = raw as Record<string, unknown>;
@@ -410,6 +449,8 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
       handlerTimeoutMs: integer(
         c['handlerTimeoutMs'] ?? options.handlerTimeoutMs,
         `${where}.handlerTimeoutMs`,
+        1,
+        MAX_MS - options.statementTimeoutMs,
       ),
       batchSize,
       maxBatchSize,
@@ -605,10 +646,11 @@ function oneOf<T extends string>(value: unknown, allowed: readonly T[], option: 
   return value as T;
 }
 
-function integer(value: unknown, option: string, min = 1): number {
+function integer(value: unknown, option: string, min = 1, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
     throw new InvalidOptionError(option, `must be an integer of at least ${min}`);
   }
+  if (value > max) throw new InvalidOptionError(option, `must be at most ${max}`);
   return value;
 }
 
