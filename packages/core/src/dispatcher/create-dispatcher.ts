@@ -36,11 +36,15 @@ export interface Dispatcher {
    * consumer whose turn is already running is not started twice: the running turns take one more
    * turn, and this call awaits them; every turn it awaits last fetched after the call.
    * @throws {DispatcherNotRegisteredError} before start() or ensureRegistered()
+   * @throws {DispatcherStoppedError} once stop() was called
    */
   runOnce(): Promise<PassResult>;
   /** Waits for in-flight passes and turns without stopping. */
   drain(): Promise<void>;
-  /** (Re-)creates missing consumer rows, e.g. after a test truncated them. Never moves a cursor. */
+  /**
+   * (Re-)creates missing consumer rows, e.g. after a test truncated them. Never moves a cursor.
+   * @throws {DispatcherStoppedError} once stop() was called
+   */
   ensureRegistered(): Promise<void>;
   readonly consumers: readonly Consumer[];
   /**
@@ -139,6 +143,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     (appSql.options as { fetch_types?: boolean }).fetch_types !== false;
 
   async function ensureRegistered(): Promise<void> {
+    if (stopping) throw new DispatcherStoppedError();
     if (needsArrayTypes) {
       arrayTypes ??= checkConnection(appSql).catch((error: unknown) => {
         arrayTypes = undefined;
@@ -320,6 +325,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       return stoppingPromise;
     },
     async runOnce() {
+      if (stopping) throw new DispatcherStoppedError();
       if (!registered) throw new DispatcherNotRegisteredError();
       return scheduler.track(context.with(ROOT_CONTEXT, () => passes.run('await')));
     },

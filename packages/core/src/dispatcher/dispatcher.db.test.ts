@@ -13,7 +13,7 @@ import {
 import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append } from '../append.js';
-import type { HandlerContext } from '../consumers/consumer.js';
+import type { Consumer, HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
 import { testDispatcher } from '../test-support.js';
 import { DispatcherNotRegisteredError, DispatcherStoppedError } from '../errors.js';
@@ -57,6 +57,40 @@ describe('cursors and poison', () => {
     expect(c.failures.get(2n)).toBe(3);
     expect(c.ids()).toEqual([1n]);
     expect(await consumerRow(db.sql, schema, 'mailer')).toEqual(dead);
+  });
+
+  test('a handler error whose text PostgreSQL cannot store (NUL) or cannot be read still counts, and is dead-lettered', async () => {
+    const unreadable = new Error('x');
+    Object.defineProperty(unreadable, 'message', {
+      get() {
+        throw new Error('no message');
+      },
+    });
+    const errors: Record<string, unknown> = {
+      '2': new Error('cannot parse payload: \u0000\u0001'),
+      '3': unreadable,
+    };
+    const consumer: Consumer = {
+      name: 'parser',
+      errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
+      handler: (e) => {
+        if (errors[String(e.id)]) throw errors[String(e.id)];
+      },
+    };
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [consumer]);
+    await appendEvents(db.sql, 4, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    expect(await consumerRow(db.sql, schema, 'parser')).toMatchObject({
+      cursor: 4n,
+      attempts: 0,
+      status: 'idle',
+    });
+    const letters = await db.sql<{ event_id: string; error: string; attempts: number }[]>`
+      select event_id::text, error, attempts from ${db.sql(`${schema}.dead_letters`)} order by event_id`;
+    expect(letters).toEqual([
+      { event_id: '2', error: 'cannot parse payload: \uFFFD\u0001', attempts: 2 },
+      { event_id: '3', error: 'an error whose message could not be read', attempts: 2 },
+    ]);
   });
 
   test('skipApplyErrors records the event in dead_letters and continues past it', async () => {
@@ -400,12 +434,17 @@ describe('lifecycle', () => {
     await expect(dispatcher.runOnce()).rejects.toMatchObject({ code: 'SLUICE_NOT_REGISTERED' });
   });
 
-  test('a stopped dispatcher cannot start again: a typed error', async () => {
-    const { dispatcher } = await registeredDispatcher(db.sql, [recordingConsumer('once').consumer]);
+  test('a stopped dispatcher cannot start or run again: a typed error, even with events waiting', async () => {
+    const once = recordingConsumer('once');
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [once.consumer]);
     await dispatcher.start();
     await dispatcher.stop();
+    await appendEvents(db.sql, 1, undefined, schema);
     await expect(dispatcher.start()).rejects.toBeInstanceOf(DispatcherStoppedError);
     await expect(dispatcher.start()).rejects.toMatchObject({ code: 'SLUICE_DISPATCHER_STOPPED' });
+    await expect(dispatcher.runOnce()).rejects.toMatchObject({ code: 'SLUICE_DISPATCHER_STOPPED' });
+    await expect(dispatcher.ensureRegistered()).rejects.toMatchObject({ code: 'SLUICE_DISPATCHER_STOPPED' });
+    expect(once.ids()).toEqual([]);
   });
 
   test('stop() resolves only after the in-flight handler finishes; then the pool ends cleanly', async () => {
