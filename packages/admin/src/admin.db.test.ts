@@ -402,6 +402,13 @@ describe('actions', () => {
     await appendEvents(db.sql, 1, undefined, schema);
     await drainUntilIdle(dispatcher);
     expect(c.ids()).toEqual([1n, 2n, 3n]);
+    for (const bad of [
+      { forMs: Number.MAX_SAFE_INTEGER },
+      { forMs: 31_536_000_001 },
+      { until: new Date(8.64e15) },
+    ]) {
+      await expect(admin.disable('feed', bad)).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION' });
+    }
     await expect(admin.disable('feed', { until: new Date(Date.now() - 1000) })).rejects.toMatchObject({
       code: 'SLUICE_INVALID_OPTION',
       option: 'until',

@@ -17,6 +17,10 @@ export interface DisableOptions extends ActionOptions {
   readonly forMs?: number;
 }
 
+/** The longest time-boxed disable (a year, as the ops route takes it); longer ones are disables for good. */
+const LONGEST_FOR_MS = 31_536_000_000;
+/** 9999-12-31T23:59:59.999Z: a time PostgreSQL and every client print alike. */
+const LATEST_UNTIL_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
 /** What a disable did: the action, and when the consumer re-enables by itself (null: never). */
 export interface DisableResult extends ActionResult {
   readonly until: Date | null;
@@ -37,11 +41,17 @@ export async function disable(
   const name = checkName(nameInput, 'name');
   const who = checkActor(options, ctx.defaultActor);
   const { until: untilInput, forMs } = options;
-  if (untilInput !== undefined && (!(untilInput instanceof Date) || Number.isNaN(untilInput.getTime()))) {
-    throw new InvalidOptionError('until', 'must be a valid time');
+  if (
+    untilInput !== undefined &&
+    (!(untilInput instanceof Date) || !(untilInput.getTime() <= LATEST_UNTIL_MS))
+  ) {
+    throw new InvalidOptionError('until', 'must be a valid time before the year 10000');
   }
-  if (forMs !== undefined && (!Number.isSafeInteger(forMs) || forMs < 1)) {
-    throw new InvalidOptionError('forMs', 'must be a positive integer of milliseconds');
+  if (forMs !== undefined && (!Number.isSafeInteger(forMs) || forMs < 1 || forMs > LONGEST_FOR_MS)) {
+    throw new InvalidOptionError(
+      'forMs',
+      `must be a positive integer of milliseconds, at most ${LONGEST_FOR_MS} (a year)`,
+    );
   }
   if (untilInput !== undefined && forMs !== undefined) {
     throw new InvalidOptionError('forMs', 'and until are mutually exclusive: give one of them');
