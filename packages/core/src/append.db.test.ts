@@ -176,6 +176,12 @@ describe('append', () => {
         append(tx, [{ streamId: 's', type: 't', data: { blob: 'x'.repeat(100) } }], { maxEventBytes: 64 }),
       ),
     ).rejects.toMatchObject({ code: 'SLUICE_INVALID_EVENT', field: 'data' });
+    // A limit PostgreSQL's jsonb cannot honour is refused before anything is sent.
+    for (const maxEventBytes of [268_435_456, 2 ** 40]) {
+      await expect(
+        db.sql.begin((tx) => append(tx, [{ streamId: 's', type: 't', data: {} }], { maxEventBytes })),
+      ).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'maxEventBytes' });
+    }
   });
 
   test('measures maxEventBytes and the name limit in UTF-8 bytes, not characters', async () => {

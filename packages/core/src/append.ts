@@ -30,6 +30,8 @@ export interface AppendOptions {
 
 const MAX_NAME_BYTES = 1000;
 const DEFAULT_MAX_EVENT_BYTES = 1_048_576;
+/** PostgreSQL refuses a longer jsonb string (2^28 - 1 bytes): a larger limit would let one through. */
+const MAX_JSONB_BYTES = 268_435_455;
 
 /** Schemas appended to inside each transaction() call, keyed by its transaction and its savepoints. */
 const wakeUpsAfterCommit = new WeakMap<TransactionSql, Set<string>>();
@@ -51,8 +53,8 @@ export async function append(
     throw new InvalidOptionError('wakeUp', "must be 'auto', 'in-transaction' or 'none'");
   }
   const maxEventBytes = options.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
-  if (!Number.isSafeInteger(maxEventBytes) || maxEventBytes < 2) {
-    throw new InvalidOptionError('maxEventBytes', 'must be an integer of at least 2');
+  if (!Number.isSafeInteger(maxEventBytes) || maxEventBytes < 2 || maxEventBytes > MAX_JSONB_BYTES) {
+    throw new InvalidOptionError('maxEventBytes', `must be an integer from 2 to ${MAX_JSONB_BYTES}`);
   }
   if (!Array.isArray(events)) throw new InvalidOptionError('events', 'must be an array of events');
   if (events.length === 0) return [];
