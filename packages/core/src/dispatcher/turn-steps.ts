@@ -19,7 +19,7 @@ import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { writeAudit } from '../queries/audit.js';
 import { lockConsumer, type LockedRow, saveTurn, setStatus } from '../queries/consumers.js';
 import { recordDeadLetters } from '../queries/dead-letters.js';
-import { raiseBarrier, retireLane, trySwitchLanes } from '../queries/lanes.js';
+import { raiseBarrier, rangesUpToBarrier, retireLane, trySwitchLanes } from '../queries/lanes.js';
 import { finishParkedReplay, recordParked, selectParkedReplays } from '../queries/parked.js';
 import type { Lane } from '../lanes/lanes.js';
 import {
@@ -687,13 +687,18 @@ export async function settleLaneChange(
   after: { readonly cursor: bigint; readonly pendingGaps: number; readonly healthy: boolean },
 ): Promise<'raised' | 'switched' | 'retired' | undefined> {
   const { tables: t } = env;
+  // Ranges above the barrier (a strict lane waiting at a hole) are the new lanes' ids: not owed.
+  const owed = () =>
+    after.pendingGaps === 0
+      ? 0
+      : rangesUpToBarrier(tx, t, consumer.name, consumer.instanceId, change.barrier);
   if (!change.switched) {
     if (after.cursor > change.barrier) {
       await raiseBarrier(tx, t, consumer.name, after.cursor);
       return 'raised';
     }
     if (after.cursor < change.barrier || !after.healthy) return undefined;
-    if (consumer.ordering === 'strict' && after.pendingGaps > 0) return undefined;
+    if (consumer.ordering === 'strict' && (await owed()) > 0) return undefined;
     const switched = await trySwitchLanes(tx, t, consumer.name, consumer.instanceId, change, {
       strict: consumer.ordering === 'strict',
       systemIdentifier: env.systemIdentifier,
@@ -703,9 +708,9 @@ export async function settleLaneChange(
       { consumer: consumer.name, from: change.from, to: change.to, barrier: change.barrier },
       'every old lane reached the barrier: the new lanes start there',
     );
-    return after.pendingGaps === 0 ? retired() : 'switched';
+    return (await owed()) === 0 ? retired() : 'switched';
   }
-  if (after.cursor < change.barrier || after.pendingGaps > 0 || !after.healthy) return undefined;
+  if (after.cursor < change.barrier || !after.healthy || (await owed()) > 0) return undefined;
   return retired();
 
   async function retired(): Promise<'retired'> {

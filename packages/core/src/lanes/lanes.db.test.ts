@@ -292,6 +292,43 @@ describe('changing the lane count', () => {
     expect(await db.sql`select 1 from ${db.sql(`${schema}.lane_changes`)}`).toHaveLength(0);
   });
 
+  test('strict: a change asked for while the old lane waits at a hole switches, and the new lanes deliver the hole and what follows in order', async () => {
+    const seen: EventRecord[] = [];
+    const consumer = (lanes: number): Consumer => ({
+      name: 'strict',
+      lanes,
+      ordering: 'strict',
+      handler: (event) => {
+        seen.push(event);
+      },
+    });
+    const schema = await freshSchema(db.sql, 'relane');
+    const one = testDispatcher(db.sql, schema, [consumer(1)]);
+    await one.ensureRegistered();
+    await appendEvents(db.sql, 1, byStream, schema);
+    const gap = await holdGap(db.sql, { streamId: 's-late', type: 'Late', data: {} }, { schema });
+    await appendEvents(db.sql, 5, (n) => byStream(n + 1), schema);
+    await one.runOnce();
+    await one.runOnce();
+    await one.stop();
+    // Strict: delivered up to the hole; the range above its cursor waits for the hole's writer.
+    expect(seen.map((e) => e.id)).toEqual([1n]);
+
+    const three = testDispatcher(db.sql, schema, [consumer(3)]);
+    await three.ensureRegistered(); // asks for 1 -> 3 lanes: the barrier is the old lane's cursor, 1
+    for (let i = 0; i < 3; i++) await three.runOnce();
+    await gap.release({ commit: true });
+    await drainUntilIdle(three);
+    expect(seen.map((e) => e.id).sort((a, b) => (a < b ? -1 : 1))).toEqual(
+      Array.from({ length: 7 }, (_, i) => BigInt(i + 1)),
+    );
+    expect(seen).toHaveLength(7);
+    expectOrderedPerStream(seen);
+    // Every new lane delivered its events in id order: strict holds within each lane.
+    expect((await rows(schema, 'strict')).map((r) => r.instance_id)).toEqual(laneInstanceIds(3).sort());
+    expect(await db.sql`select 1 from ${db.sql(`${schema}.lane_changes`)}`).toHaveLength(0);
+  });
+
   test('a change asked for while the lanes stand at different cursors: the barrier is the highest, the others catch up to it, nothing twice', async () => {
     const seen: EventRecord[] = [];
     let laneOneFails = true;

@@ -134,9 +134,28 @@ export async function raiseBarrier(
 }
 
 /**
+ * How many of an old lane's pending ranges start at or below the barrier: the ones it still owes
+ * (docs/design.md §11.3). A strict lane waiting at a hole holds ranges above its cursor, which is
+ * the barrier: the ids there are the new lanes' to deliver.
+ */
+export async function rangesUpToBarrier(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+  instanceId: string,
+  barrier: bigint,
+): Promise<number> {
+  const [row] = await tx<{ n: number }[]>`
+    select count(*)::int as n from ${t.gaps}
+    where consumer_name = ${name} and instance_id = ${instanceId} and from_id <= ${barrier.toString()}::bigint`;
+  return row?.n ?? 0;
+}
+
+/**
  * Tries to switch a change of lanes over, from an old lane's turn that holds its row at the
  * barrier: every other old lane must be held here too, at the barrier, and healthy (not dead or
- * disabled, no failed attempt; for strict ordering, no pending gap either). Then the new lanes are
+ * disabled, no failed attempt; for strict ordering, no pending range at or below the barrier
+ * either). Then the new lanes are
  * created at the barrier, in this transaction. Returns whether it switched.
  *
  * The other old lanes' turns run at the same time as this one (one pass turns them all, on every
@@ -168,10 +187,13 @@ export async function trySwitchLanes(
              count(*) filter (where cursor = ${change.barrier.toString()}::bigint
                                 and status in ('idle', 'processing') and attempts = 0
                                 and skip_event_id is null and start_upto is null
-                                and (not ${options.strict} or gap_count = 0))::int as ready,
+                                and (not ${options.strict} or not exists (
+                                  select 1 from ${t.gaps} g
+                                  where g.consumer_name = c.name and g.instance_id = c.instance_id
+                                    and g.from_id <= ${change.barrier.toString()}::bigint)))::int as ready,
              count(*) filter (where instance_id < ${self})::int as before,
              current_setting('lock_timeout') as lock_timeout
-      from ${t.consumers} where name = ${name} and instance_id = any(${others}::text[])`;
+      from ${t.consumers} c where name = ${name} and instance_id = any(${others}::text[])`;
     return now !== undefined && now.n === expected && now.ready === expected ? now : undefined;
   };
   const looks = await othersNow();
