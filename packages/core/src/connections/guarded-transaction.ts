@@ -35,6 +35,8 @@ interface GuardedLiveness extends Liveness {
   readonly abandoned: Promise<never>;
   /** A statement failed: a connection loss ends the transaction. Passes the error on. */
   readonly failed: (error: unknown) => never;
+  /** The statements of the transaction that failed otherwise (the server refused them), the last one's error. */
+  readonly refused: { count: number; last: unknown };
 }
 
 /**
@@ -66,8 +68,13 @@ function liveness(): GuardedLiveness {
     },
     failed: (error: unknown) => {
       if (isConnectionLoss(error)) live.end();
+      else {
+        live.refused.count += 1;
+        live.refused.last = error;
+      }
       throw error;
     },
+    refused: { count: 0, last: undefined },
   };
   return live;
 }
@@ -136,11 +143,20 @@ export async function guardedBegin<T>(
   }
 }
 
-const guarded = new WeakMap<object, Liveness>();
+const guarded = new WeakMap<object, GuardedLiveness>();
 
 /** @throws {TransactionAbandonedError} when `tx` is a guarded transaction that has ended */
 export function assertLive(tx: TransactionSql): void {
   if (guarded.get(tx)?.isEnded) throw new TransactionAbandonedError();
+}
+
+/**
+ * How many statements of the guarded transaction `tx` (or of a savepoint of it) the server has
+ * refused so far, and the last one's error: a caller that sees the count grow while code it does
+ * not control ran (a transactional handler) can check that the transaction is still usable.
+ */
+export function refusedStatements(tx: TransactionSql): { readonly count: number; readonly last: unknown } {
+  return guarded.get(tx)?.refused ?? { count: 0, last: undefined };
 }
 
 type AnyFunction = (...args: unknown[]) => unknown;

@@ -1,6 +1,6 @@
 import type { Span, Tracer } from '@opentelemetry/api';
 import type { HandlerContext } from '../consumers/consumer.js';
-import { messageOf } from '../errors.js';
+import { messageOf, sqlStateOf } from '../errors.js';
 import type { EventRecord } from '../events.js';
 import { attemptsCharged, type ResolvedConsumer } from '../options.js';
 import type { DeadLetterInput } from '../queries/dead-letters.js';
@@ -9,7 +9,7 @@ import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startHandlerSpan } from '../telemetry/tracing.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { isConnectionLoss } from './classify-failure.js';
-import { assertLive } from '../connections/guarded-transaction.js';
+import { assertLive, refusedStatements } from '../connections/guarded-transaction.js';
 
 export interface DeliveryInput {
   readonly consumer: ResolvedConsumer;
@@ -316,6 +316,7 @@ async function inOneSavepoint(
         ]);
         const started = performance.now();
         const context = new CallContext(consumer, attempt, savepoint);
+        const refusedBefore = refusedStatements(input.tx).count;
         let run: Promise<unknown>;
         try {
           run = Promise.resolve(callHandler(consumer, [event], undefined, context));
@@ -326,6 +327,7 @@ async function inOneSavepoint(
         try {
           if ((await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
             throw new HandlerTimeoutError(consumer.handlerTimeoutMs);
+          await checkStillUsable(input.tx, savepoint, refusedBefore);
         } catch (error) {
           context.abort(error);
           run.catch(() => undefined);
@@ -365,6 +367,40 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
     value !== null &&
     typeof (value as { then?: unknown }).then === 'function'
   );
+}
+
+/** A transactional handler went on after a statement of ctx.tx failed: its transaction was aborted. */
+class AbortedTransactionError extends Error {
+  constructor(refused: unknown) {
+    super(
+      `a statement of ctx.tx failed and the handler went on, but PostgreSQL had aborted the transaction ` +
+        `(use ctx.tx.savepoint() to go on after a failed statement): ${messageOf(refused)}`,
+    );
+    this.name = 'AbortedTransactionError';
+  }
+}
+
+/**
+ * After a transactional call returned: if the server refused a statement of the transaction during
+ * it (the handler caught the error), asks whether the transaction is still usable (a savepoint of
+ * the handler's own may have undone the failure). An aborted one fails the call, inside its
+ * savepoint, which is then rolled back: the attempt is the handler's, not the turn's
+ * infrastructure failure. No round trip when nothing was refused.
+ */
+async function checkStillUsable(
+  tx: TransactionSql,
+  savepoint: TransactionSql,
+  refusedBefore: number,
+): Promise<void> {
+  const refused = refusedStatements(tx);
+  if (refused.count === refusedBefore) return;
+  const swallowed = refused.last;
+  try {
+    await savepoint`select 1`;
+  } catch (error) {
+    if (sqlStateOf(error) === '25P02') throw new AbortedTransactionError(swallowed);
+    throw error;
+  }
 }
 
 /** What a handler call is told; `signal` is made on first use (most handlers never read it). */
@@ -414,9 +450,12 @@ function invoke(
   const started = performance.now();
   if (consumer.transactional) {
     let context: CallContext | undefined;
-    const run = input.tx.savepoint((savepoint) => {
+    const run = input.tx.savepoint(async (savepoint) => {
       context = new CallContext(consumer, attempt, savepoint);
-      return callHandler(consumer, events, batchHandler, context);
+      const refusedBefore = refusedStatements(input.tx).count;
+      const result = await callHandler(consumer, events, batchHandler, context);
+      await checkStillUsable(input.tx, savepoint, refusedBefore);
+      return result;
     });
     return settle(input, events, attempt, span, started, run, () => context);
   }

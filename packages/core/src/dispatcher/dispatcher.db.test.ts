@@ -842,6 +842,55 @@ describe('startFrom, feature gate, transactional consumers', () => {
     expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({ cursor: 5n, attempts: 0 });
   });
 
+  test('transactional: a handler that catches a failed statement of ctx.tx and goes on fails its call (the transaction was aborted); one that caught it in a savepoint of its own succeeds', async () => {
+    const schema = await freshSchema(db.sql);
+    const projection = db.sql(`${schema}.projection`);
+    await db.sql`create table ${projection} (event_id bigint primary key)`;
+    await db.sql`insert into ${projection} values (100)`;
+    const c = recordingConsumer('swallower', {
+      transactional: true,
+      errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
+      handler: async (event, ctx) => {
+        const tx = ctx.tx!;
+        const duplicate = () => tx`insert into ${tx(`${schema}.projection`)} values (100)`;
+        if (event.id === 2n) {
+          await duplicate().catch(() => undefined); // the transaction is aborted: nothing more to do
+          return;
+        }
+        if (event.id === 3n)
+          await tx
+            .savepoint((sp) => sp`insert into ${sp(`${schema}.projection`)} values (100)`)
+            .catch(() => undefined);
+        await tx`insert into ${tx(`${schema}.projection`)} (event_id) values (${event.id.toString()}) on conflict do nothing`;
+      },
+    });
+    for (const batchSize of [1, 10]) {
+      const name = `swallower-${batchSize}`;
+      const consumer = { ...c.consumer, name, batchSize, maxBatchSize: batchSize };
+      const dispatcher = testDispatcher(db.sql, schema, [consumer]);
+      await dispatcher.ensureRegistered();
+      if (batchSize === 1) await appendEvents(db.sql, 4, undefined, schema);
+      await drainUntilIdle(dispatcher);
+      expect(await consumerRow(db.sql, schema, name), name).toMatchObject({ cursor: 4n, attempts: 0 });
+      const letters = await db.sql<{ event_id: string; error: string; attempts: number }[]>`
+        select event_id::text, error, attempts from ${db.sql(`${schema}.dead_letters`)} where consumer_name = ${name}`;
+      expect(letters, name).toEqual([
+        {
+          event_id: '2',
+          error: expect.stringMatching(
+            /^a statement of ctx\.tx failed and the handler went on, .*duplicate key/,
+          ) as unknown,
+          attempts: 2,
+        },
+      ]);
+      await dispatcher.stop();
+    }
+    const rows = await db.sql<
+      { id: string }[]
+    >`select event_id::text as id from ${projection} order by event_id`;
+    expect(rows.map((r) => r.id)).toEqual(['1', '3', '4', '100']);
+  });
+
   test('transactional: when the turn dies before COMMIT, neither the writes nor the cursor survive', async () => {
     const schema = await freshSchema(db.sql);
     await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
