@@ -170,6 +170,17 @@ describe('append', () => {
     expect(stored).toHaveLength(1);
   });
 
+  test('into a schema that is not migrated: SLUICE_SCHEMA_NOT_MIGRATED; without a transaction: SLUICE_INVALID_OPTION', async () => {
+    const event = { streamId: 's', type: 't', data: {} };
+    await expect(
+      db.sql.begin((tx) => append(tx, [event], { schema: 'never_migrated' })),
+    ).rejects.toMatchObject({ code: 'SLUICE_SCHEMA_NOT_MIGRATED', schema: 'never_migrated' });
+    await expect(append(null as never, [event])).rejects.toMatchObject({
+      code: 'SLUICE_INVALID_OPTION',
+      option: 'tx',
+    });
+  });
+
   test('rejects events larger than maxEventBytes', async () => {
     await expect(
       db.sql.begin((tx) =>

@@ -1,5 +1,5 @@
 import { guardedBegin } from './connections/guarded-transaction.js';
-import { InvalidEventError, InvalidOptionError } from './errors.js';
+import { InvalidEventError, InvalidOptionError, SchemaNotMigratedError, sqlStateOf } from './errors.js';
 import { compare } from './gaps/gaps.js';
 import { RESERVED_TYPE_PREFIX, type EventRecord, type JsonObject, type NewEvent } from './events.js';
 import { resolveSchemaName, eventsTable } from './schema/tables.js';
@@ -41,12 +41,20 @@ const wakeUpsAfterCommit = new WeakMap<TransactionSql, Set<string>>();
  * (which is the order given).
  * Nothing is visible to consumers until the caller commits; a rollback leaves no trace.
  * @throws {InvalidEventError} when an event is malformed (nothing is written)
+ * @throws {SchemaNotMigratedError} when the schema has no events table (the statement failed: the
+ *   caller's transaction is aborted)
  */
 export async function append(
   tx: TransactionSql,
   events: readonly NewEvent[],
   options: AppendOptions = {},
 ): Promise<EventRecord[]> {
+  if (typeof tx !== 'function') {
+    throw new InvalidOptionError(
+      'tx',
+      'must be a postgres.js transaction: append(tx, events) inside sql.begin()',
+    );
+  }
   const schema = resolveSchemaName(options.schema);
   const wakeUp = options.wakeUp ?? 'auto';
   if (!['auto', 'in-transaction', 'none'].includes(wakeUp)) {
@@ -95,7 +103,13 @@ export async function append(
     metadata.push(metadataJson);
   });
 
-  const rows = await insertEvents(tx, eventsTable(tx, schema), streamIds, types, data, metadata);
+  let rows: Awaited<ReturnType<typeof insertEvents>>;
+  try {
+    rows = await insertEvents(tx, eventsTable(tx, schema), streamIds, types, data, metadata);
+  } catch (error) {
+    if (sqlStateOf(error) === '42P01') throw new SchemaNotMigratedError(schema); // undefined_table
+    throw error;
+  }
   // Ids were drawn in the caller's order, one row after the other: the i-th smallest is event i's.
   let ids = rows.map((row) => BigInt(row.id));
   if (!isAscending(ids)) {
