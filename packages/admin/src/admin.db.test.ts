@@ -330,6 +330,18 @@ describe('actions', () => {
     const before = await consumerRow(db.sql, schema, 'mailer');
     const refused = await admin.skip('mailer', { eventId: 3n }).catch((e: unknown) => e);
     expect(refused).toMatchObject({ code: 'SLUICE_SKIP_MISMATCH', stuckEventId: 2n, requestedEventId: 3n });
+    // Called from JavaScript without the options an action needs: a typed error, nothing changed.
+    const untyped = admin as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+    for (const [action, args] of [
+      ['skip', ['mailer']],
+      ['restart', ['mailer']],
+      ['fenceGap', ['mailer']],
+      ['collectStaleInstances', []],
+    ] as const) {
+      await expect(untyped[action]!(...args), action).rejects.toMatchObject({
+        code: 'SLUICE_INVALID_OPTION',
+      });
+    }
     expect(await consumerRow(db.sql, schema, 'mailer')).toEqual(before);
     expect(await auditActions(schema)).toEqual([]);
     const healthy = await setup([recordingConsumer('fine').consumer]);

@@ -14,7 +14,7 @@ export type StaleInstance = CollectedInstance;
  */
 export async function collectStaleInstances(
   ctx: AdminContext,
-  options: { olderThanMs: number; actor?: string },
+  options: { olderThanMs: number; actor?: string } = {} as { olderThanMs: number },
 ): Promise<{ removed: readonly StaleInstance[] }> {
   const { olderThanMs } = options;
   if (typeof olderThanMs !== 'number' || !Number.isSafeInteger(olderThanMs) || olderThanMs < 60_000) {

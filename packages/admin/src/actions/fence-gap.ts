@@ -30,7 +30,7 @@ export interface FenceOptions extends ActionOptions {
 export async function fenceGap(
   ctx: AdminContext,
   nameInput: string,
-  options: FenceOptions,
+  options: FenceOptions = {} as FenceOptions,
 ): Promise<ActionResult & { readonly eventId: bigint }> {
   const name = checkName(nameInput, 'name');
   const eventId = checkEventId(options.eventId);

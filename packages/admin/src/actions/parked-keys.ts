@@ -41,7 +41,7 @@ export interface ParkedKeyResult {
 export async function replayParkedKey(
   ctx: AdminContext,
   nameInput: string,
-  options: ParkedKeyOptions,
+  options: ParkedKeyOptions = {} as ParkedKeyOptions,
 ): Promise<ParkedKeyResult> {
   return onParkedKey(ctx, nameInput, options, 'replay-parked-key');
 }
@@ -54,7 +54,7 @@ export async function replayParkedKey(
 export async function dropParkedKey(
   ctx: AdminContext,
   nameInput: string,
-  options: ParkedKeyOptions,
+  options: ParkedKeyOptions = {} as ParkedKeyOptions,
 ): Promise<ParkedKeyResult> {
   return onParkedKey(ctx, nameInput, options, 'drop-parked-key');
 }
@@ -62,7 +62,7 @@ export async function dropParkedKey(
 async function onParkedKey(
   ctx: AdminContext,
   nameInput: string,
-  options: ParkedKeyOptions,
+  options: ParkedKeyOptions = {} as ParkedKeyOptions,
   action: ParkedKeyResult['action'],
 ): Promise<ParkedKeyResult> {
   const name = checkName(nameInput, 'name');
@@ -106,7 +106,7 @@ export interface RelaneOptions {
 export async function relane(
   ctx: AdminContext,
   nameInput: string,
-  options: RelaneOptions,
+  options: RelaneOptions = {} as RelaneOptions,
 ): Promise<LaneChangeRequest> {
   const name = checkName(nameInput, 'name');
   const who = checkActor(options, ctx.defaultActor);

@@ -166,7 +166,7 @@ async function onRebuild(
   ctx: AdminContext,
   nameInput: string,
   action: 'pause' | 'resume' | 'abandon',
-  options: RebuildActionOptions,
+  options: RebuildActionOptions = {},
 ): Promise<VersionChange> {
   const name = checkName(nameInput, 'name');
   const version = checkVersion(options.version);

@@ -30,7 +30,7 @@ export interface RestartOptions extends ActionOptions {
 export async function restart(
   ctx: AdminContext,
   nameInput: string,
-  options: RestartOptions,
+  options: RestartOptions = {} as RestartOptions,
 ): Promise<ActionResult> {
   const name = checkName(nameInput, 'name');
   const from = options.from as unknown;

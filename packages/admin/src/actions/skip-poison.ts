@@ -24,7 +24,7 @@ export interface SkipOptions extends ActionOptions {
 export async function skip(
   ctx: AdminContext,
   nameInput: string,
-  options: SkipOptions,
+  options: SkipOptions = {} as SkipOptions,
 ): Promise<ActionResult & { readonly eventId: bigint }> {
   const name = checkName(nameInput, 'name');
   const eventId = checkEventId(options.eventId);
