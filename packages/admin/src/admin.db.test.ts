@@ -81,6 +81,17 @@ test('createAdmin refuses a pool that transforms the rows it reads, naming the o
   );
 });
 
+test('createAdmin refuses durations a timer or PostgreSQL cannot take, naming the option', () => {
+  for (const [option, value] of [
+    ['lockTimeoutMs', 3e9],
+    ['rearmCooldownMs', Number.MAX_SAFE_INTEGER],
+  ] as const) {
+    expect(() => createAdmin({ sql: db.sql, [option]: value })).toThrow(
+      expect.objectContaining({ code: 'SLUICE_INVALID_OPTION', option }),
+    );
+  }
+});
+
 describe('read models', () => {
   test('listConsumers shows status, cursor, head, lag and errors of every row', async () => {
     const healthy = recordingConsumer('healthy');
@@ -496,9 +507,11 @@ describe('actions', () => {
     const { removed } = await admin.collectStaleInstances({ olderThanMs: 3_600_000 });
     expect(removed.map((r) => r.instanceId)).toEqual(['pod-b']);
     expect((await admin.listConsumers()).map((c) => c.instanceId)).toEqual(['pod-a']);
-    await expect(admin.collectStaleInstances({ olderThanMs: 5 })).rejects.toMatchObject({
-      code: 'SLUICE_INVALID_OPTION',
-    });
+    for (const olderThanMs of [5, Number.MAX_SAFE_INTEGER]) {
+      await expect(admin.collectStaleInstances({ olderThanMs })).rejects.toMatchObject({
+        code: 'SLUICE_INVALID_OPTION',
+      });
+    }
   });
 
   test('per-instance consumers need an instanceId when there are several rows', async () => {

@@ -1,5 +1,12 @@
 import { InvalidOptionError, SchemaNotMigratedError, type Sql } from '@sluice/core';
-import { ADMIN_DEFAULTS, resolveSchemaName, sqlStateOf, tables } from '@sluice/core/internal';
+import {
+  ADMIN_DEFAULTS,
+  MAX_AGE_MS,
+  MAX_MS,
+  resolveSchemaName,
+  sqlStateOf,
+  tables,
+} from '@sluice/core/internal';
 import { collectStaleInstances } from './actions/collect-stale-instances.js';
 import { fenceGap } from './actions/fence-gap.js';
 import { dropParkedKey, relane, replayParkedKey } from './actions/parked-keys.js';
@@ -63,18 +70,38 @@ export function createAdmin(options: AdminOptions) {
     );
   }
   const schema = resolveSchemaName(options.schema);
-  const integer = (value: number | undefined, fallback: number, option: string, min: number) => {
+  const integer = (
+    value: number | undefined,
+    fallback: number,
+    option: string,
+    min: number,
+    max = Infinity,
+  ) => {
     const n = value ?? fallback;
     if (!Number.isSafeInteger(n) || n < min)
       throw new InvalidOptionError(option, `must be an integer of at least ${min}`);
+    if (n > max) throw new InvalidOptionError(option, `must be at most ${max} (ms)`);
     return n;
   };
   const ctx: AdminContext = {
     sql: options.sql,
     schema,
     tables: tables(options.sql, schema),
-    lockTimeoutMs: integer(options.lockTimeoutMs, ADMIN_DEFAULTS.lockTimeoutMs, 'lockTimeoutMs', 1),
-    rearmCooldownMs: integer(options.rearmCooldownMs, ADMIN_DEFAULTS.rearmCooldownMs, 'rearmCooldownMs', 0),
+    // The plugin retires an admin pool lockTimeoutMs + 30 s after its last action: a timer's delay.
+    lockTimeoutMs: integer(
+      options.lockTimeoutMs,
+      ADMIN_DEFAULTS.lockTimeoutMs,
+      'lockTimeoutMs',
+      1,
+      MAX_MS - 30_000,
+    ),
+    rearmCooldownMs: integer(
+      options.rearmCooldownMs,
+      ADMIN_DEFAULTS.rearmCooldownMs,
+      'rearmCooldownMs',
+      0,
+      MAX_AGE_MS,
+    ),
     maxRearmCount: integer(options.maxRearmCount, ADMIN_DEFAULTS.maxRearmCount, 'maxRearmCount', 0),
     defaultActor: checkText(options.defaultActor, 'defaultActor', 200) ?? ADMIN_DEFAULTS.defaultActor,
   };

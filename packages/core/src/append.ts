@@ -1,5 +1,11 @@
 import { guardedBegin } from './connections/guarded-transaction.js';
-import { InvalidEventError, InvalidOptionError, SchemaNotMigratedError, sqlStateOf } from './errors.js';
+import {
+  InvalidEventError,
+  InvalidOptionError,
+  messageOf,
+  SchemaNotMigratedError,
+  sqlStateOf,
+} from './errors.js';
 import { compare } from './gaps/gaps.js';
 import { RESERVED_TYPE_PREFIX, type EventRecord, type JsonObject, type NewEvent } from './events.js';
 import { resolveSchemaName, eventsTable } from './schema/tables.js';
@@ -357,7 +363,7 @@ function toJsonObject(index: number, field: string, value: unknown): string {
   try {
     json = JSON.stringify(value);
   } catch (error) {
-    throw new InvalidEventError(index, field, `is not JSON-serialisable (${(error as Error).message})`);
+    throw new InvalidEventError(index, field, `is not JSON-serialisable (${messageOf(error)})`);
   }
   // A toJSON() method can turn an object into anything (a Date becomes a string).
   if (typeof json !== 'string' || !json.startsWith('{')) {

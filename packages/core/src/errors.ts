@@ -199,8 +199,12 @@ export class MigrationModifiedError extends SluiceError {
 }
 
 export function sqlStateOf(error: unknown): string | undefined {
-  if (typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string') {
-    return /^[0-9A-Z]{5}$/.test(error.code) ? error.code : undefined;
+  try {
+    if (typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string') {
+      return /^[0-9A-Z]{5}$/.test(error.code) ? error.code : undefined;
+    }
+  } catch {
+    // A handler's error whose code cannot be read (a throwing getter or trap) has no SQLSTATE.
   }
   return undefined;
 }

@@ -106,6 +106,27 @@ describe('resolveOptions', () => {
     expect(attempt).toThrow(expect.objectContaining({ option }));
   });
 
+  test('accepts an age beyond a timer, a callable logger and null providers (the global ones)', () => {
+    const log = Object.assign(() => undefined, {
+      debug: () => undefined,
+      info: () => undefined,
+      warn: () => undefined,
+      error: () => undefined,
+    });
+    const options = resolveOptions({
+      sql,
+      consumers: [consumer('a')],
+      rearmCooldownMs: 30 * 86_400_000,
+      logger: log,
+      meterProvider: null as never,
+      tracerProvider: null as never,
+    });
+    expect(options.rearmCooldownMs).toBe(2_592_000_000);
+    expect(resolve({ rearmCooldownMs: 315_360_000_001 })).toThrow(
+      expect.objectContaining({ option: 'rearmCooldownMs' }),
+    );
+  });
+
   test('does not mutate the caller’s options', () => {
     const input = { sql, consumers: [consumer('a')] };
     const frozen = JSON.stringify(input);

@@ -101,7 +101,9 @@ export interface DispatcherOptions {
  * The longest duration option (about 24.8 days): the largest delay a Node.js timer keeps (a longer
  * one fires at once) and the largest timeout PostgreSQL's settings take.
  */
-const MAX_MS = 2 ** 31 - 1;
+export const MAX_MS = 2 ** 31 - 1;
+/** The longest age option, only compared with times (a re-arm cooldown, an instance's silence): ten years. */
+export const MAX_AGE_MS = 315_360_000_000;
 
 export const DEFAULTS = {
   batchSize: 100,
@@ -238,9 +240,8 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
       throw new InvalidOptionError(name, `must be an integer of at least ${min}, got ${String(value)}`);
     }
-    if (name.endsWith('Ms') && value > MAX_MS) {
-      throw new InvalidOptionError(name, `must be at most ${MAX_MS} (ms), got ${value}`);
-    }
+    const max = name === 'rearmCooldownMs' ? MAX_AGE_MS : name.endsWith('Ms') ? MAX_MS : Infinity;
+    if (value > max) throw new InvalidOptionError(name, `must be at most ${max} (ms), got ${value}`);
     return value;
   };
   const options = {
@@ -280,7 +281,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
   }
   const logger = options.logger as unknown as Record<string, unknown> | null;
   if (
-    typeof logger !== 'object' ||
+    (typeof logger !== 'object' && typeof logger !== 'function') ||
     logger === null ||
     !(['debug', 'info', 'warn', 'error'] as const).every((level) => typeof logger[level] === 'function')
   ) {
@@ -291,9 +292,11 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     ['tracerProvider', 'getTracer'],
   ] as const) {
     const provider = options[option] as unknown as Record<string, unknown> | undefined | null;
+    // null, as undefined: the global provider.
     if (
       provider !== undefined &&
-      (typeof provider !== 'object' || provider === null || typeof provider[method] !== 'function')
+      provider !== null &&
+      (typeof provider !== 'object' || typeof provider[method] !== 'function')
     ) {
       throw new InvalidOptionError(option, `must be an OpenTelemetry ${option} (with ${method}())`);
     }

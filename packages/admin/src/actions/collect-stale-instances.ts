@@ -1,5 +1,5 @@
 import { InvalidOptionError } from '@sluice/core';
-import { collectStaleInstances as collect, type CollectedInstance } from '@sluice/core/internal';
+import { collectStaleInstances as collect, MAX_AGE_MS, type CollectedInstance } from '@sluice/core/internal';
 import type { AdminContext } from '../context.js';
 import { checkText } from '../validate.js';
 
@@ -17,8 +17,16 @@ export async function collectStaleInstances(
   options: { olderThanMs: number; actor?: string } = {} as { olderThanMs: number },
 ): Promise<{ removed: readonly StaleInstance[] }> {
   const { olderThanMs } = options;
-  if (typeof olderThanMs !== 'number' || !Number.isSafeInteger(olderThanMs) || olderThanMs < 60_000) {
-    throw new InvalidOptionError('olderThanMs', 'must be an integer of at least 60000 (one minute)');
+  if (
+    typeof olderThanMs !== 'number' ||
+    !Number.isSafeInteger(olderThanMs) ||
+    olderThanMs < 60_000 ||
+    olderThanMs > MAX_AGE_MS
+  ) {
+    throw new InvalidOptionError(
+      'olderThanMs',
+      `must be an integer from 60000 (one minute) to ${MAX_AGE_MS} (ten years)`,
+    );
   }
   const actor = checkText(options.actor, 'actor', 200) ?? ctx.defaultActor;
   return { removed: await collect(ctx.sql, ctx.tables, olderThanMs, actor) };

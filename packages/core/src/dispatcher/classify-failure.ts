@@ -19,20 +19,25 @@ const CONNECTION_CODES = new Set([
 
 /** Classifies an infrastructure failure of a turn by SQLSTATE or driver code. */
 export function classifyFailure(error: unknown): FailureCategory {
-  if (error instanceof PoolExhaustedError) return 'resources';
-  // Its transaction's connection was lost (guarded-transaction.ts ended it).
-  if (error instanceof TransactionAbandonedError) return 'connection';
-  const code = typeof error === 'object' && error !== null && 'code' in error ? String(error.code) : '';
-  if (CONNECTION_CODES.has(code)) return 'connection';
-  const sqlState = sqlStateOf(error);
-  if (sqlState === undefined) return 'unknown';
-  if (sqlState.startsWith('08') || sqlState === '57P01' || sqlState === '57P02' || sqlState === '57P03')
-    return 'connection';
-  if (sqlState === '57014' || sqlState === '25P03') return 'timeout';
-  if (sqlState === '40001' || sqlState === '40P01') return 'serialization';
-  if (sqlState === '55P03') return 'lock';
-  if (sqlState.startsWith('53')) return 'resources';
-  return 'server';
+  // Total: a handler's error may throw from its getters or traps; then it is no connection loss.
+  try {
+    if (error instanceof PoolExhaustedError) return 'resources';
+    // Its transaction's connection was lost (guarded-transaction.ts ended it).
+    if (error instanceof TransactionAbandonedError) return 'connection';
+    const code = typeof error === 'object' && error !== null && 'code' in error ? String(error.code) : '';
+    if (CONNECTION_CODES.has(code)) return 'connection';
+    const sqlState = sqlStateOf(error);
+    if (sqlState === undefined) return 'unknown';
+    if (sqlState.startsWith('08') || sqlState === '57P01' || sqlState === '57P02' || sqlState === '57P03')
+      return 'connection';
+    if (sqlState === '57014' || sqlState === '25P03') return 'timeout';
+    if (sqlState === '40001' || sqlState === '40P01') return 'serialization';
+    if (sqlState === '55P03') return 'lock';
+    if (sqlState.startsWith('53')) return 'resources';
+    return 'server';
+  } catch {
+    return 'unknown';
+  }
 }
 
 /** Whether the turn's connection is gone (the turn cannot continue on it). */

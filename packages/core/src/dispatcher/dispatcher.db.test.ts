@@ -891,6 +891,30 @@ describe('startFrom, feature gate, transactional consumers', () => {
     expect(rows.map((r) => r.id)).toEqual(['1', '3', '4', '100']);
   });
 
+  test('transactional: a statement the driver refuses itself (a parameter it cannot serialise), caught by the handler, leaves the transaction usable: the call succeeds, in a batch too', async () => {
+    const schema = await freshSchema(db.sql);
+    const c = recordingConsumer('careless', {
+      transactional: true,
+      errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
+      handler: async (event, ctx) => {
+        if (event.id === 2n) await ctx.tx!`select ${ctx.tx!.json({ n: 1n } as never)}`.catch(() => undefined);
+      },
+    });
+    for (const batchSize of [1, 10]) {
+      const name = `careless-${batchSize}`;
+      const consumer = { ...c.consumer, name, batchSize, maxBatchSize: batchSize };
+      const dispatcher = testDispatcher(db.sql, schema, [consumer]);
+      await dispatcher.ensureRegistered();
+      if (batchSize === 1) await appendEvents(db.sql, 3, undefined, schema);
+      await drainUntilIdle(dispatcher);
+      expect(await consumerRow(db.sql, schema, name), name).toMatchObject({ cursor: 3n, attempts: 0 });
+      const letters = await db.sql<{ event_id: string; attempts: number }[]>`
+        select event_id::text, attempts from ${db.sql(`${schema}.dead_letters`)} where consumer_name = ${name}`;
+      expect(letters, name).toEqual([]);
+      await dispatcher.stop();
+    }
+  });
+
   test('transactional: when the turn dies before COMMIT, neither the writes nor the cursor survive', async () => {
     const schema = await freshSchema(db.sql);
     await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;

@@ -60,5 +60,8 @@ describe('prune', () => {
     await expect(prune(db.sql, { before: 5 as unknown as bigint })).rejects.toMatchObject({
       code: 'SLUICE_INVALID_OPTION',
     });
+    await expect(
+      prune(db.sql, { before: 1n, staleInstanceTtlMs: Number.MAX_SAFE_INTEGER }),
+    ).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'staleInstanceTtlMs' });
   });
 });

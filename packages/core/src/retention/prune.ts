@@ -1,4 +1,5 @@
 import { guardedBegin } from '../connections/guarded-transaction.js';
+import { MAX_AGE_MS } from '../options.js';
 import { InvalidOptionError, PruneBlockedError } from '../errors.js';
 import { writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
@@ -43,8 +44,11 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
     throw new InvalidOptionError('before', 'must be a bigint event id of at least 1');
   }
   const ttlMs = options.staleInstanceTtlMs ?? 86_400_000;
-  if (!Number.isSafeInteger(ttlMs) || ttlMs < 0)
-    throw new InvalidOptionError('staleInstanceTtlMs', 'must be a non-negative integer');
+  if (!Number.isSafeInteger(ttlMs) || ttlMs < 0 || ttlMs > MAX_AGE_MS)
+    throw new InvalidOptionError(
+      'staleInstanceTtlMs',
+      `must be an integer from 0 to ${MAX_AGE_MS} (ten years)`,
+    );
   const t = tables(sql, schema);
   const before = options.before.toString();
   return guardedBegin(sql, async (tx) => {

@@ -141,13 +141,11 @@ function linkTurn(turnSpan: Span, links: readonly Link[]): void {
 export function endSpanWithError(span: Span, error: unknown): void {
   const message = messageOf(error);
   span.setStatus({ code: SpanStatusCode.ERROR, message });
-  if (error instanceof Error) {
-    try {
-      // The SDK reads the error's name, message and stack: a handler's error may throw from them.
-      span.recordException(error);
-    } catch {
-      span.recordException(message);
-    }
+  try {
+    // The SDK reads the error's name, message and stack: a handler's error may throw from them.
+    if (error instanceof Error) span.recordException(error);
+  } catch {
+    span.recordException(message);
   }
   span.end();
 }
