@@ -35,7 +35,7 @@ interface GuardedLiveness extends Liveness {
   readonly abandoned: Promise<never>;
   /** A statement failed: a connection loss ends the transaction. Passes the error on. */
   readonly failed: (error: unknown) => never;
-  /** The statements of the transaction that failed otherwise (the server refused them), the last one's error. */
+  /** The statements of the transaction that failed otherwise (refused by the server or the driver), the last one's error. */
   readonly refused: { count: number; last: unknown };
 }
 
@@ -151,8 +151,8 @@ export function assertLive(tx: TransactionSql): void {
 }
 
 /**
- * How many statements of the guarded transaction `tx` (or of a savepoint of it) the server has
- * refused so far, and the last one's error: a caller that sees the count grow while code it does
+ * How many statements of the guarded transaction `tx` (or of a savepoint of it) failed other than
+ * by a connection loss so far, and the last one's error: a caller that sees the count grow while code it does
  * not control ran (a transactional handler) can check that the transaction is still usable.
  */
 export function refusedStatements(tx: TransactionSql): { readonly count: number; readonly last: unknown } {
