@@ -688,10 +688,12 @@ export async function settleLaneChange(
 ): Promise<'raised' | 'switched' | 'retired' | undefined> {
   const { tables: t } = env;
   // Ranges above the barrier (a strict lane waiting at a hole) are the new lanes' ids: not owed.
+  // Read once a turn: the switch does not change this lane's ranges.
+  let owedRead: Promise<number> | undefined;
   const owed = () =>
     after.pendingGaps === 0
       ? 0
-      : rangesUpToBarrier(tx, t, consumer.name, consumer.instanceId, change.barrier);
+      : (owedRead ??= rangesUpToBarrier(tx, t, consumer.name, consumer.instanceId, change.barrier));
   if (!change.switched) {
     if (after.cursor > change.barrier) {
       await raiseBarrier(tx, t, consumer.name, after.cursor);
