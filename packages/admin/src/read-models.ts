@@ -5,7 +5,14 @@ import {
   InvalidOptionError,
   KeyNotParkedError,
 } from '@sluice/core';
-import { listRanges, parseLaneInstanceId, pgArray, type StoredRange } from '@sluice/core/internal';
+import {
+  eventFromRow,
+  listRanges,
+  parseLaneInstanceId,
+  pgArray,
+  type EventRow,
+  type StoredRange,
+} from '@sluice/core/internal';
 import { resolveInstances, type AdminContext } from './context.js';
 import { checkEventId, checkLimit, checkName, checkText, optionalName } from './validate.js';
 
@@ -373,18 +380,7 @@ export async function showEvent(
   const name = checkName(nameInput, 'name');
   const eventId = checkEventId(options.eventId);
   const instanceIds = await resolveInstances(ctx.sql, ctx, name, optionalName(options.instanceId));
-  const [row] = await ctx.sql<
-    {
-      id: string;
-      stream_id: string;
-      type: string;
-      data: Record<string, unknown>;
-      metadata: Record<string, unknown>;
-      created_at: Date;
-      stuck: boolean;
-      instance_id: string | null;
-    }[]
-  >`
+  const [row] = await ctx.sql<(EventRow & { stuck: boolean; instance_id: string | null })[]>`
     select e.id::text, e.stream_id, e.type, e.data, e.metadata, e.created_at,
            s.instance_id is not null as stuck, s.instance_id
     from ${ctx.tables.events} e
@@ -400,12 +396,7 @@ export async function showEvent(
     consumer: name,
     // The row stuck on it (a lane of a laned consumer), else the row asked about.
     instanceId: row.instance_id ?? (instanceIds.length === 1 ? (instanceIds[0] as string) : '*'),
-    id: BigInt(row.id),
-    streamId: row.stream_id,
-    type: row.type,
-    data: row.data,
-    metadata: row.metadata,
-    createdAt: row.created_at,
+    ...eventFromRow(row),
     stuck: row.stuck,
   };
 }

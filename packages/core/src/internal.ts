@@ -30,6 +30,7 @@ export {
   requestReplays,
   selectReplays,
 } from './queries/operator.js';
+export { eventFromRow, type EventRow } from './queries/events.js';
 export { pgArray } from './queries/pg-array.js';
 export { laneCountsOf, requestLaneChange } from './queries/lanes.js';
 export { deleteParkedKey, laneOwning, lockParkedKey, requestParkedReplay } from './queries/parked.js';

@@ -5,7 +5,7 @@ import type { Sql, TransactionSql } from '../sql-types.js';
 import { pgArray } from './pg-array.js';
 
 /** An events row as queries select it (`id::text`, so the id never depends on the pool's type parsers). */
-interface EventRow {
+export interface EventRow {
   id: string;
   stream_id: string;
   type: string;
@@ -14,7 +14,7 @@ interface EventRow {
   created_at: Date;
 }
 
-function eventFromRow(row: EventRow): EventRecord {
+export function eventFromRow(row: EventRow): EventRecord {
   return {
     id: BigInt(row.id),
     streamId: row.stream_id,
