@@ -453,6 +453,13 @@ describe('actions', () => {
       dryRun: true,
     });
     expect(await auditActions(schema)).toEqual([]);
+    // An id that is not one of its dead letters refuses the whole call, the real one beside it too.
+    const [pending] = await admin.listDeadLetters('mailer');
+    await expect(
+      admin.replayDeadLetters('mailer', { ids: [pending!.id, pending!.id + 1000n] }),
+    ).rejects.toMatchObject({ code: 'SLUICE_DEAD_LETTER_NOT_FOUND', deadLetterId: pending!.id + 1000n });
+    expect(await auditActions(schema)).toEqual([]);
+    expect((await admin.listDeadLetters('mailer'))[0]?.replayRequestedAt).toBeNull();
     failing = false;
     const requested = await admin.replayDeadLetters('mailer');
     expect(requested.count).toBe(1);

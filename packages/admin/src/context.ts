@@ -72,6 +72,8 @@ export async function withLockedConsumers<T>(
   name: string,
   instanceId: string | readonly string[] | undefined,
   action: (locked: LockedConsumer) => Promise<T>,
+  /** Runs in the same transaction after every row's action; a throw here rolls them all back. */
+  settle?: (tx: TransactionSql, results: readonly T[]) => Promise<void>,
 ): Promise<T[]> {
   try {
     return await guardedBegin(ctx.sql, async (tx) => {
@@ -86,6 +88,7 @@ export async function withLockedConsumers<T>(
         if (!row) throw new ConsumerNotFoundError(name, instance);
         results.push(await action({ tx, row, state: consumerStateOf(row), instanceId: instance }));
       }
+      await settle?.(tx, results);
       return results;
     });
   } catch (error) {

@@ -27,6 +27,7 @@ export {
   isPendingGap,
   readDisableEnd,
   readRestartFacts,
+  missingDeadLetters,
   requestReplays,
   selectReplays,
 } from './queries/operator.js';

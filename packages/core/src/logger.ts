@@ -37,3 +37,21 @@ export const silentLogger: Logger = {
   warn: () => undefined,
   error: () => undefined,
 };
+
+/**
+ * `logger` with each call's throw dropped. A line Sluice logs is never worth a turn: a logger that
+ * throws (a closed stream, a field it cannot serialise) would otherwise turn a handler's counted
+ * failure into a failure of the turn itself, retried for ever.
+ */
+export function neverThrowing(logger: Logger): Logger {
+  const at =
+    (level: keyof Logger) =>
+    (fields: object, message: string): void => {
+      try {
+        logger[level](fields, message);
+      } catch {
+        // Dropped: see above.
+      }
+    };
+  return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
+}

@@ -11,7 +11,7 @@ import {
   type LaneKey,
 } from './lanes/lanes.js';
 import type { Ordering } from './gaps/gaps.js';
-import { consoleLogger, type Logger } from './logger.js';
+import { consoleLogger, neverThrowing, type Logger } from './logger.js';
 import { resolveSchemaName } from './schema/tables.js';
 import type { Sql } from './sql-types.js';
 
@@ -465,7 +465,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
       lane: delivery === 'shared' ? { index: 0, count: 1 } : null,
     } satisfies ResolvedConsumer;
   });
-  return { ...options, consumers };
+  return { ...options, logger: neverThrowing(options.logger), consumers };
 }
 
 const NEVER_PERMANENT = (): boolean => false;

@@ -1,6 +1,7 @@
-import { InvalidOptionError } from '@sluice/core';
+import { DeadLetterNotFoundError, InvalidOptionError } from '@sluice/core';
 import {
   applyOperatorChange,
+  missingDeadLetters,
   replayDeadLetters as replayTransition,
   requestReplays,
   selectReplays,
@@ -27,8 +28,10 @@ export interface ReplayResult {
 
 /**
  * Asks for dead letters to be delivered again through the consumer's handler; the dispatcher
- * does it on the consumer's next turn (docs/design.md §6.2). A dry run only counts.
+ * does it on the consumer's next turn (docs/design.md §6.2). A dry run only counts. An id that is
+ * not one of the consumer's dead letters refuses the whole call and changes nothing.
  * @throws {InvalidOptionError} @throws {ConsumerNotFoundError} @throws {ConsumerBusyError}
+ * @throws {DeadLetterNotFoundError}
  */
 export async function replayDeadLetters(
   ctx: AdminContext,
@@ -66,6 +69,13 @@ export async function replayDeadLetters(
         await applyOperatorChange(tx, ctx.tables, target, replayTransition(state, deadLetterIds));
       }
       return { consumer: name, instanceId, dryRun, count: deadLetterIds.length, deadLetterIds };
+    },
+    // An id that is not one of this consumer's dead letters is a mistake: refuse them all.
+    async (tx, done) => {
+      if (wanted === undefined) return;
+      const instances = done.map((r) => r.instanceId);
+      const [missing] = await missingDeadLetters(tx, ctx.tables, name, instances, wanted);
+      if (missing !== undefined) throw new DeadLetterNotFoundError(name, missing);
     },
   );
   // A laned consumer's lanes each replay their own dead letters; the result counts them all.

@@ -546,13 +546,17 @@ describe('dead letters and replay', () => {
     expect((await letters())[0]?.replayed_at).toBeInstanceOf(Date);
   });
 
-  test('replay --ids takes dead-letter ids and reports the ones that are not there', async () => {
+  test('replay --ids takes dead-letter ids; one that is not there refuses them all (exit 3)', async () => {
     const { schema } = await withDeadLetter();
     const [letter] = await json<Row[]>(sluice(schema, 'dead-letters', 'indexer', '--json'));
     const id = String(letter?.['id']);
-    expect(await ok(sluice(schema, 'replay', 'indexer', '--ids', `${id},999`, '--dry-run'))).toBe(
-      `dry run: would replay 1 dead letter(s) of indexer (ids ${id}); 1 of the given ids are not dead letters of indexer\n`,
+    expect(await ok(sluice(schema, 'replay', 'indexer', '--ids', id, '--dry-run'))).toBe(
+      `dry run: would replay 1 dead letter(s) of indexer (ids ${id})\n`,
     );
+    const refused = await sluice(schema, 'replay', 'indexer', '--ids', `${id},999`);
+    expect(refused).toMatchObject({ code: 3, stdout: '' });
+    expect(refused.stderr).toContain('Consumer "indexer" has no dead letter 999');
+    expect(await json<Row[]>(sluice(schema, 'dead-letters', 'indexer', '--json'))).toEqual([letter]);
   });
 });
 

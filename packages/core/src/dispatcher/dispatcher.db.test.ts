@@ -118,6 +118,29 @@ describe('cursors and poison', () => {
     expect(copy).toEqual({ kind: 'object', n: 1 }); // the event copied as a jsonb object, not a string
   });
 
+  test('a logger that throws on every line changes nothing: failures are still counted and dead-lettered', async () => {
+    const c = failingOn('logged', (e) => e.id === 2n, {
+      errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
+    });
+    const calls: string[] = [];
+    const throwing = (level: string) => () => {
+      calls.push(level);
+      throw new Error('log stream closed');
+    };
+    const logger = {
+      debug: throwing('debug'),
+      info: throwing('info'),
+      warn: throwing('warn'),
+      error: throwing('error'),
+    };
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], { logger });
+    await appendEvents(db.sql, 3, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 3n]);
+    expect(calls).toContain('warn'); // it was called, and threw
+    expect(await consumerRow(db.sql, schema, 'logged')).toMatchObject({ cursor: 3n, attempts: 0 });
+  });
+
   test('errorPolicy.isPermanent: a permanent failure uses up every attempt at once, a transient one is retried', async () => {
     class Refused extends Error {
       readonly permanent: boolean;

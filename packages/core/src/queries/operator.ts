@@ -252,6 +252,23 @@ export async function selectReplays(
   return rows.map((r) => BigInt(r.id));
 }
 
+/** Those of `ids` that are not dead letters of the consumer's rows named (any state). */
+export async function missingDeadLetters(
+  tx: TransactionSql,
+  t: Tables,
+  name: string,
+  instanceIds: readonly string[],
+  ids: readonly bigint[],
+): Promise<bigint[]> {
+  const rows = await tx<{ id: string }[]>`
+    select w.id::text from unnest(${pgArray(ids)}::int8[]) as w(id)
+    where not exists (
+      select 1 from ${t.deadLetters} d
+      where d.id = w.id and d.consumer_name = ${name} and d.instance_id = any(${pgArray(instanceIds)}::text[]))
+    order by w.id`;
+  return rows.map((r) => BigInt(r.id));
+}
+
 /** Asks the consumer's next turn to deliver these dead letters again. */
 export async function requestReplays(tx: TransactionSql, t: Tables, ids: readonly bigint[]): Promise<void> {
   await tx`

@@ -52,14 +52,9 @@ export const replayCommand = defineCommand({
       if (json) return toJson(result);
       const label = consumerLabel(result.consumer, result.instanceId);
       const listed = result.deadLetterIds.length > 0 ? ` (ids ${result.deadLetterIds.join(', ')})` : '';
-      const unmatched =
-        ids !== undefined && result.count < ids.length
-          ? `; ${ids.length - result.count} of the given ids are not dead letters of ${label}`
-          : '';
-      if (result.dryRun)
-        return `dry run: would replay ${result.count} dead letter(s) of ${label}${listed}${unmatched}`;
-      if (result.count === 0) return `nothing to replay for ${label}${unmatched}`;
-      return `replay requested for ${result.count} dead letter(s) of ${label}${listed}${unmatched}; its next turn delivers them`;
+      if (result.dryRun) return `dry run: would replay ${result.count} dead letter(s) of ${label}${listed}`;
+      if (result.count === 0) return `nothing to replay for ${label}`;
+      return `replay requested for ${result.count} dead letter(s) of ${label}${listed}; its next turn delivers them`;
     };
   },
 });
