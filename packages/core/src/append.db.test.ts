@@ -170,7 +170,7 @@ describe('append', () => {
     expect(stored).toHaveLength(1);
   });
 
-  test('into a schema that is not migrated: SLUICE_SCHEMA_NOT_MIGRATED; without a transaction: SLUICE_INVALID_OPTION', async () => {
+  test("into a schema that is not migrated: SLUICE_SCHEMA_NOT_MIGRATED (not a user trigger's missing table); without a transaction: SLUICE_INVALID_OPTION", async () => {
     const event = { streamId: 's', type: 't', data: {} };
     await expect(
       db.sql.begin((tx) => append(tx, [event], { schema: 'never_migrated' })),
@@ -178,6 +178,16 @@ describe('append', () => {
     await expect(append(null as never, [event])).rejects.toMatchObject({
       code: 'SLUICE_INVALID_OPTION',
       option: 'tx',
+    });
+    // A missing table a trigger of the user's reads is the user's error, passed through as is.
+    await migrate(db.sql, { schema: 'own_trigger', logger: silentLogger });
+    await db.sql.unsafe(`
+      create function own_trigger.audit() returns trigger language plpgsql as
+        $$ begin insert into own_trigger.no_such_table values (new.id); return new; end $$;
+      create trigger audit before insert on own_trigger.events for each row execute function own_trigger.audit()`);
+    await expect(db.sql.begin((tx) => append(tx, [event], { schema: 'own_trigger' }))).rejects.toMatchObject({
+      code: '42P01',
+      message: expect.stringContaining('no_such_table'),
     });
   });
 
