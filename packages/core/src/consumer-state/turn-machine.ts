@@ -294,8 +294,17 @@ export function closeTurn(
       ? state.attempts
       : 0;
   const maxFence = [held.maxFence ?? 0n, ...settlement.ranges.map((r) => r.fence ?? 0n)].reduce(max, 0n);
+  // A strict consumer that delivered all it could and stopped at a hole still in flight has no more
+  // to do now, however far the head is: the hole's range wakes it (docs/design.md §4.1).
+  const waitsAtHole =
+    input.ordering === 'strict' &&
+    plan.ids.length === turn.deliverable.length &&
+    delivered.resolvedIds.length === plan.ids.length &&
+    !settlement.needsRecheck &&
+    settlement.ranges.some((r) => r.from === settlement.cursor + 1n);
   const hasMore =
-    !fetch.complete || delivered.resolvedIds.length < plan.ids.length || settlement.cursor < turn.head;
+    !waitsAtHole &&
+    (!fetch.complete || delivered.resolvedIds.length < plan.ids.length || settlement.cursor < turn.head);
   return {
     cursor: settlement.cursor,
     status: delivered.dead ? 'dead' : hasMore ? 'processing' : 'idle',

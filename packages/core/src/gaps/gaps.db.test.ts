@@ -298,7 +298,8 @@ describe('gaps', () => {
     await appendEvents(db.sql, 2, event, schema); // 4, 5
     for (let i = 0; i < 3; i++) await dispatcher.runOnce();
     expect(c.ids()).toEqual([1n, 2n]);
-    expect((await consumerRow(db.sql, schema, 'strict')).cursor).toBe(2n);
+    // Waiting at the hole is idle, not more to do: a turn that says so is turned again at once.
+    expect(await consumerRow(db.sql, schema, 'strict')).toMatchObject({ cursor: 2n, status: 'idle' });
     await writer.commit();
     await passUntil(dispatcher, () => c.ids().length === 5, 'the rest in order');
     expect(c.ids()).toEqual([1n, 2n, 3n, 4n, 5n]);
