@@ -439,6 +439,27 @@ describe('actions', () => {
     expect(await auditActions(schema)).toEqual(['disable', 'enable', 'disable']);
   });
 
+  test('a dead consumer disabled and enabled again calls its handler once more; still failing, it dies of its own error', async () => {
+    let failing = true;
+    const c = failingOn('mailer', (e) => failing && e.id === 2n, { errorPolicy: { maxAttempts: 2 } });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({ status: 'dead', attempts: 2 });
+    await admin.disable('mailer');
+    await admin.enable('mailer');
+    await dispatcher.runOnce();
+    expect(c.failures.get(2n)).toBe(3);
+    const again = await consumerRow(db.sql, schema, 'mailer');
+    expect(again).toMatchObject({ status: 'dead', attempts: 3, stuckEventId: 2n });
+    expect(again.lastError).toContain('poison event 2');
+    await admin.disable('mailer');
+    await admin.enable('mailer');
+    failing = false;
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 2n, 3n]);
+  });
+
   test('replay re-delivers dead letters through the handler on the next turn; a dry run only counts', async () => {
     let failing = true;
     const c = failingOn('mailer', (e) => failing && e.id === 2n, {

@@ -222,7 +222,11 @@ describe('planDelivery', () => {
           if (first !== undefined) {
             expect(plan.priorAttempts(first)).toBeGreaterThanOrEqual(attempts);
             expect(plan.priorAttempts(first)).toBeLessThanOrEqual(attempts + plan.crashes);
-            expect(plan.crashedOut).toBe(!skipped && plan.priorAttempts(first) >= RULES.maxAttempts);
+            // Only charged crashes end it unhandled: attempts the row counts get a call.
+            const crashesCharged = plan.priorAttempts(first) > attempts;
+            expect(plan.crashedOut).toBe(
+              !skipped && crashesCharged && plan.priorAttempts(first) >= RULES.maxAttempts,
+            );
           } else {
             expect(plan.crashedOut).toBe(false);
           }
@@ -505,6 +509,19 @@ describe('closeTurn', () => {
     expect(twice.plan?.crashedOut).toBe(true);
     expect(twice.calls).toEqual([]);
     expect(twice.close).toMatchObject({ status: 'dead', stuckEventId: 1n, cursor: 0n, attempts: 2 });
+  });
+
+  test('attempts the row counts up to maxAttempts without a crash get one more call, and its failure ends it with its own error', () => {
+    // A dead consumer disabled, then enabled (the disable kept its attempts), or maxAttempts lowered.
+    const rules = { ...RULES, maxAttempts: 2 };
+    const state = idleState({ attempts: 3, stuckEventId: 1n, lastError: 'boom 1' });
+    const turn = walkTurn(state, [1n, 2n], (id) => id === 1n, rules, 10);
+    expect(turn.plan?.crashedOut).toBe(false);
+    expect(turn.calls).toEqual([1n]);
+    expect(turn.close).toMatchObject({ status: 'dead', stuckEventId: 1n, attempts: 4 });
+    expect(turn.close?.lastError).not.toMatch(/process stopped/);
+    const healed = walkTurn(state, [1n, 2n], () => false, rules, 10);
+    expect(healed.close).toMatchObject({ status: 'idle', cursor: 2n, attempts: 0, stuckEventId: null });
   });
 });
 

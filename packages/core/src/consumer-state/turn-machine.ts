@@ -217,8 +217,14 @@ export function planDelivery(
       : 0;
   const priorAttempts = (id: bigint) =>
     (state.stuckEventId === id ? state.attempts : 0) + (id === firstId ? chargedCrashes : 0);
+  // Only a crash ends an event unhandled. Failed attempts that the row already counts up to
+  // maxAttempts without one (a dead consumer disabled and enabled again, a lower maxAttempts
+  // deployed) get one more call: its failure ends the consumer with its own error.
   const crashedOut =
-    firstId !== undefined && !resolvesUnhandled(firstId) && priorAttempts(firstId) >= rules.maxAttempts;
+    firstId !== undefined &&
+    chargedCrashes > 0 &&
+    !resolvesUnhandled(firstId) &&
+    priorAttempts(firstId) >= rules.maxAttempts;
   return {
     ids,
     isolating,
