@@ -429,6 +429,8 @@ describe('actions', () => {
       { forMs: Number.MAX_SAFE_INTEGER },
       { forMs: 31_536_000_001 },
       { until: new Date(8.64e15) },
+      { until: new Date('0000-01-01T00:00:00Z') },
+      { until: new Date(-8.64e15) },
     ]) {
       await expect(admin.disable('feed', bad)).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION' });
     }

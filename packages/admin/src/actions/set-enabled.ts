@@ -47,6 +47,10 @@ export async function disable(
   ) {
     throw new InvalidOptionError('until', 'must be a valid time before the year 10000');
   }
+  // Long past, and maybe before the years PostgreSQL's timestamptz holds (4713 BC).
+  if (untilInput !== undefined && untilInput.getTime() < 0) {
+    throw new InvalidOptionError('until', "must be in the future (by the database's clock)");
+  }
   if (forMs !== undefined && (!Number.isSafeInteger(forMs) || forMs < 1 || forMs > LONGEST_FOR_MS)) {
     throw new InvalidOptionError(
       'forMs',
