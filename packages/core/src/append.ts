@@ -3,6 +3,7 @@ import {
   InvalidEventError,
   InvalidOptionError,
   messageOf,
+  raisedInFunction,
   SchemaNotMigratedError,
   sqlStateOf,
 } from './errors.js';
@@ -115,7 +116,7 @@ export async function append(
   } catch (error) {
     // undefined_table raised by the insert itself; one with a context (`where`) came from a
     // function or trigger of the user's, which the error itself describes better.
-    if (sqlStateOf(error) === '42P01' && !contextOf(error)) throw new SchemaNotMigratedError(schema);
+    if (sqlStateOf(error) === '42P01' && !raisedInFunction(error)) throw new SchemaNotMigratedError(schema);
     throw error;
   }
   // Ids were drawn in the caller's order, one row after the other: the i-th smallest is event i's.
@@ -376,13 +377,4 @@ function toJsonObject(index: number, field: string, value: unknown): string {
     throw new InvalidEventError(index, field, 'must not contain the character U+0000');
   if (containsEscapedLoneSurrogate(json)) throw new InvalidEventError(index, field, LONE_SURROGATE_PROBLEM);
   return json;
-}
-
-function contextOf(error: unknown): string | undefined {
-  try {
-    const where = (error as { where?: unknown } | null)?.where;
-    return typeof where === 'string' && where !== '' ? where : undefined;
-  } catch {
-    return undefined;
-  }
 }

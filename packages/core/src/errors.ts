@@ -198,6 +198,19 @@ export class MigrationModifiedError extends SluiceError {
   }
 }
 
+/**
+ * Whether a PostgreSQL error was raised inside a function or trigger (it has a context, `where`),
+ * not by the statement itself: a user's trigger, for instance.
+ */
+export function raisedInFunction(error: unknown): boolean {
+  try {
+    const where = (error as { where?: unknown } | null)?.where;
+    return typeof where === 'string' && where !== '';
+  } catch {
+    return false;
+  }
+}
+
 export function sqlStateOf(error: unknown): string | undefined {
   try {
     if (typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string') {

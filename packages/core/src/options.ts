@@ -638,7 +638,7 @@ export function attemptsCharged(
  * Whether PostgreSQL text stores `value` unchanged: no NUL, and no lone UTF-16 surrogate (it has no
  * UTF-8 form and would be stored as U+FFFD, so two names could become one).
  */
-function isStorableText(value: string): boolean {
+export function isStorableText(value: string): boolean {
   return !value.includes('\u0000') && !/\p{Cs}/u.test(value);
 }
 

@@ -7,6 +7,7 @@ import { describe, expect, test } from 'vitest';
 import type { Consumer } from '../consumers/consumer.js';
 import { RebuildNotReadyError, RebuildStateError } from '../errors.js';
 import { liveVersion } from '../live-version.js';
+import { prune } from '../retention/prune.js';
 import { tables } from '../schema/tables.js';
 import type { Sql } from '../sql-types.js';
 import { beginTakeover, changeRebuild, dropVersion, rebuildProgress, selectVersions } from './versions.js';
@@ -149,6 +150,11 @@ describe('a new version of a projection', () => {
       select s.id::text as id from ${db.sql(`${schema}.stats`)} s order by s.id`;
     expect(through.map((r) => BigInt(r.id))).toEqual(await committed(schema));
     expect((await selectVersions(db.sql, t, ['stats'])).map((v) => v.state)).toEqual(['retired', 'live']);
+    // The retired version's row, stopped where it was, never runs again: it holds no event back.
+    await appendEvents(db.sql, 5, (n) => byStream(n + 100), schema);
+    await drainUntilIdle(both);
+    const head = (await committed(schema)).at(-1) ?? 0n;
+    expect(await prune(db.sql, { before: head, schema })).toEqual({ deleted: Number(head) - 1 });
   });
 
   test('readers that read the live version and its table in one transaction never see a version half built', async () => {

@@ -52,7 +52,7 @@ describe('prune', () => {
     expect(await prune(db.sql, { before: 3n, schema })).toEqual({ deleted: 2 });
   });
 
-  test('rejects a before that is not a positive bigint', async () => {
+  test('rejects a before that is not a bigint id, a bad actor, and a schema not migrated', async () => {
     await expect(prune(db.sql, { before: 0n })).rejects.toMatchObject({
       code: 'SLUICE_INVALID_OPTION',
       option: 'before',
@@ -63,5 +63,12 @@ describe('prune', () => {
     await expect(
       prune(db.sql, { before: 1n, staleInstanceTtlMs: Number.MAX_SAFE_INTEGER }),
     ).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'staleInstanceTtlMs' });
+    await expect(prune(db.sql, { before: 2n ** 63n })).rejects.toMatchObject({ option: 'before' });
+    for (const actor of ['', 'a\u0000b', 'x'.repeat(201)]) {
+      await expect(prune(db.sql, { before: 1n, actor })).rejects.toMatchObject({ option: 'actor' });
+    }
+    await expect(prune(db.sql, { before: 1n, schema: 'never_migrated' })).rejects.toMatchObject({
+      code: 'SLUICE_SCHEMA_NOT_MIGRATED',
+    });
   });
 });

@@ -1,6 +1,12 @@
 import { guardedBegin } from '../connections/guarded-transaction.js';
-import { MAX_AGE_MS } from '../options.js';
-import { InvalidOptionError, PruneBlockedError } from '../errors.js';
+import { isStorableText, MAX_AGE_MS } from '../options.js';
+import {
+  InvalidOptionError,
+  PruneBlockedError,
+  raisedInFunction,
+  SchemaNotMigratedError,
+  sqlStateOf,
+} from '../errors.js';
 import { writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
 import { resolveSchemaName, tables } from '../schema/tables.js';
@@ -40,8 +46,15 @@ interface LaggingRow {
  */
 export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResult> {
   const schema = resolveSchemaName(options.schema);
-  if (typeof options.before !== 'bigint' || options.before < 1n) {
-    throw new InvalidOptionError('before', 'must be a bigint event id of at least 1');
+  if (typeof options.before !== 'bigint' || options.before < 1n || options.before > MAX_EVENT_ID) {
+    throw new InvalidOptionError('before', `must be a bigint event id from 1 to ${MAX_EVENT_ID}`);
+  }
+  const actor = options.actor ?? 'sluice-prune';
+  if (typeof actor !== 'string' || actor === '' || Buffer.byteLength(actor) > 200 || !isStorableText(actor)) {
+    throw new InvalidOptionError(
+      'actor',
+      'must be a non-empty string of at most 200 bytes without NUL or lone UTF-16 surrogates',
+    );
   }
   const ttlMs = options.staleInstanceTtlMs ?? 86_400_000;
   if (!Number.isSafeInteger(ttlMs) || ttlMs < 0 || ttlMs > MAX_AGE_MS)
@@ -53,6 +66,7 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
   const before = options.before.toString();
   return guardedBegin(sql, async (tx) => {
     await tx`select pg_advisory_xact_lock(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
+    // A retired version's rows never run again (docs/design.md §12.4): they hold nothing back.
     const lagging = await tx<LaggingRow[]>`
       select c.name, c.instance_id, c.status, c.cursor::text as cursor from ${t.consumers} c
       where not (left(c.instance_id, 1) <> '*' and coalesce(c.last_seen_at, c.created_at) < now() - make_interval(secs => ${ttlMs / 1000}))
@@ -60,6 +74,7 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
              or c.start_upto is not null
              or exists (select 1 from ${t.gaps} g where g.consumer_name = c.name and g.instance_id = c.instance_id
                         and g.from_id < ${before}::bigint))
+        and not exists (select 1 from ${t.consumerVersions} v where v.row_name = c.name and v.state = 'retired')
       order by c.name, c.instance_id`;
     if (lagging.length > 0) {
       throw new PruneBlockedError(
@@ -73,7 +88,7 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
     const deleted = await tx`delete from ${t.events} where id < ${before}::bigint`;
     // Restarts below the floor are refused later (they would skip pruned events silently).
     await writeAudit(tx, t, {
-      actor: options.actor ?? 'sluice-prune',
+      actor,
       action: 'prune',
       consumerName: null,
       instanceId: null,
@@ -82,5 +97,11 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
       details: { before: options.before, deleted: deleted.count },
     });
     return { deleted: deleted.count };
+  }).catch((error: unknown) => {
+    if (sqlStateOf(error) === '42P01' && !raisedInFunction(error)) throw new SchemaNotMigratedError(schema);
+    throw error;
   });
 }
+
+/** The largest id a bigint column holds. */
+const MAX_EVENT_ID = 2n ** 63n - 1n;
