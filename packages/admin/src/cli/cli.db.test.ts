@@ -560,6 +560,36 @@ describe('dead letters and replay', () => {
   });
 });
 
+describe('terminal safety', () => {
+  test('control characters and bidi overrides from names and errors never reach the terminal raw', async () => {
+    const name = 'x\u001b]0;owned\u0007\u202e';
+    const { schema, dispatcher } = await registered([
+      {
+        name,
+        errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+        handler: () => {
+          throw new Error('bad \u001b[2J\u001b[1;1H\u009b31mALL GOOD\r');
+        },
+      },
+    ]);
+    await appendEvents(db.sql, 1, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    for (const args of [
+      ['status'],
+      ['dead-letters', name],
+      ['dead-letters', name, '--json'],
+      ['diagnose', 'nobody\u001b[2J'],
+    ]) {
+      const { stdout, stderr } = await sluice(schema, ...args);
+      const shown = stdout + stderr;
+      expect(shown).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e]/);
+      expect(shown).toContain('\\u001b');
+    }
+    const [letter] = await json<Row[]>(sluice(schema, 'dead-letters', name, '--json'));
+    expect(letter?.['error']).toBe('bad \u001b[2J\u001b[1;1H\u009b31mALL GOOD\r'); // JSON keeps it exact
+  });
+});
+
 describe('lanes and parked keys', () => {
   test('parked lists the parked keys and parked-events the events of one, as tables and with --json', async () => {
     const { schema } = await withParkedKeys();

@@ -37,3 +37,17 @@ export function formatTime(date: Date | null): string {
 export function keyText(key: string): string {
   return /^[^\s"'\\\p{C}]+$/u.test(key) ? key : JSON.stringify(key);
 }
+
+/**
+ * `text` as it may reach a terminal: control characters (but newline and tab) and bidirectional
+ * overrides, which event data, errors and names may hold, are written as `\uXXXX`, so they can
+ * neither move the cursor, clear the screen or set the window title, nor reorder what is shown.
+ * JSON keeps its meaning: `\uXXXX` is how JSON writes the same character.
+ */
+export function terminalSafe(text: string): string {
+  // eslint-disable-next-line no-control-regex -- the control characters are what is matched
+  return text.replace(
+    /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
+}

@@ -26,6 +26,7 @@ import { COMMAND_LIST } from './command-list.js';
 import { defaultActor, resolveDatabaseUrl } from './common-options.js';
 import { describeFailure, type Failure } from './describe-failure.js';
 import { EXIT_CODES, type ExitCode } from './exit-codes.js';
+import { terminalSafe } from './format-text.js';
 import { commandHelp, globalHelp } from './help-text.js';
 import { parseCommandLine } from './parse-command-line.js';
 
@@ -135,11 +136,11 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
         return new Promise<never>(() => undefined); // the command's own outcome decides
       }),
     ]);
-    process.stdout.write(`${output}\n`);
+    process.stdout.write(`${terminalSafe(output)}\n`);
     return EXIT_CODES.success;
   } catch (error) {
     const failure = describeFailure(error, schema);
-    process.stderr.write(json ? `${failureJson(failure)}\n` : `sluice: ${failure.message}\n`);
+    process.stderr.write(terminalSafe(json ? `${failureJson(failure)}\n` : `sluice: ${failure.message}\n`));
     return failure.exitCode;
   } finally {
     // Always close the pool, or its idle connections keep the process alive. A pool that never
