@@ -21,6 +21,7 @@ import {
 } from '@sluice/testing';
 import { registeredDispatcher, testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
+import { UNSAFE } from './format-text.js';
 
 const PACKAGE_DIR = fileURLToPath(new URL('../../', import.meta.url));
 const MAIN = join(PACKAGE_DIR, 'dist', 'cli', 'main.js');
@@ -582,7 +583,7 @@ describe('terminal safety', () => {
     ]) {
       const { stdout, stderr } = await sluice(schema, ...args);
       const shown = stdout + stderr;
-      expect(shown).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e]/);
+      expect(shown.match(UNSAFE)).toBeNull();
       expect(shown).toContain('\\u001b');
     }
     const [letter] = await json<Row[]>(sluice(schema, 'dead-letters', name, '--json'));

@@ -45,9 +45,9 @@ export function keyText(key: string): string {
  * JSON keeps its meaning: `\uXXXX` is how JSON writes the same character.
  */
 export function terminalSafe(text: string): string {
-  // eslint-disable-next-line no-control-regex -- the control characters are what is matched
-  return text.replace(
-    /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g,
-    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
-  );
+  return text.replace(UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
+
+/** What {@link terminalSafe} escapes. */
+// eslint-disable-next-line no-control-regex -- the control characters are what is matched
+export const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
