@@ -78,22 +78,67 @@ export async function withLockedConsumers<T>(
   try {
     return await guardedBegin(ctx.sql, async (tx) => {
       await tx`select set_config('lock_timeout', ${String(ctx.lockTimeoutMs)}, true)`;
-      const instances =
-        typeof instanceId === 'object'
-          ? await inInstanceIdOrder(tx, instanceId)
-          : await resolveInstances(tx, ctx, name, instanceId);
+      const locked =
+        instanceId === undefined
+          ? await lockWholeConsumer(tx, ctx, name)
+          : await lockEach(
+              tx,
+              ctx,
+              name,
+              typeof instanceId === 'object'
+                ? await inInstanceIdOrder(tx, instanceId)
+                : await resolveInstances(tx, ctx, name, instanceId),
+            );
       const results: T[] = [];
-      for (const instance of instances) {
-        const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
-        if (!row) throw new ConsumerNotFoundError(name, instance);
-        results.push(await action({ tx, row, state: consumerStateOf(row), instanceId: instance }));
-      }
+      for (const one of locked) results.push(await action({ tx, ...one }));
       await settle?.(tx, results);
       return results;
     });
   } catch (error) {
     if (sqlStateOf(error) === '55P03') throw new ConsumerBusyError(name, ctx.lockTimeoutMs);
     throw error;
+  }
+}
+
+type Held = Omit<LockedConsumer, 'tx'>;
+
+/** Each named row, held; a row that is not there refuses them all. */
+async function lockEach(
+  tx: TransactionSql,
+  ctx: AdminContext,
+  name: string,
+  instances: readonly string[],
+): Promise<Held[]> {
+  const held: Held[] = [];
+  for (const instance of instances) {
+    const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
+    if (!row) throw new ConsumerNotFoundError(name, instance);
+    held.push({ row, state: consumerStateOf(row), instanceId: instance });
+  }
+  return held;
+}
+
+/**
+ * Every row of the consumer as a whole, held. The rows can change between reading which they are
+ * and holding them: a change of lane count retires its old lanes and its new lanes start
+ * (docs/design.md §11.3). So a row gone by the time it is held is passed over, and the rows are read
+ * again once all are held: they are the ones held, or the new ones are held too and it reads again.
+ */
+async function lockWholeConsumer(tx: TransactionSql, ctx: AdminContext, name: string): Promise<Held[]> {
+  const held = new Map<string, Held>();
+  let wanted = await resolveInstances(tx, ctx, name, undefined);
+  for (let round = 1; ; round++) {
+    for (const instance of wanted) {
+      if (held.has(instance)) continue;
+      const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
+      if (row) held.set(instance, { row, state: consumerStateOf(row), instanceId: instance });
+    }
+    const now = await resolveInstances(tx, ctx, name, undefined);
+    for (const instance of held.keys()) if (!now.includes(instance)) held.delete(instance);
+    if (now.every((instance) => held.has(instance))) return now.map((instance) => held.get(instance) as Held);
+    // Rows keep coming and going: a change of lanes under way. Nothing was changed yet.
+    if (round === 5) throw new ConsumerBusyError(name, ctx.lockTimeoutMs);
+    wanted = now;
   }
 }
 

@@ -3,7 +3,14 @@
 // is listed with its events, replayed in order or dropped, each audited; a change of lanes is
 // asked for, retargeted or refused while one drains.
 import { KeyNotParkedError, LaneChangeInProgressError, type EventRecord } from '@sluice/core';
-import { appendEvents, drainUntilIdle, freshSchema, holdGap, passUntil } from '@sluice/testing';
+import {
+  appendEvents,
+  drainUntilIdle,
+  freshSchema,
+  holdGap,
+  passUntil,
+  untilWaitingForConsumerRow,
+} from '@sluice/testing';
 import { testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, test } from 'vitest';
 import { createAdmin } from './create-admin.js';
@@ -62,6 +69,27 @@ describe('a laned consumer', () => {
     const one = await admin.disable('reactor', { instanceId: '*1/3' });
     expect(one).toMatchObject({ instanceId: '*1/3', statusAfter: 'disabled' });
     expect(one.lanes).toBeUndefined();
+  });
+
+  test('an action on the whole consumer whose lanes change while it waits acts on the lanes there are then', async () => {
+    const { schema, admin } = await setup(() => false);
+    const consumers = db.sql(`${schema}.consumers`);
+    // A turn of lane *0/3 holds its row; meanwhile its change of lane count retires it and a new
+    // lane *0/4 starts (as the rename here does in one step).
+    const turn = await db.sql.reserve();
+    await turn`begin`;
+    await turn`select 1 from ${consumers} where instance_id = '*0/3' for update`;
+    const disabling = admin.disable('reactor', { reason: 'maintenance' });
+    await untilWaitingForConsumerRow(db.sql);
+    await turn`update ${consumers} set instance_id = '*0/4' where instance_id = '*0/3'`;
+    await turn`commit`;
+    turn.release();
+    const disabled = await disabling;
+    expect(disabled.lanes?.map((l) => [l.instanceId, l.statusAfter])).toEqual([
+      ['*0/4', 'disabled'],
+      ['*1/3', 'disabled'],
+      ['*2/3', 'disabled'],
+    ]);
   });
 
   test('skip finds the lane stuck on the event; the others go on', async () => {
