@@ -632,6 +632,16 @@ describe('ops routes', () => {
     expect(query.json<{ message: string }>().message).toMatch(
       /query\.instanceId is not a query parameter of this request \(its query parameters: instance\)/,
     );
+    // The instance named twice, differently: refused, not one of them guessed.
+    for (const url of ['disable', 'dead-letters/replay']) {
+      const twice = await authed(app, 'POST', `/sluice/consumers/mailer/${url}?instance=a`, {
+        instanceId: 'b',
+      });
+      expect(twice.statusCode, twice.body).toBe(400);
+      expect(twice.json<{ code: string; option: string }>()).toMatchObject({
+        code: 'SLUICE_INVALID_OPTION',
+      });
+    }
     // A write route without query parameters takes none (dropSource belongs in the body).
     const inQuery = await authed(app, 'POST', '/sluice/consumers/mailer/versions/1/drop?dropSource=true', {});
     expect(inQuery.statusCode, inQuery.body).toBe(400);

@@ -15,7 +15,7 @@ import {
   nameParams,
   restartBody,
 } from '../schemas.js';
-import type { OpsContext } from './context.js';
+import { instanceOf, type OpsContext } from './context.js';
 import { redacted } from './redact.js';
 
 interface NameParams {
@@ -29,10 +29,6 @@ interface ActionBody {
   reason?: string;
 }
 
-const instanceOf = (query: InstanceQuery, body?: ActionBody) => {
-  const instanceId = body?.instanceId ?? query.instance;
-  return instanceId === undefined ? {} : { instanceId };
-};
 const reasonOf = (body?: ActionBody) => (body?.reason === undefined ? {} : { reason: body.reason });
 
 /** Consumers: list, show, diagnose, one event's payload, and the write actions (docs/operating.md). */

@@ -1,5 +1,5 @@
 import type { Admin } from '@sluice/admin';
-import type { Dispatcher } from '@sluice/core';
+import { InvalidOptionError, type Dispatcher } from '@sluice/core';
 import type { ResolvedOps } from '../options.js';
 
 /** What the ops route files need. */
@@ -10,4 +10,21 @@ export interface OpsContext {
   readonly isRunning: () => boolean;
   /** LISTEN is configured: its absence degrades health. */
   readonly listenExpected: boolean;
+}
+
+/**
+ * The instance a request names, by the `?instance=` query or the body's `instanceId`: both may be
+ * given only when they agree (a request that says two things is refused, not guessed at).
+ * @throws {InvalidOptionError}
+ */
+export function instanceOf(
+  query: { readonly instance?: string },
+  body?: { readonly instanceId?: string },
+): { instanceId?: string } {
+  const fromBody = body?.instanceId;
+  if (fromBody !== undefined && query.instance !== undefined && fromBody !== query.instance) {
+    throw new InvalidOptionError('instanceId', 'and the instance query parameter name different instances');
+  }
+  const instanceId = fromBody ?? query.instance;
+  return instanceId === undefined ? {} : { instanceId };
 }

@@ -10,7 +10,7 @@ import {
   replayBody,
   replayResult,
 } from '../schemas.js';
-import type { OpsContext } from './context.js';
+import { instanceOf, type OpsContext } from './context.js';
 import { redacted } from './redact.js';
 
 interface NameParams {
@@ -77,14 +77,13 @@ export function deadLetterRoutes(app: FastifyInstance, { admin, ops }: OpsContex
     },
     handler: async (request) => {
       const body = request.body ?? {};
-      const instanceId = body.instanceId ?? request.query.instance;
       return toJson(
         await admin.replayDeadLetters(request.params.name, {
           actor: request.sluiceActor,
           ...(body.ids === undefined ? {} : { ids: body.ids.map((id) => BigInt(id)) }),
           ...(body.limit === undefined ? {} : { limit: body.limit }),
           ...(body.dryRun === undefined ? {} : { dryRun: body.dryRun }),
-          ...(instanceId === undefined ? {} : { instanceId }),
+          ...instanceOf(request.query, body),
           ...(body.reason === undefined ? {} : { reason: body.reason }),
         }),
       );
