@@ -68,6 +68,7 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
   // Writes from another site (a form or script on a page an operator visits, riding on the
   // credentials the browser caches) and bodies other than JSON are refused before the body is read.
   app.addHook('onRequest', async (request, reply) => {
+    if (request.is404) return; // no such route: its 404, whatever the method
     if (!WRITE_METHODS.has(request.method) && request.routeOptions.config.write !== true) return;
     const crossSite = crossSiteProblem(request, ops.allowedOrigins);
     if (crossSite !== undefined) {
@@ -103,6 +104,21 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
     }
   });
 
+  // Write actions run at most writeSlots at once; the others wait here, holding no connection.
+  const writes = slots(context.writeSlots);
+  app.addHook('onRoute', (route) => {
+    if ((route.config as { write?: boolean } | undefined)?.write !== true) return;
+    const handler = route.handler;
+    route.handler = async function (this: FastifyInstance, request, reply) {
+      const release = await writes();
+      try {
+        return await handler.call(this, request, reply);
+      } finally {
+        release();
+      }
+    };
+  });
+
   consumerRoutes(app, context);
   deadLetterRoutes(app, context);
   laneRoutes(app, context);
@@ -127,4 +143,25 @@ function auditableActor(actor: string): string {
     out += safe;
   }
   return out;
+}
+
+/** A counting semaphore: `acquire()` resolves with its release once one of `size` slots is free. */
+function slots(size: number): () => Promise<() => void> {
+  let free = Math.max(1, size);
+  const waiting: (() => void)[] = [];
+  const release = () => {
+    const next = waiting.shift();
+    if (next) next();
+    else free += 1;
+  };
+  return async () => {
+    if (free > 0) free -= 1;
+    else await new Promise<void>((resolve) => waiting.push(resolve));
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      release();
+    };
+  };
 }

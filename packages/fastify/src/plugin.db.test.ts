@@ -162,7 +162,7 @@ describe('plugin lifecycle', () => {
     await app.close();
   });
 
-  test('operator actions run on connections of their own (sluice-admin), not on the application pool', async () => {
+  test('operator actions run on connections of their own (sluice-admin), not on the application pool, and never take the last of them from /health', async () => {
     const { app, schema } = await build([recordingConsumer('mailer').consumer], {
       auth: bearerAuth(TOKEN, 'alice'),
       lockTimeoutMs: 20_000,
@@ -182,27 +182,32 @@ describe('plugin lifecycle', () => {
       await released;
     });
     await locked;
-    const disabling = app.inject({
-      method: 'POST',
-      url: '/sluice/consumers/mailer/disable',
-      headers: auth,
-      payload: {},
-    });
+    // More writes than the admin pool has connections: they queue, and /health still answers.
+    let settled = 0;
+    const disabling = Array.from({ length: 6 }, () =>
+      app
+        .inject({ method: 'POST', url: '/sluice/consumers/mailer/disable', headers: auth, payload: {} })
+        .finally(() => {
+          settled += 1;
+        }),
+    );
     const waiting = async () =>
       db.sql<{ application_name: string }[]>`
         select application_name from pg_stat_activity
         where datname = current_database() and wait_event_type = 'Lock' and query like '%for update%'`;
     const deadline = performance.now() + 15_000;
     let waiters = await waiting();
-    while (waiters.length === 0 && performance.now() < deadline) {
+    while (waiters.length < 2 && performance.now() < deadline) {
       await new Promise((resolve) => setTimeout(resolve, 10));
       waiters = await waiting();
     }
-    expect(waiters.map((w) => w.application_name)).toEqual(['sluice-admin']);
+    expect(waiters.map((w) => w.application_name)).toEqual(['sluice-admin', 'sluice-admin']);
+    const health = await authed(app, 'GET', '/sluice/health');
+    expect(health.statusCode, health.body).toBe(200);
+    expect(settled).toBe(0); // answered while every write still waited for the row
     release();
     await holding;
-    const response = await disabling;
-    expect(response.statusCode, response.body).toBe(200);
+    for (const response of await Promise.all(disabling)) expect(response.statusCode, response.body).toBe(200);
     expect((await stateOf(schema)).map((r) => String(r['status']))).toEqual(['disabled']);
   });
 });
@@ -632,6 +637,12 @@ describe('ops routes', () => {
     expect(query.json<{ message: string }>().message).toMatch(
       /query\.instanceId is not a query parameter of this request \(its query parameters: instance\)/,
     );
+    const healthQuery = await authed(app, 'GET', '/sluice/health?x=1');
+    expect(healthQuery.statusCode, healthQuery.body).toBe(400);
+    // A method no route has is a 404, before the write checks (a body type it would refuse).
+    const deleting = await app.inject({ method: 'DELETE', url: '/sluice/consumers/mailer', headers: auth });
+    expect(deleting.statusCode, deleting.body).toBe(404);
+    expect(deleting.json<{ code: string }>().code).toBe('SLUICE_ROUTE_NOT_FOUND');
     // The instance named twice, differently: refused, not one of them guessed.
     for (const url of ['disable', 'dead-letters/replay']) {
       const twice = await authed(app, 'POST', `/sluice/consumers/mailer/${url}?instance=a`, {

@@ -90,6 +90,7 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
       ops,
       isRunning: () => running,
       listenExpected: dispatcherOptions.listen !== false,
+      writeSlots: ADMIN_CONNECTIONS - 1,
     });
   }
 }

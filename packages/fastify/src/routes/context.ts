@@ -10,6 +10,12 @@ export interface OpsContext {
   readonly isRunning: () => boolean;
   /** LISTEN is configured: its absence degrades health. */
   readonly listenExpected: boolean;
+  /**
+   * How many write actions may run at once. Each holds one of the admin pool's connections while
+   * it waits for a row (up to lockTimeoutMs): fewer than the pool has, so reads and `/health`
+   * always find a connection however many writes wait behind a long turn.
+   */
+  readonly writeSlots: number;
 }
 
 /**

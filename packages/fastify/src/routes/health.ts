@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { NO_PARAMETERS } from '../json.js';
 import { errorResponses, health } from '../schemas.js';
 import type { OpsContext } from './context.js';
 
@@ -14,7 +15,7 @@ export function healthRoutes(
   { admin, dispatcher, isRunning, listenExpected }: OpsContext,
 ): void {
   app.get('/health', {
-    schema: { response: { 200: health, 503: health, ...errorResponses } },
+    schema: { querystring: NO_PARAMETERS, response: { 200: health, 503: health, ...errorResponses } },
     handler: async (request, reply) => {
       const running = isRunning();
       let consumers;
