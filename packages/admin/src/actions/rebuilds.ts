@@ -194,7 +194,7 @@ async function busy<T>(name: string, ctx: AdminContext, action: () => Promise<T>
 function checkVersion(value: unknown): number | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1 || value > 2_147_483_647) {
-    throw new InvalidOptionError('version', 'must be an integer of at least 1');
+    throw new InvalidOptionError('version', 'must be an integer from 1 to 2147483647');
   }
   return value;
 }

@@ -926,8 +926,12 @@ describe('failures and exit codes', () => {
       [['status', '--bogus'], /unknown option --bogus/],
       [['status', 'extra'], /unexpected argument "extra"/],
       [['frobnicate'], /unknown command "frobnicate"/],
+      [['restart', 'mailer', '--from', 'beginning', '--from', 'now'], /--from is given more than once/],
     ];
     const results = await Promise.all(cases.map(([args]) => run([...args, '--database-url', nowhere])));
+    const mysql = await run(['status', '--database-url', 'mysql://nobody@127.0.0.1:1/nothing']);
+    expect(mysql).toMatchObject({ code: 2, stdout: '' });
+    expect(mysql.stderr).toMatch(/must start with postgres:\/\/ or postgresql:\/\//);
     results.forEach((result, i) => {
       const [args, message] = cases[i]!;
       expect(result.code, args.join(' ')).toBe(2);

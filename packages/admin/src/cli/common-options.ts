@@ -29,6 +29,11 @@ export function resolveDatabaseUrl(option: string | undefined, env: NodeJS.Proce
       'no database given: pass --database-url <url> or set the DATABASE_URL environment variable',
     );
   }
+  if (!/^postgres(ql)?:\/\//i.test(url)) {
+    throw new UsageError(
+      `the database URL must start with postgres:// or postgresql:// (${option === undefined ? 'DATABASE_URL' : '--database-url'})`,
+    );
+  }
   return url;
 }
 

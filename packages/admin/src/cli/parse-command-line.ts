@@ -90,9 +90,19 @@ export function parseCommandLine(argv: readonly string[], commands: readonly Com
       options: parseArgsOptions({ ...COMMON_OPTIONS, ...command.options }),
       strict: true,
       allowPositionals: true,
+      tokens: true,
     });
   } catch (error) {
     throw parseError(error, `sluice ${command.name} --help`);
+  }
+  // Given twice, an option would silently take its last value: `--from beginning --from now`.
+  const given = new Set<string>();
+  for (const token of second.tokens) {
+    if (token.kind !== 'option') continue;
+    if (given.has(token.name)) {
+      throw new UsageError(`--${token.name} is given more than once (see sluice ${command.name} --help)`);
+    }
+    given.add(token.name);
   }
   const wanted = command.positionals;
   const missing = wanted[second.positionals.length];
