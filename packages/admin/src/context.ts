@@ -10,6 +10,7 @@ import {
   guardedBegin,
   lockConsumerForOperator,
   pgArray,
+  refuseRetiredRows,
   sqlStateOf,
   type ConsumerState,
   type OperatorChange,
@@ -39,7 +40,9 @@ export interface LockedConsumer {
  * Runs `action` in a transaction holding the consumer's row with the dispatcher's own lock
  * (docs/design.md §6.2): a running turn finishes first, bounded by lock_timeout, so an operator's change is
  * never undone by a turn's commit. A row held longer gives ConsumerBusyError and changes nothing.
+ * A retired version's rows are refused (they never run again).
  * @throws {ConsumerNotFoundError} @throws {ConsumerBusyError} @throws {InvalidOptionError}
+ * @throws {RebuildStateError}
  */
 export async function withLockedConsumer<T>(
   ctx: AdminContext,
@@ -50,6 +53,7 @@ export async function withLockedConsumer<T>(
   try {
     return await guardedBegin(ctx.sql, async (tx) => {
       await tx`select set_config('lock_timeout', ${String(ctx.lockTimeoutMs)}, true)`;
+      await refuseRetiredRows(tx, ctx.tables, name);
       const instance = await resolveInstance(tx, ctx, name, instanceId);
       const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
       if (!row) throw new ConsumerNotFoundError(name, instanceId);
@@ -78,6 +82,7 @@ export async function withLockedConsumers<T>(
   try {
     return await guardedBegin(ctx.sql, async (tx) => {
       await tx`select set_config('lock_timeout', ${String(ctx.lockTimeoutMs)}, true)`;
+      await refuseRetiredRows(tx, ctx.tables, name);
       const locked =
         instanceId === undefined
           ? await lockWholeConsumer(tx, ctx, name)

@@ -87,6 +87,16 @@ test('status shows the live version and the rebuild with its progress; an approv
     'version-live by sluice-dispatcher',
   ]);
   await expect(admin.approveRebuild('stats')).rejects.toBeInstanceOf(RebuildNotFoundError);
+  // The retired version's rows never run again: an action on them is refused, nothing audited.
+  for (const action of [() => admin.enable('stats'), () => admin.restart('stats', { from: 'now' })]) {
+    await expect(action()).rejects.toMatchObject({
+      code: 'SLUICE_REBUILD_STATE',
+      version: 1,
+      message: expect.stringContaining('"stats@v2"'),
+    });
+  }
+  expect(await audited(schema)).toHaveLength(3);
+  expect((await admin.enable('stats@v2')).consumer).toBe('stats@v2');
   const [takeover] = await db.sql<{ details: { reason?: string } }[]>`
     select details from ${db.sql(schema)}.audit where action = 'rebuild-takeover'`;
   expect(takeover?.details.reason).toBe('go');

@@ -44,6 +44,7 @@ export {
   completeTakeover,
   dropVersion,
   rebuildProgress,
+  refuseRetiredRows,
   selectVersions,
 } from './queries/versions.js';
 export { resolveSchemaName } from './schema/tables.js';

@@ -79,6 +79,29 @@ function versionOf(row: VersionDbRow): VersionRow {
   };
 }
 
+/**
+ * Refuses an operator's change to the rows of a retired version (docs/design.md §12.4): they never
+ * run again, so a restart or an enable would only make them look alive.
+ * @throws {RebuildStateError} naming the live version's rows
+ */
+export async function refuseRetiredRows(q: Queryable, t: Tables, rowName: string): Promise<void> {
+  const [retired] = await q<{ consumer_name: string; version: number; live_row: string | null }[]>`
+    select v.consumer_name, v.version,
+           (select l.row_name from ${t.consumerVersions} l
+            where l.consumer_name = v.consumer_name and l.state = 'live') as live_row
+    from ${t.consumerVersions} v
+    where v.row_name = ${rowName} and v.state = 'retired'`;
+  if (retired === undefined) return;
+  throw new RebuildStateError(
+    retired.consumer_name,
+    retired.version,
+    'retired',
+    `its rows ("${rowName}") never run again; act on the live version's rows${
+      retired.live_row === null ? '' : ` ("${retired.live_row}")`
+    }, or drop it`,
+  );
+}
+
 /** Every version of the consumers named (all consumers when `names` is undefined), by version. */
 export async function selectVersions(
   q: Queryable,
