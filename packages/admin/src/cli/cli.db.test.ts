@@ -932,6 +932,13 @@ describe('failures and exit codes', () => {
     const mysql = await run(['status', '--database-url', 'mysql://nobody@127.0.0.1:1/nothing']);
     expect(mysql).toMatchObject({ code: 2, stdout: '' });
     expect(mysql.stderr).toMatch(/must start with postgres:\/\/ or postgresql:\/\//);
+    for (const timeout of ['abc', '-1', '0']) {
+      const bad = await run(['status', '--database-url', `${nowhere}?connect_timeout=${timeout}`]);
+      expect(bad).toMatchObject({ code: 2, stdout: '' });
+      expect(bad.stderr).toContain(
+        `connect_timeout in the URL must be a positive number of seconds, got "${timeout}"`,
+      );
+    }
     results.forEach((result, i) => {
       const [args, message] = cases[i]!;
       expect(result.code, args.join(' ')).toBe(2);

@@ -29,6 +29,15 @@ export function resolveDatabaseUrl(option: string | undefined, env: NodeJS.Proce
       'no database given: pass --database-url <url> or set the DATABASE_URL environment variable',
     );
   }
+  const timeouts: [string, string | undefined][] = [
+    ['connect_timeout in the URL', /[?&]connect_timeout=([^&#]*)/.exec(url)?.[1]],
+    ['PGCONNECT_TIMEOUT', env['PGCONNECT_TIMEOUT'] || undefined],
+  ];
+  for (const [where, value] of timeouts) {
+    if (value !== undefined && !(/^\d+(\.\d+)?$/.test(value) && Number(value) > 0)) {
+      throw new UsageError(`${where} must be a positive number of seconds, got "${value}"`);
+    }
+  }
   if (!/^postgres(ql)?:\/\//i.test(url)) {
     throw new UsageError(
       `the database URL must start with postgres:// or postgresql:// (${option === undefined ? 'DATABASE_URL' : '--database-url'})`,
