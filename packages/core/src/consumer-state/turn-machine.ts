@@ -300,14 +300,15 @@ export function closeTurn(
       ? state.attempts
       : 0;
   const maxFence = [held.maxFence ?? 0n, ...settlement.ranges.map((r) => r.fence ?? 0n)].reduce(max, 0n);
-  // A strict consumer that delivered all it could and stopped at a hole still in flight has no more
-  // to do now, however far the head is: the hole's range wakes it (docs/design.md §4.1).
+  // A strict consumer that delivered all it could and stopped at a fenced hole still in flight has
+  // no more to do now, however far the head is: its gap watch wakes it (docs/design.md §4.1). (A
+  // hole not fenced yet takes the next turn at once, which fences it.)
   const waitsAtHole =
     input.ordering === 'strict' &&
     plan.ids.length === turn.deliverable.length &&
     delivered.resolvedIds.length === plan.ids.length &&
     !settlement.needsRecheck &&
-    settlement.ranges.some((r) => r.from === settlement.cursor + 1n);
+    settlement.ranges.some((r) => r.from === settlement.cursor + 1n && r.fence !== null);
   const hasMore =
     !waitsAtHole &&
     (!fetch.complete || delivered.resolvedIds.length < plan.ids.length || settlement.cursor < turn.head);
