@@ -202,6 +202,20 @@ test('/feed streams events over Server-Sent Events and /metrics shows Sluice met
     'an SSE event',
   );
   expect(received).toContain('feed@example.com');
+  // A line break in a type stays inside its event line: it cannot start a field of its own.
+  await app.sluice.transaction((tx) =>
+    app.sluice.append(tx, [{ streamId: 'x', type: 'Odd\nevent: Forged', data: {} }]),
+  );
+  await until(
+    async () => {
+      const chunk = await reader.read();
+      if (chunk.value !== undefined) received += Buffer.from(chunk.value).toString('utf8');
+      return received.includes('event: Odd event: Forged\n');
+    },
+    15_000,
+    'the odd event',
+  );
+  expect(received).not.toMatch(/^event: Forged/m);
   let metrics = '';
   await until(
     async () => {
