@@ -53,10 +53,11 @@ export async function withLockedConsumer<T>(
   try {
     return await guardedBegin(ctx.sql, async (tx) => {
       await tx`select set_config('lock_timeout', ${String(ctx.lockTimeoutMs)}, true)`;
-      await refuseRetiredRows(tx, ctx.tables, name);
       const instance = await resolveInstance(tx, ctx, name, instanceId);
       const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
       if (!row) throw new ConsumerNotFoundError(name, instanceId);
+      // Asked once the row is held: a takeover that retires it has committed, or waits for us.
+      await refuseRetiredRows(tx, ctx.tables, name);
       return action({ tx, row, state: consumerStateOf(row), instanceId: instance });
     });
   } catch (error) {
@@ -82,7 +83,6 @@ export async function withLockedConsumers<T>(
   try {
     return await guardedBegin(ctx.sql, async (tx) => {
       await tx`select set_config('lock_timeout', ${String(ctx.lockTimeoutMs)}, true)`;
-      await refuseRetiredRows(tx, ctx.tables, name);
       const locked =
         instanceId === undefined
           ? await lockWholeConsumer(tx, ctx, name)
@@ -94,6 +94,8 @@ export async function withLockedConsumers<T>(
                 ? await inInstanceIdOrder(tx, instanceId)
                 : await resolveInstances(tx, ctx, name, instanceId),
             );
+      // Asked once the rows are held: a takeover that retires them has committed, or waits for us.
+      await refuseRetiredRows(tx, ctx.tables, name);
       const results: T[] = [];
       for (const one of locked) results.push(await action({ tx, ...one }));
       await settle?.(tx, results);

@@ -88,7 +88,11 @@ test('status shows the live version and the rebuild with its progress; an approv
   ]);
   await expect(admin.approveRebuild('stats')).rejects.toBeInstanceOf(RebuildNotFoundError);
   // The retired version's rows never run again: an action on them is refused, nothing audited.
-  for (const action of [() => admin.enable('stats'), () => admin.restart('stats', { from: 'now' })]) {
+  for (const action of [
+    () => admin.enable('stats'),
+    () => admin.restart('stats', { from: 'now' }),
+    () => admin.relane('stats', { lanes: 4 }),
+  ]) {
     await expect(action()).rejects.toMatchObject({
       code: 'SLUICE_REBUILD_STATE',
       version: 1,

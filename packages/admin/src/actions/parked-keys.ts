@@ -3,6 +3,7 @@ import {
   deleteParkedKey,
   laneOwning,
   lockParkedKey,
+  refuseRetiredRows,
   requestLaneChange,
   requestParkedReplay,
   writeAudit,
@@ -101,7 +102,7 @@ export interface RelaneOptions {
  * up to a common barrier, the new ones go on from there; nothing is lost and order per key is kept.
  * Audited. A change not switched over yet is retargeted (or cancelled, back to the old count).
  * @throws {LaneChangeInProgressError} while a switched change still drains
- * @throws {InvalidOptionError}
+ * @throws {InvalidOptionError} @throws {RebuildStateError} on a retired version's rows
  */
 export async function relane(
   ctx: AdminContext,
@@ -110,6 +111,8 @@ export async function relane(
 ): Promise<LaneChangeRequest> {
   const name = checkName(nameInput, 'name');
   const who = checkActor(options, ctx.defaultActor);
+  // A retired version's rows are never turned: a change of their lanes would never drain.
+  await refuseRetiredRows(ctx.sql, ctx.tables, name);
   return requestLaneChange(ctx.sql, ctx.tables, ctx.schema, name, options.lanes, who.actor);
 }
 

@@ -300,15 +300,21 @@ export function closeTurn(
       ? state.attempts
       : 0;
   const maxFence = [held.maxFence ?? 0n, ...settlement.ranges.map((r) => r.fence ?? 0n)].reduce(max, 0n);
-  // A strict consumer that delivered all it could and stopped at a fenced hole still in flight has
-  // no more to do now, however far the head is: its gap watch wakes it (docs/design.md §4.1). (A
-  // hole not fenced yet takes the next turn at once, which fences it.)
+  // A strict consumer that delivered all it could and stopped at a hole that cannot resolve yet
+  // has no more to do now, however far the head is: its gap watch wakes it (docs/design.md §4.1).
+  // Cannot resolve yet: fenced, and a transaction below the fence still runs (one that could
+  // commit into it). A hole not fenced yet, or whose writers have all ended, takes the next turn at
+  // once: it fences the one, burns the other. So does a LIMIT-cut fetch that delivered something.
+  const blocking = settlement.ranges.find((r) => r.from === settlement.cursor + 1n);
   const waitsAtHole =
     input.ordering === 'strict' &&
     plan.ids.length === turn.deliverable.length &&
     delivered.resolvedIds.length === plan.ids.length &&
+    (fetch.complete || turn.deliverable.length === 0) &&
     !settlement.needsRecheck &&
-    settlement.ranges.some((r) => r.from === settlement.cursor + 1n && r.fence !== null);
+    blocking !== undefined &&
+    blocking.fence !== null &&
+    runningBelow(held.snapshot, blocking.fence).some((xid) => xid !== held.xid);
   const hasMore =
     !waitsAtHole &&
     (!fetch.complete || delivered.resolvedIds.length < plan.ids.length || settlement.cursor < turn.head);

@@ -318,6 +318,24 @@ describe('gaps', () => {
     expect(c.ids()).toEqual([2n, 3n]);
   });
 
+  test("ordering: 'strict' at a fenced hole whose writer has ended has more to do (its next turn burns it), not idle", async () => {
+    const c = recordingConsumer('strict-ended', { ordering: 'strict' });
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
+    const writer = await openTransaction(db.sql);
+    await writer.append([event(1)], { schema });
+    await writer.rollback(); // 1: never committed
+    await appendEvents(db.sql, 1, event, schema); // 2
+    await dispatcher.runOnce(); // observes the hole
+    await dispatcher.runOnce(); // fences it; nothing below the fence runs
+    // A started dispatcher turns it again at once (status processing), not at the next tick.
+    expect(await consumerRow(db.sql, schema, 'strict-ended')).toMatchObject({
+      cursor: 0n,
+      status: 'processing',
+    });
+    await dispatcher.runOnce(); // burns it
+    expect(c.ids()).toEqual([2n]);
+  });
+
   test("ordering: 'strict' crosses every rolled-back hole of a fetch after one fence, not one hole per wait", async () => {
     const c = recordingConsumer('strict-many', { ordering: 'strict' });
     const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);

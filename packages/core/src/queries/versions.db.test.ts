@@ -10,7 +10,14 @@ import { liveVersion } from '../live-version.js';
 import { prune } from '../retention/prune.js';
 import { tables } from '../schema/tables.js';
 import type { Sql } from '../sql-types.js';
-import { beginTakeover, changeRebuild, dropVersion, rebuildProgress, selectVersions } from './versions.js';
+import {
+  beginTakeover,
+  changeRebuild,
+  dropVersion,
+  rebuildProgress,
+  refuseRetiredRows,
+  selectVersions,
+} from './versions.js';
 
 const db = await useTestDatabase();
 const byStream = (n: number) => ({ streamId: `s-${n % 5}`, type: 'Placed', data: { n } });
@@ -287,6 +294,12 @@ describe('a new version of a consumer with side effects', () => {
     await old.ensureRegistered();
     await appendEvents(db.sql, 10, (n) => byStream(n + 30), schema);
     expect((await old.runOnce()).processed).toBe(0);
+    // The rows are version 2's now, live: version 1, retired, has the same row name, but its
+    // retirement neither lets prune past them nor refuses an operator's action on them.
+    await expect(prune(db.sql, { before: 41n, schema })).rejects.toMatchObject({
+      code: 'SLUICE_PRUNE_BLOCKED',
+    });
+    await expect(refuseRetiredRows(db.sql, t, 'mailer')).resolves.toBeUndefined();
     await drainUntilIdle(both);
     expect(sent.map((s) => s.id)).toEqual(await committed(schema));
     expect(sent.filter((s) => s.version === 2).map((s) => s.id)).toEqual(

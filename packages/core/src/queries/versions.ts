@@ -85,12 +85,16 @@ function versionOf(row: VersionDbRow): VersionRow {
  * @throws {RebuildStateError} naming the live version's rows
  */
 export async function refuseRetiredRows(q: Queryable, t: Tables, rowName: string): Promise<void> {
+  // A row is its version's by its own `version`: a version with side effects takes the rows over,
+  // and its retired predecessor has the same row name.
   const [retired] = await q<{ consumer_name: string; version: number; live_row: string | null }[]>`
     select v.consumer_name, v.version,
            (select l.row_name from ${t.consumerVersions} l
             where l.consumer_name = v.consumer_name and l.state = 'live') as live_row
-    from ${t.consumerVersions} v
-    where v.row_name = ${rowName} and v.state = 'retired'`;
+    from ${t.consumers} c
+    join ${t.consumerVersions} v on v.row_name = c.name and v.version = c.version
+    where c.name = ${rowName} and v.state = 'retired'
+    limit 1`;
   if (retired === undefined) return;
   throw new RebuildStateError(
     retired.consumer_name,

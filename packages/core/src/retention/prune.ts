@@ -66,7 +66,8 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
   const before = options.before.toString();
   return guardedBegin(sql, async (tx) => {
     await tx`select pg_advisory_xact_lock(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
-    // A retired version's rows never run again (docs/design.md §12.4): they hold nothing back.
+    // A retired version's rows never run again (docs/design.md §12.4): they hold nothing back. A row
+    // is its version's by its own `version` (a version with side effects takes the rows over).
     const lagging = await tx<LaggingRow[]>`
       select c.name, c.instance_id, c.status, c.cursor::text as cursor from ${t.consumers} c
       where not (left(c.instance_id, 1) <> '*' and coalesce(c.last_seen_at, c.created_at) < now() - make_interval(secs => ${ttlMs / 1000}))
@@ -74,7 +75,8 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
              or c.start_upto is not null
              or exists (select 1 from ${t.gaps} g where g.consumer_name = c.name and g.instance_id = c.instance_id
                         and g.from_id < ${before}::bigint))
-        and not exists (select 1 from ${t.consumerVersions} v where v.row_name = c.name and v.state = 'retired')
+        and not exists (select 1 from ${t.consumerVersions} v
+                        where v.row_name = c.name and v.version = c.version and v.state = 'retired')
       order by c.name, c.instance_id`;
     if (lagging.length > 0) {
       throw new PruneBlockedError(
