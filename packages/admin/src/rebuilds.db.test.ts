@@ -93,11 +93,12 @@ test('status shows the live version and the rebuild with its progress; an approv
     () => admin.restart('stats', { from: 'now' }),
     () => admin.relane('stats', { lanes: 4 }),
   ]) {
-    await expect(action()).rejects.toMatchObject({
-      code: 'SLUICE_REBUILD_STATE',
-      version: 1,
-      message: expect.stringContaining('"stats@v2"'),
-    });
+    const refused = await action().then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(refused).toMatchObject({ code: 'SLUICE_REBUILD_STATE', version: 1 });
+    expect((refused as Error).message).toContain('"stats@v2"');
   }
   expect(await audited(schema)).toHaveLength(3);
   expect((await admin.enable('stats@v2')).consumer).toBe('stats@v2');
