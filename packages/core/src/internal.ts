@@ -16,6 +16,7 @@ export {
   stuckEventOf,
 } from './consumer-state/operator-transitions.js';
 export { messageOf, sqlStateOf } from './errors.js';
+export { neverThrowing } from './logger.js';
 export { parseSnapshot } from './gaps/gaps.js';
 export { retentionFloor, writeAudit } from './queries/audit.js';
 export { lockConsumer, lockConsumerForOperator, RETENTION_LOCK_CLASS } from './queries/consumers.js';

@@ -44,11 +44,15 @@ export const silentLogger: Logger = {
  * failure into a failure of the turn itself, retried for ever.
  */
 export function neverThrowing(logger: Logger): Logger {
+  // Its methods as JavaScript may have them (pino's return nothing; another's a promise).
+  const loose = logger as unknown as Record<keyof Logger, (fields: object, message: string) => unknown>;
   const at =
     (level: keyof Logger) =>
     (fields: object, message: string): void => {
       try {
-        logger[level](fields, message);
+        // A logger may be async: its rejection is dropped too, not left unhandled.
+        const returned = loose[level](fields, message);
+        if (returned instanceof Promise) returned.catch(() => undefined);
       } catch {
         // Dropped: see above.
       }

@@ -1,6 +1,12 @@
 import { createAdmin } from '@sluice/admin';
 import { append, createDispatcher, migrate as runMigrations, transaction, type Logger } from '@sluice/core';
-import { ADMIN_DEFAULTS, logUnprepared, openOwnConnections, resolveSchemaName } from '@sluice/core/internal';
+import {
+  ADMIN_DEFAULTS,
+  logUnprepared,
+  neverThrowing,
+  openOwnConnections,
+  resolveSchemaName,
+} from '@sluice/core/internal';
 import type { FastifyInstance } from 'fastify';
 import { opsRoutes } from './ops-routes.js';
 import { resolveOps, type SluicePluginOptions } from './options.js';
@@ -19,9 +25,12 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
   const { migrate = true, ops: opsInput, logger: loggerInput, ...dispatcherOptions } = options;
   const ops = resolveOps(opsInput);
   // Fastify's pino logger has Sluice's logger shape: (fields, message).
-  const logger: Logger = loggerInput ?? app.log;
+  const givenLogger: Logger = loggerInput ?? app.log;
   const schema = resolveSchemaName(dispatcherOptions.schema);
-  const dispatcher = createDispatcher({ ...dispatcherOptions, logger });
+  const dispatcher = createDispatcher({ ...dispatcherOptions, logger: givenLogger });
+  // Checked by createDispatcher; the migration's and the connections' reports go through it as the
+  // dispatcher's do: a line it throws on is dropped.
+  const logger = neverThrowing(givenLogger);
   const lockTimeoutMs = ops?.lockTimeoutMs ?? ADMIN_DEFAULTS.lockTimeoutMs;
   // Operator actions and the migration run on connections Sluice opens itself from the pool's
   // options, as the dispatcher's turns do (docs/design.md §4.11): no array-type fetch at connect

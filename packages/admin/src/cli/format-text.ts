@@ -39,8 +39,8 @@ export function keyText(key: string): string {
 }
 
 /**
- * `text` as it may reach a terminal: control characters (but newline and tab) and bidirectional
- * overrides, which event data, errors and names may hold, are written as `\uXXXX`, so they can
+ * `text` as it may reach a terminal: control characters (but newline and tab), line and paragraph
+ * separators and bidirectional marks and overrides, which event data, errors and names may hold, are written as `\uXXXX`, so they can
  * neither move the cursor, clear the screen or set the window title, nor reorder what is shown.
  * JSON keeps its meaning: `\uXXXX` is how JSON writes the same character.
  */
@@ -50,4 +50,5 @@ export function terminalSafe(text: string): string {
 
 /** What {@link terminalSafe} escapes. */
 // eslint-disable-next-line no-control-regex -- the control characters are what is matched
-export const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+export const UNSAFE =
+  /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
