@@ -49,6 +49,6 @@ export function terminalSafe(text: string): string {
 }
 
 /** What {@link terminalSafe} escapes. */
-// eslint-disable-next-line no-control-regex -- the control characters are what is matched
 export const UNSAFE =
+  // eslint-disable-next-line no-control-regex -- the control characters are what is matched
   /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
