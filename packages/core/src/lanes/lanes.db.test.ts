@@ -419,9 +419,10 @@ describe('changing the lane count', () => {
   });
 
   test('an old lane waits for the lanes after it at most 0.5 s, then gives the switch up and goes on', async () => {
-    // Lane 1's turn holds its row for 0.8 s: lane 0's wait runs out and its turn commits without
-    // a failure; lane 1 then finds lane 0 free and switches.
-    const { pass, switches, left } = await overlappingSwitch({ '*1/2': 0.8 });
+    // Lane 1's turn holds its row for 2 s: lane 0's wait runs out and its turn commits without a
+    // failure; lane 1 then finds lane 0 free and switches. (The 1.5 s beyond lane 0's wait leave
+    // its commit room on a loaded machine: with 0.8 s, lane 1 once still found it held.)
+    const { pass, switches, left } = await overlappingSwitch({ '*1/2': 2 });
     expect(switches).toEqual(['relane', 'relane-switched']);
     expect(left).toEqual(['*', '*0/2']);
     expect(pass.byConsumer['proj']?.lanes?.['*0/2']).toMatchObject({ failed: 0, skipped: undefined });
