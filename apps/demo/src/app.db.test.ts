@@ -191,30 +191,24 @@ test('/feed streams events over Server-Sent Events and /metrics shows Sluice met
   expect(response.headers.get('content-type')).toContain('text/event-stream');
   const reader = (response.body as ReadableStream<Uint8Array>).getReader();
   let received = '';
+  const readUntil = (text: string) =>
+    until(
+      async () => {
+        const chunk = await reader.read();
+        if (chunk.value !== undefined) received += Buffer.from(chunk.value).toString('utf8');
+        return received.includes(text);
+      },
+      15_000,
+      `the feed to send ${JSON.stringify(text)}`,
+    );
   await app.inject({ method: 'POST', url: '/orders', payload: order('feed@example.com') });
-  await until(
-    async () => {
-      const chunk = await reader.read();
-      if (chunk.value !== undefined) received += Buffer.from(chunk.value).toString('utf8');
-      return received.includes('event: OrderPlaced');
-    },
-    15_000,
-    'an SSE event',
-  );
+  await readUntil('event: OrderPlaced');
   expect(received).toContain('feed@example.com');
   // A line break in a type stays inside its event line: it cannot start a field of its own.
   await app.sluice.transaction((tx) =>
     app.sluice.append(tx, [{ streamId: 'x', type: 'Odd\nevent: Forged', data: {} }]),
   );
-  await until(
-    async () => {
-      const chunk = await reader.read();
-      if (chunk.value !== undefined) received += Buffer.from(chunk.value).toString('utf8');
-      return received.includes('event: Odd event: Forged\n');
-    },
-    15_000,
-    'the odd event',
-  );
+  await readUntil('event: Odd event: Forged\n');
   expect(received).not.toMatch(/^event: Forged/m);
   let metrics = '';
   await until(
