@@ -26,9 +26,9 @@ export {
   copySkippedEvent,
   insertTombstone,
   isPendingGap,
+  missingDeadLetters,
   readDisableEnd,
   readRestartFacts,
-  missingDeadLetters,
   requestReplays,
   selectReplays,
 } from './queries/operator.js';

@@ -39,10 +39,11 @@ export function keyText(key: string): string {
 }
 
 /**
- * `text` as it may reach a terminal: control characters (but newline and tab), line and paragraph
- * separators and bidirectional marks and overrides, which event data, errors and names may hold, are written as `\uXXXX`, so they can
- * neither move the cursor, clear the screen or set the window title, nor reorder what is shown.
- * JSON keeps its meaning: `\uXXXX` is how JSON writes the same character.
+ * `text` as it may reach a terminal. Control characters (but newline and tab), line and paragraph
+ * separators, and bidirectional marks and overrides, which event data, errors and names may hold,
+ * are written as `\uXXXX`: they can neither move the cursor, clear the screen or set the window
+ * title, nor reorder what is shown. JSON keeps its meaning: `\uXXXX` is how JSON writes the same
+ * character.
  */
 export function terminalSafe(text: string): string {
   return text.replace(UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
