@@ -82,6 +82,9 @@ export class Monitor {
     return postgres(this.#url, {
       max: 1,
       connect_timeout: 2,
+      // A hung one is ended at once, maybe during postgres.js 3.4.9's array-type fetch on connect,
+      // whose rejection would then have no handler.
+      fetch_types: false,
       onnotice: () => undefined,
       connection: { application_name: 'chaos-monitor' },
     });
