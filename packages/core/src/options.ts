@@ -217,17 +217,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
   const schema = resolveSchemaName(input.schema);
   const instanceId = input.instanceId;
   if (instanceId !== undefined) {
-    if (
-      typeof instanceId !== 'string' ||
-      instanceId === '' ||
-      Buffer.byteLength(instanceId) > 200 ||
-      !isStorableText(instanceId)
-    ) {
-      throw new InvalidOptionError(
-        'instanceId',
-        'must be a non-empty string of at most 200 bytes without NUL or lone UTF-16 surrogates',
-      );
-    }
+    checkStorableName(instanceId, 'instanceId');
     if (isSharedInstanceId(instanceId)) {
       throw new InvalidOptionError(
         'instanceId',
@@ -325,13 +315,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     const where = `consumers[${index}]`;
     if (typeof raw !== 'object' || raw === null) throw new InvalidOptionError(where, 'must be an object');
     const c = raw as Record<string, unknown>;
-    const name = c['name'];
-    if (typeof name !== 'string' || name === '' || Buffer.byteLength(name) > 200 || !isStorableText(name)) {
-      throw new InvalidOptionError(
-        `${where}.name`,
-        'must be a non-empty string of at most 200 bytes without NUL or lone UTF-16 surrogates',
-      );
-    }
+    const name = checkStorableName(c['name'], `${where}.name`);
     if (VERSIONED_NAME.test(name)) {
       throw new InvalidOptionError(
         `${where}.name`,
@@ -635,10 +619,25 @@ export function attemptsCharged(
 }
 
 /**
+ * `value` as a name Sluice stores (a consumer, an instance, an actor): a non-empty string of at most
+ * 200 UTF-8 bytes that PostgreSQL text stores unchanged.
+ * @throws {InvalidOptionError} naming `option`
+ */
+export function checkStorableName(value: unknown, option: string): string {
+  if (typeof value !== 'string' || value === '' || Buffer.byteLength(value) > 200 || !isStorableText(value)) {
+    throw new InvalidOptionError(
+      option,
+      'must be a non-empty string of at most 200 bytes without NUL or lone UTF-16 surrogates',
+    );
+  }
+  return value;
+}
+
+/**
  * Whether PostgreSQL text stores `value` unchanged: no NUL, and no lone UTF-16 surrogate (it has no
  * UTF-8 form and would be stored as U+FFFD, so two names could become one).
  */
-export function isStorableText(value: string): boolean {
+function isStorableText(value: string): boolean {
   return !value.includes('\u0000') && !/\p{Cs}/u.test(value);
 }
 

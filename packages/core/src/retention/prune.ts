@@ -1,5 +1,5 @@
 import { guardedBegin } from '../connections/guarded-transaction.js';
-import { isStorableText, MAX_AGE_MS } from '../options.js';
+import { checkStorableName, MAX_AGE_MS } from '../options.js';
 import {
   InvalidOptionError,
   PruneBlockedError,
@@ -49,13 +49,7 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
   if (typeof options.before !== 'bigint' || options.before < 1n || options.before > MAX_EVENT_ID) {
     throw new InvalidOptionError('before', `must be a bigint event id from 1 to ${MAX_EVENT_ID}`);
   }
-  const actor = options.actor ?? 'sluice-prune';
-  if (typeof actor !== 'string' || actor === '' || Buffer.byteLength(actor) > 200 || !isStorableText(actor)) {
-    throw new InvalidOptionError(
-      'actor',
-      'must be a non-empty string of at most 200 bytes without NUL or lone UTF-16 surrogates',
-    );
-  }
+  const actor = checkStorableName(options.actor ?? 'sluice-prune', 'actor');
   const ttlMs = options.staleInstanceTtlMs ?? 86_400_000;
   if (!Number.isSafeInteger(ttlMs) || ttlMs < 0 || ttlMs > MAX_AGE_MS)
     throw new InvalidOptionError(
