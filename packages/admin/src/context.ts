@@ -54,11 +54,11 @@ export async function withLockedConsumer<T>(
     return await guardedBegin(ctx.sql, async (tx) => {
       await tx`select set_config('lock_timeout', ${String(ctx.lockTimeoutMs)}, true)`;
       const instance = await resolveInstance(tx, ctx, name, instanceId);
-      const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
-      if (!row) throw new ConsumerNotFoundError(name, instanceId);
+      const held = await hold(tx, ctx, name, instance);
+      if (!held) throw new ConsumerNotFoundError(name, instanceId);
       // Asked once the row is held: a takeover that retires it has committed, or waits for us.
       await refuseRetiredRows(tx, ctx.tables, name);
-      return action({ tx, row, state: consumerStateOf(row), instanceId: instance });
+      return action({ tx, ...held });
     });
   } catch (error) {
     if (sqlStateOf(error) === '55P03') throw new ConsumerBusyError(name, ctx.lockTimeoutMs);
@@ -118,11 +118,22 @@ async function lockEach(
 ): Promise<Held[]> {
   const held: Held[] = [];
   for (const instance of instances) {
-    const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
-    if (!row) throw new ConsumerNotFoundError(name, instance);
-    held.push({ row, state: consumerStateOf(row), instanceId: instance });
+    const one = await hold(tx, ctx, name, instance);
+    if (!one) throw new ConsumerNotFoundError(name, instance);
+    held.push(one);
   }
   return held;
+}
+
+/** The row, held with the dispatcher's own lock, and parsed; undefined when it is not there. */
+async function hold(
+  tx: TransactionSql,
+  ctx: AdminContext,
+  name: string,
+  instanceId: string,
+): Promise<Held | undefined> {
+  const row = await lockConsumerForOperator(tx, ctx.tables, name, instanceId);
+  return row ? { row, state: consumerStateOf(row), instanceId } : undefined;
 }
 
 /**
@@ -137,8 +148,8 @@ async function lockWholeConsumer(tx: TransactionSql, ctx: AdminContext, name: st
   for (let round = 1; ; round++) {
     for (const instance of wanted) {
       if (held.has(instance)) continue;
-      const row = await lockConsumerForOperator(tx, ctx.tables, name, instance);
-      if (row) held.set(instance, { row, state: consumerStateOf(row), instanceId: instance });
+      const one = await hold(tx, ctx, name, instance);
+      if (one) held.set(instance, one);
     }
     const now = await resolveInstances(tx, ctx, name, undefined);
     for (const instance of held.keys()) if (!now.includes(instance)) held.delete(instance);
