@@ -890,13 +890,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
         await tx`insert into ${tx(`${schema}.projection`)} (event_id) values (${event.id.toString()}) on conflict do nothing`;
       },
     });
-    for (const batchSize of [1, 10]) {
-      const name = `swallower-${batchSize}`;
-      const consumer = { ...c.consumer, name, batchSize, maxBatchSize: batchSize };
-      const dispatcher = testDispatcher(db.sql, schema, [consumer]);
-      await dispatcher.ensureRegistered();
-      if (batchSize === 1) await appendEvents(db.sql, 4, undefined, schema);
-      await drainUntilIdle(dispatcher);
+    await atBatchSizes(schema, c.consumer, 4, async (name) => {
       expect(await consumerRow(db.sql, schema, name), name).toMatchObject({ cursor: 4n, attempts: 0 });
       const letters = await db.sql<{ event_id: string; error: string; attempts: number }[]>`
         select event_id::text, error, attempts from ${db.sql(`${schema}.dead_letters`)} where consumer_name = ${name}`;
@@ -909,8 +903,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
           attempts: 2,
         },
       ]);
-      await dispatcher.stop();
-    }
+    });
     const rows = await db.sql<
       { id: string }[]
     >`select event_id::text as id from ${projection} order by event_id`;
@@ -926,19 +919,12 @@ describe('startFrom, feature gate, transactional consumers', () => {
         if (event.id === 2n) await ctx.tx!`select ${ctx.tx!.json({ n: 1n } as never)}`.catch(() => undefined);
       },
     });
-    for (const batchSize of [1, 10]) {
-      const name = `careless-${batchSize}`;
-      const consumer = { ...c.consumer, name, batchSize, maxBatchSize: batchSize };
-      const dispatcher = testDispatcher(db.sql, schema, [consumer]);
-      await dispatcher.ensureRegistered();
-      if (batchSize === 1) await appendEvents(db.sql, 3, undefined, schema);
-      await drainUntilIdle(dispatcher);
+    await atBatchSizes(schema, c.consumer, 3, async (name) => {
       expect(await consumerRow(db.sql, schema, name), name).toMatchObject({ cursor: 3n, attempts: 0 });
       const letters = await db.sql<{ event_id: string; attempts: number }[]>`
         select event_id::text, attempts from ${db.sql(`${schema}.dead_letters`)} where consumer_name = ${name}`;
       expect(letters, name).toEqual([]);
-      await dispatcher.stop();
-    }
+    });
   });
 
   test('transactional: when the turn dies before COMMIT, neither the writes nor the cursor survive', async () => {
@@ -970,3 +956,27 @@ describe('startFrom, feature gate, transactional consumers', () => {
     expect((await consumerRow(db.sql, schema, 'atomic')).cursor).toBe(0n);
   });
 });
+
+/**
+ * Runs `consumer` alone, as `<name>-1` with batches of one event, then as `<name>-10` with batches of
+ * ten, each on its own dispatcher draining the schema's log (`events` appended before the first),
+ * and calls `check` with each name once it is idle.
+ */
+async function atBatchSizes(
+  schema: string,
+  consumer: Consumer,
+  events: number,
+  check: (name: string) => Promise<void>,
+): Promise<void> {
+  for (const batchSize of [1, 10]) {
+    const name = `${consumer.name}-${batchSize}`;
+    const dispatcher = testDispatcher(db.sql, schema, [
+      { ...consumer, name, batchSize, maxBatchSize: batchSize },
+    ]);
+    await dispatcher.ensureRegistered();
+    if (batchSize === 1) await appendEvents(db.sql, events, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    await check(name);
+    await dispatcher.stop();
+  }
+}
