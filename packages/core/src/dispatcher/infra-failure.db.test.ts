@@ -22,7 +22,8 @@ test('a terminated turn backend is an infra failure: recorded with its category,
   });
   const bystander = recordingConsumer('bystander');
   const dispatcher = testDispatcher(db.sql, schema, [victim.consumer, bystander.consumer], {
-    backoffInitialMs: 300,
+    // Long enough that the next pass falls inside it on a loaded machine (300 ms did not in CI).
+    backoffInitialMs: 3_000,
     backoffMaxMs: 60_000,
   });
   await dispatcher.ensureRegistered();
@@ -46,7 +47,7 @@ test('a terminated turn backend is an infra failure: recorded with its category,
   // And it recovers once the backoff is over, still without a counted attempt.
   await until(
     async () => ((await dispatcher.runOnce()).byConsumer['victim']?.processed ?? 0) === 3,
-    10_000,
+    20_000,
     'recovery',
   );
   expect(await consumerRow(db.sql, schema, 'victim')).toMatchObject({ cursor: 3n, attempts: 0 });
