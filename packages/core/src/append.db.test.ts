@@ -2,7 +2,7 @@ import { recordNotifications, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from './append.js';
-import { InvalidEventError, TransactionAbandonedError } from './errors.js';
+import { InvalidEventError, TransactionAbandonedError, TransactionControlError } from './errors.js';
 import type { NewEvent } from './events.js';
 import { silentLogger } from './logger.js';
 import { pgArray } from './queries/pg-array.js';
@@ -425,6 +425,22 @@ describe('wake-ups', () => {
     await wakeUpNotifierFor(db.sql, 'sluice').flush();
     expect(await recorder.barrier(db.sql)).toEqual([]);
   });
+});
+
+test("transaction(): a COMMIT through its tx is refused before it is sent; the events and the caller's writes commit once, at the end, or not at all", async () => {
+  const before = await countEvents();
+  await expect(
+    transaction(db.sql, async (tx) => {
+      await append(tx, [order(1)]);
+      await tx.unsafe('/* early */ commit');
+    }),
+  ).rejects.toMatchObject({ code: 'SLUICE_TRANSACTION_CONTROL', statement: 'COMMIT' });
+  expect(await countEvents()).toBe(before); // the callback failed: nothing committed
+  await transaction(db.sql, async (tx) => {
+    await append(tx, [order(2)]);
+    expect(() => tx`end`).toThrow(TransactionControlError);
+  });
+  expect(await countEvents()).toBe(before + 1);
 });
 
 describe('append() after the transaction lost its connection', () => {

@@ -29,6 +29,7 @@ export const ERROR_CODES = {
   SLUICE_GAP_HELD: 'thrown',
   SLUICE_CONNECT_TIMEOUT: 'thrown',
   SLUICE_TRANSACTION_ABANDONED: 'thrown',
+  SLUICE_TRANSACTION_CONTROL: 'thrown',
   SLUICE_LANE_CHANGE_IN_PROGRESS: 'thrown',
   SLUICE_KEY_NOT_PARKED: 'thrown',
   SLUICE_REBUILD_NOT_FOUND: 'thrown',
@@ -474,5 +475,24 @@ export class TransactionAbandonedError extends SluiceError {
       'SLUICE_TRANSACTION_ABANDONED',
       "the transaction's connection was lost; the rest of the transaction is abandoned",
     );
+  }
+}
+
+/**
+ * A statement that would end the transaction (COMMIT, END, ROLLBACK, ABORT, PREPARE TRANSACTION) was
+ * made through the `tx` of a turn (a transactional handler's `ctx.tx`) or of `transaction()`. It
+ * was not sent: the transaction's end is Sluice's, and ending it early would commit a handler's
+ * writes before the cursor moves, and let go of the consumer's row mid-turn (docs/design.md §4.11).
+ */
+export class TransactionControlError extends SluiceError {
+  readonly statement: string;
+
+  constructor(statement: string) {
+    super(
+      'SLUICE_TRANSACTION_CONTROL',
+      `a statement that ends the transaction (${statement}) cannot be run through Sluice's tx: ` +
+        'return from the handler to commit, throw to roll back, or use tx.savepoint() to undo part of it',
+    );
+    this.statement = statement;
   }
 }

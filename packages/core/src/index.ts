@@ -34,6 +34,7 @@ export {
   SkipMismatchError,
   SluiceError,
   TransactionAbandonedError,
+  TransactionControlError,
   XidGuardMissingError,
 } from './errors.js';
 export { RESERVED_TYPE_PREFIX, TOMBSTONE_TYPE } from './events.js';

@@ -20,7 +20,7 @@
 //   and the driver rolls the transaction back as usual.
 import { isConnectionLoss } from '../dispatcher/classify-failure.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
-import { TransactionAbandonedError } from '../errors.js';
+import { TransactionAbandonedError, TransactionControlError } from '../errors.js';
 
 /** Whether a guarded transaction may still run statements; `ended` settles when it may not. */
 export interface Liveness {
@@ -172,6 +172,8 @@ type Handler = AnyFunction | null | undefined;
 function guardTransaction(tx: TransactionSql, live: GuardedLiveness): TransactionSql {
   const wrapper = function guardedTransaction(this: unknown, ...args: unknown[]) {
     if (live.isEnded) throw new TransactionAbandonedError();
+    const first = args[0];
+    if (Array.isArray(first) && 'raw' in first) refuseTransactionEnd(first[0]);
     const made = Reflect.apply(tx, this, args) as unknown;
     if (made instanceof Promise) guardAwaits(made, live);
     return made;
@@ -179,6 +181,7 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness): Transactio
   const call = (name: 'unsafe' | 'file') =>
     function (this: unknown, ...args: unknown[]) {
       if (live.isEnded) throw new TransactionAbandonedError();
+      if (name === 'unsafe') refuseTransactionEnd(args[0]);
       const made = Reflect.apply(Reflect.get(tx, name) as AnyFunction, tx, args);
       if (made instanceof Promise) guardAwaits(made, live);
       return made;
@@ -206,6 +209,21 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness): Transactio
   const guardedTx = wrapper as unknown as TransactionSql;
   guarded.set(guardedTx, live);
   return guardedTx;
+}
+
+/**
+ * A statement that ends the transaction, after any blanks and comments: COMMIT, END, ROLLBACK (but
+ * ROLLBACK TO a savepoint), ABORT, PREPARE TRANSACTION. BEGIN and START TRANSACTION only warn
+ * inside a transaction, and SAVEPOINT, RELEASE and ROLLBACK TO stay inside it.
+ */
+const TRANSACTION_END =
+  /^(?:\s|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*(commit|end|abort|rollback(?!\s+(?:(?:work|transaction)\s+)?to\b)|prepare\s+transaction)\b/i;
+
+/** @throws {TransactionControlError} when `text` (a statement's start) ends the transaction */
+function refuseTransactionEnd(text: unknown): void {
+  if (typeof text !== 'string') return;
+  const ends = TRANSACTION_END.exec(text);
+  if (ends) throw new TransactionControlError((ends[1] ?? '').toUpperCase().replace(/\s+/g, ' '));
 }
 
 /** A promise that settles as `promise` does while `live` is live, and never once it has ended. */

@@ -910,6 +910,63 @@ describe('startFrom, feature gate, transactional consumers', () => {
     expect(rows.map((r) => r.id)).toEqual(['1', '3', '4', '100']);
   });
 
+  test("transactional: a statement through ctx.tx that would end the turn (COMMIT, END, ROLLBACK, ABORT) is not sent and fails the call; SAVEPOINT and ROLLBACK TO are the handler's", async () => {
+    const schema = await freshSchema(db.sql);
+    const projection = db.sql(`${schema}.projection`);
+    await db.sql`create table ${projection} (consumer text, n bigint)`;
+    const c = recordingConsumer('ender', {
+      transactional: true,
+      errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
+      handler: async (event, ctx) => {
+        const tx = ctx.tx!;
+        const write = (n: bigint) =>
+          tx`insert into ${tx(`${schema}.projection`)} values (${ctx.consumer}, ${n.toString()})`;
+        if (event.id === 2n) {
+          await write(2n);
+          await tx`commit`;
+        } else if (event.id === 3n) {
+          await write(3n);
+          await tx.unsafe('-- done here\n  /* really */ END');
+        } else if (event.id === 4n) {
+          await tx`savepoint mine`;
+          await write(4n);
+          await tx`rollback to savepoint mine`;
+          await write(40n);
+        } else if (event.id === 5n) {
+          try {
+            await tx`Rollback and chain`;
+          } catch {
+            // refused before it was sent (a throw, as when the transaction is gone): the turn goes on
+          }
+          await write(5n);
+        } else await write(event.id);
+      },
+    });
+    await atBatchSizes(schema, c.consumer, 6, async (name) => {
+      expect(await consumerRow(db.sql, schema, name), name).toMatchObject({ cursor: 6n, attempts: 0 });
+      const letters = await db.sql<{ event_id: string; error: string }[]>`
+        select event_id::text, error from ${db.sql(`${schema}.dead_letters`)}
+        where consumer_name = ${name} order by event_id`;
+      expect(letters, name).toEqual([
+        {
+          event_id: '2',
+          error: expect.stringMatching(/^a statement that ends the transaction \(COMMIT\)/) as unknown,
+        },
+        {
+          event_id: '3',
+          error: expect.stringMatching(/^a statement that ends the transaction \(END\)/) as unknown,
+        },
+      ]);
+      const rows = await db.sql<{ n: string }[]>`
+        select n::text from ${projection} where consumer = ${name} order by n::text`;
+      expect(
+        rows.map((r) => r.n),
+        name,
+      ).toEqual(['1', '40', '5', '6']);
+      await db.sql`delete from ${projection}`;
+    });
+  });
+
   test('transactional: a statement the driver refuses itself (a parameter it cannot serialise), caught by the handler, leaves the transaction usable: the call succeeds, in a batch too', async () => {
     const schema = await freshSchema(db.sql);
     const c = recordingConsumer('careless', {
