@@ -8,7 +8,6 @@ import { join, resolve } from 'node:path';
 import { expect, onTestFinished, test } from 'vitest';
 
 const APP_DIR = new URL('..', import.meta.url).pathname;
-const TSX = join(APP_DIR, 'node_modules/.bin/tsx');
 
 interface Started {
   readonly dashboard: string;
@@ -24,7 +23,9 @@ async function start(dataDir: string): Promise<Started> {
   // The embedded PostgreSQL, whatever the test run itself uses; the password it keeps, not one given.
   delete env['DATABASE_URL'];
   delete env['DEMO_OPS_PASSWORD'];
-  const child = spawn(TSX, ['--conditions=@sluice/source', 'src/server.ts'], {
+  // As `pnpm start` runs it: node with tsx as a loader. Not the tsx CLI, which relays Ctrl+C to its
+  // child and exits 130 when the child's answer is late (a loaded CI machine met it).
+  const child = spawn(process.execPath, ['--conditions=@sluice/source', '--import', 'tsx', 'src/server.ts'], {
     cwd: APP_DIR,
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
