@@ -79,7 +79,7 @@ pg_stopped=$(grep -n '^PostgreSQL stopped\.$' "$LOG" | cut -d: -f1)
 [ -n "$stopped" ] && [ -n "$pg_stopped" ] && [ "$stopped" -lt "$pg_stopped" ] ||
   fail "the stop lines are missing or out of order"
 # PostgreSQL never had to cut a session off: the app had closed its pool when it was asked to stop.
-tail -c +"$PG_LOG_FROM" "$PG_LOG" | grep -q 'received fast shutdown request' ||
+tail -c +"$PG_LOG_FROM" "$PG_LOG" | grep -qE 'received (smart|fast) shutdown request' ||
   fail "PostgreSQL's log shows no shutdown"
 if tail -c +"$PG_LOG_FROM" "$PG_LOG" | grep -q 'terminating connection due to administrator command'; then
   tail -c +"$PG_LOG_FROM" "$PG_LOG"; fail "PostgreSQL stopped while the app was still connected"

@@ -384,13 +384,26 @@ async function readPostmasterPid(clusterDir: string): Promise<number> {
   return pid;
 }
 
-/** A fast shutdown (SIGINT); one that hangs (it should not) becomes an immediate one, then a kill. */
+/** How long a smart shutdown waits for the sessions still open before it becomes a fast one. */
+const SMART_SHUTDOWN_MS = 2_000;
+
+/**
+ * A smart shutdown (SIGTERM) first: a session whose client has just closed it ends by itself (on a
+ * loaded machine its backend may still be reading the goodbye), and none is cut off. Sessions still
+ * open after SMART_SHUTDOWN_MS get a fast shutdown (SIGINT); one that hangs (it should not) becomes
+ * an immediate one, then a kill.
+ */
 async function stopServer(postmasterPid: number, removeDir: string | undefined): Promise<void> {
   if (isAlive(postmasterPid)) {
-    process.kill(postmasterPid, 'SIGINT');
+    process.kill(postmasterPid, 'SIGTERM');
     const startedAt = Date.now();
+    let fast = false;
     while (isAlive(postmasterPid)) {
       const waitedMs = Date.now() - startedAt;
+      if (!fast && waitedMs > SMART_SHUTDOWN_MS) {
+        fast = true;
+        process.kill(postmasterPid, 'SIGINT');
+      }
       if (waitedMs > 20_000) process.kill(postmasterPid, waitedMs > 30_000 ? 'SIGKILL' : 'SIGQUIT');
       await delay(50);
     }
