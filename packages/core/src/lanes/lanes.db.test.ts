@@ -6,15 +6,18 @@ import {
   consumerRow,
   drainUntilIdle,
   freshSchema,
+  gate,
   holdGap,
   recordingConsumer,
   type RecordingConsumer,
+  until,
 } from '@sluice/testing';
 import { testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, test } from 'vitest';
 import type { Consumer } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
 import { requestLaneChange } from '../queries/lanes.js';
+import { finishParkedReplay, recordParked } from '../queries/parked.js';
 import { tables } from '../schema/tables.js';
 import { laneInstanceIds } from './lanes.js';
 
@@ -220,6 +223,54 @@ describe('parked keys', () => {
     >`select count(*)::int as n from ${db.sql(`${schema}.parked_events`)}`;
     expect(events[0]?.n).toBe(2);
   });
+});
+
+test("a replay that ends while another lane's turn sets an event of the key aside (an old lane draining a change) leaves the key parked with that event", async () => {
+  const schema = await freshSchema(db.sql, 'parked');
+  const t = tables(db.sql, schema);
+  const event = (id: bigint): EventRecord => ({
+    id,
+    streamId: 'K',
+    type: 'T',
+    data: {},
+    metadata: {},
+    createdAt: new Date(),
+  });
+  await db.sql.begin((tx) =>
+    recordParked(tx, t, 'reactor', [{ event: event(1n), key: 'K', error: 'boom', attempts: 2 }]),
+  );
+  const pidOf = async (tx: typeof db.sql) =>
+    (await tx<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]?.pid;
+  // The old lane's turn has set event 6 aside and not committed yet.
+  const commit = gate();
+  let oldLane: number | undefined;
+  const setAside = db.sql.begin(async (tx) => {
+    await recordParked(tx, t, 'reactor', [{ event: event(6n), key: 'K', error: null, attempts: 0 }]);
+    oldLane = await pidOf(tx);
+    await commit.promise;
+  });
+  await until(() => oldLane !== undefined, 10_000, "the old lane's turn to set event 6 aside");
+  // The new lane's replay delivered event 1 and ends: it waits for that turn, then counts.
+  let replaying: number | undefined;
+  const finished = db.sql.begin(async (tx) => {
+    replaying = await pidOf(tx);
+    return finishParkedReplay(tx, t, 'reactor', 'K', [1n], undefined);
+  });
+  await until(
+    async () =>
+      replaying !== undefined &&
+      (await db.sql`select 1 from pg_stat_activity where pid = ${replaying} and wait_event_type = 'Lock'`)
+        .length > 0,
+    10_000,
+    "the replay's end to wait for the old lane's turn",
+  );
+  commit.open();
+  await setAside;
+  expect(await finished).toBe(false); // not unparked: event 6 is parked under it
+  const events = await db.sql<{ id: string }[]>`
+    select event_id::text as id from ${db.sql(`${schema}.parked_events`)} where key = 'K'`;
+  expect(events.map((e) => e.id)).toEqual(['6']);
+  expect(await db.sql`select 1 from ${db.sql(`${schema}.parked_keys`)} where key = 'K'`).toHaveLength(1);
 });
 
 describe('changing the lane count', () => {

@@ -139,6 +139,12 @@ export async function finishParkedReplay(
       where consumer_name = ${consumer} and key = ${key}`;
     return false;
   }
+  // Held before the events are counted, in a statement of its own: a turn of an old lane still
+  // draining a change of lanes (docs/design.md §11.3) may be setting an event of this key aside
+  // right now. Its insert holds the key's row (the foreign key) until it commits; the count below
+  // then sees that event, and the key stays parked with it. In one statement the count would be
+  // read before that commit, and the cascade of the key's delete would take the new event with it.
+  await tx`select 1 from ${t.parkedKeys} where consumer_name = ${consumer} and key = ${key} for update`;
   const unparked = await tx`
     delete from ${t.parkedKeys} k
     where k.consumer_name = ${consumer} and k.key = ${key}
