@@ -181,6 +181,12 @@ describe('changing the lane count', () => {
     const asked = await admin.relane('reactor', { lanes: 5 });
     expect(asked).toMatchObject({ from: 3, to: 5, outcome: 'started', barrier: 10n });
     expect(await admin.relane('reactor', { lanes: 4 })).toMatchObject({ outcome: 'retargeted', to: 4 });
+    // An old lane restarted past the barrier would never stand at it, and the switch would wait for ever.
+    await appendEvents(db.sql, 2, (n) => byStream(n + 9), schema);
+    await expect(admin.restart('reactor', { from: 11n })).rejects.toMatchObject({
+      code: 'SLUICE_LANE_CHANGE_IN_PROGRESS',
+      barrier: 10n,
+    });
     // Switched once every old lane is at the barrier (each takes a pass or more, as their turns
     // lock one another); the old lanes still hold the gap.
     await passUntil(
@@ -189,11 +195,28 @@ describe('changing the lane count', () => {
       'the change to switch over',
     );
     await expect(admin.relane('reactor', { lanes: 2 })).rejects.toBeInstanceOf(LaneChangeInProgressError);
+    // Switched: a restart would have the old lanes and the new ones both deliver what is below the
+    // barrier, each by its own hash. Refused, of the whole consumer and of one lane; nothing moved.
+    const cursors = async () => (await admin.listConsumers()).map((c) => [c.instanceId, c.cursor]);
+    const held = await cursors();
+    await expect(admin.restart('reactor', { from: 'beginning' })).rejects.toBeInstanceOf(
+      LaneChangeInProgressError,
+    );
+    await expect(admin.restart('reactor', { from: 10n, instanceId: '*1/4' })).rejects.toBeInstanceOf(
+      LaneChangeInProgressError,
+    );
+    expect(await cursors()).toEqual(held);
     expect((await admin.diagnose('reactor')).findings[0]).toMatch(/^changing from 3 to 4 lanes: switched/);
 
     await gap.release({ commit: false });
     await drainUntilIdle(dispatcher);
     expect((await admin.listConsumers()).map((c) => c.instanceId)).toEqual(['*0/4', '*1/4', '*2/4', '*3/4']);
     expect(await admin.relane('reactor', { lanes: 4 })).toMatchObject({ outcome: 'unchanged' });
+    expect((await admin.restart('reactor', { from: 10n })).lanes?.map((l) => l.cursorAfter)).toEqual([
+      10n,
+      10n,
+      10n,
+      10n,
+    ]);
   });
 });

@@ -26,6 +26,8 @@ export interface RestartOptions extends ActionOptions {
  * stays disabled. Refuses to start below the retention floor (pruned events would be skipped).
  * @throws {InvalidOptionError} @throws {ConsumerNotFoundError} @throws {ConsumerBusyError}
  * @throws {BelowRetentionFloorError} @throws {BeyondHeadError}
+ * @throws {LaneChangeInProgressError} during a change of lane count that has switched over, or past
+ *   the barrier of one that has not
  */
 export async function restart(
   ctx: AdminContext,
@@ -47,8 +49,7 @@ export async function restart(
     name,
     optionalName(options.instanceId),
     async ({ tx, state, instanceId }) => {
-      const target = from === 'now' ? { name, instanceId } : null;
-      const facts = await readRestartFacts(tx, ctx.tables, ctx.schema, target);
+      const facts = await readRestartFacts(tx, ctx.tables, ctx.schema, { name, instanceId }, from === 'now');
       const change = restartConsumer(state, from, facts);
       await applyOperatorChange(tx, ctx.tables, { name, instanceId, ...who }, change);
       return resultOf(name, instanceId, change);

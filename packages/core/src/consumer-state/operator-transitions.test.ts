@@ -3,7 +3,13 @@
 // turn machine: the next turn runs and resolves the skipped event without the handler.
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
-import { BelowRetentionFloorError, BeyondHeadError, NotAGapError, SkipMismatchError } from '../errors.js';
+import {
+  BelowRetentionFloorError,
+  BeyondHeadError,
+  LaneChangeInProgressError,
+  NotAGapError,
+  SkipMismatchError,
+} from '../errors.js';
 import type { ConsumerState } from './consumer-state.js';
 import { held, idleState, RULES, stateArbitrary } from './generated-states.test-support.js';
 import {
@@ -112,6 +118,33 @@ describe('restart', () => {
       ),
     );
   });
+});
+
+test('properties: during a change of lanes a restart never moves a row once switched, nor past the barrier before', () => {
+  fc.assert(
+    fc.property(
+      stateArbitrary,
+      fromArbitrary,
+      fc.bigInt({ min: 0n, max: 60n }),
+      fc.boolean(),
+      (state, from, barrier, switched) => {
+        const laneChange = { consumer: 'c', from: 2, to: 4, barrier, switched };
+        const facts = { floor: 1n, head: 60n, inFlight: null, laneChange };
+        let restarted: OperatorChange;
+        try {
+          restarted = restartConsumer(state, from, facts);
+        } catch (error) {
+          if (!(error instanceof LaneChangeInProgressError)) return; // outside [floor - 1, head]
+          const unrestricted = restartConsumer(state, from, { ...facts, laneChange: null });
+          expect(switched || unrestricted.cursorAfter > barrier).toBe(true);
+          expect(error.barrier).toBe(switched ? undefined : barrier);
+          return;
+        }
+        expect(switched).toBe(false);
+        expect(restarted.cursorAfter <= barrier).toBe(true);
+      },
+    ),
+  );
 });
 
 describe('skip', () => {

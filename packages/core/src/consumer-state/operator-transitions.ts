@@ -2,7 +2,13 @@
 // turn-machine.ts: pure functions of the row as read once the operator holds it (and of the facts
 // the action read then), which decide what the row becomes or refuse with a typed error.
 // queries/operator.ts carries out what they return; @sluice/admin validates input and calls both.
-import { BelowRetentionFloorError, BeyondHeadError, NotAGapError, SkipMismatchError } from '../errors.js';
+import {
+  BelowRetentionFloorError,
+  BeyondHeadError,
+  LaneChangeInProgressError,
+  NotAGapError,
+  SkipMismatchError,
+} from '../errors.js';
 import type { ConsumerState, ConsumerStatus } from './consumer-state.js';
 
 export type OperatorAction = 'restart' | 'disable' | 'enable' | 'skip' | 'fence' | 'replay';
@@ -29,6 +35,16 @@ export interface RowChange {
   readonly disabled?: { readonly until: Date | null; readonly reason: string | null } | 'clear';
   /** startFrom-'now' style in-flight events to deliver later (null: none). */
   readonly start?: InFlightAt | null;
+}
+
+/** A change of a consumer's lane count as a restart sees it. */
+export interface LaneChangeFact {
+  readonly consumer: string;
+  readonly from: number;
+  readonly to: number;
+  readonly barrier: bigint;
+  /** The new lanes exist; the old ones drain their pending gaps below the barrier. */
+  readonly switched: boolean;
 }
 
 /** The events in flight at a snapshot: delivered once every transaction then running has ended. */
@@ -82,7 +98,12 @@ export type RestartFrom = 'beginning' | 'now' | bigint;
 export function restartConsumer(
   state: ConsumerState,
   from: RestartFrom,
-  facts: { readonly floor: bigint; readonly head: bigint; readonly inFlight: InFlightAt | null },
+  facts: {
+    readonly floor: bigint;
+    readonly head: bigint;
+    readonly inFlight: InFlightAt | null;
+    readonly laneChange?: LaneChangeFact | null;
+  },
 ): OperatorChange {
   let cursor: bigint;
   if (from === 'beginning') cursor = facts.floor - 1n;
@@ -91,6 +112,19 @@ export function restartConsumer(
     if (from < facts.floor - 1n) throw new BelowRetentionFloorError(from, facts.floor);
     if (from > facts.head) throw new BeyondHeadError(from, facts.head);
     cursor = from;
+  }
+  // During a change of lanes (docs/design.md §11.3) the barrier splits the log between the old
+  // lanes and the new ones. Once switched, a restart would have both deliver the events below it
+  // (each by its own hash: twice, out of order per key); before, an old lane moved past the barrier
+  // would never stand at it, and the switch would wait for ever.
+  const lanes = facts.laneChange;
+  if (lanes && (lanes.switched || cursor > lanes.barrier)) {
+    throw new LaneChangeInProgressError(
+      lanes.consumer,
+      lanes.from,
+      lanes.to,
+      lanes.switched ? undefined : lanes.barrier,
+    );
   }
   return change(
     state,

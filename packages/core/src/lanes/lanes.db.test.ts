@@ -19,6 +19,7 @@ import type { EventRecord } from '../events.js';
 import { requestLaneChange } from '../queries/lanes.js';
 import { finishParkedReplay, recordParked } from '../queries/parked.js';
 import { tables } from '../schema/tables.js';
+import type { Queryable } from '../sql-types.js';
 import { laneInstanceIds } from './lanes.js';
 
 const db = await useTestDatabase();
@@ -239,7 +240,7 @@ test("a replay that ends while another lane's turn sets an event of the key asid
   await db.sql.begin((tx) =>
     recordParked(tx, t, 'reactor', [{ event: event(1n), key: 'K', error: 'boom', attempts: 2 }]),
   );
-  const pidOf = async (tx: typeof db.sql) =>
+  const pidOf = async (tx: Queryable) =>
     (await tx<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]?.pid;
   // The old lane's turn has set event 6 aside and not committed yet.
   const commit = gate();

@@ -1,7 +1,7 @@
 // What operator actions read and write (docs/design.md §6.2), inside the transaction that holds the
 // consumer's row (lockConsumerForOperator). The decisions are consumer-state/operator-transitions.ts;
 // these statements only gather their facts and carry out what they return, with the audit row.
-import type { InFlightAt, OperatorChange } from '../consumer-state/operator-transitions.js';
+import type { InFlightAt, LaneChangeFact, OperatorChange } from '../consumer-state/operator-transitions.js';
 import { TOMBSTONE_TYPE } from '../events.js';
 import { GapHeldError, NotAGapError, sqlStateOf } from '../errors.js';
 import { parseSnapshot } from '../gaps/gaps.js';
@@ -90,11 +90,13 @@ export interface RestartFacts {
   readonly floor: bigint;
   readonly head: bigint;
   readonly inFlight: InFlightAt | null;
+  /** A change of the consumer's lane count under way (docs/design.md §11.3), for a shared row. */
+  readonly laneChange?: LaneChangeFact | null;
 }
 
 /**
  * Reads a restart's facts under the shared retention lock (no prune deletes what the new cursor
- * needs meanwhile). With `inFlight`, the events in flight at this transaction's snapshot are
+ * needs meanwhile), and the change of lanes under way, if any. With `fenceInFlight`, the events in flight at this transaction's snapshot are
  * fenced by an xid allocated after that snapshot (docs/design.md §5.4). The transaction's own xid
  * is not one: its row lock drew it before the snapshot, and a writer that began in between has a
  * higher one. So a subtransaction draws one: a savepoint whose rewrite of the held row is given an
@@ -106,8 +108,10 @@ export async function readRestartFacts(
   tx: TransactionSql,
   t: Tables,
   schema: string,
-  inFlight: ConsumerKey | null,
+  target: ConsumerKey,
+  fenceInFlight: boolean,
 ): Promise<RestartFacts> {
+  const inFlight = fenceInFlight ? target : null;
   await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
   const floor = await retentionFloor(tx, t);
   const [state] = await tx<{ head: string; snap: string }[]>`
@@ -120,7 +124,22 @@ export async function readRestartFacts(
     if (snapshot.xip.length > 0 || snapshot.xmax < fence)
       fenced = { snapshot: state.snap, fence, upto: BigInt(state.head) };
   }
-  return { floor, head: BigInt(state.head), inFlight: fenced };
+  // Read once the row is held: a switch or the end of a change is made by a turn holding its lane.
+  const [change] = target.instanceId.startsWith('*')
+    ? await tx<{ from_lanes: number; to_lanes: number; barrier: string; switched: boolean }[]>`
+        select from_lanes, to_lanes, barrier::text as barrier, switched_at is not null as switched
+        from ${t.laneChanges} where consumer_name = ${target.name}`
+    : [];
+  const laneChange = change
+    ? {
+        consumer: target.name,
+        from: change.from_lanes,
+        to: change.to_lanes,
+        barrier: BigInt(change.barrier),
+        switched: change.switched,
+      }
+    : null;
+  return { floor, head: BigInt(state.head), inFlight: fenced, laneChange };
 }
 
 /**
