@@ -59,6 +59,16 @@ export interface ResolvedOps {
   readonly allowedOrigins: ReadonlySet<string>;
 }
 
+const OPS_KEYS: readonly string[] = [
+  'prefix',
+  'auth',
+  'insecure',
+  'readOnly',
+  'redact',
+  'lockTimeoutMs',
+  'allowedOrigins',
+] satisfies readonly (keyof OpsOptions)[];
+
 /**
  * Validates the ops options. Ops routes are never open by default (docs/design.md §8): without `auth`
  * they need an explicit `insecure: true`.
@@ -66,9 +76,36 @@ export interface ResolvedOps {
  */
 export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined {
   if (ops === undefined) return undefined;
+  if (typeof ops !== 'object' || ops === null || Array.isArray(ops)) {
+    throw new InvalidOptionError('ops', 'must be an object of ops options');
+  }
+  // A misspelt option (readonly for readOnly) would otherwise be dropped, and the routes it was
+  // meant to close stay open.
+  for (const key of Object.keys(ops)) {
+    if (!OPS_KEYS.includes(key)) {
+      throw new InvalidOptionError(`ops.${key}`, `is not an ops option (they are ${OPS_KEYS.join(', ')})`);
+    }
+  }
+  for (const key of ['insecure', 'readOnly'] as const) {
+    if (ops[key] !== undefined && typeof ops[key] !== 'boolean') {
+      throw new InvalidOptionError(`ops.${key}`, 'must be true or false (a boolean, not a string)');
+    }
+  }
+  if (ops.redact !== undefined && typeof ops.redact !== 'function') {
+    throw new InvalidOptionError('ops.redact', 'must be a function (event) => ({ data, metadata })');
+  }
   const prefix = ops.prefix ?? '/sluice';
-  if (typeof prefix !== 'string' || !/^\/[A-Za-z0-9._~\-/]*$/.test(prefix)) {
-    throw new InvalidOptionError('ops.prefix', "must be a path starting with '/'");
+  if (
+    typeof prefix !== 'string' ||
+    !/^\/[A-Za-z0-9._~\-/]*$/.test(prefix) ||
+    prefix
+      .split('/')
+      .some((segment, i, all) => (segment === '' && i > 0 && i < all.length - 1) || /^\.\.?$/.test(segment))
+  ) {
+    throw new InvalidOptionError(
+      'ops.prefix',
+      "must be a path starting with '/', without '.', '..' or empty segments",
+    );
   }
   if (ops.auth !== undefined && typeof ops.auth !== 'function') {
     throw new InvalidOptionError('ops.auth', 'must be a function (request) => actor | undefined');

@@ -94,6 +94,37 @@ describe('plugin lifecycle', () => {
     await expect(boot({})).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'ops.auth' });
   });
 
+  test.each([
+    ['readOnly as a string (from an environment variable)', { readOnly: 'true' }, 'ops.readOnly'],
+    ['a misspelt readOnly', { readonly: true }, 'ops.readonly'],
+    ['insecure as a string', { insecure: 'true' }, 'ops.insecure'],
+    ['redact that is not a function', { redact: 'x' }, 'ops.redact'],
+    ["a prefix with '..'", { prefix: '/a/../b' }, 'ops.prefix'],
+    ['a prefix with an empty segment', { prefix: '/a//b' }, 'ops.prefix'],
+  ])('an ops option of the wrong shape is refused at registration: %s', async (_label, given, option) => {
+    await expect(
+      boot({
+        auth: basicAuth({ username: 'operator', password: 'correct-horse-battery' }),
+        ...given,
+      } as OpsOptions),
+    ).rejects.toMatchObject({
+      code: 'SLUICE_INVALID_OPTION',
+      option,
+    });
+  });
+
+  test('migrate that is not a boolean is refused at registration, before anything touches the database', async () => {
+    const app = Fastify({ logger: false });
+    onTestFinished(() => app.close());
+    const registered = app.register(sluice, {
+      sql: db.sql,
+      consumers: [recordingConsumer('a').consumer],
+      listen: false,
+      migrate: 'no' as unknown as boolean,
+    });
+    await expect(registered).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'migrate' });
+  });
+
   test('insecure ops routes are allowed but logged loudly at boot', async () => {
     const lines: string[] = [];
     const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => lines.push(line) } } });

@@ -1,5 +1,12 @@
 import { createAdmin } from '@sluice/admin';
-import { append, createDispatcher, migrate as runMigrations, transaction, type Logger } from '@sluice/core';
+import {
+  append,
+  createDispatcher,
+  InvalidOptionError,
+  migrate as runMigrations,
+  transaction,
+  type Logger,
+} from '@sluice/core';
 import {
   ADMIN_DEFAULTS,
   logUnprepared,
@@ -23,6 +30,8 @@ const ADMIN_CONNECTIONS = 3;
  */
 export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOptions): Promise<void> {
   const { migrate = true, ops: opsInput, logger: loggerInput, ...dispatcherOptions } = options;
+  if (typeof migrate !== 'boolean')
+    throw new InvalidOptionError('migrate', 'must be true or false (a boolean)');
   const ops = resolveOps(opsInput);
   // Fastify's pino logger has Sluice's logger shape: (fields, message).
   const givenLogger: Logger = loggerInput ?? app.log;
