@@ -68,7 +68,8 @@ export function findStrictProblem(
   const shape = schema as SchemaShape | undefined;
   if (!shape?.properties || !isPlainObject(input)) return undefined;
   for (const [key, value] of Object.entries(input)) {
-    const field = shape.properties[key];
+    // Its own fields only: `toString` or `constructor` would otherwise be found on the prototype.
+    const field = Object.hasOwn(shape.properties, key) ? shape.properties[key] : undefined;
     if (field === undefined) {
       if (shape.additionalProperties !== false) continue;
       const known = Object.keys(shape.properties);

@@ -655,6 +655,9 @@ describe('ops routes', () => {
       ['dead-letters/replay', { ids: ['4', 5] }, /body\.ids\[1\] must be a string, not an integer/],
       ['skip', { eventId: 2 }, /body\.eventId must be a string, not an integer/],
       ['enable', { instance: 'a' }, /body\.instance is not a field/],
+      // Names an object has by inheritance are unknown fields too.
+      ['enable', { toString: 1 }, /body\.toString is not a field/],
+      ['enable', { constructor: 1 }, /body\.constructor is not a field/],
     ];
     for (const [url, payload, message] of cases) {
       const response = await authed(app, 'POST', `/sluice/consumers/mailer/${url}`, payload);
@@ -668,8 +671,10 @@ describe('ops routes', () => {
     expect(query.json<{ message: string }>().message).toMatch(
       /query\.instanceId is not a query parameter of this request \(its query parameters: instance\)/,
     );
-    const healthQuery = await authed(app, 'GET', '/sluice/health?x=1');
-    expect(healthQuery.statusCode, healthQuery.body).toBe(400);
+    for (const parameter of ['x', 'toString', 'hasOwnProperty', '__proto__']) {
+      const healthQuery = await authed(app, 'GET', `/sluice/health?${parameter}=1`);
+      expect(healthQuery.statusCode, `${parameter}: ${healthQuery.body}`).toBe(400);
+    }
     // A method no route has is a 404, before the write checks (a body type it would refuse).
     const deleting = await app.inject({ method: 'DELETE', url: '/sluice/consumers/mailer', headers: auth });
     expect(deleting.statusCode, deleting.body).toBe(404);
