@@ -41,6 +41,7 @@ export const ERROR_CODES = {
   SLUICE_ROUTE_NOT_FOUND: 'ops-route',
   SLUICE_READ_ONLY: 'ops-route',
   SLUICE_UNSUPPORTED_MEDIA_TYPE: 'ops-route',
+  SLUICE_DATABASE_UNAVAILABLE: 'ops-route',
   SLUICE_INTERNAL: 'ops-route',
   SLUICE_USAGE: 'cli',
   SLUICE_DATABASE_UNREACHABLE: 'cli',

@@ -15,6 +15,7 @@ export {
   skipEvent,
   stuckEventOf,
 } from './consumer-state/operator-transitions.js';
+export { unreachableBy } from './dispatcher/classify-failure.js';
 export { messageOf, sqlStateOf } from './errors.js';
 export { neverThrowing } from './logger.js';
 export { parseSnapshot } from './gaps/gaps.js';

@@ -1,4 +1,5 @@
 import { SluiceError, type OpsRouteErrorCode, type SluiceErrorCode } from '@sluice/core';
+import { messageOf, unreachableBy } from '@sluice/core/internal';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 
 /** The one place where core error codes meet HTTP statuses (CONVENTIONS.md#errors). */
@@ -44,6 +45,7 @@ export const OPS_STATUS_BY_CODE = {
   SLUICE_ROUTE_NOT_FOUND: 404,
   SLUICE_READ_ONLY: 405,
   SLUICE_UNSUPPORTED_MEDIA_TYPE: 415,
+  SLUICE_DATABASE_UNAVAILABLE: 503,
   SLUICE_INTERNAL: 500,
 } as const satisfies Record<OpsRouteErrorCode, number>;
 
@@ -89,6 +91,16 @@ export function sendOpsError(error: FastifyError | Error, request: FastifyReques
   const status = fastifyError.statusCode;
   if (status !== undefined && status >= 400 && status < 500) {
     return reply.code(status).send(errorBody(status, fastifyError.code, fastifyError.message));
+  }
+  // The database is down, refuses the login, or the connection went during the request: not a
+  // failure of the request, and not one of Sluice's.
+  if (unreachableBy(error) !== undefined) {
+    request.log.warn({ err: error }, 'sluice ops request: the database cannot be used');
+    return sendOpsCode(
+      reply,
+      'SLUICE_DATABASE_UNAVAILABLE',
+      `the database cannot be used now (${messageOf(error).trim()}); try again once it is back`,
+    );
   }
   request.log.error({ err: error }, 'sluice ops request failed');
   return sendOpsCode(reply, 'SLUICE_INTERNAL', 'Internal error; see the server log');

@@ -76,7 +76,8 @@ const OPS_KEYS: readonly string[] = [
  */
 export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined {
   if (ops === undefined) return undefined;
-  if (typeof ops !== 'object' || ops === null || Array.isArray(ops)) {
+  const given: unknown = ops; // from JavaScript, anything
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) {
     throw new InvalidOptionError('ops', 'must be an object of ops options');
   }
   // A misspelt option (readonly for readOnly) would otherwise be dropped, and the routes it was

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { createServer as createHttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { silentLogger, type Consumer, type Sql } from '@sluice/core';
@@ -8,6 +9,7 @@ import {
   holdGap,
   passUntil,
   recordingConsumer,
+  until,
 } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
@@ -720,6 +722,41 @@ describe('ops routes', () => {
       maxLagEvents: '2',
     });
   });
+});
+
+test('while the database refuses the ops connections, reads and writes answer 503 SLUICE_DATABASE_UNAVAILABLE, not 500, and work again once it is back', async () => {
+  const role = `ops_down_${randomBytes(4).toString('hex')}`;
+  const password = randomBytes(12).toString('hex');
+  await db.sql.unsafe(`create role "${role}" login superuser password '${password}'`);
+  const sql = db.connect({ user: role, password, max: 4 });
+  onTestFinished(async () => {
+    await sql.end({ timeout: 1 });
+    await db.sql.unsafe(`drop owned by "${role}"; drop role if exists "${role}"`).catch(() => undefined);
+  });
+  const { app } = await pluginApp(sql, [recordingConsumer('feed').consumer], {
+    auth: bearerAuth(TOKEN, 'alice'),
+  });
+  expect((await authed(app, 'GET', '/sluice/consumers')).statusCode).toBe(200);
+  // The role may no longer log in, and its sessions are gone: every new connection is refused.
+  await db.sql.unsafe(`alter role "${role}" nologin`);
+  await db.sql`select pg_terminate_backend(pid) from pg_stat_activity where usename = ${role}`;
+  for (const [method, url] of [
+    ['GET', '/sluice/consumers'],
+    ['POST', '/sluice/consumers/feed/enable'],
+  ] as const) {
+    const answer = await authed(app, method, url, method === 'POST' ? {} : undefined);
+    expect(answer.statusCode, `${method} ${url}: ${answer.body}`).toBe(503);
+    expect(answer.json()).toMatchObject({
+      code: 'SLUICE_DATABASE_UNAVAILABLE',
+      error: 'Service Unavailable',
+    });
+  }
+  await db.sql.unsafe(`alter role "${role}" login`);
+  await until(
+    async () => (await authed(app, 'GET', '/sluice/consumers')).statusCode === 200,
+    10_000,
+    'the ops routes to work again',
+  );
 });
 
 describe('laned consumers, parked keys and lane changes', () => {

@@ -25,3 +25,18 @@ test('a key that is not parked is not found (exit 3), as a consumer is; a lane c
     message: draining.message,
   });
 });
+
+test('a TLS handshake that fails (a server or pooler without TLS) cannot reach the database (exit 5), in one line', () => {
+  // What Node's TLS socket rejects with when the other side answers in plain text.
+  const tls = Object.assign(
+    new Error(
+      'C0B7:error:0A00010B:SSL routines:ssl3_get_record:wrong version number:../deps/ssl_record.c:354:\n',
+    ),
+    { code: 'ERR_SSL_WRONG_VERSION_NUMBER' },
+  );
+  expect(describeFailure(tls, 'sluice')).toEqual({
+    exitCode: EXIT_CODES.unreachable,
+    code: 'SLUICE_DATABASE_UNREACHABLE',
+    message: `cannot reach the database: ${tls.message.trim()}`,
+  });
+});

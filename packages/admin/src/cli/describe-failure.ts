@@ -1,5 +1,5 @@
 import { SchemaNotMigratedError, SluiceError, type CliErrorCode, type SluiceErrorCode } from '@sluice/core';
-import { messageOf, sqlStateOf } from '@sluice/core/internal';
+import { messageOf, sqlStateOf, unreachableBy } from '@sluice/core/internal';
 import { CLI_ERROR_CODES, EXIT_CODES, type ExitCode } from './exit-codes.js';
 import { UsageError } from './usage-error.js';
 
@@ -43,39 +43,6 @@ const BY_CODE: Partial<Record<SluiceErrorCode, ExitCode>> = {
   SLUICE_TRANSACTION_ABANDONED: EXIT_CODES.unreachable,
 };
 
-// Errors of the socket (Node) and of postgres.js's connection handling: the database cannot be
-// reached, or the connection was lost before the answer came.
-const CONNECTION_ERROR_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'ETIMEDOUT',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'EPIPE',
-  'ENOENT', // a Unix socket path that does not exist
-  'CONNECT_TIMEOUT',
-  'CONNECTION_CLOSED',
-  'CONNECTION_ENDED',
-  'CONNECTION_DESTROYED',
-  'SASL_SIGNATURE_MISMATCH',
-  'AUTH_TYPE_NOT_IMPLEMENTED',
-]);
-
-/**
- * SQLSTATEs that mean "this database cannot be used": connection exceptions (class 08), failed
- * authentication (28), no such database, the server shutting down or starting up, too many
- * connections.
- */
-function isUnreachableState(state: string): boolean {
-  return (
-    state.startsWith('08') ||
-    state.startsWith('28') ||
-    ['3D000', '57P01', '57P02', '57P03', '53300'].includes(state)
-  );
-}
-
 function codeOf(error: unknown): string | undefined {
   if (typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string') {
     return error.code;
@@ -101,14 +68,17 @@ export function describeFailure(error: unknown, schema: string): Failure {
       sqlState: state,
     };
   }
-  if (state !== undefined && isUnreachableState(state)) {
-    return cliFailure('SLUICE_DATABASE_UNREACHABLE', `cannot use the database: ${messageOf(error)}`, state);
+  const unreachable = unreachableBy(error);
+  // An OpenSSL message ends with a line break.
+  const text = messageOf(error).trim();
+  if (unreachable === 'state') {
+    return cliFailure('SLUICE_DATABASE_UNREACHABLE', `cannot use the database: ${text}`, state);
+  }
+  if (unreachable === 'socket') {
+    return cliFailure('SLUICE_DATABASE_UNREACHABLE', `cannot reach the database: ${text}`);
   }
   const code = codeOf(error);
-  if (code !== undefined && CONNECTION_ERROR_CODES.has(code)) {
-    return cliFailure('SLUICE_DATABASE_UNREACHABLE', `cannot reach the database: ${messageOf(error)}`);
-  }
   if (code === 'ERR_INVALID_URL') return cliFailure('SLUICE_USAGE', 'the database URL is not a valid URL');
   const detail = state === undefined ? '' : ` (SQLSTATE ${state})`;
-  return cliFailure('SLUICE_UNEXPECTED', `${messageOf(error)}${detail}`, state);
+  return cliFailure('SLUICE_UNEXPECTED', `${text}${detail}`, state);
 }

@@ -58,3 +58,51 @@ export function poolerHint(error: unknown): string | undefined {
     "pooler such as PgBouncer, create the pool with prepare: false (docs/operating.md, 'Behind a pooler')"
   );
 }
+
+// Beyond a lost connection: the address does not resolve or route, the Unix socket is not there,
+// the login's protocol failed, or the TLS handshake did (the server, or a pooler in front of it,
+// speaks no TLS, or its certificate is refused).
+const UNREACHABLE_CODES = new Set([
+  ...CONNECTION_CODES,
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOENT', // a Unix socket path that does not exist
+  'EPROTO',
+  'SASL_SIGNATURE_MISMATCH',
+  'AUTH_TYPE_NOT_IMPLEMENTED',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'CERT_HAS_EXPIRED',
+]);
+
+/**
+ * How `error` says the database cannot be used, if it does: 'state' for a SQLSTATE (connection
+ * exceptions, failed authentication, no such database, the server shutting down or starting up, too
+ * many connections), 'socket' for a socket, DNS, TLS or driver code (it cannot be reached, or the
+ * connection was lost before the answer came). Shared by the CLI's exit codes and the ops routes'
+ * 503.
+ */
+export function unreachableBy(error: unknown): 'state' | 'socket' | undefined {
+  try {
+    const state = sqlStateOf(error);
+    if (state !== undefined) {
+      const unusable =
+        state.startsWith('08') ||
+        state.startsWith('28') ||
+        ['3D000', '57P01', '57P02', '57P03', '53300'].includes(state);
+      return unusable ? 'state' : undefined;
+    }
+    if (error instanceof TransactionAbandonedError) return 'socket';
+    const code = typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined;
+    if (typeof code !== 'string') return undefined;
+    return UNREACHABLE_CODES.has(code) || code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')
+      ? 'socket'
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
