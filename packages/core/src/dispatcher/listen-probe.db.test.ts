@@ -63,3 +63,41 @@ test('probes that went unheard turn wake-ups off only until a later probe is hea
   await db.sql`select pg_notify(${channel}, 'from-elsewhere')`;
   await until(() => wakes > before, 10_000, 'the wake-up');
 });
+
+test('a probe that could not be sent is tried again later: a listener that does not hear is found out then', async () => {
+  const channel = `sluice_probe_${randomBytes(4).toString('hex')}`;
+  const lines: string[] = [];
+  const logger: Logger = { ...silentLogger, warn: (_fields, message) => lines.push(message) };
+  let mode: 'failing' | 'lost' = 'failing';
+  const connected: boolean[] = [];
+  const listener = await startListener({
+    sql: db.sql,
+    channel,
+    ownNonce: 'own',
+    applicationName: 'sluice-listen-probe-test',
+    logger,
+    checkMs: 60_000,
+    reprobeInitialMs: 50,
+    reprobeMaxMs: 200,
+    onWake: () => undefined,
+    onConnectedChange: (value) => connected.push(value),
+    // The server refuses the probe (a function it does not have), then takes it but the listener
+    // never hears it, as behind a transaction pooler.
+    probe: (payload) =>
+      mode === 'failing'
+        ? db.sql`select pg_notify(${channel}, ${payload}, 'no such argument')`
+        : db.sql`select pg_notify(${`${channel}_elsewhere`}, ${payload})`,
+  });
+  onTestFinished(() => listener.stop());
+  const unsent = () => lines.filter((l) => l.startsWith('could not send the LISTEN probe'));
+  await until(() => unsent().length === 1, 20_000, 'the probe to fail');
+  expect(connected).toEqual([true]);
+  mode = 'lost';
+  await until(
+    () => lines.some((l) => l.startsWith('LISTEN does not receive notifications')),
+    20_000,
+    'the fallback to polling once a probe is sent',
+  );
+  expect(connected).toEqual([true, false]);
+  expect(unsent()).toHaveLength(1); // said once, not at every try
+});

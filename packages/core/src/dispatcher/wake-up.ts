@@ -70,6 +70,8 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
   const reprobeMaxMs = options.reprobeMaxMs ?? REPROBE_MAX_MS;
   let reprobeMs = reprobeInitialMs;
   let reprobeTimer: NodeJS.Timeout | undefined;
+  /** A probe could not be sent, and that was said; said again only after a probe was sent. */
+  let unsentReported = false;
   const ear = new ProbeEar();
 
   const setConnected = (value: boolean) => {
@@ -128,6 +130,9 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
 
       retryMs = RECONNECT_INITIAL_MS;
       checkPending = false;
+      // A probe of the connection before it (scheduled after one could not be sent) is moot now.
+      clearTimeout(reprobeTimer);
+      reprobeTimer = undefined;
       if (failing) options.logger.info({ channel: options.channel }, 'LISTEN reconnected');
       failing = false;
       if (deaf && options.probe) {
@@ -165,16 +170,26 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
   async function verifyHearing(attempt: Sql, probe: (payload: string) => Promise<unknown>): Promise<void> {
     const hearing = await ear.listen(probe, () => stopped);
     if (stopped || attempt !== listenSql) return;
-    if (hearing.outcome === 'heard' || (hearing.outcome === 'unsent' && !deaf)) {
-      if (hearing.outcome === 'unsent') {
+    if (hearing.outcome === 'unsent' && !deaf) {
+      // Not known either way: taken as working (it was before the probe), and probed again later,
+      // so that a listener behind a transaction pooler does not pass for one that hears.
+      if (!unsentReported) {
         options.logger.warn(
           { channel: options.channel, error: messageOf(hearing.error) },
-          'could not send the LISTEN probe; LISTEN is taken as working',
+          'could not send the LISTEN probe; LISTEN is taken as working until a later probe says otherwise',
         );
       }
+      unsentReported = true;
+      scheduleReprobe(() => {
+        if (attempt === listenSql) void verifyHearing(attempt, probe);
+      });
+      return;
+    }
+    unsentReported = false;
+    if (hearing.outcome === 'heard') {
+      reprobeMs = reprobeInitialMs;
       if (deaf) {
         deaf = false;
-        reprobeMs = reprobeInitialMs;
         options.logger.info(
           { channel: options.channel },
           'LISTEN receives notifications again: wake-ups are back',
@@ -203,11 +218,14 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
     scheduleReprobe();
   }
 
-  function scheduleReprobe(): void {
+  /** After a backoff: LISTEN on a fresh connection and probe it, or `again` when given. */
+  function scheduleReprobe(again?: () => void): void {
     if (reprobeTimer || stopped) return;
     reprobeTimer = setTimeout(() => {
       reprobeTimer = undefined;
-      void connect();
+      if (stopped) return;
+      if (again) again();
+      else void connect();
     }, reprobeMs);
     reprobeMs = Math.min(reprobeMaxMs, reprobeMs * 2);
   }
