@@ -339,6 +339,7 @@ export class PassRunner {
         metrics.setConsumer(consumer.name, consumer.instanceId, CAUGHT_UP);
       }
     }
+    metrics.keepConsumers(units);
     this.#known.precheckRead(precheck, units, performance.now());
     return { precheck, standing: false };
   }

@@ -34,6 +34,11 @@ export interface DispatcherMetrics {
   /** A turn parked `keys` keys anew and set `events` events aside under parked keys. */
   parked(consumer: string, instance: string, keys: number, events: number): void;
   setConsumer(consumer: string, instance: string, gauges: ConsumerGauges): void;
+  /**
+   * The consumer rows this process reports now: the gauges of any other (a lane retired by a change
+   * of lane count, a version retired by a rebuild) are no longer exported, frozen at their last value.
+   */
+  keepConsumers(rows: Iterable<{ readonly name: string; readonly instanceId: string }>): void;
   /** A rebuild of `consumer` in progress: its version and events behind the head; null: none. */
   setRebuildLag(consumer: string, rebuild: { version: number; lagEvents: bigint } | null): void;
   setListenConnected(connected: boolean): void;
@@ -194,6 +199,11 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
     },
     setConsumer(c, i, gauges) {
       state.set(`${c}\u0000${i}`, { attributes: attrs(c, i), gauges });
+    },
+    keepConsumers(rows) {
+      const kept = new Set<string>();
+      for (const row of rows) kept.add(`${row.name}\u0000${row.instanceId}`);
+      for (const key of state.keys()) if (!kept.has(key)) state.delete(key);
     },
     setRebuildLag(c, rebuild) {
       if (rebuild === null) rebuilds.delete(c);

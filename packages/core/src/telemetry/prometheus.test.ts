@@ -3,11 +3,17 @@
 // `promtool check metrics` (Debian's prometheus package) accepts that exposition.
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import type { Meter, MeterProvider, MetricOptions } from '@opentelemetry/api';
+import {
+  createNoopMeter,
+  type Meter,
+  type MeterProvider,
+  type MetricOptions,
+  type ObservableCallback,
+} from '@opentelemetry/api';
 import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
 import { MeterProvider as SdkMeterProvider } from '@opentelemetry/sdk-metrics';
 import { describe, expect, onTestFinished, test } from 'vitest';
-import { METRIC } from './attributes.js';
+import { ATTR, METRIC } from './attributes.js';
 import { createMetrics, type ConsumerGauges } from './metrics.js';
 
 const PROMTOOL = process.env['PROMTOOL_PATH'] ?? 'promtool';
@@ -133,6 +139,35 @@ describe('Sluice metrics as Prometheus sees them', () => {
         .map(({ name, options }) => ({ name, unit: options.unit, prometheus: exposed.get(name) }))
         .sort(byName),
     );
+  });
+
+  test('the gauges of a row this process no longer reports (a retired lane) are no longer observed', () => {
+    // What the gauges' callbacks observe. (The SDK's exporters keep showing an attribute set a
+    // callback stopped observing, frozen, against the specification's advice; a compliant SDK drops it.)
+    const callbacks = new Map<string, ObservableCallback>();
+    const noop = createNoopMeter();
+    const meter = Object.assign(Object.create(noop) as Meter, {
+      createObservableGauge: (name: string) => ({
+        addCallback: (callback: ObservableCallback) => callbacks.set(name, callback),
+        removeCallback: () => undefined,
+      }),
+    });
+    const m = createMetrics({ getMeter: () => meter });
+    const lanesOfLag = () => {
+      const lanes: unknown[] = [];
+      void callbacks.get(METRIC.consumerLag)?.({
+        observe: (_v, attributes) => lanes.push(attributes?.[ATTR.instance]),
+      });
+      return lanes;
+    };
+    for (const lane of ['*0/2', '*1/2']) m.setConsumer('mailer', lane, gauges);
+    m.keepConsumers(['*0/2', '*1/2'].map((instanceId) => ({ name: 'mailer', instanceId })));
+    expect(lanesOfLag()).toEqual(['*0/2', '*1/2']);
+    // The lane count became 3: the old lanes' gauges go, not frozen at their last value.
+    const now = ['*0/3', '*1/3', '*2/3'];
+    for (const lane of now) m.setConsumer('mailer', lane, gauges);
+    m.keepConsumers(now.map((instanceId) => ({ name: 'mailer', instanceId })));
+    expect(lanesOfLag()).toEqual(now);
   });
 
   test.skipIf(!hasPromtool)(
