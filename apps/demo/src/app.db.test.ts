@@ -222,6 +222,23 @@ test('/feed streams events over Server-Sent Events and /metrics shows Sluice met
   expect(metrics).toContain('sluice_consumer_lag');
 });
 
+test('app.close() with a /feed reader connected ends the stream and closes (Ctrl+C while the tour has one open)', async () => {
+  const { app } = await demo();
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.server.address() as AddressInfo;
+  const response = await fetch(`http://127.0.0.1:${port}/feed`);
+  const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+  await reader.read(); // connected
+  let closed = false;
+  const closing = app.close().then(() => {
+    closed = true;
+  });
+  // The server ends the stream itself: the reader sees its end, and the close completes.
+  for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read());
+  await until(() => closed, 10_000, 'app.close() to complete');
+  await closing;
+});
+
 /** /metrics as a scraper sending `accept` gets it, once the handler histogram has values. */
 async function scrape(
   accept: string,

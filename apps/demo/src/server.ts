@@ -75,7 +75,11 @@ async function main(): Promise<void> {
   // under it), so pnpm exits with this process's code: 0.
   let stopping = false;
   const stop = async (signal: string) => {
-    if (stopping) return;
+    if (stopping) {
+      // A second Ctrl+C does not wait: the process exits, and PostgreSQL's watchdog stops it.
+      console.log(`\n${signal} again: exiting now; PostgreSQL stops by itself`);
+      process.exit(130);
+    }
     stopping = true;
     console.log(`\n${signal}: stopping (waiting for running handlers) …`);
     await app.close();

@@ -7,7 +7,9 @@ const MAX_BUFFERED_BYTES = 1024 * 1024;
 /** Server-Sent Events from the per-instance `live-feed` consumer. */
 export function feedRoutes(app: FastifyInstance, feed: ReturnType<typeof liveFeed>): void {
   const closers = new Set<() => void>();
-  app.addHook('onClose', () => {
+  // Before the server closes: it waits for every connection, and a reader's stream never ends by
+  // itself (at onClose, a Ctrl+C with a reader connected would wait for ever).
+  app.addHook('preClose', () => {
     for (const close of closers) close();
   });
 
