@@ -1,5 +1,6 @@
 // Shared vitest presets. Every package's vitest.config.ts builds its projects from these, so
 // timeouts, the source condition and the PostgreSQL global setup are decided in one place.
+import { fileURLToPath } from 'node:url';
 import { defaultServerConditions } from 'vite';
 import { defineConfig, defineProject, type TestProjectInlineConfiguration } from 'vitest/config';
 
@@ -38,7 +39,7 @@ export function dbProject(name: string, include = ['src/**/*.db.test.ts']): Test
     test: {
       name: `${name}:db`,
       include,
-      globalSetup: [new URL('./packages/testing/src/vitest/global-setup.ts', import.meta.url).pathname],
+      globalSetup: [fileURLToPath(new URL('./packages/testing/src/vitest/global-setup.ts', import.meta.url))],
       testTimeout: 30_000,
       hookTimeout: 30_000,
     },

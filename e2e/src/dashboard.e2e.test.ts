@@ -12,6 +12,7 @@
 // Rebuilds panel shows its progress (docs/images/dashboard-rebuild.png is taken here); an approval
 // while it is far behind is refused and force is offered only then; once caught up it is paused,
 // resumed and approved from the card, and version 2 is live.
+import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
@@ -307,7 +308,7 @@ test.skipIf(!hasChromium)(
     await settle(page);
     expect(await overflow(page)).toEqual({ page: 0, table: 0 });
     await mkdir(IMAGES, { recursive: true });
-    await page.screenshot({ path: new URL('dashboard-1280.png', IMAGES).pathname, fullPage: true });
+    await page.screenshot({ path: fileURLToPath(new URL('dashboard-1280.png', IMAGES)), fullPage: true });
 
     // 390 px, a phone: consumers become cards, still no sideways scrolling.
     await page.setViewportSize({ width: 390, height: 844 });
@@ -316,7 +317,7 @@ test.skipIf(!hasChromium)(
     expect(cardWidth).toBeLessThanOrEqual(390);
     await page.locator('#detail-close').click();
     await settle(page);
-    await page.screenshot({ path: new URL('dashboard-390.png', IMAGES).pathname, fullPage: true });
+    await page.screenshot({ path: fileURLToPath(new URL('dashboard-390.png', IMAGES)), fullPage: true });
     // A dialog fits the phone too.
     await orderStats.locator('[data-action="dead-letters"]').click();
     await expect.poll(() => detail.locator('tr[data-dead-letter]').count(), { timeout: 10_000 }).toBe(1);
@@ -723,7 +724,7 @@ test.skipIf(!hasChromium)(
     await settle(page);
     expect(await overflow(page)).toEqual({ page: 0, table: 0 });
     await mkdir(IMAGES, { recursive: true });
-    await card.screenshot({ path: new URL('dashboard-rebuild.png', IMAGES).pathname });
+    await card.screenshot({ path: fileURLToPath(new URL('dashboard-rebuild.png', IMAGES)) });
     // 390 px: the card fits.
     await page.setViewportSize({ width: 390, height: 844 });
     await expect.poll(() => overflow(page)).toEqual({ page: 0, table: 0 });

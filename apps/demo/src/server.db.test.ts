@@ -1,13 +1,14 @@
 // `pnpm start`'s server as a user runs it: a child process on an embedded PostgreSQL, in a data
 // folder of its own. Restarted on the same folder it serves the same dashboard URL and password
 // and the same database URL; a fresh folder gets a new password.
+import { fileURLToPath } from 'node:url';
 import { spawn } from 'node:child_process';
 import { lstat, mkdtemp, readFile, readlink, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { expect, onTestFinished, test } from 'vitest';
 
-const APP_DIR = new URL('..', import.meta.url).pathname;
+const APP_DIR = fileURLToPath(new URL('..', import.meta.url));
 
 interface Started {
   readonly dashboard: string;

@@ -1,6 +1,7 @@
 // `pnpm start`: the demo shop on an embedded PostgreSQL (kept in .data/ at the repo root and reused
 // on the next start), or on DATABASE_URL when it is set. The ops password and the ports it chose
 // are kept in .data/demo.json, so a restart on the same .data serves the same URLs and password.
+import { fileURLToPath } from 'node:url';
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import { checkConnection, ConnectTimeoutError, type Sql } from '@sluice/core';
@@ -16,7 +17,7 @@ import {
   stateFile,
 } from './demo-state.js';
 
-const DEFAULT_DATA_DIR = new URL('../../../.data/', import.meta.url).pathname;
+const DEFAULT_DATA_DIR = fileURLToPath(new URL('../../../.data/', import.meta.url));
 /** Where `pnpm demo:load` sends its orders without --url or DEMO_URL. */
 const DEFAULT_BASE = 'http://127.0.0.1:3000';
 
