@@ -25,8 +25,14 @@ const quiet = { onnotice: () => undefined } as const;
  * module level: `const db = await useTestDatabase()`.
  */
 export async function useTestDatabase(): Promise<TestDatabase> {
-  const serverUrl = inject('sluiceServerUrl');
-  const template = inject('sluiceTemplateDatabase');
+  const serverUrl = inject('sluiceServerUrl') as string | undefined;
+  const template = inject('sluiceTemplateDatabase') as string | undefined;
+  if (typeof serverUrl !== 'string' || typeof template !== 'string') {
+    throw new Error(
+      "useTestDatabase() needs the run's PostgreSQL: add globalSetup: ['@sluice/testing/vitest/global-setup'] " +
+        'to the test section of your vitest config (see @sluice/testing\'s README)',
+    );
+  }
   const name = `sluice_test_${randomBytes(6).toString('hex')}`;
   const admin = postgres(serverUrl, { max: 1, ...quiet });
   try {
