@@ -10,6 +10,7 @@ import {
   readdir,
   readFile,
   realpath,
+  rename,
   rm,
   stat,
   writeFile,
@@ -163,12 +164,20 @@ describe.runIf(process.getuid?.() === 0)(UNTRAVERSABLE, { timeout: 120_000 }, ()
     expect(await query(second.url, 'select v from kept')).toEqual([{ v: 'across restarts' }]);
     await second.stop();
 
-    // Deleting the data folder starts afresh: the cluster it linked to is replaced, not reused.
-    await rm(join(project, '.data'), { recursive: true });
+    // A new data folder in its place starts afresh, with a cluster of its own: the one the folder
+    // before linked to stays, for a folder moved aside (mv .data .data-keep) still links to it.
+    await rename(join(project, '.data'), join(project, '.data-keep'));
     const third = await embeddedServer({ dataDir, sharedDir });
     onTestFinished(() => third.stop());
-    expect(third.dataDir).toBe(first.dataDir);
+    expect(third.dataDir).not.toBe(first.dataDir);
     expect(await query(third.url, "select to_regclass('kept') as kept")).toEqual([{ kept: null }]);
+    await third.stop();
+    await rm(join(project, '.data'), { recursive: true });
+    await rename(join(project, '.data-keep'), join(project, '.data'));
+    const fourth = await embeddedServer({ dataDir, sharedDir });
+    onTestFinished(() => fourth.stop());
+    expect(fourth.dataDir).toBe(first.dataDir);
+    expect(await query(fourth.url, 'select v from kept')).toEqual([{ v: 'across restarts' }]);
   });
 
   test('a cluster an earlier version kept in such a data folder is not moved: one line says what to do', async () => {

@@ -158,8 +158,8 @@ export async function embeddedServer(options: EmbeddedServerOptions = {}): Promi
 /**
  * Where a persistent cluster lives: `<dataDir>/cluster` when the server's user can reach it (always,
  * unless this process is root); else `<sharedDir>/clusters/<hash of dataDir's real path>`, linked
- * from `<dataDir>/cluster`. The link is what ties that cluster to this dataDir: a cluster there that
- * nothing links to is left over from a `dataDir` that was deleted, and is replaced.
+ * from `<dataDir>/cluster`. The link is what ties that cluster to this dataDir: a new dataDir at the
+ * same path gets a cluster of its own beside any earlier one, which is left where it is.
  */
 async function persistentClusterDir(
   dataDir: string,
@@ -202,16 +202,10 @@ async function persistentClusterDir(
     .update(await realpath(dataDir))
     .digest('hex')
     .slice(0, 16);
-  const target = join(clusters, key);
-  if (existsSync(target)) {
-    const pid = await readPostmasterPid(target).catch(() => undefined);
-    if (pid !== undefined && isAlive(pid)) {
-      throw new EmbeddedServerError(
-        `a PostgreSQL server (pid ${pid}) still runs on ${target}, which ${link} no longer links to: stop it first`,
-      );
-    }
-    await rm(target, { recursive: true, force: true });
-  }
+  // A cluster already there is never removed: this dataDir does not link to it, but another folder
+  // may (the data folder moved aside with mv, a copy of it). A new one is made beside it.
+  let target = join(clusters, key);
+  while (existsSync(target)) target = join(clusters, `${key}-${randomBytes(4).toString('hex')}`);
   await symlink(target, link);
   return target;
 }
@@ -375,13 +369,6 @@ async function startPostmaster(
 async function isReady(clusterDir: string, pid: number): Promise<boolean> {
   const lines = (await readFile(join(clusterDir, 'postmaster.pid'), 'utf8').catch(() => '')).split('\n');
   return Number(lines[0]) === pid && lines[7]?.trim() === 'ready';
-}
-
-async function readPostmasterPid(clusterDir: string): Promise<number> {
-  const text = await readFile(join(clusterDir, 'postmaster.pid'), 'utf8');
-  const pid = Number(text.split('\n')[0]);
-  if (!Number.isSafeInteger(pid) || pid <= 0) throw new Error(`unreadable postmaster.pid in ${clusterDir}`);
-  return pid;
 }
 
 /** How long a smart shutdown waits for the sessions still open before it becomes a fast one. */
