@@ -76,11 +76,8 @@ async function main(): Promise<void> {
   // under it), so pnpm exits with this process's code: 0.
   let stopping = false;
   const stop = async (signal: string) => {
-    if (stopping) {
-      // A second Ctrl+C does not wait: the process exits, and PostgreSQL's watchdog stops it.
-      console.log(`\n${signal} again: exiting now; PostgreSQL stops by itself`);
-      process.exit(130);
-    }
+    // pnpm passes a Ctrl+C on to this process, which the terminal sent it too: one stop.
+    if (stopping) return;
     stopping = true;
     console.log(`\n${signal}: stopping (waiting for running handlers) …`);
     await app.close();
