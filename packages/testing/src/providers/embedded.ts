@@ -134,9 +134,11 @@ export async function embeddedServer(options: EmbeddedServerOptions = {}): Promi
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = options.port ?? (await freePort());
     try {
-      const postmasterPid = await startPostmaster(binaries, clusterDir, user, port, settings);
       const removeDir = persistent ? undefined : clusterDir;
-      startWatchdog(options.ownerPid ?? process.pid, postmasterPid, removeDir);
+      const postmasterPid = await startPostmaster(binaries, clusterDir, user, port, settings, {
+        ownerPid: options.ownerPid ?? process.pid,
+        removeDir,
+      });
       let stopped: Promise<void> | undefined;
       return {
         postmasterPid,
@@ -301,6 +303,7 @@ async function startPostmaster(
   user: ServerUser | undefined,
   port: number,
   settings: Readonly<Record<string, string>>,
+  watch: { readonly ownerPid: number; readonly removeDir: string | undefined },
 ): Promise<number> {
   const logFile = join(clusterDir, LOG_FILE);
   // Appended to, never truncated: a second start on a cluster that is running must not wipe the
@@ -331,6 +334,9 @@ async function startPostmaster(
   child.unref();
   const spawnError = new Promise<Error>((done) => child.once('error', done));
   const pid = child.pid;
+  // Watched from its first moment: killed while the server starts (Ctrl+C before the demo is up),
+  // this process would otherwise leave it running. A watchdog whose postmaster exits, exits too.
+  if (pid !== undefined) startWatchdog(watch.ownerPid, pid, watch.removeDir);
 
   const failure = async (what: string) => {
     const written = await readFile(logFile).catch(() => Buffer.alloc(0));
