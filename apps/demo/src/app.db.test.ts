@@ -239,6 +239,21 @@ test('app.close() with a /feed reader connected ends the stream and closes (Ctrl
   await closing;
 });
 
+test('an order is cancelled without a body (the reason is optional), once', async () => {
+  const { app } = await demo();
+  const placed = await app.inject({ method: 'POST', url: '/orders', payload: order('cancel@example.com') });
+  const { id } = placed.json<{ id: string }>();
+  const cancelled = await app.inject({ method: 'POST', url: `/orders/${id}/cancel` });
+  expect(cancelled.statusCode, cancelled.body).toBe(200);
+  expect(cancelled.json()).toEqual({ id, status: 'cancelled' });
+  const again = await app.inject({
+    method: 'POST',
+    url: `/orders/${id}/cancel`,
+    payload: { reason: 'twice' },
+  });
+  expect(again.statusCode, again.body).toBe(409);
+});
+
 /** /metrics as a scraper sending `accept` gets it, once the handler histogram has values. */
 async function scrape(
   accept: string,

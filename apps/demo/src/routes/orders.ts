@@ -105,6 +105,11 @@ export function orderRoutes(app: FastifyInstance): void {
 
   app.post<{ Params: { id: string }; Body: { reason?: string } | undefined }>('/orders/:id/cancel', {
     schema: { params: orderParams, body: cancelBody },
+    // The reason is optional, and so is the body that carries it: none is an empty one.
+    preValidation: (request, _reply, done) => {
+      request.body ??= {};
+      done();
+    },
     handler: async (request, reply) => {
       const { id } = request.params;
       const reason = request.body?.reason ?? 'customer request';
