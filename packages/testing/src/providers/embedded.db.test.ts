@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import {
   chmod,
@@ -227,3 +227,31 @@ describe.runIf(process.getuid?.() === 0)(UNTRAVERSABLE, { timeout: 120_000 }, ()
     expect(await readdir(sharedDir)).toEqual([]);
   });
 });
+
+test(
+  'two starts on one data folder: while one makes the cluster the other says so in one line; a lock left by a dead process is taken over',
+  { timeout: 120_000 },
+  async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'sluice-lock-'));
+    await chmod(dir, 0o755);
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
+    const dataDir = join(dir, '.data', 'postgres');
+    await mkdir(dataDir, { recursive: true });
+    const lock = join(dataDir, '.sluice-start.lock');
+    // A start under way in another live process (this one's parent stands for it).
+    await writeFile(lock, `${process.ppid}\n`);
+    const error = await embeddedServer({ dataDir }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(EmbeddedServerError);
+    expect((error as Error).message).toBe(
+      `another start on ${dataDir} is under way (pid ${process.ppid}, is another pnpm start running?): wait for it, or stop it`,
+    );
+    expect(await readdir(dataDir)).toEqual(['.sluice-start.lock']); // nothing made, nothing removed
+    // Left by a process that is gone: taken over, and let go once the cluster is made.
+    const gone = spawnSync(process.execPath, ['-e', '']).pid;
+    await writeFile(lock, `${gone}\n`);
+    const server = await embeddedServer({ dataDir });
+    onTestFinished(() => server.stop());
+    expect(existsSync(lock)).toBe(false);
+    expect(existsSync(join(server.dataDir, 'PG_VERSION'))).toBe(true);
+  },
+);

@@ -4,6 +4,7 @@ import { existsSync } from 'node:fs';
 import {
   chmod,
   chown,
+  link,
   lstat,
   mkdir,
   mkdtemp,
@@ -101,16 +102,23 @@ export async function embeddedServer(options: EmbeddedServerOptions = {}): Promi
   let password: string;
   if (options.dataDir !== undefined) {
     const dataDir = resolve(options.dataDir);
-    clusterDir = await persistentClusterDir(dataDir, user, sharedDir);
-    const passwordFile = join(dataDir, '.sluice-password');
-    const initialised = existsSync(join(clusterDir, 'PG_VERSION'));
-    password =
-      existsSync(passwordFile) || initialised
-        ? await readStoredPassword(passwordFile)
-        : randomBytes(18).toString('base64url');
-    if (!initialised) {
-      await initialise(binaries, clusterDir, user, password);
-      await writeFile(passwordFile, `${password}\n`, { mode: 0o600 });
+    // Two starts on one data folder at once would each take the other's half-made cluster for a
+    // broken one: the second is told, in one line, while the first makes it.
+    const release = await holdStartLock(dataDir);
+    try {
+      clusterDir = await persistentClusterDir(dataDir, user, sharedDir);
+      const passwordFile = join(dataDir, '.sluice-password');
+      const initialised = existsSync(join(clusterDir, 'PG_VERSION'));
+      password =
+        existsSync(passwordFile) || initialised
+          ? await readStoredPassword(passwordFile)
+          : randomBytes(18).toString('base64url');
+      if (!initialised) {
+        await initialise(binaries, clusterDir, user, password);
+        await writeFile(passwordFile, `${password}\n`, { mode: 0o600 });
+      }
+    } finally {
+      await release();
     }
   } else {
     const parent = tmpdir();
@@ -155,6 +163,39 @@ export async function embeddedServer(options: EmbeddedServerOptions = {}): Promi
   }
   if (!persistent) await rm(clusterDir, { recursive: true, force: true });
   throw lastError;
+}
+
+/**
+ * Holds `<dataDir>/.sluice-start.lock` (this process's pid, written whole: made beside it and linked
+ * into place) while a start on `dataDir` makes or checks its cluster. One whose process is gone is
+ * taken over. Returns its release.
+ * @throws {EmbeddedServerError} while another live process holds it
+ */
+async function holdStartLock(dataDir: string): Promise<() => Promise<void>> {
+  await mkdir(dataDir, { recursive: true, mode: 0o755 });
+  const lock = join(dataDir, '.sluice-start.lock');
+  const mine = `${lock}.${process.pid}`;
+  await writeFile(mine, `${process.pid}\n`, { mode: 0o600 });
+  try {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      try {
+        await link(mine, lock);
+        return () => rm(lock, { force: true });
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      }
+      const holder = Number((await readFile(lock, 'utf8').catch(() => '')).trim());
+      if (Number.isSafeInteger(holder) && holder > 0 && isAlive(holder)) {
+        throw new EmbeddedServerError(
+          `another start on ${dataDir} is under way (pid ${holder}, is another pnpm start running?): wait for it, or stop it`,
+        );
+      }
+      await rm(lock, { force: true }); // left by a start whose process is gone
+    }
+    throw new EmbeddedServerError(`could not take ${lock}: remove it if no start is under way`);
+  } finally {
+    await rm(mine, { force: true });
+  }
 }
 
 /**
