@@ -11,6 +11,29 @@ import { startListener } from './wake-up.js';
 
 const db = await useTestDatabase();
 
+/** A listener on `channel` whose probes go through `probe`, probing again after 50 to 200 ms; stopped after the test. */
+async function probingListener(
+  channel: string,
+  logger: Logger,
+  connected: boolean[],
+  { probe, onWake = () => undefined }: { probe: (payload: string) => Promise<unknown>; onWake?: () => void },
+): Promise<void> {
+  const listener = await startListener({
+    sql: db.sql,
+    channel,
+    ownNonce: 'own',
+    applicationName: 'sluice-listen-probe-test',
+    logger,
+    checkMs: 60_000,
+    reprobeInitialMs: 50,
+    reprobeMaxMs: 200,
+    onWake,
+    onConnectedChange: (value) => connected.push(value),
+    probe,
+  });
+  onTestFinished(() => listener.stop());
+}
+
 test('probes that went unheard turn wake-ups off only until a later probe is heard: one line each way', async () => {
   const channel = `sluice_probe_${randomBytes(4).toString('hex')}`;
   const lines: { level: string; message: string }[] = [];
@@ -25,25 +48,15 @@ test('probes that went unheard turn wake-ups off only until a later probe is hea
   const fellBack = () => lines.filter((l) => l.message.startsWith('LISTEN does not receive notifications'));
   const cameBack = () => lines.filter((l) => l.message.startsWith('LISTEN receives notifications again'));
 
-  const listener = await startListener({
-    sql: db.sql,
-    channel,
-    ownNonce: 'own',
-    applicationName: 'sluice-listen-probe-test',
-    logger,
-    checkMs: 60_000,
-    reprobeInitialMs: 50,
-    reprobeMaxMs: 200,
+  await probingListener(channel, logger, connected, {
     onWake: () => {
       wakes += 1;
     },
-    onConnectedChange: (value) => connected.push(value),
     probe: (payload) => {
       if (fellBack().length > 0) probesWhileDeaf += 1;
       return db.sql`select pg_notify(${lost ? `${channel}_elsewhere` : channel}, ${payload})`;
     },
   });
-  onTestFinished(() => listener.stop());
 
   await until(() => fellBack().length === 1, 20_000, 'the fallback to polling');
   expect(fellBack()[0]?.level).toBe('warn');
@@ -70,17 +83,7 @@ test('a probe that could not be sent is tried again later: a listener that does 
   const logger: Logger = { ...silentLogger, warn: (_fields, message) => lines.push(message) };
   let mode: 'failing' | 'lost' = 'failing';
   const connected: boolean[] = [];
-  const listener = await startListener({
-    sql: db.sql,
-    channel,
-    ownNonce: 'own',
-    applicationName: 'sluice-listen-probe-test',
-    logger,
-    checkMs: 60_000,
-    reprobeInitialMs: 50,
-    reprobeMaxMs: 200,
-    onWake: () => undefined,
-    onConnectedChange: (value) => connected.push(value),
+  await probingListener(channel, logger, connected, {
     // The server refuses the probe (a function it does not have), then takes it but the listener
     // never hears it, as behind a transaction pooler.
     probe: (payload) =>
@@ -88,7 +91,6 @@ test('a probe that could not be sent is tried again later: a listener that does 
         ? db.sql`select pg_notify(${channel}, ${payload}, 'no such argument')`
         : db.sql`select pg_notify(${`${channel}_elsewhere`}, ${payload})`,
   });
-  onTestFinished(() => listener.stop());
   const unsent = () => lines.filter((l) => l.startsWith('could not send the LISTEN probe'));
   await until(() => unsent().length === 1, 20_000, 'the probe to fail');
   expect(connected).toEqual([true]);
