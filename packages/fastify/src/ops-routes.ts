@@ -112,6 +112,15 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
     route.handler = async function (this: FastifyInstance, request, reply) {
       const release = await writes();
       try {
+        // Its client went away while it waited for a slot: nobody would learn what it did.
+        if (reply.raw.destroyed) {
+          request.log.info('sluice ops: the client went away while its write waited; not carried out');
+          return await sendOpsCode(
+            reply,
+            'SLUICE_INTERNAL',
+            'the client went away; the action was not carried out',
+          );
+        }
         return await handler.call(this, request, reply);
       } finally {
         release();

@@ -6,6 +6,7 @@ import {
   appendEvents,
   drainUntilIdle,
   failingOn,
+  gate,
   holdGap,
   passUntil,
   recordingConsumer,
@@ -243,6 +244,66 @@ describe('plugin lifecycle', () => {
     for (const response of await Promise.all(disabling)) expect(response.statusCode, response.body).toBe(200);
     expect((await stateOf(schema)).map((r) => String(r['status']))).toEqual(['disabled']);
   });
+});
+
+test('a write whose client went away while it waited for a slot is not carried out', async () => {
+  let handled = 0;
+  let sent = 0;
+  const { app, schema } = await build(
+    [recordingConsumer('mailer').consumer],
+    { auth: bearerAuth(TOKEN, 'alice'), lockTimeoutMs: 20_000 },
+    {
+      before: (host) => {
+        host.addHook('preHandler', (_request, _reply, done) => {
+          handled += 1;
+          done();
+        });
+        host.addHook('onSend', (_request, _reply, payload, done) => {
+          sent += 1;
+          done(null, payload);
+        });
+      },
+    },
+  );
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const { port } = app.server.address() as AddressInfo;
+  const holding = gate();
+  let locked = false;
+  const holder = db.sql.begin(async (tx) => {
+    await tx`select 1 from ${tx(`${schema}.consumers`)} where name = 'mailer' for update`;
+    locked = true;
+    await holding.promise;
+  });
+  await until(() => locked, 10_000, 'the row to be held');
+  const disable = () =>
+    fetch(`http://127.0.0.1:${port}/sluice/consumers/mailer/disable`, {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json' },
+      body: '{}',
+    });
+  // Two writes take both slots and wait for the row; a third and a fourth wait for a slot, and the
+  // fourth's client goes.
+  const first = [disable(), disable()];
+  await until(() => handled === 2, 10_000, 'two writes in their handlers');
+  const gone = new AbortController();
+  const third = disable();
+  void third.catch(() => undefined);
+  const leaving = fetch(`http://127.0.0.1:${port}/sluice/consumers/mailer/disable`, {
+    method: 'POST',
+    headers: { ...auth, 'content-type': 'application/json' },
+    body: '{}',
+    signal: gone.signal,
+  }).catch(() => undefined);
+  await until(() => handled === 4, 10_000, 'the third and fourth writes to wait for a slot');
+  gone.abort();
+  await leaving;
+  holding.open();
+  await holder;
+  for (const response of await Promise.all([...first, third])) expect(response.status).toBe(200);
+  await until(() => sent === 4, 10_000, 'every write to be answered');
+  const [audits] = await db.sql<{ n: number }[]>`
+    select count(*)::int as n from ${db.sql(`${schema}.audit`)} where action = 'disable'`;
+  expect(audits?.n).toBe(3); // the fourth, whose client left, did nothing
 });
 
 describe('ops routes', () => {
