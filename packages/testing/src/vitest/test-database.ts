@@ -30,7 +30,7 @@ export async function useTestDatabase(): Promise<TestDatabase> {
   if (typeof serverUrl !== 'string' || typeof template !== 'string') {
     throw new Error(
       "useTestDatabase() needs the run's PostgreSQL: add globalSetup: ['@sluice/testing/vitest/global-setup'] " +
-        'to the test section of your vitest config (see @sluice/testing\'s README)',
+        "to the test section of your vitest config (see @sluice/testing's README)",
     );
   }
   const name = `sluice_test_${randomBytes(6).toString('hex')}`;
