@@ -1,3 +1,6 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { recordNotifications, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
@@ -436,9 +439,16 @@ test("transaction(): a COMMIT through its tx is refused before it is sent; the e
     }),
   ).rejects.toMatchObject({ code: 'SLUICE_TRANSACTION_CONTROL', statement: 'COMMIT' });
   expect(await countEvents()).toBe(before); // the callback failed: nothing committed
+  // Every statement of a text is looked at: a migration-style file, through unsafe() or file().
+  const folder = await mkdtemp(join(tmpdir(), 'sluice-sql-'));
+  onTestFinished(() => rm(folder, { recursive: true, force: true }));
+  const file = join(folder, 'migration.sql');
+  await writeFile(file, "begin;\ninsert into sluice.events_marker values ('x'); -- not run\ncommit;\n");
   await transaction(db.sql, async (tx) => {
     await append(tx, [order(2)]);
     expect(() => tx`end`).toThrow(TransactionControlError);
+    expect(() => tx.unsafe('select 1; /* then */ commit')).toThrow(TransactionControlError);
+    expect(() => tx.file(file)).toThrow(TransactionControlError);
   });
   expect(await countEvents()).toBe(before + 1);
 });

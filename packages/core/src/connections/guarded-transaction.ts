@@ -18,9 +18,11 @@
 //   which is what the caller sees). Should the connection turn out to be alive after all (an error
 //   classified as a connection loss that was not one), the callback is settled after a few seconds
 //   and the driver rolls the transaction back as usual.
+import { readFileSync } from 'node:fs';
 import { isConnectionLoss } from '../dispatcher/classify-failure.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { TransactionAbandonedError, TransactionControlError } from '../errors.js';
+import { transactionEndIn } from './transaction-end.js';
 
 /** Whether a guarded transaction may still run statements; `ended` settles when it may not. */
 export interface Liveness {
@@ -173,7 +175,9 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness): Transactio
   const wrapper = function guardedTransaction(this: unknown, ...args: unknown[]) {
     if (live.isEnded) throw new TransactionAbandonedError();
     const first = args[0];
-    if (Array.isArray(first) && 'raw' in first) refuseTransactionEnd(first[0]);
+    // A template's text, its parameters standing as 0 (a fragment's text is not known here).
+    if (Array.isArray(first) && 'raw' in first)
+      refuseTransactionEnd((first as readonly string[]).join(' 0 '));
     const made = Reflect.apply(tx, this, args) as unknown;
     if (made instanceof Promise) guardAwaits(made, live);
     return made;
@@ -181,7 +185,7 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness): Transactio
   const call = (name: 'unsafe' | 'file') =>
     function (this: unknown, ...args: unknown[]) {
       if (live.isEnded) throw new TransactionAbandonedError();
-      if (name === 'unsafe') refuseTransactionEnd(args[0]);
+      refuseTransactionEnd(name === 'unsafe' ? args[0] : fileText(args[0]));
       const made = Reflect.apply(Reflect.get(tx, name) as AnyFunction, tx, args);
       if (made instanceof Promise) guardAwaits(made, live);
       return made;
@@ -212,18 +216,22 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness): Transactio
 }
 
 /**
- * A statement that ends the transaction, after any blanks and comments: COMMIT, END, ROLLBACK (but
- * ROLLBACK TO a savepoint), ABORT, PREPARE TRANSACTION. BEGIN and START TRANSACTION only warn
- * inside a transaction, and SAVEPOINT, RELEASE and ROLLBACK TO stay inside it.
+ * @throws {TransactionControlError} when `text` holds a statement that ends the transaction
+ *   (connections/transaction-end.ts)
  */
-const TRANSACTION_END =
-  /^(?:\s|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*(commit|end|abort|rollback(?!\s+(?:(?:work|transaction)\s+)?to\b)|prepare\s+transaction)\b/i;
-
-/** @throws {TransactionControlError} when `text` (a statement's start) ends the transaction */
 function refuseTransactionEnd(text: unknown): void {
   if (typeof text !== 'string') return;
-  const ends = TRANSACTION_END.exec(text);
-  if (ends) throw new TransactionControlError((ends[1] ?? '').toUpperCase().replace(/\s+/g, ' '));
+  const ends = transactionEndIn(text);
+  if (ends !== undefined) throw new TransactionControlError(ends);
+}
+
+/** The text of a SQL file `file()` is given, when it can be read (else the driver says why). */
+function fileText(path: unknown): string | undefined {
+  try {
+    return typeof path === 'string' ? readFileSync(path, 'utf8') : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** A promise that settles as `promise` does while `live` is live, and never once it has ended. */
