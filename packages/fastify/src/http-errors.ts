@@ -1,5 +1,5 @@
 import { SluiceError, type OpsRouteErrorCode, type SluiceErrorCode } from '@sluice/core';
-import { messageOf, unreachableBy } from '@sluice/core/internal';
+import { unreachableBy } from '@sluice/core/internal';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 
 /** The one place where core error codes meet HTTP statuses (CONVENTIONS.md#errors). */
@@ -95,11 +95,12 @@ export function sendOpsError(error: FastifyError | Error, request: FastifyReques
   // The database is down, refuses the login, or the connection went during the request: not a
   // failure of the request, and not one of Sluice's.
   if (unreachableBy(error) !== undefined) {
+    // What the driver said (addresses, user names) stays in the server log.
     request.log.warn({ err: error }, 'sluice ops request: the database cannot be used');
     return sendOpsCode(
       reply,
       'SLUICE_DATABASE_UNAVAILABLE',
-      `the database cannot be used now (${messageOf(error).trim()}); try again once it is back`,
+      'the database cannot be used now (the server log says why); try again once it is back',
     );
   }
   request.log.error({ err: error }, 'sluice ops request failed');

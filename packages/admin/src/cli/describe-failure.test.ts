@@ -40,3 +40,12 @@ test('a TLS handshake that fails (a server or pooler without TLS) cannot reach t
     message: `cannot reach the database: ${tls.message.trim()}`,
   });
 });
+
+test('a socket code shaped like a SQLSTATE (EPIPE) is still a socket failure: the database cannot be reached (exit 5)', () => {
+  const pipe = Object.assign(new Error('write EPIPE'), { code: 'EPIPE' });
+  expect(describeFailure(pipe, 'sluice')).toEqual({
+    exitCode: EXIT_CODES.unreachable,
+    code: 'SLUICE_DATABASE_UNREACHABLE',
+    message: 'cannot reach the database: write EPIPE',
+  });
+});

@@ -88,20 +88,22 @@ const UNREACHABLE_CODES = new Set([
  */
 export function unreachableBy(error: unknown): 'state' | 'socket' | undefined {
   try {
-    const state = sqlStateOf(error);
-    if (state !== undefined) {
-      const unusable =
-        state.startsWith('08') ||
-        state.startsWith('28') ||
-        ['3D000', '57P01', '57P02', '57P03', '53300'].includes(state);
-      return unusable ? 'state' : undefined;
-    }
     if (error instanceof TransactionAbandonedError) return 'socket';
+    // The driver's and the socket's codes first: EPIPE has the shape of a SQLSTATE.
     const code = typeof error === 'object' && error !== null && 'code' in error ? error.code : undefined;
-    if (typeof code !== 'string') return undefined;
-    return UNREACHABLE_CODES.has(code) || code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_')
-      ? 'socket'
-      : undefined;
+    if (
+      typeof code === 'string' &&
+      (UNREACHABLE_CODES.has(code) || code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_'))
+    ) {
+      return 'socket';
+    }
+    const state = sqlStateOf(error);
+    if (state === undefined) return undefined;
+    const unusable =
+      state.startsWith('08') ||
+      state.startsWith('28') ||
+      ['3D000', '57P01', '57P02', '57P03', '53300'].includes(state);
+    return unusable ? 'state' : undefined;
   } catch {
     return undefined;
   }
