@@ -310,18 +310,13 @@ export class ConsumerBusyError extends SluiceError {
  */
 export class LaneChangeInProgressError extends SluiceError {
   readonly consumer: string;
-  /** Set when a restart past the barrier of a change not yet switched was refused. */
-  readonly barrier: bigint | undefined;
 
-  constructor(consumer: string, from: number, to: number, pastBarrier?: bigint) {
+  constructor(consumer: string, from: number, to: number) {
     super(
       'SLUICE_LANE_CHANGE_IN_PROGRESS',
-      pastBarrier === undefined
-        ? `Consumer "${consumer}" is still changing from ${from} to ${to} lanes: its old lanes resolve their pending gaps first. Try again once the change is done (diagnose shows it).`
-        : `Consumer "${consumer}" is changing from ${from} to ${to} lanes at barrier ${pastBarrier}: its old lanes must reach the barrier, not pass it. Restart at or below ${pastBarrier}, once the change is done (diagnose shows it), or after cancelling it (relane back to ${from}).`,
+      `Consumer "${consumer}" is still changing from ${from} to ${to} lanes: its old lanes resolve their pending gaps first. Try again once the change is done (diagnose shows it).`,
     );
     this.consumer = consumer;
-    this.barrier = pastBarrier;
   }
 }
 

@@ -113,19 +113,12 @@ export function restartConsumer(
     if (from > facts.head) throw new BeyondHeadError(from, facts.head);
     cursor = from;
   }
-  // During a change of lanes (docs/design.md §11.3) the barrier splits the log between the old
-  // lanes and the new ones. Once switched, a restart would have both deliver the events below it
-  // (each by its own hash: twice, out of order per key); before, an old lane moved past the barrier
-  // would never stand at it, and the switch would wait for ever.
+  // Once a change of lanes has switched (docs/design.md §11.3), the barrier splits the log between
+  // the old lanes and the new ones: a restart would have both deliver the events below it (each by
+  // its own hash: twice, out of order per key). Before the switch only old lanes exist, and one
+  // restarted past the barrier raises it, as a turn that ended past it does.
   const lanes = facts.laneChange;
-  if (lanes && (lanes.switched || cursor > lanes.barrier)) {
-    throw new LaneChangeInProgressError(
-      lanes.consumer,
-      lanes.from,
-      lanes.to,
-      lanes.switched ? undefined : lanes.barrier,
-    );
-  }
+  if (lanes?.switched) throw new LaneChangeInProgressError(lanes.consumer, lanes.from, lanes.to);
   return change(
     state,
     'restart',
