@@ -63,7 +63,8 @@ export class ProbeEar {
       } catch (error) {
         return { outcome: 'unsent', error };
       } finally {
-        this.#waiting = undefined;
+        // Only its own: a later listen() may wait for a probe of its own by now.
+        if (this.#waiting?.payload === payload) this.#waiting = undefined;
       }
     }
     return { outcome: 'heard' };

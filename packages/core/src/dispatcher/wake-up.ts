@@ -72,6 +72,7 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
   let reprobeTimer: NodeJS.Timeout | undefined;
   /** A probe could not be sent, and that was said; said again only after a probe was sent. */
   let unsentReported = false;
+  let verifications = 0;
   const ear = new ProbeEar();
 
   const setConnected = (value: boolean) => {
@@ -168,8 +169,10 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
    * so, once; it probes again after a backoff, and says once when wake-ups are back.
    */
   async function verifyHearing(attempt: Sql, probe: (payload: string) => Promise<unknown>): Promise<void> {
-    const hearing = await ear.listen(probe, () => stopped);
-    if (stopped || attempt !== listenSql) return;
+    // One verification at a time: a later one (a reconnect's) ends an earlier one's probing.
+    const run = ++verifications;
+    const hearing = await ear.listen(probe, () => stopped || run !== verifications);
+    if (stopped || attempt !== listenSql || run !== verifications) return;
     if (hearing.outcome === 'unsent' && !deaf) {
       // Not known either way: taken as working (it was before the probe), and probed again later,
       // so that a listener behind a transaction pooler does not pass for one that hears.
@@ -200,6 +203,7 @@ export async function startListener(options: ListenerOptions): Promise<Listener>
       return;
     }
     if (!deaf) {
+      reprobeMs = reprobeInitialMs; // not the backoff of probes that could not be sent
       options.logger.warn(
         { channel: options.channel },
         'LISTEN does not receive notifications on its connection (behind a transaction pooler such ' +
