@@ -64,7 +64,8 @@ export class ProbeEar {
         return { outcome: 'unsent', error };
       } finally {
         // Only its own: a later listen() may wait for a probe of its own by now.
-        if (this.#waiting?.payload === payload) this.#waiting = undefined;
+        const waiting = this.#waiting as { readonly payload: string } | undefined; // set by another listen() meanwhile, perhaps
+        if (waiting?.payload === payload) this.#waiting = undefined;
       }
     }
     return { outcome: 'heard' };
