@@ -513,10 +513,11 @@ async function tryComplete(
                         and g.from_id <= ${barrier.toString()}::bigint) as pending
     from ${t.consumers} c
     where c.name = ${next.rowName} and left(c.instance_id, 1) = '*'`;
-  // A key the rebuild parked at or below the barrier holds events it has not delivered yet.
+  // An event the rebuild set aside at or below the barrier is one it has not delivered yet: the
+  // event that parked its key, or one set aside after it (a late one may lie below that one).
   const [parked] = await tx`
-    select 1 from ${t.parkedKeys}
-    where consumer_name = ${next.rowName} and first_event_id <= ${barrier.toString()}::bigint limit 1`;
+    select 1 from ${t.parkedEvents}
+    where consumer_name = ${next.rowName} and event_id <= ${barrier.toString()}::bigint limit 1`;
   const ready =
     rows.length === all &&
     !parked &&
