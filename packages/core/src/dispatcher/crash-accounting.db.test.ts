@@ -3,7 +3,7 @@
 // still there at the next turn was a crash. These tests leave exactly what a crash leaves behind
 // (turn_starts rows with started_count > 0) and check how the next turn counts them. The real
 // kill -9 of a dispatcher process is exercised by the e2e suites.
-import { appendEvents, consumerRow, freshSchema, recordingConsumer, until } from '@sluice/testing';
+import { appendEvents, consumerRow, freshSchema, gate, recordingConsumer, until } from '@sluice/testing';
 import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import type { HandlerContext } from '../consumers/consumer.js';
@@ -186,4 +186,58 @@ test('a turn that fails before it records its start leaves the crashes recorded 
     'the turn after the backoff',
   );
   expect(attempts).toEqual([3]);
+});
+
+test('a replay whose turn never commits (the process died in the handler) is not replayed again at every start: its request is cleared, and the dead letter says so', async () => {
+  const schema = await freshSchema(db.sql);
+  let mode: 'fail' | 'hang' | 'ok' = 'fail';
+  let calls = 0;
+  let pid = 0;
+  const proceed = gate();
+  const c = recordingConsumer('dl', {
+    transactional: true,
+    errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+    handler: async (event, ctx) => {
+      if (event.id !== 1n) return;
+      calls += 1;
+      if (mode === 'fail') throw new Error('cannot handle it');
+      if (mode === 'hang') {
+        const [row] = await ctx.tx!<{ pid: number }[]>`select pg_backend_pid() as pid`;
+        pid = row!.pid;
+        await proceed.promise;
+      }
+    },
+  });
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { backoffInitialMs: 10, backoffMaxMs: 10 });
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 2, undefined, schema);
+  await dispatcher.runOnce(); // event 1 to the dead letters, event 2 delivered
+  const letters = db.sql(`${schema}.dead_letters`);
+  await db.sql`update ${letters} set replay_requested_at = now()`;
+  // The replay's handler runs, and its turn dies with its connection, as with the process.
+  mode = 'hang';
+  calls = 0;
+  const pass = dispatcher.runOnce();
+  await until(() => pid !== 0, 10_000, 'the replay in its handler');
+  await db.sql`select pg_terminate_backend(${pid})`;
+  proceed.open();
+  await pass;
+  const [letter] = await db.sql<{ requested: boolean; replayed: boolean; error: string }[]>`
+    select replay_requested_at is not null as requested, replayed_at is not null as replayed, error from ${letters}`;
+  expect(letter).toMatchObject({ requested: false, replayed: false });
+  expect(letter?.error).toMatch(/^the replay did not finish \(the process stopped.*\): cannot handle it$/);
+  // Later turns do not call the handler for it again; asked again, it is replayed and the note goes.
+  mode = 'ok';
+  await until(
+    async () => (await dispatcher.runOnce()).byConsumer['dl']?.skipped !== 'backoff',
+    10_000,
+    'the backoff to end',
+  );
+  expect(calls).toBe(1);
+  await db.sql`update ${letters} set replay_requested_at = now()`;
+  await dispatcher.runOnce();
+  expect(calls).toBe(2);
+  const [replayed] = await db.sql<{ replayed: boolean; error: string }[]>`
+    select replayed_at is not null as replayed, error from ${letters}`;
+  expect(replayed).toEqual({ replayed: true, error: 'cannot handle it' });
 });

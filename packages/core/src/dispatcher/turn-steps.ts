@@ -30,7 +30,7 @@ import {
   type LaneGroup,
 } from '../queries/events.js';
 import { replaceRanges, type StoredRange } from '../queries/gaps.js';
-import { finishReplays, selectRequestedReplays } from '../queries/replays.js';
+import { claimReplays, finishReplays, selectRequestedReplays } from '../queries/replays.js';
 import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
@@ -587,6 +587,14 @@ export async function deliverReplays(
   const { tables: t } = env;
   const replays = await selectRequestedReplays(tx, t, consumer.name, consumer.instanceId, consumer.batchSize);
   if (replays.length === 0) return;
+  if (env.options.countCrashedAttempts) {
+    await claimReplays(
+      env.options.sql,
+      t,
+      { deadLetterIds: replays.map((r) => r.deadLetterId) },
+      env.options.statementTimeoutMs,
+    );
+  }
   const result = await deliver({
     consumer: { ...consumer, maxAttempts: 1, skipApplyErrors: false },
     tx,
@@ -607,6 +615,7 @@ export async function deliverReplays(
     failedReplay && result.failure
       ? { deadLetterId: failedReplay.deadLetterId, error: messageOf(result.failure.error) }
       : undefined,
+    replays.slice(done.length + (failedReplay ? 1 : 0)).map((r) => r.deadLetterId),
   );
   env.metrics.processed(consumer.name, consumer.instanceId, result.handled);
   env.logger.info(
@@ -631,6 +640,14 @@ export async function deliverParkedReplays(
 ): Promise<void> {
   const { tables: t } = env;
   const replays = await selectParkedReplays(tx, t, consumer.name, lane, consumer.batchSize);
+  if (replays.length > 0 && env.options.countCrashedAttempts) {
+    await claimReplays(
+      env.options.sql,
+      t,
+      { consumer: consumer.name, keys: replays.map((r) => r.key) },
+      env.options.statementTimeoutMs,
+    );
+  }
   for (const replay of replays) {
     const parking: Parking = { keyOf: () => replay.key, keys: new Set() };
     const result = await deliver({

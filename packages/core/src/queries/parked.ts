@@ -5,6 +5,7 @@ import type { Lane } from '../lanes/lanes.js';
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, TransactionSql } from '../sql-types.js';
 import { pgArray } from './pg-array.js';
+import { REPLAY_CRASH_NOTE } from './replays.js';
 
 /** An event set aside under its parked key (`error`: the failure that parked the key). */
 export interface ParkedWrite {
@@ -149,7 +150,14 @@ export async function finishParkedReplay(
     delete from ${t.parkedKeys} k
     where k.consumer_name = ${consumer} and k.key = ${key}
       and not exists (select 1 from ${t.parkedEvents} e where e.consumer_name = k.consumer_name and e.key = k.key)`;
-  return unparked.count > 0;
+  if (unparked.count > 0) return true;
+  // Events of the key are left (beyond this turn's batch, or set aside meanwhile): the replay goes
+  // on in the next turn. Its request was cleared before the handler ran (claimReplays): asked again.
+  await tx`
+    update ${t.parkedKeys} set replay_requested_at = coalesce(replay_requested_at, now()),
+      error = case when starts_with(error, ${REPLAY_CRASH_NOTE}) then substr(error, ${REPLAY_CRASH_NOTE.length + 1}) else error end
+    where consumer_name = ${consumer} and key = ${key}`;
+  return false;
 }
 
 /**

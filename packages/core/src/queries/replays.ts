@@ -1,6 +1,9 @@
 import type { EventRecord, JsonObject } from '../events.js';
 import type { Tables } from '../schema/tables.js';
-import type { TransactionSql } from '../sql-types.js';
+import type { Sql, TransactionSql } from '../sql-types.js';
+import { settleWithin, TIMED_OUT } from '../time-limit.js';
+import { pgArray } from './pg-array.js';
+import { PoolExhaustedError } from './turn-starts.js';
 
 export interface ReplayRow {
   deadLetterId: bigint;
@@ -44,16 +47,68 @@ export async function selectRequestedReplays(
   }));
 }
 
+/**
+ * What a replay request becomes when the process stops while its handler runs: put ahead of the
+ * dead letter's (or parked key's) error, and taken off again by a turn that commits.
+ */
+export const REPLAY_CRASH_NOTE =
+  'the replay did not finish (the process stopped, or its connection was lost, while the handler ran; ask again): ';
+
+/**
+ * Before a replay calls the handler, in a statement of its own that commits at once (docs/guarantees.md,
+ * "Crashes count"): the requests are cleared, with {@link REPLAY_CRASH_NOTE} ahead of the error, so
+ * that a process that dies in the handler does not replay them again at every start. The turn, if
+ * it commits, marks them replayed, or failed, or asked for again, as it always did.
+ * @throws {PoolExhaustedError} when the statement is not answered within `waitMs`
+ */
+export async function claimReplays(
+  sql: Sql,
+  t: Tables,
+  claim:
+    | { readonly deadLetterIds: readonly bigint[] }
+    | { readonly consumer: string; readonly keys: readonly string[] },
+  waitMs: number,
+): Promise<void> {
+  const claiming =
+    'deadLetterIds' in claim
+      ? sql`
+          update ${t.deadLetters} set replay_requested_at = null, error = ${noted(sql)}
+          where id = any(${pgArray(claim.deadLetterIds)}::int8[]) and replay_requested_at is not null`
+      : sql`
+          update ${t.parkedKeys} set replay_requested_at = null, error = ${noted(sql)}
+          where consumer_name = ${claim.consumer} and key = any(${pgArray(claim.keys)}::text[])
+            and replay_requested_at is not null`;
+  if ((await settleWithin(claiming, waitMs)) === TIMED_OUT) {
+    claiming.catch(() => undefined);
+    throw new PoolExhaustedError(waitMs);
+  }
+}
+
+/** The error column with the note ahead of it, once (a replay that did not finish twice has it once). */
+function noted(sql: Sql) {
+  return sql`case when starts_with(coalesce(error, ''), ${REPLAY_CRASH_NOTE}) then error
+                  else ${REPLAY_CRASH_NOTE} || coalesce(error, '') end`;
+}
+
 /** Marks replays done, or failed (the request is cleared; an operator can ask again). */
 export async function finishReplays(
   tx: TransactionSql,
   t: Tables,
   done: readonly bigint[],
   failed: { deadLetterId: bigint; error: string } | undefined,
+  /** Claimed but not reached in this turn (its time ran out): asked for again. */
+  notReached: readonly bigint[] = [],
 ): Promise<void> {
+  if (notReached.length > 0) {
+    await tx`
+      update ${t.deadLetters} set replay_requested_at = now(),
+        error = case when starts_with(error, ${REPLAY_CRASH_NOTE}) then substr(error, ${REPLAY_CRASH_NOTE.length + 1}) else error end
+      where id = any(${pgArray(notReached)}::int8[]) and replayed_at is null`;
+  }
   if (done.length > 0) {
     await tx`
-      update ${t.deadLetters} set replayed_at = now()
+      update ${t.deadLetters} set replayed_at = now(),
+        error = case when starts_with(error, ${REPLAY_CRASH_NOTE}) then substr(error, ${REPLAY_CRASH_NOTE.length + 1}) else error end
       where id = any(${`{${done.join(',')}}`}::int8[])`;
   }
   if (failed) {
