@@ -140,3 +140,22 @@ function article(type: string): string {
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
+
+/**
+ * A query string's percent-escape that is not UTF-8 (`?key=%ff`): the host's parser keeps such a
+ * value as it was written, so `%ff` would be taken for a key spelt that way. Refused instead, as a
+ * path parameter with one is.
+ */
+export function malformedEscape(url: string | undefined): string | undefined {
+  const query = url === undefined ? -1 : url.indexOf('?');
+  if (url === undefined || query === -1) return undefined;
+  for (const part of url.slice(query + 1).split(/[&=]/)) {
+    if (!part.includes('%')) continue;
+    try {
+      decodeURIComponent(part.replace(/\+/g, ' '));
+    } catch {
+      return `the query string holds a malformed percent-escape (${part.slice(0, 40)}): escape it as UTF-8`;
+    }
+  }
+  return undefined;
+}

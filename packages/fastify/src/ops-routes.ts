@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { dashboardRoutes, shellIsPublic } from './dashboard/dashboard.js';
 import { sendOpsCode, sendOpsError } from './http-errors.js';
+import { malformedEscape } from './json.js';
 import { findBodyProblem, findStrictProblem, NO_PARAMETERS } from './json.js';
 import { auditRoutes } from './routes/audit.js';
 import { consumerRoutes } from './routes/consumers.js';
@@ -89,6 +90,7 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
     }
     const schema = request.routeOptions.schema;
     const problem =
+      malformedEscape(request.raw.url) ??
       findBodyProblem(request.body) ??
       findStrictProblem(
         request.query,

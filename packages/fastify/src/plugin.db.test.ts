@@ -734,6 +734,10 @@ describe('ops routes', () => {
     expect(query.json<{ message: string }>().message).toMatch(
       /query\.instanceId is not a query parameter of this request \(its query parameters: instance\)/,
     );
+    // A percent-escape that is not UTF-8 is refused, not taken for the text as written.
+    const escaped = await authed(app, 'GET', '/sluice/consumers/mailer/parked-keys/events?key=%ff');
+    expect(escaped.statusCode, escaped.body).toBe(400);
+    expect(escaped.json<{ message: string }>().message).toMatch(/malformed percent-escape \(%ff\)/);
     for (const parameter of ['x', 'toString', 'hasOwnProperty', '__proto__']) {
       const healthQuery = await authed(app, 'GET', `/sluice/health?${parameter}=1`);
       expect(healthQuery.statusCode, `${parameter}: ${healthQuery.body}`).toBe(400);
