@@ -448,6 +448,9 @@ test("transaction(): a COMMIT through its tx is refused before it is sent; the e
     await append(tx, [order(2)]);
     expect(() => tx`end`).toThrow(TransactionControlError);
     expect(() => tx.unsafe('select 1; /* then */ commit')).toThrow(TransactionControlError);
+    // Fragments are read too, a query of another pool among them.
+    expect(() => tx`select 1; ${db.sql.unsafe('commit')}`).toThrow(TransactionControlError);
+    expect(() => tx`${tx``}commit`).toThrow(TransactionControlError);
     expect(() => tx.file(file)).toThrow(TransactionControlError);
   });
   expect(await countEvents()).toBe(before + 1);

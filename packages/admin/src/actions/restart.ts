@@ -26,8 +26,7 @@ export interface RestartOptions extends ActionOptions {
  * stays disabled. Refuses to start below the retention floor (pruned events would be skipped).
  * @throws {InvalidOptionError} @throws {ConsumerNotFoundError} @throws {ConsumerBusyError}
  * @throws {BelowRetentionFloorError} @throws {BeyondHeadError}
- * @throws {LaneChangeInProgressError} during a change of lane count that has switched over, or past
- *   the barrier of one that has not
+ * @throws {LaneChangeInProgressError} during a change of lane count that has switched over
  */
 export async function restart(
   ctx: AdminContext,

@@ -175,9 +175,7 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness): Transactio
   const wrapper = function guardedTransaction(this: unknown, ...args: unknown[]) {
     if (live.isEnded) throw new TransactionAbandonedError();
     const first = args[0];
-    // A template's text, its parameters standing as 0 (a fragment's text is not known here).
-    if (Array.isArray(first) && 'raw' in first)
-      refuseTransactionEnd((first as readonly string[]).join(' 0 '));
+    if (Array.isArray(first) && 'raw' in first) refuseTransactionEnd(templateText(first, args.slice(1)));
     const made = Reflect.apply(tx, this, args) as unknown;
     if (made instanceof Promise) guardAwaits(made, live);
     return made;
@@ -223,6 +221,25 @@ function refuseTransactionEnd(text: unknown): void {
   if (typeof text !== 'string') return;
   const ends = transactionEndIn(text);
   if (ends !== undefined) throw new TransactionControlError(ends);
+}
+
+/**
+ * A template's text as the server will read it: its fragments (queries of any pool, unsafe() texts,
+ * nested templates: postgres.js keeps their `strings`) written in, its parameters standing as 0.
+ */
+function templateText(strings: readonly string[], values: readonly unknown[], depth = 0): string {
+  let text = strings[0] ?? '';
+  for (let i = 1; i < strings.length; i++)
+    text += ` ${fragmentText(values[i - 1], depth)} ${strings[i] ?? ''}`;
+  return text;
+}
+
+function fragmentText(value: unknown, depth: number): string {
+  if (typeof value !== 'object' || value === null || depth > 8) return '0';
+  const { strings, args } = value as { strings?: unknown; args?: unknown };
+  if (typeof strings === 'string') return strings;
+  if (!Array.isArray(strings) || !strings.every((part) => typeof part === 'string')) return '0';
+  return templateText(strings, Array.isArray(args) ? args : [], depth + 1);
 }
 
 /** The text of a SQL file `file()` is given, when it can be read (else the driver says why). */

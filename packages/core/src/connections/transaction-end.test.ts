@@ -22,6 +22,8 @@ describe('statements that end the transaction', () => {
     ['insert into t values (1); commit', 'COMMIT'],
     ['begin; insert into t values (1); commit;', 'COMMIT'],
     ["select ';'; end", 'END'],
+    // With standard_conforming_strings off the backslash escapes the quote: the COMMIT is a statement.
+    ["select 'x\\''; commit; select ''", 'COMMIT'],
   ])('%j is refused as %s', (sql, named) => {
     expect(transactionEndIn(sql)).toBe(named);
   });

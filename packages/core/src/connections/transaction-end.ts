@@ -12,7 +12,13 @@ const DOLLAR_TAG = /\$([A-Za-z_\u0080-\uFFFF][A-Za-z0-9_\u0080-\uFFFF]*)?\$/y;
 export function transactionEndIn(sql: string): string | undefined {
   // Most texts are one statement: its start is all there is to read.
   if (!sql.includes(';')) return endingStatement(sql, 0);
-  for (let at = 0; at < sql.length; at = nextStatement(sql, at)) {
+  // With standard_conforming_strings off (a session may set it) a backslash escapes a quote in any
+  // string literal: such a text is read both ways, and refused if either reading ends the transaction.
+  return statementsEnding(sql, false) ?? (sql.includes('\\') ? statementsEnding(sql, true) : undefined);
+}
+
+function statementsEnding(sql: string, backslashes: boolean): string | undefined {
+  for (let at = 0; at < sql.length; at = nextStatement(sql, at, backslashes)) {
     const ends = endingStatement(sql, at);
     if (ends !== undefined) return ends;
   }
@@ -60,12 +66,12 @@ function skipBlank(sql: string, at: number): number {
 }
 
 /** Just past the `;` that ends the statement at `at` (the text's end when none does). */
-function nextStatement(sql: string, at: number): number {
+function nextStatement(sql: string, at: number, backslashes: boolean): number {
   let i = at;
   while (i < sql.length) {
     const c = sql.charAt(i);
     if (c === ';') return i + 1;
-    if (c === "'") i = quotedEnd(sql, i, "'", isEscapeString(sql, i));
+    if (c === "'") i = quotedEnd(sql, i, "'", backslashes || isEscapeString(sql, i));
     else if (c === '"') i = quotedEnd(sql, i, '"', false);
     else if (c === '-' && sql.charAt(i + 1) === '-') i = lineEnd(sql, i);
     else if (c === '/' && sql.charAt(i + 1) === '*') i = commentEnd(sql, i);

@@ -188,11 +188,19 @@ test('a turn that fails before it records its start leaves the crashes recorded 
   expect(attempts).toEqual([3]);
 });
 
-test('a replay whose turn never commits (the process died in the handler) is not replayed again at every start: its request is cleared, and the dead letter says so', async () => {
+test('a replay is one attempt: its request is cleared, committed, before its handler runs (a process that dies there does not replay it at every start); a turn that fails while the process lives asks for it again', async () => {
   const schema = await freshSchema(db.sql);
-  let mode: 'fail' | 'hang' | 'ok' = 'fail';
+  const letters = db.sql(`${schema}.dead_letters`);
+  const letterRow = async () =>
+    (
+      await db.sql<{ requested: boolean; replayed: boolean; error: string | null }[]>`
+        select replay_requested_at is not null as requested, replayed_at is not null as replayed, error
+        from ${letters}`
+    )[0];
+  let mode: 'fail' | 'hang' | 'observe' = 'fail';
   let calls = 0;
   let pid = 0;
+  let seenDuringReplay: Awaited<ReturnType<typeof letterRow>>;
   const proceed = gate();
   const c = recordingConsumer('dl', {
     transactional: true,
@@ -206,15 +214,17 @@ test('a replay whose turn never commits (the process died in the handler) is not
         pid = row!.pid;
         await proceed.promise;
       }
+      // What a process that died here would leave: read on another connection.
+      if (mode === 'observe') seenDuringReplay = await letterRow();
     },
   });
   const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { backoffInitialMs: 10, backoffMaxMs: 10 });
   await dispatcher.ensureRegistered();
   await appendEvents(db.sql, 2, undefined, schema);
   await dispatcher.runOnce(); // event 1 to the dead letters, event 2 delivered
-  const letters = db.sql(`${schema}.dead_letters`);
   await db.sql`update ${letters} set replay_requested_at = now()`;
-  // The replay's handler runs, and its turn dies with its connection, as with the process.
+
+  // The replay's turn dies with its connection while its handler runs; this process lives on.
   mode = 'hang';
   calls = 0;
   const pass = dispatcher.runOnce();
@@ -222,22 +232,23 @@ test('a replay whose turn never commits (the process died in the handler) is not
   await db.sql`select pg_terminate_backend(${pid})`;
   proceed.open();
   await pass;
-  const [letter] = await db.sql<{ requested: boolean; replayed: boolean; error: string }[]>`
-    select replay_requested_at is not null as requested, replayed_at is not null as replayed, error from ${letters}`;
-  expect(letter).toMatchObject({ requested: false, replayed: false });
-  expect(letter?.error).toMatch(/^the replay did not finish \(the process stopped.*\): cannot handle it$/);
-  // Later turns do not call the handler for it again; asked again, it is replayed and the note goes.
-  mode = 'ok';
+  expect(await letterRow()).toEqual({ requested: true, replayed: false, error: 'cannot handle it' });
+
+  // Replayed again by a later turn. While its handler runs, the request is already cleared, and
+  // the dead letter says the replay did not finish: what a crash at that moment leaves behind.
+  mode = 'observe';
   await until(
-    async () => (await dispatcher.runOnce()).byConsumer['dl']?.skipped !== 'backoff',
+    async () => {
+      await dispatcher.runOnce();
+      return (await letterRow())?.replayed === true;
+    },
     10_000,
-    'the backoff to end',
+    'the replay',
   );
-  expect(calls).toBe(1);
-  await db.sql`update ${letters} set replay_requested_at = now()`;
-  await dispatcher.runOnce();
   expect(calls).toBe(2);
-  const [replayed] = await db.sql<{ replayed: boolean; error: string }[]>`
-    select replayed_at is not null as replayed, error from ${letters}`;
-  expect(replayed).toEqual({ replayed: true, error: 'cannot handle it' });
+  expect(seenDuringReplay).toMatchObject({ requested: false, replayed: false });
+  expect(seenDuringReplay?.error).toMatch(
+    /^the replay did not finish \(the process stopped.*\): cannot handle it$/,
+  );
+  expect(await letterRow()).toEqual({ requested: false, replayed: true, error: 'cannot handle it' });
 });

@@ -30,7 +30,7 @@ import {
   type LaneGroup,
 } from '../queries/events.js';
 import { replaceRanges, type StoredRange } from '../queries/gaps.js';
-import { claimReplays, finishReplays, selectRequestedReplays } from '../queries/replays.js';
+import { claimReplays, finishReplays, selectRequestedReplays, type ReplayClaim } from '../queries/replays.js';
 import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
@@ -583,17 +583,16 @@ export async function deliverReplays(
   consumer: ResolvedConsumer,
   tx: TransactionSql,
   span: Span,
+  /** Out: the replays this turn claimed (their requests cleared before the handler ran). */
+  claims: ReplayClaim[],
 ): Promise<void> {
   const { tables: t } = env;
   const replays = await selectRequestedReplays(tx, t, consumer.name, consumer.instanceId, consumer.batchSize);
   if (replays.length === 0) return;
   if (env.options.countCrashedAttempts) {
-    await claimReplays(
-      env.options.sql,
-      t,
-      { deadLetterIds: replays.map((r) => r.deadLetterId) },
-      env.options.statementTimeoutMs,
-    );
+    const claim = { deadLetterIds: replays.map((r) => r.deadLetterId) };
+    claims.push(claim);
+    await claimReplays(env.options.sql, t, claim, env.options.statementTimeoutMs);
   }
   const result = await deliver({
     consumer: { ...consumer, maxAttempts: 1, skipApplyErrors: false },
@@ -637,16 +636,15 @@ export async function deliverParkedReplays(
   tx: TransactionSql,
   span: Span,
   lane: Lane,
+  /** Out: the replays this turn claimed (their requests cleared before the handler ran). */
+  claims: ReplayClaim[],
 ): Promise<void> {
   const { tables: t } = env;
   const replays = await selectParkedReplays(tx, t, consumer.name, lane, consumer.batchSize);
   if (replays.length > 0 && env.options.countCrashedAttempts) {
-    await claimReplays(
-      env.options.sql,
-      t,
-      { consumer: consumer.name, keys: replays.map((r) => r.key) },
-      env.options.statementTimeoutMs,
-    );
+    const claim = { consumer: consumer.name, keys: replays.map((r) => r.key) };
+    claims.push(claim);
+    await claimReplays(env.options.sql, t, claim, env.options.statementTimeoutMs);
   }
   for (const replay of replays) {
     const parking: Parking = { keyOf: () => replay.key, keys: new Set() };

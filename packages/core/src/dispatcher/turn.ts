@@ -14,6 +14,7 @@ import { deliverableIds, settleTurn } from '../gaps/gaps.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { selectRangesToRecheck } from '../queries/gaps.js';
+import { askReplaysAgain, type ReplayClaim } from '../queries/replays.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
@@ -113,6 +114,10 @@ export interface TurnProgress {
    * applies only while the row is still as the turn found it (see recordFailedAttempt).
    */
   heldXmin?: bigint;
+  /** Out: replays whose requests this turn cleared before their handlers ran (claimReplays). */
+  claims?: ReplayClaim[];
+  /** Out: the turn is in its replays (a handler timeout there is the replay's one attempt). */
+  replaying?: boolean;
 }
 
 /**
@@ -153,6 +158,12 @@ export async function runTurn(
     span.end();
     return outcome;
   } catch (error) {
+    // The turn rolled back and the process lives on: replays it claimed are asked for again, but
+    // for one whose own handler ran out of time (that was its one attempt).
+    const replayTimedOut = error instanceof TransactionalHandlerTimeout && progress.replaying === true;
+    if (progress.claims && progress.claims.length > 0 && !replayTimedOut) {
+      await askReplaysAgain(env.options.sql, env.tables, progress.claims, env.options.statementTimeoutMs);
+    }
     if (error instanceof TransactionalHandlerTimeout) {
       span.setAttributes({ [ATTR.failed]: 1 });
       span.end();
@@ -213,11 +224,15 @@ async function turnInTransaction(
   const { state } = opening;
   if (opening.change !== null) await applyOpening(env, consumer, tx, opening.change, state);
   // Replays an operator requested (docs/design.md §6): delivered first, out of order by nature.
-  if (state.replaysPending) await deliverReplays(env, consumer, tx, span);
+  progress.replaying = true;
+  if (state.replaysPending) await deliverReplays(env, consumer, tx, span, (progress.claims ??= []));
   // Parked keys an operator asked to replay, before this turn's events: a key whose parked events
   // all go through is unparked, and this turn's fetch (after it) delivers its later events.
   const replayLane = parkedReplayLane(consumer, held.laneChange);
-  if (held.parkedReplays && replayLane) await deliverParkedReplays(env, consumer, tx, span, replayLane);
+  if (held.parkedReplays && replayLane) {
+    await deliverParkedReplays(env, consumer, tx, span, replayLane, (progress.claims ??= []));
+  }
+  progress.replaying = false;
 
   const stored = opening.recheck
     ? await selectRangesToRecheck(tx, env.tables, consumer.name, consumer.instanceId, opening.recheck)

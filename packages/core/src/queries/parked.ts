@@ -5,7 +5,7 @@ import type { Lane } from '../lanes/lanes.js';
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, TransactionSql } from '../sql-types.js';
 import { pgArray } from './pg-array.js';
-import { REPLAY_CRASH_NOTE } from './replays.js';
+import { unnoted } from './replays.js';
 
 /** An event set aside under its parked key (`error`: the failure that parked the key). */
 export interface ParkedWrite {
@@ -155,7 +155,7 @@ export async function finishParkedReplay(
   // on in the next turn. Its request was cleared before the handler ran (claimReplays): asked again.
   await tx`
     update ${t.parkedKeys} set replay_requested_at = coalesce(replay_requested_at, now()),
-      error = case when starts_with(error, ${REPLAY_CRASH_NOTE}) then substr(error, ${REPLAY_CRASH_NOTE.length + 1}) else error end
+      error = ${unnoted(tx)}
     where consumer_name = ${consumer} and key = ${key}`;
   return false;
 }

@@ -1,6 +1,6 @@
 import type { EventRecord, JsonObject } from '../events.js';
 import type { Tables } from '../schema/tables.js';
-import type { Sql, TransactionSql } from '../sql-types.js';
+import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { pgArray } from './pg-array.js';
 import { PoolExhaustedError } from './turn-starts.js';
@@ -61,14 +61,7 @@ export const REPLAY_CRASH_NOTE =
  * it commits, marks them replayed, or failed, or asked for again, as it always did.
  * @throws {PoolExhaustedError} when the statement is not answered within `waitMs`
  */
-export async function claimReplays(
-  sql: Sql,
-  t: Tables,
-  claim:
-    | { readonly deadLetterIds: readonly bigint[] }
-    | { readonly consumer: string; readonly keys: readonly string[] },
-  waitMs: number,
-): Promise<void> {
+export async function claimReplays(sql: Sql, t: Tables, claim: ReplayClaim, waitMs: number): Promise<void> {
   const claiming =
     'deadLetterIds' in claim
       ? sql`
@@ -82,6 +75,45 @@ export async function claimReplays(
     claiming.catch(() => undefined);
     throw new PoolExhaustedError(waitMs);
   }
+}
+
+/** Replays whose requests a turn cleared before their handler ran (claimReplays). */
+export type ReplayClaim =
+  | { readonly deadLetterIds: readonly bigint[] }
+  | { readonly consumer: string; readonly keys: readonly string[] };
+
+/**
+ * After a turn that claimed replays failed while its process lives on (a lost connection, a
+ * timeout, a later handler's timeout: the turn rolled back, the replays with it): they are asked
+ * for again, their note taken off. Not after a crash: no one is left to do it. Best effort, in a
+ * statement of its own, at most `waitMs`.
+ */
+export async function askReplaysAgain(
+  sql: Sql,
+  t: Tables,
+  claims: readonly ReplayClaim[],
+  waitMs: number,
+): Promise<void> {
+  for (const claim of claims) {
+    const asking =
+      'deadLetterIds' in claim
+        ? sql`
+            update ${t.deadLetters} set replay_requested_at = now(), error = ${unnoted(sql)}
+            where id = any(${pgArray(claim.deadLetterIds)}::int8[]) and replay_requested_at is null
+              and replayed_at is null and starts_with(error, ${REPLAY_CRASH_NOTE})`
+        : sql`
+            update ${t.parkedKeys} set replay_requested_at = now(), error = ${unnoted(sql)}
+            where consumer_name = ${claim.consumer} and key = any(${pgArray(claim.keys)}::text[])
+              and replay_requested_at is null and starts_with(error, ${REPLAY_CRASH_NOTE})`;
+    await settleWithin(asking, waitMs).catch(() => undefined);
+    asking.catch(() => undefined);
+  }
+}
+
+/** The error column without the note (null when nothing else was there). */
+export function unnoted(sql: Queryable) {
+  return sql`case when starts_with(error, ${REPLAY_CRASH_NOTE})
+                  then nullif(substr(error, ${REPLAY_CRASH_NOTE.length + 1}), '') else error end`;
 }
 
 /** The error column with the note ahead of it, once (a replay that did not finish twice has it once). */
@@ -102,13 +134,12 @@ export async function finishReplays(
   if (notReached.length > 0) {
     await tx`
       update ${t.deadLetters} set replay_requested_at = now(),
-        error = case when starts_with(error, ${REPLAY_CRASH_NOTE}) then substr(error, ${REPLAY_CRASH_NOTE.length + 1}) else error end
+        error = ${unnoted(tx)}
       where id = any(${pgArray(notReached)}::int8[]) and replayed_at is null`;
   }
   if (done.length > 0) {
     await tx`
-      update ${t.deadLetters} set replayed_at = now(),
-        error = case when starts_with(error, ${REPLAY_CRASH_NOTE}) then substr(error, ${REPLAY_CRASH_NOTE.length + 1}) else error end
+      update ${t.deadLetters} set replayed_at = now(), error = ${unnoted(tx)}
       where id = any(${`{${done.join(',')}}`}::int8[])`;
   }
   if (failed) {
