@@ -193,3 +193,27 @@ test('the live view keeps its owner and grants across the swap; a view other vie
     await db.sql`drop role ${db.sql(reader)}`;
   }
 });
+
+test('a takeover waits for an event the rebuild set aside under a parked key at or below the barrier, also a late one below its key’s first failure', async () => {
+  const { schema, admin } = await setup();
+  const both = testDispatcher(db.sql, schema, [projection(schema, 1), projection(schema, 2)]);
+  await both.ensureRegistered();
+  await drainUntilIdle(both);
+  // As a turn of version 2 records them: a key parked by a failure above the barrier, and a late
+  // event of that key, below the barrier, set aside after it.
+  await db.sql`
+    insert into ${db.sql(schema)}.parked_keys (consumer_name, key, first_event_id, error, attempts)
+    values ('stats@v2', 'late', 1000, 'boom', 1)`;
+  await db.sql`
+    insert into ${db.sql(schema)}.parked_events (consumer_name, key, event_id, stream_id, type, data, metadata, event_created_at)
+    values ('stats@v2', 'late', 5, 'late', 'T', '{}', '{}', now())`;
+  expect((await admin.approveRebuild('stats', { force: true })).state).toBe('taking-over');
+  await both.runOnce();
+  const stateOf2 = async () =>
+    (await admin.rebuildStatus('stats'))[0]?.versions.find((v) => v.version === 2)?.state;
+  expect(await stateOf2()).toBe('taking-over'); // event 5 is still owed
+  // Given up (an operator drops the key): nothing is owed below the barrier any more.
+  await db.sql`delete from ${db.sql(schema)}.parked_keys where key = 'late'`;
+  await passUntil(both, async () => (await stateOf2()) === 'live', 'the takeover to end');
+  await both.stop();
+});
