@@ -1,9 +1,9 @@
 import type { EventRecord, JsonObject } from '../events.js';
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
-import { settleWithin, TIMED_OUT } from '../time-limit.js';
+import { settleWithin } from '../time-limit.js';
 import { pgArray } from './pg-array.js';
-import { PoolExhaustedError } from './turn-starts.js';
+import { answeredWithin } from './turn-starts.js';
 
 export interface ReplayRow {
   deadLetterId: bigint;
@@ -62,25 +62,32 @@ export const REPLAY_CRASH_NOTE =
  * @throws {PoolExhaustedError} when the statement is not answered within `waitMs`
  */
 export async function claimReplays(sql: Sql, t: Tables, claim: ReplayClaim, waitMs: number): Promise<void> {
-  const claiming =
-    'deadLetterIds' in claim
-      ? sql`
-          update ${t.deadLetters} set replay_requested_at = null, error = ${noted(sql)}
-          where id = any(${pgArray(claim.deadLetterIds)}::int8[]) and replay_requested_at is not null`
-      : sql`
-          update ${t.parkedKeys} set replay_requested_at = null, error = ${noted(sql)}
-          where consumer_name = ${claim.consumer} and key = any(${pgArray(claim.keys)}::text[])
-            and replay_requested_at is not null`;
-  if ((await settleWithin(claiming, waitMs)) === TIMED_OUT) {
-    claiming.catch(() => undefined);
-    throw new PoolExhaustedError(waitMs);
-  }
+  const { table, rows } = claimed(sql, t, claim);
+  await answeredWithin(
+    sql`update ${table} set replay_requested_at = null, error = ${noted(sql)}
+        where ${rows} and replay_requested_at is not null`,
+    waitMs,
+    'the replay was not claimed',
+  );
 }
 
 /** Replays whose requests a turn cleared before their handler ran (claimReplays). */
 export type ReplayClaim =
   | { readonly deadLetterIds: readonly bigint[] }
   | { readonly consumer: string; readonly keys: readonly string[] };
+
+/** The table of a claim and which of its rows it claimed (a dead letter not replayed yet). */
+function claimed(sql: Sql, t: Tables, claim: ReplayClaim) {
+  return 'deadLetterIds' in claim
+    ? {
+        table: t.deadLetters,
+        rows: sql`id = any(${pgArray(claim.deadLetterIds)}::int8[]) and replayed_at is null`,
+      }
+    : {
+        table: t.parkedKeys,
+        rows: sql`consumer_name = ${claim.consumer} and key = any(${pgArray(claim.keys)}::text[])`,
+      };
+}
 
 /**
  * After a turn that claimed replays failed while its process lives on (a lost connection, a
@@ -95,16 +102,10 @@ export async function askReplaysAgain(
   waitMs: number,
 ): Promise<void> {
   for (const claim of claims) {
-    const asking =
-      'deadLetterIds' in claim
-        ? sql`
-            update ${t.deadLetters} set replay_requested_at = now(), error = ${unnoted(sql)}
-            where id = any(${pgArray(claim.deadLetterIds)}::int8[]) and replay_requested_at is null
-              and replayed_at is null and starts_with(error, ${REPLAY_CRASH_NOTE})`
-        : sql`
-            update ${t.parkedKeys} set replay_requested_at = now(), error = ${unnoted(sql)}
-            where consumer_name = ${claim.consumer} and key = any(${pgArray(claim.keys)}::text[])
-              and replay_requested_at is null and starts_with(error, ${REPLAY_CRASH_NOTE})`;
+    const { table, rows } = claimed(sql, t, claim);
+    const asking = sql`
+      update ${table} set replay_requested_at = now(), error = ${unnoted(sql)}
+      where ${rows} and replay_requested_at is null and starts_with(error, ${REPLAY_CRASH_NOTE})`;
     await settleWithin(asking, waitMs).catch(() => undefined);
     asking.catch(() => undefined);
   }

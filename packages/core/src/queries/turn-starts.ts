@@ -9,12 +9,28 @@ import { settleWithin, TIMED_OUT } from '../time-limit.js';
  * when the turn itself ends.
  */
 export class PoolExhaustedError extends Error {
-  constructor(waitedMs: number) {
+  constructor(waitedMs: number, what = 'the turn start was not recorded') {
     super(
-      `the turn start was not recorded within ${waitedMs} ms (statementTimeoutMs): ` +
+      `${what} within ${waitedMs} ms (statementTimeoutMs): ` +
         "no connection of Sluice's pool came free, or the database did not answer",
     );
     this.name = 'PoolExhaustedError';
+  }
+}
+
+/**
+ * Waits at most `waitMs` for a statement a turn sends on Sluice's pool, outside its own
+ * transaction (it must commit before the turn goes on).
+ * @throws {PoolExhaustedError} naming `what` was not done, when it did not answer in time
+ */
+export async function answeredWithin(
+  statement: Promise<unknown>,
+  waitMs: number,
+  what: string,
+): Promise<void> {
+  if ((await settleWithin(statement, waitMs)) === TIMED_OUT) {
+    statement.catch(() => undefined);
+    throw new PoolExhaustedError(waitMs, what);
   }
 }
 
@@ -61,10 +77,7 @@ export async function recordTurnStart(
         updated_at = now()`;
   // From here on the start may be recorded, even if no answer comes back.
   onSending();
-  if ((await settleWithin(recording, waitMs)) === TIMED_OUT) {
-    recording.catch(() => undefined);
-    throw new PoolExhaustedError(waitMs);
-  }
+  await answeredWithin(recording, waitMs, 'the turn start was not recorded');
 }
 
 /**
