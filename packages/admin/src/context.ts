@@ -235,6 +235,32 @@ export async function resolveInstance(
   );
 }
 
+/** How many times an action chooses its lanes when a change of lane count moves them under it. */
+const LANE_CHOICES = 3;
+
+/**
+ * Runs `attempt`, which chooses lanes without a lock and then holds them. A change of lane count
+ * can remove a lane, or hand its keys to a new one, between the choice and the lock
+ * (docs/design.md §11.3): an attempt whose chosen lane is gone once held (ConsumerNotFoundError
+ * naming a lane), or that answers `undefined` (what it chose has moved), chooses again, up to three
+ * times; the last attempt is told so and decides on what it holds.
+ */
+export async function choosingLanes<T>(attempt: (last: boolean) => Promise<T | undefined>): Promise<T> {
+  for (let round = 1; ; round++) {
+    const last = round === LANE_CHOICES;
+    try {
+      const result = await attempt(last);
+      if (result !== undefined) return result;
+    } catch (error) {
+      if (last || !(error instanceof ConsumerNotFoundError) || !isLane(error.instanceId)) throw error;
+    }
+  }
+}
+
+function isLane(instanceId: string | undefined): boolean {
+  return instanceId !== undefined && instanceId.startsWith('*');
+}
+
 /**
  * The lanes of a laned consumer (docs/design.md §11) whose row matches `where` (read without a
  * lock, to choose which rows an action locks: the action decides again once they are held), or

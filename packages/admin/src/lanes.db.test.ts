@@ -169,6 +169,37 @@ describe('parked keys', () => {
       'replay-parked-key',
     ]);
   });
+  test('a key handed to a new lane while the action waited is acted on under the new lane', async () => {
+    const { schema, dispatcher, admin } = await setup((e) => e.streamId === 's-1', true);
+    await appendEvents(db.sql, 12, byStream, schema);
+    await drainUntilIdle(dispatcher);
+    const lanes = db.sql(`${schema}.consumers`);
+    const oldLane = (await admin.replayParkedKey('reactor', { key: 's-1' })).lane;
+    await drainUntilIdle(dispatcher); // replayed, fails again: parked again under the same lane
+    expect((await admin.listParkedKeys('reactor')).map((k) => k.key)).toEqual(['s-1']);
+    // A turn of the owning lane holds its row and switches a change to 4 lanes (as a switch
+    // commits it: the change marked switched and the new lanes started at the barrier) while the
+    // operator's replay waits for that row.
+    const turn = await db.sql.reserve();
+    await turn`begin`;
+    await turn`select 1 from ${lanes} where name = 'reactor' and instance_id = ${oldLane} for update`;
+    const replaying = admin.replayParkedKey('reactor', { key: 's-1' });
+    await untilWaitingForConsumerRow(db.sql);
+    await turn`
+      insert into ${db.sql(`${schema}.lane_changes`)} (consumer_name, from_lanes, to_lanes, barrier, requested_by, switched_at)
+      values ('reactor', 3, 4, 12, 'test', now())`;
+    await turn`
+      insert into ${lanes} (name, instance_id, cursor)
+      select 'reactor', '*' || i || '/4', 12 from generate_series(0, 3) as i`;
+    await turn`commit`;
+    turn.release();
+    const replay = await replaying;
+    const [now] = await db.sql<{ lane: string }[]>`
+      select '*' || abs(hashtextextended('s-1', 0) % 4)::text || '/4' as lane`;
+    expect(replay.lane).toBe(now?.lane);
+    const audit = await admin.listAudit({ consumer: 'reactor' });
+    expect(audit.find((a) => a.action === 'replay-parked-key')?.instanceId).toBe(now?.lane);
+  });
 });
 
 describe('changing the lane count', () => {

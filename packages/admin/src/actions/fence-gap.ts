@@ -5,6 +5,7 @@ import {
   isPendingGap,
 } from '@sluice/core/internal';
 import {
+  choosingLanes,
   lanesWhere,
   withLockedConsumers,
   type AdminContext,
@@ -13,7 +14,7 @@ import {
   type ActionOptions,
   type ActionResult,
 } from '../context.js';
-import { checkActor, checkEventId, checkName, optionalName } from '../validate.js';
+import { checkActor, checkEventId, checkName } from '../validate.js';
 
 export interface FenceOptions extends ActionOptions {
   /** An id inside one of the consumer's pending gap ranges. */
@@ -35,15 +36,9 @@ export async function fenceGap(
   const name = checkName(nameInput, 'name');
   const eventId = checkEventId(options.eventId);
   const who = checkActor(options, ctx.defaultActor);
-  // A laned consumer: every lane that holds the id pending (a hole is a gap of each lane that saw it).
-  const lanes =
-    options.instanceId === undefined ? await lanesWhere(ctx, name, { gapHolds: eventId }) : undefined;
-  let tombstone = false;
-  const results = await withLockedConsumers(
-    ctx,
-    name,
-    lanes !== undefined && lanes.length > 0 ? lanes : optionalName(options.instanceId),
-    async ({ tx, state, instanceId }) => {
+  const fenceOn = async (instances: string | readonly string[] | undefined) => {
+    let tombstone = false;
+    return withLockedConsumers(ctx, name, instances, async ({ tx, state, instanceId }) => {
       const target = { name, instanceId, ...who };
       const change = fenceTransition(
         name,
@@ -55,7 +50,15 @@ export async function fenceGap(
       tombstone = true;
       await applyOperatorChange(tx, ctx.tables, target, change);
       return { ...resultOf(name, instanceId, change), eventId };
-    },
-  );
+    });
+  };
+  // A laned consumer: every lane that holds the id pending (a hole is a gap of each lane that saw it).
+  const results =
+    options.instanceId !== undefined
+      ? await fenceOn(checkName(options.instanceId, 'instanceId'))
+      : await choosingLanes(async () => {
+          const lanes = await lanesWhere(ctx, name, { gapHolds: eventId });
+          return fenceOn(lanes !== undefined && lanes.length > 0 ? lanes : undefined);
+        });
   return combined(results);
 }

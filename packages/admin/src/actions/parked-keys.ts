@@ -9,7 +9,7 @@ import {
   writeAudit,
   type LaneChangeRequest,
 } from '@sluice/core/internal';
-import { withLockedConsumer, type AdminContext } from '../context.js';
+import { choosingLanes, withLockedConsumer, type AdminContext } from '../context.js';
 import { checkActor, checkName, checkText } from '../validate.js';
 
 export interface ParkedKeyOptions {
@@ -69,24 +69,29 @@ async function onParkedKey(
   const name = checkName(nameInput, 'name');
   const key = checkKey(options.key);
   const who = checkActor(options, ctx.defaultActor);
-  // The lane that owns the key now: the one whose turns park and replay it.
-  const lane = await laneOwning(ctx.sql, ctx.tables, name, key);
-  if (lane === undefined) throw new ConsumerNotFoundError(name);
-  return withLockedConsumer(ctx, name, lane, async ({ tx, state }) => {
-    const parked = await lockParkedKey(tx, ctx.tables, name, key);
-    if (!parked) throw new KeyNotParkedError(name, key);
-    if (action === 'replay-parked-key') await requestParkedReplay(tx, ctx.tables, name, key, who.actor);
-    else await deleteParkedKey(tx, ctx.tables, name, key);
-    await writeAudit(tx, ctx.tables, {
-      actor: who.actor,
-      action,
-      consumerName: name,
-      instanceId: lane,
-      cursorBefore: state.cursor,
-      cursorAfter: state.cursor,
-      details: { key, events: parked.events, reason: who.reason },
+  return choosingLanes(async (last) => {
+    // The lane that owns the key now: the one whose turns park and replay it.
+    const lane = await laneOwning(ctx.sql, ctx.tables, name, key);
+    if (lane === undefined) throw new ConsumerNotFoundError(name);
+    return withLockedConsumer(ctx, name, lane, async ({ tx, state }) => {
+      // Asked again once the lane is held: a change of lane count that switched since has handed
+      // the key to a new lane, whose turns this lock would not keep out.
+      if (!last && (await laneOwning(tx, ctx.tables, name, key)) !== lane) return undefined;
+      const parked = await lockParkedKey(tx, ctx.tables, name, key);
+      if (!parked) throw new KeyNotParkedError(name, key);
+      if (action === 'replay-parked-key') await requestParkedReplay(tx, ctx.tables, name, key, who.actor);
+      else await deleteParkedKey(tx, ctx.tables, name, key);
+      await writeAudit(tx, ctx.tables, {
+        actor: who.actor,
+        action,
+        consumerName: name,
+        instanceId: lane,
+        cursorBefore: state.cursor,
+        cursorAfter: state.cursor,
+        details: { key, events: parked.events, reason: who.reason },
+      });
+      return { consumer: name, key, action, events: parked.events, lane };
     });
-    return { consumer: name, key, action, events: parked.events, lane };
   });
 }
 

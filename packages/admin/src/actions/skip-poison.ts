@@ -1,6 +1,7 @@
 import { SkipMismatchError } from '@sluice/core';
 import { applyOperatorChange, copySkippedEvent, skipEvent } from '@sluice/core/internal';
 import {
+  choosingLanes,
   lanesWhere,
   withLockedConsumer,
   type AdminContext,
@@ -8,7 +9,7 @@ import {
   type ActionOptions,
   type ActionResult,
 } from '../context.js';
-import { checkActor, checkEventId, checkName, optionalName } from '../validate.js';
+import { checkActor, checkEventId, checkName } from '../validate.js';
 
 export interface SkipOptions extends ActionOptions {
   /** The event the consumer is stuck on (compare-and-set: any other id is refused). */
@@ -29,17 +30,8 @@ export async function skip(
   const name = checkName(nameInput, 'name');
   const eventId = checkEventId(options.eventId);
   const who = checkActor(options, ctx.defaultActor);
-  // A laned consumer: the lane stuck on that event (it decides again once held); none stuck on it
-  // is a mismatch.
-  const lanes =
-    options.instanceId === undefined ? await lanesWhere(ctx, name, { stuckOn: eventId }) : undefined;
-  const lane = lanes?.[0];
-  if (lanes !== undefined && lane === undefined) throw new SkipMismatchError(name, eventId, null);
-  return withLockedConsumer(
-    ctx,
-    name,
-    lane ?? optionalName(options.instanceId),
-    async ({ tx, state, instanceId }) => {
+  const skipOn = (lane: string | undefined) =>
+    withLockedConsumer(ctx, name, lane, async ({ tx, state, instanceId }) => {
       const target = { name, instanceId, ...who };
       const change = skipEvent(name, state, eventId);
       if (!(await copySkippedEvent(tx, ctx.tables, target, eventId, state))) {
@@ -47,6 +39,15 @@ export async function skip(
       }
       await applyOperatorChange(tx, ctx.tables, target, change);
       return { ...resultOf(name, instanceId, change), eventId };
-    },
-  );
+    });
+  if (options.instanceId !== undefined) return skipOn(checkName(options.instanceId, 'instanceId'));
+  // A laned consumer: the lane stuck on that event (it decides again once held); none stuck on it
+  // is a mismatch.
+  return choosingLanes(async () => {
+    const lanes = await lanesWhere(ctx, name, { stuckOn: eventId });
+    if (lanes === undefined) return skipOn(undefined);
+    const lane = lanes[0];
+    if (lane === undefined) throw new SkipMismatchError(name, eventId, null);
+    return skipOn(lane);
+  });
 }
