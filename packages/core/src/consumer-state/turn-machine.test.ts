@@ -8,6 +8,7 @@ import { deliverableIds, settleTurn, type GapRange, type TurnInput } from '../ga
 import type { ConsumerState, CrashMarker } from './consumer-state.js';
 import { ago, held, idleState, NOW, RULES, stateArbitrary } from './generated-states.test-support.js';
 import {
+  choiceOvertaken,
   closeTurn,
   fenced,
   hasNothingToRecord,
@@ -15,6 +16,7 @@ import {
   planDelivery,
   type Delivered,
   type DeliveryPlan,
+  type FetchChoice,
   type Opening,
   type TurnRules,
 } from './turn-machine.js';
@@ -102,6 +104,97 @@ describe('openTurn', () => {
           }
           // Stragglers are due once every transaction in flight at registration has ended.
           expect(opening.stragglers !== undefined).toBe(state.start !== null && xmin > state.start.fence);
+        },
+      ),
+    );
+  });
+});
+
+// ---- choiceOvertaken -----------------------------------------------------------------------
+
+describe('choiceOvertaken', () => {
+  // A range is re-fetched when unfenced, burnable, or fenced above the lowest ended watched xid
+  // (queries/gaps.ts, selectRangesToRecheck).
+  const chooses = (choice: FetchChoice, fence: bigint) => {
+    const r = choice.recheck;
+    return r !== null && (r.all || fence < r.xmin || (r.lowestEnded !== null && fence > r.lowestEnded));
+  };
+  const watching = idleState({ gapCount: 1, gapWatch: [950n, 970n] });
+  const fromRow = (snapshot: { xmin: bigint; xmax: bigint; xip: bigint[] }) =>
+    open(openTurn(held(watching, { snapshot }), 'cluster-a', RULES));
+
+  test('a fetch whose snapshot saw a watched writer end chooses again, taking in its ranges', () => {
+    const opened = fromRow({ xmin: 950n, xmax: 1_000n, xip: [950n, 970n] });
+    expect(opened.recheck).toEqual({ all: false, xmin: 950n, lowestEnded: null });
+    expect(chooses(opened, 980n)).toBe(false);
+    // The same snapshot, or one where both still run: the choice stands.
+    expect(
+      choiceOvertaken(watching, opened, [{ xmin: 950n, xmax: 1_000n, xip: [950n, 970n] }]),
+    ).toBeUndefined();
+    const again = choiceOvertaken(watching, opened, [{ xmin: 950n, xmax: 1_010n, xip: [950n] }]);
+    expect(again?.recheck).toEqual({ all: false, xmin: 950n, lowestEnded: 970n });
+    expect(again && chooses(again, 980n)).toBe(true);
+    // Chosen by that snapshot, the same fetch snapshot overtakes nothing more.
+    expect(
+      again && choiceOvertaken(watching, again, [{ xmin: 950n, xmax: 1_010n, xip: [950n] }]),
+    ).toBeUndefined();
+  });
+
+  test('a choice of every range stands; stragglers that came due are taken in', () => {
+    const strict = open(
+      openTurn(held(watching, { snapshot: { xmin: 950n, xmax: 1_000n, xip: [950n, 970n] } }), 'cluster-a', {
+        ...RULES,
+        ordering: 'strict',
+      }),
+    );
+    expect(choiceOvertaken(watching, strict, [{ xmin: 1_001n, xmax: 1_001n, xip: [] }])).toBeUndefined();
+    const start = { snapshot: '940:960:940', fence: 960n, upto: 5n, after: 0n };
+    const registering = idleState({ start });
+    const early = open(
+      openTurn(
+        held(registering, { snapshot: { xmin: 940n, xmax: 1_000n, xip: [940n] } }),
+        'cluster-a',
+        RULES,
+      ),
+    );
+    expect(early.stragglers).toBeUndefined();
+    expect(choiceOvertaken(registering, early, [{ xmin: 961n, xmax: 1_000n, xip: [] }])).toEqual({
+      recheck: null,
+      stragglers: start,
+    });
+  });
+
+  test('property: the choice made again re-fetches every range the first did, and is a fixed point for those snapshots', () => {
+    const xid = fc.bigInt({ min: 900n, max: 1_100n });
+    const snapshot = fc
+      .tuple(xid, fc.bigInt({ min: 0n, max: 100n }), fc.array(xid, { maxLength: 6 }))
+      .map(([xmin, width, running]) => {
+        const xmax = xmin + width;
+        const xip = [...new Set([xmin, ...running.filter((x) => x > xmin && x < xmax)])].sort((a, b) =>
+          a < b ? -1 : 1,
+        );
+        return { xmin, xmax, xip: width === 0n ? [] : xip };
+      });
+    fc.assert(
+      fc.property(
+        fc.array(xid, { maxLength: 5 }),
+        snapshot,
+        fc.array(snapshot, { minLength: 1, maxLength: 3 }),
+        fc.array(xid, { maxLength: 8 }),
+        (watch, rowSnapshot, fetched, fences) => {
+          const state = idleState({ gapCount: 1, gapWatch: watch });
+          const first = open(openTurn(held(state, { snapshot: rowSnapshot }), 'cluster-a', RULES));
+          const again = choiceOvertaken(state, first, fetched);
+          const final = again ?? first;
+          for (const fence of fences) if (chooses(first, fence)) expect(chooses(final, fence)).toBe(true);
+          expect(choiceOvertaken(state, final, fetched)).toBeUndefined();
+          // Every watched xid one of the fetch's snapshots saw ended is taken in.
+          for (const s of fetched) {
+            for (const w of watch) {
+              const ended = !(w >= s.xmin && (w >= s.xmax || s.xip.includes(w)));
+              if (ended) expect(final.recheck?.lowestEnded ?? Infinity).not.toBeGreaterThan(w);
+            }
+          }
         },
       ),
     );

@@ -113,6 +113,45 @@ export function openTurn(held: HeldState, systemIdentifier: string | null, rules
   return { kind: 'open', change, state, recheck, stragglers: stragglersDue(state, snapshot), clusterChanged };
 }
 
+/** What a turn fetches besides the events above its cursor, chosen by a snapshot. */
+export interface FetchChoice {
+  readonly recheck: RecheckFilter | null;
+  readonly stragglers: StartInFlight | undefined;
+}
+
+/**
+ * The choice of what to fetch made again, when the fetch read a newer snapshot than the one it was
+ * made by (docs/design.md §5.5); undefined when it stands. The ranges to re-fetch and the
+ * stragglers due are chosen by the snapshot of the row read, but the fetch is a later statement
+ * (or another turn's read): a watched writer may have ended in between, or the last transaction in
+ * flight at a 'now' registration. That writer's events are then visible to the fetch, which did not
+ * look for them, while events appended after they committed are in it: delivering those first would
+ * put an event ahead of an earlier one that had committed before it was appended. So whenever one of
+ * the fetch's snapshots shows such an ending, the turn chooses again by it and fetches again.
+ * Each choice takes in more endings, of a finite watch: the turn's fetches come to an end.
+ */
+export function choiceOvertaken(
+  state: ConsumerState,
+  choice: FetchChoice,
+  snapshots: readonly Snapshot[],
+): FetchChoice | undefined {
+  let { recheck, stragglers } = choice;
+  for (const snapshot of snapshots) {
+    if (recheck !== null && !recheck.all) {
+      const ended = lowestEnded(state.gapWatch, snapshot);
+      if (ended !== null && (recheck.lowestEnded === null || ended < recheck.lowestEnded)) {
+        recheck = {
+          all: false,
+          xmin: snapshot.xmin > recheck.xmin ? snapshot.xmin : recheck.xmin,
+          lowestEnded: ended,
+        };
+      }
+    }
+    stragglers ??= stragglersDue(state, snapshot);
+  }
+  return recheck === choice.recheck && stragglers === choice.stragglers ? undefined : { recheck, stragglers };
+}
+
 /**
  * A 'now' consumer's in-flight events, when they are due: every transaction that was in flight at
  * its registration has ended (the snapshot taken once the row is held has passed the

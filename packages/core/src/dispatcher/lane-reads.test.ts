@@ -18,6 +18,7 @@ function groupOf(from: number, count: number, xmin = 7n): GroupBatch {
     })),
     lanes: Int16Array.from(ids, (n) => n % 2),
     xmin,
+    snapshots: [{ xmin, xmax: xmin, xip: [] }],
     head: BigInt(from + count + 100),
   };
 }

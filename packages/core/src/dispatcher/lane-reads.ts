@@ -1,4 +1,5 @@
 import { passedStub, type EventRecord } from '../events.js';
+import type { Snapshot } from '../gaps/gaps.js';
 import type { FetchFilter } from '../queries/events.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import type { EventBatch } from './shared-reads.js';
@@ -10,6 +11,7 @@ export interface GroupBatch {
   /** Each event's lane (same index as `events`). */
   readonly lanes: Int16Array;
   readonly xmin: bigint;
+  readonly snapshots: readonly Snapshot[];
   readonly head: bigint;
 }
 
@@ -37,6 +39,8 @@ interface Entry {
  * fetch would return up to the batch's last id (ids are unique, and nothing above a cursor is
  * pruned). A taken batch is partial for the turn: it never tells the lane it has caught up, so its
  * snapshot, older than the lane's lock, decides nothing (docs/design.md §5.4: fetches after the lock).
+ * A read still running when taken can be newer than the lane's row read: its snapshot goes with the
+ * batch, and the turn chooses its ranges again when it shows a watched writer ended (docs/design.md §5.5).
  */
 export class LaneReads {
   readonly #groups = new Map<string, Entry[]>();
@@ -214,10 +218,12 @@ export function laneBatchOf(
   let kept = 0;
   let cut = false;
   let xmin: bigint | undefined;
+  const snapshots: Snapshot[] = [];
   let head = 0n;
   read: for (const { batch, start } of segments) {
     // The oldest snapshot's xmin: no transaction below it was still running when any was read.
     if (xmin === undefined || batch.xmin < xmin) xmin = batch.xmin;
+    snapshots.push(...batch.snapshots);
     if (batch.head > head) head = batch.head;
     for (let i = start; i < batch.events.length; i++) {
       const event = batch.events[i] as EventRecord;
@@ -235,5 +241,5 @@ export function laneBatchOf(
       }
     }
   }
-  return { events, xmin: xmin ?? 0n, head, cut, shared: partial };
+  return { events, xmin: xmin ?? 0n, snapshots, head, cut, shared: partial };
 }

@@ -35,12 +35,15 @@ const role = parked.name;
  * Which statement of the parked role parks: its turn's lock statement (on the gaps table when that
  * statement reads it, its select list has run by then; else on the consumers scan), or the record
  * of a timed-out transactional attempt, made after its turn was rolled back (on the consumers scan
- * of its UPDATE, before the row is locked).
+ * of its UPDATE, before the row is locked), or the row read that follows the lock.
  */
 const PARKED_STATEMENT = {
   lock: `current_query() ilike '%skip locked%'
          and (relation = 'gaps' or current_query() not like '%."gaps"%')`,
   'failure-record': `relation = 'consumers' and current_query() ilike '%failure_category = ''handler''%'`,
+  // The row read that follows the lock (queries/consumers.ts, lockConsumer), at its read of the gaps:
+  // its snapshot is taken by then.
+  'row-read': `relation = 'gaps' and current_query() ilike '%max(g.fence)%'`,
 } as const;
 
 /** Lets the parked role use `schema`, with policies that park `statement` when that role runs it. */
@@ -163,6 +166,52 @@ describe('lock takeover: a turn decides only on what it reads once its row is he
       'the late event while the long transaction is open',
       5_000,
     );
+  });
+});
+
+describe("a turn's fetch reads a newer snapshot than its row read", () => {
+  // The turn chooses which pending ranges to re-fetch by the snapshot of its row read; its fetch is
+  // a later statement. Here the watched writer of a pending id commits between the two, and an
+  // event of the same stream is appended after it: the fetch sees both.
+  test('a pending event whose writer ended in between is delivered in the same turn, before the events appended after it', async () => {
+    const schema = await freshSchema(db.sql);
+    await installParking(schema, 'row-read');
+    const consumer = recordingConsumer('projection');
+    const a = testDispatcher(db.sql, schema, [consumer.consumer]);
+    const b = testDispatcher(parked.sql(), schema, [consumer.consumer]);
+    await a.ensureRegistered();
+    await b.ensureRegistered();
+
+    // Event 1 (stream k) stays uncommitted while event 2 commits: A passes 1, then fences it
+    // watching its writer. Event 3 gives B's turn something to do.
+    const writer = await openTransaction(db.sql);
+    onTestFinished(() => writer.rollback()); // a no-op once it has committed
+    await writer.append([{ streamId: 'k', type: 'First', data: {} }], { schema });
+    await appendEvents(db.sql, 1, undefined, schema);
+    await a.runOnce();
+    await a.runOnce();
+    expect((await rangesOf(db.sql, schema, 'projection')).map((r) => [r.from, r.fence !== null])).toEqual([
+      [1n, true],
+    ]);
+    await appendEvents(db.sql, 1, undefined, schema);
+
+    const holder = await db.sql.reserve();
+    await holder`select pg_advisory_lock(${PARK_LOCK})`;
+    try {
+      const turnB = b.runOnce();
+      await until(async () => (await parked.parked()) === 1, 10_000, "B's row read to park");
+      // B's row read has its snapshot, with event 1's writer running. Now it commits, and only
+      // then is event 4 of the same stream appended.
+      await writer.commit();
+      await appendEvents(db.sql, 1, () => ({ streamId: 'k', type: 'Second', data: {} }), schema);
+      await holder`select pg_advisory_unlock(${PARK_LOCK})`;
+      await turnB;
+    } finally {
+      await holder`select pg_advisory_unlock_all()`;
+      holder.release();
+    }
+    expect(consumer.ids()).toEqual([2n, 1n, 3n, 4n]);
+    expect(await rangesOf(db.sql, schema, 'projection')).toEqual([]);
   });
 });
 

@@ -12,6 +12,7 @@ const batchOf = (from: number, count: number): EventBatch => ({
     createdAt: new Date(0),
   })),
   xmin: 7n,
+  snapshots: [{ xmin: 7n, xmax: 7n, xip: [] }],
   head: 1000n,
 });
 

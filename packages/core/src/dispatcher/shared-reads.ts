@@ -1,12 +1,15 @@
 import type { EventRecord } from '../events.js';
+import type { Snapshot } from '../gaps/gaps.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 
 /** The events one fetch returned above a cursor. */
 export interface EventBatch {
   /** Ascending ids, all above the cursor the batch was read from. */
   readonly events: readonly EventRecord[];
-  /** pg_snapshot_xmin of the fetch statement. */
+  /** pg_snapshot_xmin of the fetch statement (the oldest one's, when several statements read it). */
   readonly xmin: bigint;
+  /** The snapshot of each statement that read it. */
+  readonly snapshots: readonly Snapshot[];
   readonly head: bigint;
   /** A filtered fetch's kept events' keys (parking consumers only). */
   readonly keys?: ReadonlyMap<bigint, string>;

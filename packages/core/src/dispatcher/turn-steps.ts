@@ -333,7 +333,8 @@ async function readBatch(sql: Sql, t: Tables, cursor: bigint, limit: number): Pr
 }
 
 function batchOf(fetched: FetchedBatch): EventBatch {
-  return { events: fetched.events, xmin: parseSnapshot(fetched.snapshot).xmin, head: BigInt(fetched.head) };
+  const snapshot = parseSnapshot(fetched.snapshot);
+  return { events: fetched.events, xmin: snapshot.xmin, snapshots: [snapshot], head: BigInt(fetched.head) };
 }
 
 const MAX_XID = 2n ** 63n - 1n;

@@ -5,7 +5,9 @@ import {
   closeTurn,
   fenced,
   hasNothingToRecord,
+  choiceOvertaken,
   openTurn,
+  type FetchChoice,
   planDelivery,
 } from '../consumer-state/turn-machine.js';
 import { messageOf } from '../errors.js';
@@ -13,7 +15,7 @@ import { passedStub, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
 import { deliverableIds, settleTurn } from '../gaps/gaps.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
-import { selectRangesToRecheck } from '../queries/gaps.js';
+import { selectRangesToRecheck, type StoredRange } from '../queries/gaps.js';
 import { askReplaysAgain, type ReplayClaim } from '../queries/replays.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
@@ -234,16 +236,15 @@ async function turnInTransaction(
   }
   progress.replaying = false;
 
-  const stored = opening.recheck
-    ? await selectRangesToRecheck(tx, env.tables, consumer.name, consumer.instanceId, opening.recheck)
-    : [];
-  const rechecked = fenced(stored, held.xid);
+  let choice: FetchChoice = opening;
+  let stored = await rangesChosen(env, consumer, tx, choice);
+  let rechecked = fenced(stored, held.xid);
   const filter = fetchFilterOf(consumer, held.laneChange, limit);
-  const batch = await fetchTurnBatch(env, consumer, tx, {
+  let batch = await fetchTurnBatch(env, consumer, tx, {
     cursor: state.cursor,
     limit,
     rechecked,
-    stragglers: opening.stragglers,
+    stragglers: choice.stragglers,
     // A turn with nothing to re-fetch reads only above its cursor: it may use the early fetch, or
     // share a read with the consumers at the same cursor. Not after replays: their handlers may
     // have appended through ctx.tx, and a read that sees those uncommitted events is this
@@ -251,7 +252,7 @@ async function turnInTransaction(
     plain:
       stored.length === 0 &&
       !opening.clusterChanged &&
-      opening.stragglers === undefined &&
+      choice.stragglers === undefined &&
       !state.replaysPending &&
       !(held.parkedReplays && replayLane),
     // The early fetch went out before the row was read: not when the row says something it did
@@ -265,19 +266,36 @@ async function turnInTransaction(
         : undefined,
     filter,
   });
+  // The fetch's snapshot may be newer than the row read's, by which the ranges and stragglers were
+  // chosen: chosen again by it, and fetched again, until a fetch shows no ending the choice missed.
+  for (
+    let again = choiceOvertaken(state, choice, batch.snapshots);
+    again !== undefined;
+    again = choiceOvertaken(state, choice, batch.snapshots)
+  ) {
+    choice = again;
+    stored = await rangesChosen(env, consumer, tx, choice);
+    rechecked = fenced(stored, held.xid);
+    const { stragglers } = choice;
+    batch = await fetchTurnBatch(env, consumer, tx, {
+      ...{ cursor: state.cursor, limit, rechecked, stragglers, filter },
+      ...{ plain: false, early: undefined },
+    });
+  }
+  const chosen = { ...opening, ...choice };
   // An old lane of a change of lane count reads nothing above the barrier (docs/design.md §11.3):
   // its turn has no more to do there, or a started dispatcher would turn it again and again while
   // it waits for the other old lanes. (It still reports the log's head: the events above the
   // barrier wait for the new lanes.)
   const cap = filter?.cap ?? null;
   const turnHead = cap !== null && batch.head > cap ? cap : batch.head;
-  const { input, events } = turnInputOf(batch, opening, rechecked, consumer, limit);
+  const { input, events } = turnInputOf(batch, chosen, rechecked, consumer, limit);
   const deliverable = deliverableIds(input);
   if (
     deliverable.length === 0 &&
     input.fetch.complete &&
     batch.head <= state.cursor &&
-    hasNothingToRecord(held, opening, env.systemIdentifier, rules, stored.length)
+    hasNothingToRecord(held, chosen, env.systemIdentifier, rules, stored.length)
   ) {
     // Nothing to deliver and nothing to record: the row is not rewritten. (Its lock took an xid,
     // so the COMMIT still writes and flushes a commit record.)
@@ -309,7 +327,7 @@ async function turnInTransaction(
   if (opening.clusterChanged) settlement = await clusterChanged(env, consumer, tx, state, settlement);
   const gapDelta = await persistRanges(tx, env.tables, consumer, stored, settlement.ranges, held.now);
   const pendingGaps = state.gapCount + gapDelta;
-  const close = closeTurn(held, opening, {
+  const close = closeTurn(held, chosen, {
     input,
     deliverable,
     plan,
@@ -374,4 +392,16 @@ function outcome(
     dead: false,
     ...rest,
   };
+}
+
+/** The pending ranges `choice` re-fetches, as stored (none when it chose none). */
+function rangesChosen(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  tx: TransactionSql,
+  choice: FetchChoice,
+): Promise<StoredRange[]> {
+  return choice.recheck
+    ? selectRangesToRecheck(tx, env.tables, consumer.name, consumer.instanceId, choice.recheck)
+    : Promise.resolve([]);
 }
