@@ -155,7 +155,7 @@ async function lockWholeConsumer(tx: TransactionSql, ctx: AdminContext, name: st
     for (const instance of held.keys()) if (!now.includes(instance)) held.delete(instance);
     if (now.every((instance) => held.has(instance))) return now.map((instance) => held.get(instance) as Held);
     // Rows keep coming and going: a change of lanes under way. Nothing was changed yet.
-    if (round === 5) throw new ConsumerBusyError(name, ctx.lockTimeoutMs);
+    if (round === 5) throw new ConsumerBusyError(name, ctx.lockTimeoutMs, true);
     wanted = now;
   }
 }
@@ -236,23 +236,29 @@ export async function resolveInstance(
 }
 
 /** How many times an action chooses its lanes when a change of lane count moves them under it. */
-const LANE_CHOICES = 3;
+const LANE_CHOICES = 5;
 
 /**
  * Runs `attempt`, which chooses lanes without a lock and then holds them. A change of lane count
  * can remove a lane, or hand its keys to a new one, between the choice and the lock
  * (docs/design.md §11.3): an attempt whose chosen lane is gone once held (ConsumerNotFoundError
- * naming a lane), or that answers `undefined` (what it chose has moved), chooses again, up to three
- * times; the last attempt is told so and decides on what it holds.
+ * naming a lane), or that answers `undefined` (what it chose has moved), chooses again, up to five
+ * times; the last attempt is told so and decides on what it holds. Lanes still moving then give
+ * ConsumerBusyError: nothing was changed.
  */
-export async function choosingLanes<T>(attempt: (last: boolean) => Promise<T | undefined>): Promise<T> {
+export async function choosingLanes<T>(
+  ctx: AdminContext,
+  name: string,
+  attempt: (last: boolean) => Promise<T | undefined>,
+): Promise<T> {
   for (let round = 1; ; round++) {
     const last = round === LANE_CHOICES;
     try {
       const result = await attempt(last);
       if (result !== undefined) return result;
     } catch (error) {
-      if (last || !(error instanceof ConsumerNotFoundError) || !isLane(error.instanceId)) throw error;
+      if (!(error instanceof ConsumerNotFoundError) || !isLane(error.instanceId)) throw error;
+      if (last) throw new ConsumerBusyError(name, ctx.lockTimeoutMs, true);
     }
   }
 }

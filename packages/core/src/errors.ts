@@ -295,10 +295,13 @@ export class DeadLetterNotFoundError extends SluiceError {
 export class ConsumerBusyError extends SluiceError {
   readonly consumer: string;
 
-  constructor(consumer: string, lockTimeoutMs: number) {
+  /** `lanesMoving`: its rows kept changing under the action (a change of its lane count under way). */
+  constructor(consumer: string, lockTimeoutMs: number, lanesMoving = false) {
     super(
       'SLUICE_CONSUMER_BUSY',
-      `Consumer "${consumer}" is in a turn that held its row for more than ${lockTimeoutMs} ms; nothing was changed. Try again.`,
+      lanesMoving
+        ? `Consumer "${consumer}" is changing its lanes: they moved while the action held them; nothing was changed. Try again.`
+        : `Consumer "${consumer}" is in a turn that held its row for more than ${lockTimeoutMs} ms; nothing was changed. Try again.`,
     );
     this.consumer = consumer;
   }

@@ -56,7 +56,7 @@ export async function fenceGap(
   const results =
     options.instanceId !== undefined
       ? await fenceOn(checkName(options.instanceId, 'instanceId'))
-      : await choosingLanes(async () => {
+      : await choosingLanes(ctx, name, async () => {
           const lanes = await lanesWhere(ctx, name, { gapHolds: eventId });
           return fenceOn(lanes !== undefined && lanes.length > 0 ? lanes : undefined);
         });

@@ -69,7 +69,7 @@ async function onParkedKey(
   const name = checkName(nameInput, 'name');
   const key = checkKey(options.key);
   const who = checkActor(options, ctx.defaultActor);
-  return choosingLanes(async (last) => {
+  return choosingLanes(ctx, name, async (last) => {
     // The lane that owns the key now: the one whose turns park and replay it.
     const lane = await laneOwning(ctx.sql, ctx.tables, name, key);
     if (lane === undefined) throw new ConsumerNotFoundError(name);

@@ -43,7 +43,7 @@ export async function skip(
   if (options.instanceId !== undefined) return skipOn(checkName(options.instanceId, 'instanceId'));
   // A laned consumer: the lane stuck on that event (it decides again once held); none stuck on it
   // is a mismatch.
-  return choosingLanes(async () => {
+  return choosingLanes(ctx, name, async () => {
     const lanes = await lanesWhere(ctx, name, { stuckOn: eventId });
     if (lanes === undefined) return skipOn(undefined);
     const lane = lanes[0];
