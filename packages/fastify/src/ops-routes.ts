@@ -45,6 +45,20 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
   const publicShell = shellIsPublic(context);
   app.addHook('onRequest', async (request, reply) => {
     if (ops.insecure) {
+      // Without credentials, only requests addressed to this machine by name: a page elsewhere
+      // whose name was made to resolve to 127.0.0.1 (DNS rebinding) is same-origin to the browser
+      // with its own Host, and could otherwise read and act.
+      if (!isLoopbackHost(request.hostname)) {
+        request.log.info(
+          { host: request.headers.host },
+          'sluice ops: insecure route asked for by another host',
+        );
+        return sendOpsCode(
+          reply,
+          'SLUICE_CROSS_SITE_REQUEST',
+          'ops.insecure serves only requests addressed to localhost, 127.0.0.1 or [::1] (the Host header)',
+        );
+      }
       request.sluiceActor = 'insecure-local';
       return;
     }
@@ -175,4 +189,15 @@ function slots(size: number): () => Promise<() => void> {
       release();
     };
   };
+}
+
+/** A Host naming this machine's loopback interface (Fastify's `hostname`: the Host without its port). */
+export function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.toLowerCase();
+  return (
+    host === 'localhost' ||
+    host.endsWith('.localhost') ||
+    host === '[::1]' ||
+    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
+  );
 }

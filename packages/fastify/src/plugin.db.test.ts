@@ -142,6 +142,29 @@ describe('plugin lifecycle', () => {
     await app.ready();
     expect(lines.join('\n')).toContain('SLUICE OPS ROUTES ARE OPEN WITHOUT AUTHENTICATION');
     expect((await app.inject({ method: 'GET', url: '/sluice/consumers' })).statusCode).toBe(200);
+    for (const host of ['localhost:3000', '127.0.0.1', '127.0.0.1:3000', '[::1]:3000', 'app.localhost']) {
+      const answer = await app.inject({ method: 'GET', url: '/sluice/consumers', headers: { host } });
+      expect(answer.statusCode, host).toBe(200);
+    }
+    // A page whose name was made to resolve to 127.0.0.1 (DNS rebinding) is same-origin to the
+    // browser under its own Host: refused, reads and writes alike, and nothing changes.
+    const rebound = {
+      host: 'attacker.example:3000',
+      origin: 'http://attacker.example:3000',
+      'sec-fetch-site': 'same-origin',
+    };
+    const read = await app.inject({ method: 'GET', url: '/sluice/consumers', headers: rebound });
+    const write = await app.inject({
+      method: 'POST',
+      url: '/sluice/consumers/a/disable',
+      headers: { ...rebound, 'content-type': 'application/json' },
+      payload: '{}',
+    });
+    for (const answer of [read, write]) {
+      expect(answer.statusCode).toBe(403);
+      expect(answer.json()).toMatchObject({ code: 'SLUICE_CROSS_SITE_REQUEST' });
+    }
+    expect((await app.sluice.admin.showConsumer('a')).status).not.toBe('disabled');
   });
 
   test('migrates and starts in onReady, appends through the decorator, and stops in onClose', async () => {
