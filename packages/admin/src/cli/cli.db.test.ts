@@ -932,6 +932,12 @@ describe('failures and exit codes', () => {
     const mysql = await run(['status', '--database-url', 'mysql://nobody@127.0.0.1:1/nothing']);
     expect(mysql).toMatchObject({ code: 2, stdout: '' });
     expect(mysql.stderr).toMatch(/must start with postgres:\/\/ or postgresql:\/\//);
+    for (const password of ['pa%ZZss', 'pa%ffss']) {
+      const escape = await run(['status', '--database-url', `postgres://ops:${password}@127.0.0.1:1/shop`]);
+      expect(escape).toMatchObject({ code: 2, stdout: '' });
+      expect(escape.stderr).toContain('the database URL has a % that does not start an escape of UTF-8');
+      expect(escape.stderr).not.toContain(password);
+    }
     for (const timeout of ['abc', '-1', '0']) {
       const bad = await run(['status', '--database-url', `${nowhere}?connect_timeout=${timeout}`]);
       expect(bad).toMatchObject({ code: 2, stdout: '' });

@@ -11,8 +11,11 @@ export function formatTable(
   rows: readonly (readonly string[])[],
 ): string {
   const width = (text: string) => graphemes(text).length;
+  // A cell is one line: a line break or tab in a value (a stream id, a name, an actor) would start
+  // what looks like another row.
+  const cells = rows.map((row) => row.map(oneLine));
   const widths = columns.map((column, i) =>
-    Math.max(width(column.title), ...rows.map((row) => width(row[i] ?? ''))),
+    Math.max(width(column.title), ...cells.map((row) => width(row[i] ?? ''))),
   );
   const line = (cells: readonly string[]) =>
     columns
@@ -23,7 +26,12 @@ export function formatTable(
       })
       .join('  ')
       .trimEnd();
-  return [line(columns.map((c) => c.title)), ...rows.map(line)].join('\n');
+  return [line(columns.map((c) => c.title)), ...cells.map(line)].join('\n');
+}
+
+/** `text` with its line breaks and tabs written as `\n`, `\r` and `\t`. */
+function oneLine(text: string): string {
+  return text.replace(/[\n\r\t]/g, (c) => (c === '\n' ? '\\n' : c === '\r' ? '\\r' : '\\t'));
 }
 
 /** Aligned `key  value` lines, for the facts of one record. */

@@ -36,11 +36,28 @@ export function parseReason(text: string | undefined): string | undefined {
 }
 
 /**
- * `--key`: a parked key as the admin API takes it (at most 1000 bytes, no NUL). The empty string is
- * a key too (an event without the consumer's laneKey field is keyed ''): `--key ''` names it.
+ * `--key`: a parked key as `sluice parked` shows it (format-text.ts, keyText): as it is, or, in
+ * double quotes, a JSON string (a key that is empty or holds blanks, quotes, backslashes or control
+ * characters is shown so). At most 1000 bytes, no NUL. The empty string is a key too (an event
+ * without the consumer's laneKey field is keyed ''): `--key ''` or `--key '""'` names it.
  */
 export function parseKey(text: string | undefined, option = '--key'): string {
-  return checkText(text ?? '', option, 1000) ?? '';
+  let key = text ?? '';
+  if (key.length >= 2 && key.startsWith('"') && key.endsWith('"')) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(key);
+    } catch {
+      parsed = undefined;
+    }
+    if (typeof parsed !== 'string') {
+      throw new UsageError(
+        `${option} in double quotes is read as sluice parked shows a key, a JSON string, and ${key} is not one`,
+      );
+    }
+    key = parsed;
+  }
+  return checkText(key, option, 1000) ?? '';
 }
 
 /** The most lanes a consumer may run as (MAX_LANES in @sluice/core, which relane() checks too). */
