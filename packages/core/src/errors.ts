@@ -115,10 +115,13 @@ export class InvalidEventError extends SluiceError {
 export class SchemaNotMigratedError extends SluiceError {
   readonly schema: string;
 
-  constructor(schema: string) {
+  /** `behind`: the schema is migrated, but to an older migration than this release's last one. */
+  constructor(schema: string, behind?: { readonly applied: number; readonly needed: number }) {
     super(
       'SLUICE_SCHEMA_NOT_MIGRATED',
-      `Sluice schema "${schema}" is not migrated in this database: call migrate(sql, { schema: '${schema}' }) first`,
+      behind === undefined
+        ? `Sluice schema "${schema}" is not migrated in this database: call migrate(sql, { schema: '${schema}' }) first`
+        : `Sluice schema "${schema}" is migrated up to migration ${behind.applied}, and this release needs ${behind.needed}: call migrate(sql, { schema: '${schema}' }) first`,
     );
     this.schema = schema;
   }

@@ -1,4 +1,4 @@
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { useLoginRole, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { MigrationFailedError, MigrationModifiedError } from '../errors.js';
 import { silentLogger } from '../logger.js';
@@ -7,6 +7,7 @@ import { migrate } from './migrate.js';
 
 const db = await useTestDatabase();
 const quiet = { logger: silentLogger };
+const runtime = useLoginRole(db, 'sluice_runtime');
 
 describe('migrate', () => {
   test('applies every migration to a new schema, then nothing on the next call', async () => {
@@ -19,6 +20,13 @@ describe('migrate', () => {
       { version: number }[]
     >`select version from idempotent.migrations order by version`;
     expect(rows.map((r) => r.version)).toEqual((await loadMigrations()).map((m) => m.version));
+  });
+
+  test('a role that only runs the application (no CREATE on the database or the schema) migrates once the owner has: nothing to do, no error', async () => {
+    await migrate(db.sql, { schema: 'owned_by_admin', ...quiet });
+    await runtime.grant('owned_by_admin');
+    const again = await migrate(runtime.sql(), { schema: 'owned_by_admin', ...quiet });
+    expect(again.applied).toEqual([]);
   });
 
   test('five processes migrating at the same moment apply each migration exactly once', async () => {

@@ -37,14 +37,22 @@ export async function migrate(sql: Sql, options: MigrateOptions = {}): Promise<M
   const applied = await guardedBegin(sql, async (tx) => {
     const t = tables(tx, schema);
     await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_CLASS}, hashtext(${schema}))`;
-    await tx`create schema if not exists ${t.schema}`;
-    await tx`
-      create table if not exists ${t.migrations} (
-        version integer primary key,
-        name text not null,
-        checksum text not null,
-        applied_at timestamptz not null default now()
-      )`;
+    // Made only when missing: PostgreSQL checks the CREATE privilege (on the database, on the
+    // schema) before it honours IF NOT EXISTS, and a role that only runs the application has
+    // neither. (Nor does an existing one then raise a notice at every boot.)
+    const [present] = await tx<{ schema: boolean; migrations: boolean }[]>`
+      select exists (select 1 from pg_namespace where nspname = ${schema}) as schema,
+             to_regclass(format('%I.migrations', ${schema}::text)) is not null as migrations`;
+    if (!present?.schema) await tx`create schema if not exists ${t.schema}`;
+    if (!present?.migrations) {
+      await tx`
+        create table if not exists ${t.migrations} (
+          version integer primary key,
+          name text not null,
+          checksum text not null,
+          applied_at timestamptz not null default now()
+        )`;
+    }
     const done = new Map(
       (await tx<{ version: number; checksum: string }[]>`select version, checksum from ${t.migrations}`).map(
         (row) => [row.version, row.checksum],

@@ -65,6 +65,18 @@ describe('verifySchema', () => {
     }
   });
 
+  test('a schema migrated by an older release (its last migrations missing) is not migrated, and says how far it is', async () => {
+    await freshSchema('older');
+    // As a release two migrations back left it: the schema is there, its last two are not recorded.
+    await db.sql`delete from older.migrations where version > (select max(version) - 2 from older.migrations)`;
+    const [last] = await db.sql<{ version: number }[]>`select max(version) as version from older.migrations`;
+    const error = await verifySchema(db.sql, { schema: 'older' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SchemaNotMigratedError);
+    expect((error as Error).message).toBe(
+      `Sluice schema "older" is migrated up to migration ${last?.version}, and this release needs ${(last?.version ?? 0) + 2}: call migrate(sql, { schema: 'older' }) first`,
+    );
+  });
+
   test('names the missing schema', async () => {
     const error = await verifySchema(db.sql, { schema: 'never_migrated' }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(SchemaNotMigratedError);

@@ -5,6 +5,7 @@ import {
   XidGuardMissingError,
 } from '../errors.js';
 import type { Queryable } from '../sql-types.js';
+import { loadMigrations } from './load-migrations.js';
 import { resolveSchemaName } from './tables.js';
 
 /** PostgreSQL 14 is the oldest release Sluice supports (xid8 functions, multiranges). */
@@ -66,6 +67,7 @@ export async function verifySchema(
     throw new SchemaNotMigratedError(schema);
   }
   const table = server.events_table;
+  await refuseOlderSchema(sql, schema);
 
   const [sequence] = await sql<SequenceRow[]>`
     select s.seqrelid::regclass::text as sequence, s.seqcache::text as cache_size
@@ -106,4 +108,21 @@ export async function verifySchema(
     );
   }
   return { schema, serverVersionNum: server.server_version_num, warnings };
+}
+
+/**
+ * @throws {SchemaNotMigratedError} when the schema's last applied migration is older than this
+ *   release's last one (a release upgraded without migrate()). A role that may not read the
+ *   migrations table is not asked.
+ */
+async function refuseOlderSchema(sql: Queryable, schema: string): Promise<void> {
+  const needed = (await loadMigrations()).at(-1)?.version ?? 0;
+  // Asked first: a statement refused for want of the privilege would abort a caller's transaction.
+  const [may] = await sql<{ read: boolean }[]>`
+    select has_table_privilege(format('%I.migrations', ${schema}::text), 'select') as read`;
+  if (!may?.read) return;
+  const [row] = await sql<{ version: number | null }[]>`
+    select max(version) as version from ${sql(schema)}.migrations`;
+  const applied = row?.version ?? 0;
+  if (applied < needed) throw new SchemaNotMigratedError(schema, { applied, needed });
 }
