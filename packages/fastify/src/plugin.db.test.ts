@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { createServer as createHttpServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
 import { silentLogger, type Consumer, type Sql } from '@sluice/core';
 import {
   appendEvents,
@@ -216,6 +216,48 @@ describe('plugin lifecycle', () => {
     );
     expect(performance.now() - startedAt).toBeLessThan(5_000);
     expect(error).toMatchObject({ code: 'SLUICE_CONNECT_TIMEOUT', address: `127.0.0.1:${port}` });
+    await app.close();
+  });
+
+  test("onReady against a port that accepts and never answers, with postgres.js's default connect_timeout (30 s): SLUICE_CONNECT_TIMEOUT before Fastify's pluginTimeout gives up on the hook", async () => {
+    const sockets = new Set<Socket>();
+    const silent = createTcpServer((socket) => {
+      sockets.add(socket);
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    onTestFinished(
+      () =>
+        new Promise<void>((resolve) => {
+          for (const socket of sockets) socket.destroy();
+          silent.close(() => {
+            resolve();
+          });
+        }),
+    );
+    const { port } = silent.address() as AddressInfo;
+    const sql = postgres(`postgres://nobody:secret@127.0.0.1:${port}/nothing`, {
+      max: 1,
+      onnotice: () => undefined,
+    }) as unknown as Sql;
+    onTestFinished(() => sql.end({ timeout: 0 }));
+    const app = Fastify({ logger: false, pluginTimeout: 2_500 });
+    await app.register(sluice, {
+      sql,
+      consumers: [recordingConsumer('never').consumer],
+      listen: false,
+      logger: silentLogger,
+    });
+    const startedAt = performance.now();
+    const error = await app.ready().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(performance.now() - startedAt).toBeLessThan(2_500);
+    expect(error).toMatchObject({
+      code: 'SLUICE_CONNECT_TIMEOUT',
+      address: `127.0.0.1:${port}`,
+      timeoutMs: 2_000,
+    });
     await app.close();
   });
 

@@ -9,6 +9,7 @@ import {
 } from '@sluice/core';
 import {
   ADMIN_DEFAULTS,
+  connectTimeoutMsOf,
   logUnprepared,
   neverThrowing,
   openOwnConnections,
@@ -76,8 +77,15 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
 
   app.addHook('onReady', async () => {
     // Against a port where something other than PostgreSQL answers, the migration's first
-    // statement would wait for ever: fail with SLUICE_CONNECT_TIMEOUT after connect_timeout.
-    await adminConnections.checkConnection();
+    // statement would wait for ever: fail with SLUICE_CONNECT_TIMEOUT after connect_timeout, or
+    // sooner when Fastify would give up on this hook first (its pluginTimeout, 10 s by default,
+    // against postgres.js's 30 s), with a message that names neither the plugin nor the database.
+    const pluginTimeoutMs = app.initialConfig.pluginTimeout ?? 0;
+    const timeoutMs = Math.min(
+      connectTimeoutMsOf(dispatcherOptions.sql),
+      pluginTimeoutMs > 0 ? Math.max(1_000, Math.floor(pluginTimeoutMs * 0.8)) : Infinity,
+    );
+    await adminConnections.checkConnection(timeoutMs);
     if (migrate) await runMigrations(adminConnections.sql, { schema, logger });
     await dispatcher.start();
     running = true;

@@ -80,7 +80,8 @@ export interface OwnConnections {
    * fresh one takes its place, so a later call begins afresh.
    * @throws {ConnectTimeoutError}
    */
-  checkConnection(): Promise<void>;
+  /** checkConnection() of the current pool, in at most `timeoutMs` (the pool's connect_timeout by default). */
+  checkConnection(timeoutMs?: number): Promise<void>;
   /** Ends the current pool and every replaced one still settling. */
   end(): Promise<void>;
 }
@@ -331,10 +332,10 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     get renewals() {
       return renewals;
     },
-    async checkConnection() {
+    async checkConnection(timeoutMs?: number) {
       const pool = current;
       try {
-        await checkConnection(pool.sql);
+        await checkConnection(pool.sql, timeoutMs);
       } catch (error) {
         if (error instanceof ConnectTimeoutError && pool === current && !ended) {
           current = create();
