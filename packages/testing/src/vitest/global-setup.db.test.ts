@@ -10,6 +10,11 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stripVTControlCharacters } from 'node:util';
 import { expect, onTestFinished, test } from 'vitest';
+import { useLoginRole } from './login-role.js';
+import { useTestDatabase } from './test-database.js';
+
+const db = await useTestDatabase();
+const noCreatedb = useLoginRole(db, 'sluice_no_createdb');
 
 const packageDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const vitestBin = join(dirname(createRequire(import.meta.url).resolve('vitest/package.json')), 'vitest.mjs');
@@ -57,3 +62,18 @@ test.runIf(process.getuid?.() === 0)(
     ).toEqual([]);
   },
 );
+
+test('a DATABASE_URL whose role may not create databases: the run stops with one line saying so', async () => {
+  const url = new URL(db.url);
+  url.username = noCreatedb.name;
+  url.password = noCreatedb.password;
+  const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('VITEST')));
+  const { code, output } = await runVitest({ ...env, DATABASE_URL: url.toString(), NO_COLOR: '1' });
+  expect(code, output).toBe(1);
+  const reason =
+    "Error: DATABASE_URL: cannot create the tests' template database (permission denied to create database, " +
+    '42501): its role needs CREATEDB (every test file gets a database of its own, cloned from a template)';
+  const lines = output.split('\n').map((line) => line.trim());
+  expect(lines, output).toContain(reason);
+  expect(output).not.toContain(noCreatedb.password);
+});

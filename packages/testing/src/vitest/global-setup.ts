@@ -28,6 +28,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
     const admin = postgres(server.url, { max: 1, onnotice: () => undefined });
     try {
       await admin`create database ${admin(template)}`;
+    } catch (error) {
+      throw server.source === 'env' ? databaseUrlError(error) : error;
     } finally {
       await admin.end();
     }
@@ -57,4 +59,23 @@ export default async function setup(project: TestProject): Promise<() => Promise
     }
     await server.stop();
   };
+}
+
+/**
+ * The failure to make the template database on the DATABASE_URL server, as one line: the URL's
+ * host and database (never its password), the server's words, and what the role needs.
+ */
+function databaseUrlError(error: unknown): Error {
+  const code = (error as { code?: unknown } | null)?.code;
+  const words = error instanceof Error ? error.message : String(error);
+  const needs =
+    code === '42501'
+      ? ': its role needs CREATEDB (every test file gets a database of its own, cloned from a template)'
+      : '';
+  const failure = new Error(
+    `DATABASE_URL: cannot create the tests' template database (${words}${typeof code === 'string' ? `, ${code}` : ''})${needs}`,
+    { cause: error },
+  );
+  failure.stack = `Error: ${failure.message}`;
+  return failure;
 }

@@ -22,6 +22,7 @@ export function useLoginRole(db: TestDatabase, prefix: string, options: { max?: 
   });
   return {
     name,
+    password,
     sql: (): Sql => {
       if (!pool) throw new Error(`${name} connects once the tests run`);
       return pool;
