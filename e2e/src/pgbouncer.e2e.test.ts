@@ -34,8 +34,10 @@ const db = await useTestDatabase();
 function poolThrough(bouncer: PgBouncer, max = 10): Sql {
   const sql = postgres(bouncer.url, {
     max,
-    // Behind a transaction pooler, prepared statements do not survive from one transaction to the next.
+    // Behind a transaction pooler, prepared statements do not survive from one transaction to the
+    // next, and statements are sent one at a time (docs/operating.md, "Behind a pooler").
     prepare: bouncer.mode === 'session',
+    ...(bouncer.mode === 'transaction' ? { max_pipeline: 1 } : {}),
     fetch_types: false,
     onnotice: () => undefined,
   }) as unknown as Sql;

@@ -62,8 +62,11 @@ export async function diagnose(
     const one = await diagnoseRow(ctx, name, instanceIds[0] as string);
     return { ...one, findings: [...whole, ...one.findings] };
   }
-  // A consumer run as lanes (docs/design.md §11): each lane, its findings marked with the lane.
-  const lanes = await Promise.all(instanceIds.map((id) => diagnoseRow(ctx, name, id)));
+  // A consumer run as lanes (docs/design.md §11): each lane, its findings marked with the lane. One
+  // after another: a pool of a few connections (the CLI's has two) would otherwise pipeline
+  // statements, which a transaction pooler can lose the answers of.
+  const lanes: Awaited<ReturnType<typeof diagnoseRow>>[] = [];
+  for (const id of instanceIds) lanes.push(await diagnoseRow(ctx, name, id));
   const consumer = await showConsumer(ctx, name);
   const findings = [...whole];
   const moving = lanes.filter((l) => !(l.findings.length === 1 && l.findings[0] === 'at the log head'));

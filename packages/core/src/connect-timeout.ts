@@ -25,16 +25,22 @@ export function addressOf(sql: Sql): string {
  * else a {@link ConnectTimeoutError}. postgres.js's `connect_timeout` bounds one connection attempt,
  * and every new attempt restarts it: a peer that is not PostgreSQL (an HTTP server on that port)
  * answers the startup message with something else and closes the connection, postgres.js connects
- * again at once, and the query waits for ever. The query is left
+ * again at once, and the query waits for ever (postgres.js 3). The query is left
  * running: after a timeout the caller ends the pool (`sql.end({ timeout: 0 })`), which stops those
- * attempts.
+ * attempts. postgres.js 4 rejects the query at once instead (PROTOCOL_ERROR: the answer was not
+ * PostgreSQL's protocol): the same ConnectTimeoutError, without the wait.
  */
 export async function withinConnectTimeout<T>(
   sql: Sql,
   query: Promise<T>,
   timeoutMs: number = connectTimeoutMsOf(sql),
 ): Promise<T> {
-  const outcome = await settleWithin(query, timeoutMs);
+  const outcome = await settleWithin(query, timeoutMs).catch((error: unknown) => {
+    if ((error as { code?: unknown } | null)?.code === 'PROTOCOL_ERROR') {
+      throw new ConnectTimeoutError(addressOf(sql), timeoutMs, error);
+    }
+    throw error;
+  });
   if (outcome === TIMED_OUT) throw new ConnectTimeoutError(addressOf(sql), timeoutMs);
   return outcome;
 }

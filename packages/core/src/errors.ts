@@ -460,11 +460,13 @@ export class ConnectTimeoutError extends SluiceError {
   readonly address: string;
   readonly timeoutMs: number;
 
-  constructor(address: string, timeoutMs: number) {
+  /** `cause`: the driver's error when the peer answered in another protocol (postgres.js 4 says so at once). */
+  constructor(address: string, timeoutMs: number, cause?: unknown) {
     super(
       'SLUICE_CONNECT_TIMEOUT',
       `no PostgreSQL server completed a connection at ${address} within ${timeoutMs / 1000} s: ` +
         'check the host and port (is a PostgreSQL server listening there, and not another service?)',
+      cause === undefined ? undefined : { cause },
     );
     this.address = address;
     this.timeoutMs = timeoutMs;

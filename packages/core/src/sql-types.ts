@@ -7,8 +7,11 @@ import type postgres from 'postgres';
 export type Sql = postgres.Sql;
 /** A postgres.js transaction: functions taking `tx: TransactionSql` run inside the caller's and never commit. */
 export type TransactionSql = postgres.TransactionSql;
-/** Either; for read-only helpers that work inside or outside a transaction. */
-export type Queryable = postgres.Sql | postgres.TransactionSql;
+/**
+ * Any of them, a reserved connection too; for read-only helpers that work inside or outside a
+ * transaction. (postgres.js 4's ReservedSql is not a Sql, as 3's was.)
+ */
+export type Queryable = postgres.Sql | postgres.TransactionSql | postgres.ReservedSql;
 
 /** A connection reserved from a pool (`sql.reserve()`): must be released. */
 export type ReservedSql = postgres.ReservedSql;

@@ -4,6 +4,7 @@
 export { capturingLogger, listenBackends } from './capturing-logger.js';
 export { consumerRow, freshSchema } from './consumer-row.js';
 export { withDatabase } from './database-url.js';
+export { postgresJsMajor } from './driver.js';
 export { drainUntilIdle, passUntil } from './drain.js';
 export { appendEvents, failingOn, recordingConsumer } from './fixtures.js';
 export { recordNotifications } from './notification-recorder.js';

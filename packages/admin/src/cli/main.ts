@@ -36,14 +36,18 @@ const CONNECT_TIMEOUT_S = 10;
 /** Two connections are plenty for one command. */
 function openPool(url: string, env: NodeJS.ProcessEnv): Sql {
   const timeoutGiven = /[?&]connect_timeout=/.test(url) || (env['PGCONNECT_TIMEOUT'] ?? '') !== '';
-  return postgres(url, {
+  const options = {
     max: 2,
+    // One statement at a time on each connection (postgres.js 4; 3 ignores it): pipelined through
+    // a transaction pooler, an answer can go missing and the command wait for ever.
+    max_pipeline: 1,
     onnotice: () => undefined,
     // postgres.js 3.4.9 does not await this fetch: a connection cut during it (the command ending
     // the pool, a terminated backend) would stop the process. Sluice never needs array types.
     fetch_types: false,
     ...(timeoutGiven ? {} : { connect_timeout: CONNECT_TIMEOUT_S }),
-  });
+  };
+  return postgres(url, options as postgres.Options<Record<string, postgres.PostgresType>>);
 }
 
 /**
@@ -129,9 +133,15 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
     const opened = openPool(url, env);
     sql = opened;
     const admin = createAdmin({ sql, schema });
+    const handshaking = handshake(opened);
     const output = await Promise.race([
-      work(admin),
-      handshake(opened).then(() => {
+      work(admin).catch(async (error: unknown) => {
+        // postgres.js 4 fails the command's statements at once when the peer is not PostgreSQL, as
+        // it fails the handshake's: the handshake's one line says what happened.
+        if ((error as { code?: unknown } | null)?.code === 'PROTOCOL_ERROR') await handshaking;
+        throw error;
+      }),
+      handshaking.then(() => {
         pool.connected = true;
         return new Promise<never>(() => undefined); // the command's own outcome decides
       }),

@@ -135,6 +135,7 @@ export async function guardedBegin<T>(
   let beginFailed = false;
   const begun = sql.begin(body);
   try {
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- postgres.js 3's types need it
     return (await begun) as T;
   } catch (error) {
     beginFailed = true;

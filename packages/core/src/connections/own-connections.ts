@@ -92,6 +92,8 @@ type Options = postgres.Options<Record<string, postgres.PostgresType>>;
 interface Pool {
   readonly sql: Sql;
   inFlight: number;
+  /** Statements waiting for one of the pool's connections to be free (trackStatement). */
+  readonly queued: (() => void)[];
   readonly whenIdle: (() => void)[];
   /** Renews the pool once it has had nothing running for the application's idle_timeout. */
   idleTimer: NodeJS.Timeout | undefined;
@@ -162,6 +164,10 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       max: settings.max,
       fetch_types: false,
       prepare,
+      // One statement at a time on each connection outside a transaction (postgres.js 4; 3 has no
+      // such option and ignores it). Pipelined through a transaction pooler (PgBouncer 1.18 in
+      // suite T8), an answer could go missing, and the statement wait for ever.
+      max_pipeline: 1,
       // Honoured for the whole pool below: the driver's own timers would look like deaths.
       idle_timeout: null,
       max_lifetime: null,
@@ -177,6 +183,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     const pool: Pool = {
       sql: postgres(options as unknown as Options),
       inFlight: 0,
+      queued: [],
       whenIdle: [],
       idleTimer: undefined,
       lifeTimer: undefined,
@@ -249,6 +256,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     pool.idleTimer = undefined;
     const settled = () => {
       pool.inFlight -= 1;
+      pool.queued.shift()?.();
       if (pool.inFlight > 0) return;
       for (const idle of pool.whenIdle.splice(0)) idle();
       if (idleMs !== undefined && pool === current && !ended) {
@@ -267,15 +275,27 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   /**
    * A statement made on `pool`: counted as running once it is awaited (a postgres.js query is
    * sent then; one used only as a fragment of another statement never is). Its first `then` (which
-   * `catch`, `finally` and `await` go through) counts it and hands over to the query's own.
+   * `catch`, `finally` and `await` go through) counts it and hands over to the query's own. While
+   * as many statements and transactions run as the pool has connections, it waits here for one to
+   * end, rather than be pipelined by the driver behind another on a busy connection: through a
+   * transaction pooler such a statement's answer can go missing (docs/operating.md, "Behind a
+   * pooler"; postgres.js 4's max_pipeline: 1 says the same to the driver, 3 has no such option).
    */
   const trackStatement = (pool: Pool, statement: Promise<unknown>): Promise<unknown> => {
     const query = statement as unknown as { then: (...args: never[]) => unknown };
     const send = query.then as (...args: unknown[]) => unknown;
     query.then = (...args: unknown[]) => {
       query.then = send; // counted once
-      track(pool, statement);
-      return Reflect.apply(send, query, args);
+      if (pool.inFlight < settings.max) {
+        track(pool, statement);
+        return Reflect.apply(send, query, args);
+      }
+      return new Promise<unknown>((resolve) => {
+        pool.queued.push(() => {
+          track(pool, statement);
+          resolve(statement);
+        });
+      }).then(...(args as [never, never]));
     };
     return statement;
   };

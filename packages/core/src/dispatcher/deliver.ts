@@ -373,7 +373,7 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
 class AbortedTransactionError extends Error {
   constructor(refused: unknown) {
     super(
-      `a statement of ctx.tx failed and the handler went on, but PostgreSQL had aborted the transaction ` +
+      `a statement of ctx.tx failed and the handler went on, but its transaction had been aborted (by PostgreSQL, or by the driver) ` +
         `(use ctx.tx.savepoint() to go on after a failed statement): ${messageOf(refused)}`,
     );
     this.name = 'AbortedTransactionError';
