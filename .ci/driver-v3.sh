@@ -21,6 +21,6 @@ if [ "$installed" != "$V3" ]; then
   exit 1
 fi
 pnpm build >/dev/null
-pnpm --filter @sluice/core --filter @sluice/admin --filter @sluice/fastify test
+for package in core admin fastify; do pnpm --filter "@sluice/$package" test; done
 pnpm test:pack
 echo "driver-v3: core, admin, fastify and the pack test passed on postgres $V3"
