@@ -2,11 +2,13 @@
 // error counts as past, how lane rows, lane changes and parked keys read, the lag and throughput
 // samples behind the charts, and what the Rebuilds panel offers and says.
 import { describe, expect, test } from 'vitest';
+import { visible } from './static/ui/visible.js';
 import { History, HISTORY_MS, slices, spanOf, summarize } from './static/ui/history.js';
 import {
   actionLabel,
   applicableActions,
   errorState,
+  isRetrying,
   isStuck,
   laneChangeNote,
   laneLabel,
@@ -54,6 +56,18 @@ describe('actions offered', () => {
     expect(applicableActions(dead)).toEqual(['skip', 'enable', 'disable', 'restart']);
     expect(actionLabel('enable', dead)).toBe('Re-arm');
     expect(actionLabel('skip', dead)).toBe('Skip');
+  });
+
+  test('retrying is what the row says: attempts on record, and neither dead nor disabled', () => {
+    expect(isRetrying(row({ attempts: 2 }))).toBe(true);
+    expect(isRetrying(row({ attempts: 2, status: 'dead' }))).toBe(false);
+    expect(isRetrying(row({ attempts: 2, status: 'disabled' }))).toBe(false);
+    expect(isRetrying(row({ attempts: 0 }))).toBe(false);
+  });
+
+  test('bidirectional overrides and isolates are shown escaped, not obeyed', () => {
+    expect(visible('\u202eevil \u2066x\u2069 ok')).toBe('\\u202eevil \\u2066x\\u2069 ok');
+    expect(visible('plain ü 名')).toBe('plain ü 名');
   });
 
   test('Skip only while stuck: retrying or dead on an event', () => {

@@ -5,6 +5,7 @@ import { api, consumerPath, describeError, queryOf } from './api.js';
 import { trendFigure } from './charts.js';
 import { restoreFocus } from './dialog.js';
 import { byId, el } from './dom.js';
+import { visible } from './visible.js';
 import {
   clockTime,
   formatDuration,
@@ -39,7 +40,7 @@ export function openDetail(kind, c, opener) {
   section.setAttribute('data-instance', c.instanceId);
   // A consumer's parked keys are its whole's, whichever lane row the panel was opened from.
   const subject = kind === 'parked-keys' ? c.name : labelOf(c);
-  byId('detail-title', HTMLElement).textContent = `${TITLES[kind]} ${subject}`;
+  byId('detail-title', HTMLElement).textContent = visible(`${TITLES[kind]} ${subject}`);
   section.hidden = false;
   byId('detail-title', HTMLElement).focus();
   refreshDetail();

@@ -3,6 +3,7 @@
 // every dialog and panel.
 import { describeError } from './api.js';
 import { byId, el, nextId } from './dom.js';
+import { visible } from './visible.js';
 import { hooks, state } from './state.js';
 import { showResult, updateRefreshStatus } from './status.js';
 
@@ -92,7 +93,7 @@ export function openDialog(options) {
     prepare,
   } = options;
   byId('dialog-title', HTMLElement).textContent = title;
-  byId('dialog-description', HTMLElement).textContent = description;
+  byId('dialog-description', HTMLElement).textContent = visible(description);
   byId('dialog-fields', HTMLElement).replaceChildren(...fields);
   byId('dialog-reason', HTMLInputElement).value = '';
   setDialogError(null);
@@ -117,7 +118,7 @@ export function openDialog(options) {
   if (prepare) {
     prepare((text, enabled) => {
       if (current !== context) return;
-      byId('dialog-description', HTMLElement).textContent = text;
+      byId('dialog-description', HTMLElement).textContent = visible(text);
       context.ready = enabled;
       confirm.disabled = !enabled;
     });

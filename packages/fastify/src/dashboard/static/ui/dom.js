@@ -2,6 +2,8 @@
 // DOM helpers. Everything the dashboard shows is set as text or as attribute values, never
 // parsed as HTML.
 
+import { visible } from './visible.js';
+
 /** @typedef {Node | string | null | undefined | false} Child */
 
 /**
@@ -26,7 +28,7 @@ export function byId(id, type) {
 function setAttributes(node, attributes) {
   for (const [name, value] of Object.entries(attributes)) {
     if (value === undefined || value === null || value === false) continue;
-    if (name === 'text') node.textContent = String(value);
+    if (name === 'text') node.textContent = visible(String(value));
     else if (name === 'class') node.setAttribute('class', String(value));
     else node.setAttribute(name, value === true ? '' : String(value));
   }

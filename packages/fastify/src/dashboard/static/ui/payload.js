@@ -4,6 +4,7 @@
 import { api, consumerPath, describeError, queryOf } from './api.js';
 import { modalClosed, modalOpened, restoreFocus } from './dialog.js';
 import { byId, el } from './dom.js';
+import { visible } from './visible.js';
 import { clockTime, labelOf, plural, timeAgo } from './format.js';
 import { PARKED_LIMIT } from './state.js';
 
@@ -43,7 +44,7 @@ function json(title, value, name) {
  */
 function open(title, from, load, kind) {
   const body = byId('payload-body', HTMLElement);
-  byId('payload-title', HTMLElement).textContent = title;
+  byId('payload-title', HTMLElement).textContent = visible(title);
   body.replaceChildren(el('p', { class: 'muted', text: 'Loading…' }));
   body.setAttribute('aria-busy', 'true');
   dialog().setAttribute('data-payload-kind', kind);

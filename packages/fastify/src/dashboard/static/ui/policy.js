@@ -19,6 +19,15 @@ export function isStuck(c) {
 }
 
 /**
+ * Whether the row says the consumer is retrying: a failed attempt on record, and neither dead nor
+ * disabled (a disabled consumer keeps its attempts for when it is enabled again).
+ * @param {ConsumerSummary} c
+ */
+export function isRetrying(c) {
+  return c.status !== 'dead' && c.status !== 'disabled' && c.attempts > 0;
+}
+
+/**
  * The write actions that apply to a consumer row right now, in display order: Skip only while it
  * is stuck, Enable only when disabled or dead (offered as Re-arm: see actionLabel), Disable only when not
  * disabled, Replay only with dead letters waiting, Fence only with pending gaps, Restart always.

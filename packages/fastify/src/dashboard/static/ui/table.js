@@ -8,6 +8,7 @@ import {
   actionLabel,
   applicableActions,
   errorState,
+  isRetrying,
   isStuck,
   laneChangeNote,
   laneLabel,
@@ -187,7 +188,7 @@ function updateRow(row, c, key, now) {
   if (c.status === 'disabled') {
     note(c.disabledUntil ? `until ${clockTime(c.disabledUntil)}` : 'until enabled');
     if (c.disabledReason) note(c.disabledReason);
-  } else if (c.status !== 'dead' && c.attempts > 0) {
+  } else if (isRetrying(c)) {
     note(`retrying, ${plural(c.attempts, 'failed attempt')}`);
   }
   if ((c.rearmCount ?? 0) > 0) note(`re-armed ${plural(c.rearmCount ?? 0, 'time')}`);
@@ -361,7 +362,7 @@ function renderSummary(consumers) {
     { key: 'dead', value: count((c) => c.status === 'dead'), label: 'dead', tone: 'bad' },
     {
       key: 'retrying',
-      value: count((c) => c.status !== 'dead' && c.attempts > 0),
+      value: count(isRetrying),
       label: 'retrying',
       tone: 'warn',
     },
