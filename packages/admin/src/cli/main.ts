@@ -41,6 +41,9 @@ function openPool(url: string, env: NodeJS.ProcessEnv): Sql {
     // One statement at a time on each connection (postgres.js 4; 3 ignores it): pipelined through
     // a transaction pooler, an answer can go missing and the command wait for ever.
     max_pipeline: 1,
+    // A command runs a few statements once: preparing them saves nothing, and through a transaction
+    // pooler a statement prepared in one transaction is missing in the next.
+    prepare: false,
     onnotice: () => undefined,
     // postgres.js 3.4.9 does not await this fetch: a connection cut during it (the command ending
     // the pool, a terminated backend) would stop the process. Sluice never needs array types.
