@@ -48,7 +48,9 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
       // Without credentials, only requests addressed to this machine by name: a page elsewhere
       // whose name was made to resolve to 127.0.0.1 (DNS rebinding) is same-origin to the browser
       // with its own Host, and could otherwise read and act.
-      if (!isLoopbackHost(request.hostname)) {
+      // The Host the browser sent, not Fastify's hostname: with trustProxy, a rebound page (same-origin
+      // to its browser) could name localhost in X-Forwarded-Host.
+      if (!isLoopbackHost(request.raw.headers.host ?? '')) {
         request.log.info(
           { host: request.headers.host },
           'sluice ops: insecure route asked for by another host',
@@ -191,13 +193,8 @@ function slots(size: number): () => Promise<() => void> {
   };
 }
 
-/** A Host naming this machine's loopback interface (Fastify's `hostname`: the Host without its port). */
-export function isLoopbackHost(hostname: string): boolean {
-  const host = hostname.toLowerCase();
-  return (
-    host === 'localhost' ||
-    host.endsWith('.localhost') ||
-    host === '[::1]' ||
-    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
-  );
+/** A Host header (with or without its port) naming this machine's loopback interface. */
+export function isLoopbackHost(hostHeader: string): boolean {
+  const host = hostHeader.toLowerCase().replace(/:\d+$/, '').replace(/\.$/, '');
+  return host === 'localhost' || host === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }

@@ -142,7 +142,14 @@ describe('plugin lifecycle', () => {
     await app.ready();
     expect(lines.join('\n')).toContain('SLUICE OPS ROUTES ARE OPEN WITHOUT AUTHENTICATION');
     expect((await app.inject({ method: 'GET', url: '/sluice/consumers' })).statusCode).toBe(200);
-    for (const host of ['localhost:3000', '127.0.0.1', '127.0.0.1:3000', '[::1]:3000', 'app.localhost']) {
+    for (const host of [
+      'localhost:3000',
+      'localhost.:3000',
+      '127.0.0.1',
+      '127.0.0.1:3000',
+      '[::1]:3000',
+      '[::1]',
+    ]) {
       const answer = await app.inject({ method: 'GET', url: '/sluice/consumers', headers: { host } });
       expect(answer.statusCode, host).toBe(200);
     }
@@ -165,6 +172,24 @@ describe('plugin lifecycle', () => {
       expect(answer.json()).toMatchObject({ code: 'SLUICE_CROSS_SITE_REQUEST' });
     }
     expect((await app.sluice.admin.showConsumer('a')).status).not.toBe('disabled');
+
+    // Behind a trusted proxy Fastify reads X-Forwarded-Host, which that page can set: the Host the
+    // browser sent decides.
+    const proxied = Fastify({ logger: false, trustProxy: true });
+    onTestFinished(() => proxied.close());
+    await proxied.register(sluice, {
+      sql: db.sql,
+      consumers: [recordingConsumer('a').consumer],
+      listen: false,
+      logger: silentLogger,
+      ops: { insecure: true },
+    });
+    const forwarded = await proxied.inject({
+      method: 'GET',
+      url: '/sluice/consumers',
+      headers: { ...rebound, 'x-forwarded-host': 'localhost' },
+    });
+    expect(forwarded.statusCode).toBe(403);
   });
 
   test('migrates and starts in onReady, appends through the decorator, and stops in onClose', async () => {
