@@ -15,6 +15,8 @@ import {
   type TransactionSql,
 } from '@sluice/core';
 import { createAdmin } from '@sluice/admin';
+import sluice, { bearerAuth } from '@sluice/fastify';
+import Fastify from 'fastify';
 import { capturingLogger, freshSchema, holdGap, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
@@ -194,6 +196,34 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
         Math.max(...latencies),
         `wake-up latencies ${latencies.map(Math.round).join(', ')} ms`,
       ).toBeLessThan(1_500);
+    });
+
+    test("the plugin's ops routes through the pooler: 20 diagnose requests at once on a laned consumer all answer, and /health after them", async () => {
+      const app = poolThrough(bouncer);
+      const schema = await freshSchema(app, 'pgb');
+      const direct = db.connect({ max: 1, fetch_types: false });
+      onTestFinished(() => direct.end({ timeout: 1 }));
+      const web = Fastify({ logger: false });
+      onTestFinished(() => web.close());
+      await web.register(sluice, {
+        sql: app,
+        schema,
+        consumers: [{ name: 'lanes', lanes: 4, handler: () => undefined }],
+        listen: false,
+        logger: silentLogger,
+        ...(mode === 'transaction' ? { listenSql: direct } : {}),
+        ops: { auth: bearerAuth('t'.repeat(32), 'ops') },
+      });
+      await web.ready();
+      const headers = { authorization: `Bearer ${'t'.repeat(32)}` };
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, () =>
+          web.inject({ method: 'GET', url: '/sluice/consumers/lanes/diagnose', headers }),
+        ),
+      );
+      expect(answers.map((a) => a.statusCode)).toEqual(Array.from({ length: 20 }, () => 200));
+      const health = await web.inject({ method: 'GET', url: '/sluice/health', headers });
+      expect(health.statusCode).toBe(200);
     });
 
     test('operator actions and prune go through the pooler: skip, disable, enable, restart, replay, fence, prune', async () => {

@@ -243,8 +243,8 @@ const LANE_CHOICES = 5;
  * can remove a lane, or hand its keys to a new one, between the choice and the lock
  * (docs/design.md §11.3): an attempt whose chosen lane is gone once held (ConsumerNotFoundError
  * naming a lane), or that answers `undefined` (what it chose has moved), chooses again, up to five
- * times; the last attempt is told so and decides on what it holds. Lanes still moving then give
- * ConsumerBusyError: nothing was changed.
+ * times; the last attempt is told so. Lanes still moving then give ConsumerBusyError: nothing was
+ * changed.
  */
 export async function choosingLanes<T>(
   ctx: AdminContext,
@@ -252,14 +252,14 @@ export async function choosingLanes<T>(
   attempt: (last: boolean) => Promise<T | undefined>,
 ): Promise<T> {
   for (let round = 1; ; round++) {
-    const last = round === LANE_CHOICES;
+    const last = round >= LANE_CHOICES;
     try {
       const result = await attempt(last);
       if (result !== undefined) return result;
     } catch (error) {
       if (!(error instanceof ConsumerNotFoundError) || !isLane(error.instanceId)) throw error;
-      if (last) throw new ConsumerBusyError(name, ctx.lockTimeoutMs, true);
     }
+    if (last) throw new ConsumerBusyError(name, ctx.lockTimeoutMs, true);
   }
 }
 

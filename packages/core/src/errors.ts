@@ -460,12 +460,18 @@ export class ConnectTimeoutError extends SluiceError {
   readonly address: string;
   readonly timeoutMs: number;
 
-  /** `cause`: the driver's error when the peer answered in another protocol (postgres.js 4 says so at once). */
+  /**
+   * `cause`: the driver's error when the peer answered in another protocol (postgres.js 4 says so
+   * at once, before the time is up; the message then says that instead).
+   */
   constructor(address: string, timeoutMs: number, cause?: unknown) {
     super(
       'SLUICE_CONNECT_TIMEOUT',
-      `no PostgreSQL server completed a connection at ${address} within ${timeoutMs / 1000} s: ` +
-        'check the host and port (is a PostgreSQL server listening there, and not another service?)',
+      cause === undefined
+        ? `no PostgreSQL server completed a connection at ${address} within ${timeoutMs / 1000} s: ` +
+            'check the host and port (is a PostgreSQL server listening there, and not another service?)'
+        : `no PostgreSQL server completed a connection at ${address}: what answers there does not speak ` +
+            "PostgreSQL's protocol: check the host and port (is it another service?)",
       cause === undefined ? undefined : { cause },
     );
     this.address = address;

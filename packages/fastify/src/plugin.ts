@@ -83,7 +83,7 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
     const pluginTimeoutMs = app.initialConfig.pluginTimeout ?? 0;
     const timeoutMs = Math.min(
       connectTimeoutMsOf(dispatcherOptions.sql),
-      pluginTimeoutMs > 0 ? Math.max(1_000, Math.floor(pluginTimeoutMs * 0.8)) : Infinity,
+      pluginTimeoutMs > 0 ? Math.floor(pluginTimeoutMs * 0.8) : Infinity,
     );
     await adminConnections.checkConnection(timeoutMs);
     if (migrate) await runMigrations(adminConnections.sql, { schema, logger });

@@ -1,4 +1,9 @@
-import { ConsumerNotFoundError, InvalidOptionError, KeyNotParkedError } from '@sluice/core';
+import {
+  ConsumerBusyError,
+  ConsumerNotFoundError,
+  InvalidOptionError,
+  KeyNotParkedError,
+} from '@sluice/core';
 import {
   deleteParkedKey,
   laneOwning,
@@ -76,7 +81,10 @@ async function onParkedKey(
     return withLockedConsumer(ctx, name, lane, async ({ tx, state }) => {
       // Asked again once the lane is held: a change of lane count that switched since has handed
       // the key to a new lane, whose turns this lock would not keep out.
-      if (!last && (await laneOwning(tx, ctx.tables, name, key)) !== lane) return undefined;
+      if ((await laneOwning(tx, ctx.tables, name, key)) !== lane) {
+        if (last) throw new ConsumerBusyError(name, ctx.lockTimeoutMs, true);
+        return undefined;
+      }
       const parked = await lockParkedKey(tx, ctx.tables, name, key);
       if (!parked) throw new KeyNotParkedError(name, key);
       if (action === 'replay-parked-key') await requestParkedReplay(tx, ctx.tables, name, key, who.actor);

@@ -29,6 +29,7 @@ import { EXIT_CODES, type ExitCode } from './exit-codes.js';
 import { terminalSafe } from './format-text.js';
 import { commandHelp, globalHelp } from './help-text.js';
 import { parseCommandLine } from './parse-command-line.js';
+import { UsageError } from './usage-error.js';
 
 /** The connect timeout (seconds) unless the URL's `connect_timeout` or PGCONNECT_TIMEOUT gives one. */
 const CONNECT_TIMEOUT_S = 10;
@@ -50,7 +51,18 @@ function openPool(url: string, env: NodeJS.ProcessEnv): Sql {
     fetch_types: false,
     ...(timeoutGiven ? {} : { connect_timeout: CONNECT_TIMEOUT_S }),
   };
-  return postgres(url, options as postgres.Options<Record<string, postgres.PostgresType>>);
+  try {
+    return postgres(url, options as postgres.Options<Record<string, postgres.PostgresType>>);
+  } catch (error) {
+    // postgres.js 3 decodes the URL's user, password and database strictly (4 keeps a bad escape
+    // as it is). The URL is not repeated: it may hold a password.
+    if (error instanceof URIError) {
+      throw new UsageError(
+        'the database URL has a % that does not start an escape of UTF-8 (write a literal % as %25)',
+      );
+    }
+    throw error;
+  }
 }
 
 /**
