@@ -1,9 +1,9 @@
 // Connections Sluice opens are bounded through PostgreSQL's whole startup, also against a port that
 // answers but is not PostgreSQL (postgres.js alone reconnects to it for ever).
 import { createServer as createHttpServer } from 'node:http';
-import { createServer as createTcpServer, type Server, type Socket } from 'node:net';
+import { createServer as createTcpServer } from 'node:net';
 import { postgresJsMajor } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { listening, useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { checkConnection, connectTimeoutMsOf } from './connect-timeout.js';
@@ -14,30 +14,6 @@ import { silentLogger, type Logger } from './logger.js';
 import type { Sql } from './sql-types.js';
 
 const db = await useTestDatabase();
-
-/** Listens on a free port of 127.0.0.1; closed after the test. Counts the connections it accepted. */
-async function listening(server: Server): Promise<{ port: number; connections: () => number }> {
-  let connections = 0;
-  const sockets = new Set<Socket>();
-  server.on('connection', (socket: Socket) => {
-    connections++;
-    sockets.add(socket);
-    socket.on('close', () => sockets.delete(socket));
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  onTestFinished(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        server.close(() => {
-          resolve();
-        });
-      }),
-  );
-  const address = server.address();
-  if (typeof address !== 'object' || address === null) throw new Error('no address');
-  return { port: address.port, connections: () => connections };
-}
 
 /**
  * What a port that is not PostgreSQL gives: postgres.js 3 tries again until connect_timeout,

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { createServer as createHttpServer } from 'node:http';
-import { createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
+import { createServer as createTcpServer, type AddressInfo } from 'node:net';
 import { silentLogger, type Consumer, type Sql } from '@sluice/core';
 import {
   appendEvents,
@@ -12,7 +12,7 @@ import {
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { listening, useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import Fastify, { type FastifyInstance, type FastifyServerOptions, type InjectOptions } from 'fastify';
 import { describe, expect, onTestFinished, test } from 'vitest';
@@ -209,18 +209,9 @@ describe('plugin lifecycle', () => {
   });
 
   test("onReady against a port where HTTP answers: ready() fails with SLUICE_CONNECT_TIMEOUT after the pool's connect_timeout, and close() returns", async () => {
-    const http = createHttpServer((_request, response) => response.end('not PostgreSQL'));
-    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
-    onTestFinished(
-      () =>
-        new Promise<void>((resolve) => {
-          http.close(() => {
-            resolve();
-          });
-          http.closeAllConnections();
-        }),
+    const { port } = await listening(
+      createHttpServer((_request, response) => response.end('not PostgreSQL')),
     );
-    const { port } = http.address() as AddressInfo;
     const sql = postgres(`postgres://nobody:secret@127.0.0.1:${port}/nothing`, {
       max: 1,
       connect_timeout: 1,
@@ -245,21 +236,7 @@ describe('plugin lifecycle', () => {
   });
 
   test("onReady against a port that accepts and never answers, with postgres.js's default connect_timeout (30 s): SLUICE_CONNECT_TIMEOUT before Fastify's pluginTimeout gives up on the hook", async () => {
-    const sockets = new Set<Socket>();
-    const silent = createTcpServer((socket) => {
-      sockets.add(socket);
-    });
-    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
-    onTestFinished(
-      () =>
-        new Promise<void>((resolve) => {
-          for (const socket of sockets) socket.destroy();
-          silent.close(() => {
-            resolve();
-          });
-        }),
-    );
-    const { port } = silent.address() as AddressInfo;
+    const { port } = await listening(createTcpServer(() => undefined));
     const sql = postgres(`postgres://nobody:secret@127.0.0.1:${port}/nothing`, {
       max: 1,
       onnotice: () => undefined,

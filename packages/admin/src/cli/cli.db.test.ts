@@ -2,7 +2,7 @@
 // exit codes, stdout/stderr and the database state after each command.
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
-import { createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
+import { createServer as createTcpServer } from 'node:net';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -20,7 +20,7 @@ import {
   recordingConsumer,
   postgresJsMajor,
 } from '@sluice/testing';
-import { registeredDispatcher, testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { listening, registeredDispatcher, testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { UNSAFE } from './format-text.js';
 
@@ -1100,21 +1100,8 @@ describe('failures and exit codes', () => {
 
   test('a port that answers but is not PostgreSQL exits 5 within the connect timeout, with one line saying so', async () => {
     // An HTTP server, as the demo's own port is: postgres.js alone would reconnect to it for ever.
-    let connections = 0;
-    const http = createServer((_request, response) => response.end('not PostgreSQL'));
-    http.on('connection', () => {
-      connections++;
-    });
-    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
-    onTestFinished(
-      () =>
-        new Promise<void>((resolve) => {
-          http.close(() => {
-            resolve();
-          });
-        }),
-    );
-    const { port } = http.address() as AddressInfo;
+    const http = await listening(createServer((_request, response) => response.end('not PostgreSQL')));
+    const { port } = http;
     const url = `postgres://ops:secret@127.0.0.1:${port}/shop`;
 
     const startedAt = performance.now();
@@ -1132,24 +1119,13 @@ describe('failures and exit codes', () => {
     expect(elapsedMs).toBeLessThan(2_000 + 5_000); // the timeout, Node's start and the pool's end
     if (postgresJsMajor < 4) {
       expect(elapsedMs).toBeGreaterThanOrEqual(2_000);
-      expect(connections).toBeGreaterThan(1); // postgres.js 3 kept reconnecting until the CLI gave up
+      expect(http.connections()).toBeGreaterThan(1); // postgres.js 3 kept reconnecting until the CLI gave up
     }
 
     // PGCONNECT_TIMEOUT, as libpq reads it, sets it too (the CLI's own default is 10 s), here
     // against a port that accepts and never answers.
-    const sockets = new Set<Socket>();
-    const silent = createTcpServer((socket) => sockets.add(socket));
-    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
-    onTestFinished(
-      () =>
-        new Promise<void>((resolve) => {
-          for (const socket of sockets) socket.destroy();
-          silent.close(() => {
-            resolve();
-          });
-        }),
-    );
-    const silentUrl = `postgres://ops:secret@127.0.0.1:${(silent.address() as AddressInfo).port}/shop`;
+    const silent = await listening(createTcpServer(() => undefined));
+    const silentUrl = `postgres://ops:secret@127.0.0.1:${silent.port}/shop`;
     const byEnv = await run(['status', '--database-url', silentUrl], { ...childEnv, PGCONNECT_TIMEOUT: '1' });
     expect(byEnv.code).toBe(5);
     expect(byEnv.stderr).toContain('within 1 s');
