@@ -20,6 +20,37 @@ import sluice, { basicAuth, bearerAuth, type OpsOptions } from './index.js';
 import { pluginApp } from './test-support.js';
 
 const db = await useTestDatabase();
+
+/**
+ * Registers the plugin on a pool to 127.0.0.1:`port` (not PostgreSQL) and readies the app: what
+ * ready() failed with and how long it took. The app and the pool are closed after the test.
+ */
+async function readyAgainst(
+  port: number,
+  pool: { connect_timeout?: number },
+  server: FastifyServerOptions,
+): Promise<{ error: unknown; elapsedMs: number }> {
+  const sql = postgres(`postgres://nobody:secret@127.0.0.1:${port}/nothing`, {
+    max: 1,
+    onnotice: () => undefined,
+    ...pool,
+  }) as unknown as Sql;
+  onTestFinished(() => sql.end({ timeout: 0 }));
+  const app = Fastify({ logger: false, ...server });
+  onTestFinished(() => app.close());
+  await app.register(sluice, {
+    sql,
+    consumers: [recordingConsumer('never').consumer],
+    listen: false,
+    logger: silentLogger,
+  });
+  const startedAt = performance.now();
+  const error = await app.ready().then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  return { error, elapsedMs: performance.now() - startedAt };
+}
 const TOKEN = 'test-token-0123456789abcdef';
 const auth = { authorization: `Bearer ${TOKEN}` };
 
@@ -212,55 +243,20 @@ describe('plugin lifecycle', () => {
     const { port } = await listening(
       createHttpServer((_request, response) => response.end('not PostgreSQL')),
     );
-    const sql = postgres(`postgres://nobody:secret@127.0.0.1:${port}/nothing`, {
-      max: 1,
-      connect_timeout: 1,
-      onnotice: () => undefined,
-    }) as unknown as Sql;
-    onTestFinished(() => sql.end({ timeout: 0 }));
-    const app = Fastify({ logger: false });
-    await app.register(sluice, {
-      sql,
-      consumers: [recordingConsumer('never').consumer],
-      listen: false,
-      logger: silentLogger,
-    });
-    const startedAt = performance.now();
-    const error = await app.ready().then(
-      () => undefined,
-      (e: unknown) => e,
-    );
-    expect(performance.now() - startedAt).toBeLessThan(5_000);
+    const { error, elapsedMs } = await readyAgainst(port, { connect_timeout: 1 }, {});
+    expect(elapsedMs).toBeLessThan(5_000);
     expect(error).toMatchObject({ code: 'SLUICE_CONNECT_TIMEOUT', address: `127.0.0.1:${port}` });
-    await app.close();
   });
 
   test("onReady against a port that accepts and never answers, with postgres.js's default connect_timeout (30 s): SLUICE_CONNECT_TIMEOUT before Fastify's pluginTimeout gives up on the hook", async () => {
     const { port } = await listening(createTcpServer(() => undefined));
-    const sql = postgres(`postgres://nobody:secret@127.0.0.1:${port}/nothing`, {
-      max: 1,
-      onnotice: () => undefined,
-    }) as unknown as Sql;
-    onTestFinished(() => sql.end({ timeout: 0 }));
-    const app = Fastify({ logger: false, pluginTimeout: 2_500 });
-    await app.register(sluice, {
-      sql,
-      consumers: [recordingConsumer('never').consumer],
-      listen: false,
-      logger: silentLogger,
-    });
-    const startedAt = performance.now();
-    const error = await app.ready().then(
-      () => undefined,
-      (e: unknown) => e,
-    );
-    expect(performance.now() - startedAt).toBeLessThan(2_500);
+    const { error, elapsedMs } = await readyAgainst(port, {}, { pluginTimeout: 2_500 });
+    expect(elapsedMs).toBeLessThan(2_500);
     expect(error).toMatchObject({
       code: 'SLUICE_CONNECT_TIMEOUT',
       address: `127.0.0.1:${port}`,
       timeoutMs: 2_000,
     });
-    await app.close();
   });
 
   test('operator actions run on connections of their own (sluice-admin), not on the application pool, and never take the last of them from /health', async () => {
