@@ -91,6 +91,8 @@ type Options = postgres.Options<Record<string, postgres.PostgresType>>;
 /** One postgres.js pool, with what Sluice has running on it. */
 interface Pool {
   readonly sql: Sql;
+  /** No more statements and transactions at once than connections (no prepared statements: a pooler). */
+  readonly oneAtATime: boolean;
   inFlight: number;
   /** Statements waiting for one of the pool's connections to be free (trackStatement). */
   readonly queued: (() => void)[];
@@ -164,10 +166,13 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       max: settings.max,
       fetch_types: false,
       prepare,
-      // One statement at a time on each connection outside a transaction (postgres.js 4; 3 has no
-      // such option and ignores it). Pipelined through a transaction pooler (PgBouncer 1.18 in
-      // suite T8), an answer could go missing, and the statement wait for ever.
-      max_pipeline: 1,
+      // Without prepared statements (what a transaction pooler needs, and what Sluice turns to when
+      // it meets one): one statement at a time on each connection outside a transaction
+      // (postgres.js 4; 3 has no such option and ignores it, and trackStatement queues instead).
+      // Pipelined through a transaction pooler (PgBouncer 1.18 in suite T8), an answer could go
+      // missing, and the statement wait for ever. With prepared statements pipelining stays: 32
+      // lanes catching up lost about a fifth of their rate without it (pnpm bench, catch-up).
+      ...(prepare ? {} : { max_pipeline: 1 }),
       // Honoured for the whole pool below: the driver's own timers would look like deaths.
       idle_timeout: null,
       max_lifetime: null,
@@ -182,6 +187,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     };
     const pool: Pool = {
       sql: postgres(options as unknown as Options),
+      oneAtATime: !prepare,
       inFlight: 0,
       queued: [],
       whenIdle: [],
@@ -275,18 +281,19 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   /**
    * A statement made on `pool`: counted as running once it is awaited (a postgres.js query is
    * sent then; one used only as a fragment of another statement never is). Its first `then` (which
-   * `catch`, `finally` and `await` go through) counts it and hands over to the query's own. While
-   * as many statements and transactions run as the pool has connections, it waits here for one to
-   * end, rather than be pipelined by the driver behind another on a busy connection: through a
-   * transaction pooler such a statement's answer can go missing (docs/operating.md, "Behind a
-   * pooler"; postgres.js 4's max_pipeline: 1 says the same to the driver, 3 has no such option).
+   * `catch`, `finally` and `await` go through) counts it and hands over to the query's own. On a
+   * pool without prepared statements (a transaction pooler's), while as many statements and
+   * transactions run as the pool has connections, it waits here for one to end, rather than be
+   * pipelined by the driver behind another on a busy connection: through a transaction pooler such
+   * a statement's answer can go missing (docs/operating.md, "Behind a pooler"; postgres.js 4's
+   * max_pipeline: 1 says the same to the driver, 3 has no such option).
    */
   const trackStatement = (pool: Pool, statement: Promise<unknown>): Promise<unknown> => {
     const query = statement as unknown as { then: (...args: never[]) => unknown };
     const send = query.then as (...args: unknown[]) => unknown;
     query.then = (...args: unknown[]) => {
       query.then = send; // counted once
-      if (pool.inFlight < settings.max) {
+      if (!pool.oneAtATime || pool.inFlight < settings.max) {
         track(pool, statement);
         return Reflect.apply(send, query, args);
       }
