@@ -171,7 +171,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       // (postgres.js 4; 3 has no such option and ignores it, and trackStatement queues instead).
       // Pipelined through a transaction pooler (PgBouncer 1.18 in suite T8), an answer could go
       // missing, and the statement wait for ever. With prepared statements pipelining stays: 32
-      // lanes catching up lost about a fifth of their rate without it (pnpm bench, catch-up).
+      // lanes catching up lost about a fifth of their rate one at a time (pnpm bench, catch-up).
       ...(prepare ? {} : { max_pipeline: 1 }),
       // Honoured for the whole pool below: the driver's own timers would look like deaths.
       idle_timeout: null,
