@@ -20,6 +20,7 @@ import {
   openTransaction,
   passUntil,
   recordingConsumer,
+  type OpenTransaction,
   until,
 } from '@sluice/testing';
 import { heldTransaction, useLoginRole, useTestDatabase } from '@sluice/testing/vitest';
@@ -69,6 +70,29 @@ async function installParking(
       using ("${schema}".park_lock_statement('gaps')) with check (true);`);
 }
 
+/**
+ * Holds the advisory lock the policies park on, starts `run` (a turn whose statement parks), and
+ * once it has parked runs `meanwhile`; then lets the statement go and waits for `run`.
+ */
+async function whileParked(
+  run: () => Promise<unknown>,
+  what: string,
+  meanwhile: () => Promise<void>,
+): Promise<void> {
+  const holder = await db.sql.reserve();
+  await holder`select pg_advisory_lock(${PARK_LOCK})`;
+  try {
+    const running = run();
+    await until(async () => (await parked.parked()) === 1, 10_000, what);
+    await meanwhile();
+    await holder`select pg_advisory_unlock(${PARK_LOCK})`;
+    await running;
+  } finally {
+    await holder`select pg_advisory_unlock_all()`;
+    holder.release();
+  }
+}
+
 interface Takeover {
   schema: string;
   /** The xid of the writer whose event A found missing while B waited. */
@@ -103,36 +127,35 @@ async function takeover(beforeB?: () => Promise<void>): Promise<Takeover> {
   expect((await rangesOf(db.sql, schema, 'projection')).map((r) => r.from)).toEqual([1n]);
 
   await beforeB?.();
-  const holder = await db.sql.reserve();
-  await holder`select pg_advisory_lock(${PARK_LOCK})`;
-  try {
-    const turnB = b.runOnce();
-    await until(async () => (await parked.parked()) === 1, 10_000, "B's lock statement to park");
-
-    // While B waits: a writer younger than B's statement holds event 3, event 4 commits, and A takes
-    // a whole turn (delivers 4, records the hole at 3) and commits.
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback()); // a no-op once it has committed
-    const writerXid = await writer.xid();
-    const [held] = await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema });
-    await appendEvents(db.sql, 1, undefined, schema);
-    await a.runOnce();
-    expect(consumer.ids()).toContain(4n);
-
-    await holder`select pg_advisory_unlock(${PARK_LOCK})`;
-    await turnB;
-    return {
-      schema,
-      writerXid,
-      lateId: held?.id ?? 0n,
-      commitWriter: () => writer.commit(),
-      a,
-      seen: () => consumer.ids(),
-    };
-  } finally {
-    await holder`select pg_advisory_unlock_all()`;
-    holder.release();
-  }
+  // Made while B waits.
+  const late: { writer?: OpenTransaction; xid: bigint; id: bigint } = { xid: 0n, id: 0n };
+  await whileParked(
+    () => b.runOnce(),
+    "B's lock statement to park",
+    async () => {
+      // While B waits: a writer younger than B's statement holds event 3, event 4 commits, and A
+      // takes a whole turn (delivers 4, records the hole at 3) and commits.
+      const writer = await openTransaction(db.sql);
+      onTestFinished(() => writer.rollback()); // a no-op once it has committed
+      late.writer = writer;
+      late.xid = await writer.xid();
+      const [held] = await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema });
+      late.id = held?.id ?? 0n;
+      await appendEvents(db.sql, 1, undefined, schema);
+      await a.runOnce();
+      expect(consumer.ids()).toContain(4n);
+    },
+  );
+  const { writer } = late;
+  if (!writer) throw new Error("the late writer was not opened while B's statement was parked");
+  return {
+    schema,
+    writerXid: late.xid,
+    lateId: late.id,
+    commitWriter: () => writer.commit(),
+    a,
+    seen: () => consumer.ids(),
+  };
 }
 
 describe('lock takeover: a turn decides only on what it reads once its row is held', () => {
@@ -195,21 +218,16 @@ describe("a turn's fetch reads a newer snapshot than its row read", () => {
     ]);
     await appendEvents(db.sql, 1, undefined, schema);
 
-    const holder = await db.sql.reserve();
-    await holder`select pg_advisory_lock(${PARK_LOCK})`;
-    try {
-      const turnB = b.runOnce();
-      await until(async () => (await parked.parked()) === 1, 10_000, "B's row read to park");
-      // B's row read has its snapshot, with event 1's writer running. Now it commits, and only
-      // then is event 4 of the same stream appended.
-      await writer.commit();
-      await appendEvents(db.sql, 1, () => ({ streamId: 'k', type: 'Second', data: {} }), schema);
-      await holder`select pg_advisory_unlock(${PARK_LOCK})`;
-      await turnB;
-    } finally {
-      await holder`select pg_advisory_unlock_all()`;
-      holder.release();
-    }
+    await whileParked(
+      () => b.runOnce(),
+      "B's row read to park",
+      async () => {
+        // B's row read has its snapshot, with event 1's writer running. Now it commits, and only
+        // then is event 4 of the same stream appended.
+        await writer.commit();
+        await appendEvents(db.sql, 1, () => ({ streamId: 'k', type: 'Second', data: {} }), schema);
+      },
+    );
     expect(consumer.ids()).toEqual([2n, 1n, 3n, 4n]);
     expect(await rangesOf(db.sql, schema, 'projection')).toEqual([]);
   });
@@ -238,26 +256,20 @@ describe('a failure recorded after its turn ended lands only on the row that tur
     await b.ensureRegistered();
     await appendEvents(db.sql, 1, undefined, schema);
 
-    const holder = await db.sql.reserve();
-    await holder`select pg_advisory_lock(${PARK_LOCK})`;
-    try {
-      const turnA = a.runOnce();
-      await until(async () => (await parked.parked()) === 1, 10_000, "A's failure record to park");
-      // Meanwhile B takes the row (A's turn has rolled back) and delivers the event.
-      await b.runOnce();
-      expect(atB.ids()).toEqual([1n]);
-      expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({
-        cursor: 1n,
-        attempts: 0,
-        stuckEventId: null,
-      });
-
-      await holder`select pg_advisory_unlock(${PARK_LOCK})`;
-      await turnA;
-    } finally {
-      await holder`select pg_advisory_unlock_all()`;
-      holder.release();
-    }
+    await whileParked(
+      () => a.runOnce(),
+      "A's failure record to park",
+      async () => {
+        // Meanwhile B takes the row (A's turn has rolled back) and delivers the event.
+        await b.runOnce();
+        expect(atB.ids()).toEqual([1n]);
+        expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({
+          cursor: 1n,
+          attempts: 0,
+          stuckEventId: null,
+        });
+      },
+    );
     // A's record was decided on the row before B's turn: it must not mark the consumer stuck on an
     // event B delivered (it would wait out a retry delay, and count towards dead, for nothing).
     expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({
