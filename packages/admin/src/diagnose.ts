@@ -65,7 +65,7 @@ export async function diagnose(
   // A consumer run as lanes (docs/design.md §11): each lane, its findings marked with the lane. One
   // after another: a pool of a few connections (the CLI's has two) would otherwise pipeline
   // statements, which a transaction pooler can lose the answers of.
-  const lanes: Awaited<ReturnType<typeof diagnoseRow>>[] = [];
+  const lanes: Diagnosis[] = [];
   for (const id of instanceIds) lanes.push(await diagnoseRow(ctx, name, id));
   const consumer = await showConsumer(ctx, name);
   const findings = [...whole];

@@ -20,6 +20,11 @@ export function addressOf(sql: Sql): string {
   return hosts.map((host, i) => `${host}:${ports[i] ?? ports[0] ?? 5432}`).join(',') || 'the database';
 }
 
+/** The driver's error when what answered does not speak PostgreSQL's protocol (postgres.js 4). */
+export function isNotPostgres(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === 'PROTOCOL_ERROR';
+}
+
 /**
  * `query`, the first statement on a connection `sql` is opening, given at most `timeoutMs` to answer,
  * else a {@link ConnectTimeoutError}. postgres.js's `connect_timeout` bounds one connection attempt,
@@ -36,7 +41,7 @@ export async function withinConnectTimeout<T>(
   timeoutMs: number = connectTimeoutMsOf(sql),
 ): Promise<T> {
   const outcome = await settleWithin(query, timeoutMs).catch((error: unknown) => {
-    if ((error as { code?: unknown } | null)?.code === 'PROTOCOL_ERROR') {
+    if (isNotPostgres(error)) {
       throw new ConnectTimeoutError(addressOf(sql), timeoutMs, error);
     }
     throw error;

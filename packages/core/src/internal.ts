@@ -2,7 +2,7 @@
 // @sluice/testing, and this repository's e2e suites and bench). It is not a public API: nothing
 // here is documented for applications, and any of it may change in any release. Applications use
 // the package root (`@sluice/core`), whose every export is listed in packages/core/README.md.
-export { connectTimeoutMsOf, withinConnectTimeout } from './connect-timeout.js';
+export { connectTimeoutMsOf, isNotPostgres, withinConnectTimeout } from './connect-timeout.js';
 export { guardedBegin } from './connections/guarded-transaction.js';
 export { logUnprepared, openOwnConnections } from './connections/own-connections.js';
 export { consumerStateOf } from './consumer-state/consumer-state.js';

@@ -19,7 +19,7 @@
 import { readFileSync } from 'node:fs';
 import postgres from 'postgres';
 import { checkConnection, ConnectTimeoutError, type Sql } from '@sluice/core';
-import { resolveSchemaName } from '@sluice/core/internal';
+import { isNotPostgres, resolveSchemaName } from '@sluice/core/internal';
 import { createAdmin } from '../create-admin.js';
 import { checkText } from '../validate.js';
 import { COMMAND_LIST } from './command-list.js';
@@ -153,7 +153,7 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
       work(admin).catch(async (error: unknown) => {
         // postgres.js 4 fails the command's statements at once when the peer is not PostgreSQL, as
         // it fails the handshake's: the handshake's one line says what happened.
-        if ((error as { code?: unknown } | null)?.code === 'PROTOCOL_ERROR') await handshaking;
+        if (isNotPostgres(error)) await handshaking;
         throw error;
       }),
       handshaking.then(() => {

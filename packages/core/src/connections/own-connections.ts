@@ -74,13 +74,12 @@ export interface OwnConnections {
   readonly renewals: number;
   /**
    * Resolves once a connection of the pool has completed PostgreSQL's startup and answered, within
-   * the application pool's `connect_timeout`. Call it before the first statement: a port where
-   * something else answers (an HTTP server) makes postgres.js reconnect at once, again and again,
-   * and that statement would wait for ever. After a timeout the pool that kept trying is cut and a
-   * fresh one takes its place, so a later call begins afresh.
+   * `timeoutMs` (the application pool's `connect_timeout` by default). Call it before the first
+   * statement: a port where something else answers (an HTTP server) makes postgres.js 3 reconnect
+   * at once, again and again, and that statement would wait for ever. After a timeout the pool that
+   * kept trying is cut and a fresh one takes its place, so a later call begins afresh.
    * @throws {ConnectTimeoutError}
    */
-  /** checkConnection() of the current pool, in at most `timeoutMs` (the pool's connect_timeout by default). */
   checkConnection(timeoutMs?: number): Promise<void>;
   /** Ends the current pool and every replaced one still settling. */
   end(): Promise<void>;

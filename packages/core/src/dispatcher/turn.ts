@@ -276,10 +276,14 @@ async function turnInTransaction(
     choice = again;
     stored = await rangesChosen(env, consumer, tx, choice);
     rechecked = fenced(stored, held.xid);
-    const { stragglers } = choice;
     batch = await fetchTurnBatch(env, consumer, tx, {
-      ...{ cursor: state.cursor, limit, rechecked, stragglers, filter },
-      ...{ plain: false, early: undefined },
+      cursor: state.cursor,
+      limit,
+      rechecked,
+      stragglers: choice.stragglers,
+      plain: false,
+      early: undefined,
+      filter,
     });
   }
   const chosen = { ...opening, ...choice };
