@@ -161,16 +161,9 @@ describe('plugin lifecycle', () => {
 
   test('insecure ops routes are allowed but logged loudly at boot', async () => {
     const lines: string[] = [];
-    const app = Fastify({ logger: { level: 'warn', stream: { write: (line: string) => lines.push(line) } } });
-    onTestFinished(() => app.close());
-    await app.register(sluice, {
-      sql: db.sql,
-      consumers: [recordingConsumer('a').consumer],
-      listen: false,
-      logger: silentLogger,
-      ops: { insecure: true },
-    });
-    await app.ready();
+    const logger = { level: 'warn', stream: { write: (line: string) => lines.push(line) } };
+    const consumers = [recordingConsumer('a').consumer];
+    const { app } = await pluginApp(db.sql, consumers, { insecure: true }, { server: { logger } });
     expect(lines.join('\n')).toContain('SLUICE OPS ROUTES ARE OPEN WITHOUT AUTHENTICATION');
     expect((await app.inject({ method: 'GET', url: '/sluice/consumers' })).statusCode).toBe(200);
     for (const host of [
@@ -206,15 +199,14 @@ describe('plugin lifecycle', () => {
 
     // Behind a trusted proxy Fastify reads X-Forwarded-Host, which that page can set: the Host the
     // browser sent decides.
-    const proxied = Fastify({ logger: false, trustProxy: true });
-    onTestFinished(() => proxied.close());
-    await proxied.register(sluice, {
-      sql: db.sql,
-      consumers: [recordingConsumer('a').consumer],
-      listen: false,
-      logger: silentLogger,
-      ops: { insecure: true },
-    });
+    const { app: proxied } = await pluginApp(
+      db.sql,
+      consumers,
+      { insecure: true },
+      {
+        server: { trustProxy: true },
+      },
+    );
     const forwarded = await proxied.inject({
       method: 'GET',
       url: '/sluice/consumers',
