@@ -71,6 +71,21 @@ async function installParking(
 }
 
 /**
+ * A fresh schema whose consumer 'projection' two instances run: A as the owner, B as the parked
+ * role, whose `statement` parks.
+ */
+async function twoInstances(statement: keyof typeof PARKED_STATEMENT) {
+  const schema = await freshSchema(db.sql);
+  await installParking(schema, statement);
+  const consumer = recordingConsumer('projection');
+  const a = testDispatcher(db.sql, schema, [consumer.consumer]);
+  const b = testDispatcher(parked.sql(), schema, [consumer.consumer]);
+  await a.ensureRegistered();
+  await b.ensureRegistered();
+  return { schema, consumer, a, b };
+}
+
+/**
  * Holds the advisory lock the policies park on, starts `run` (a turn whose statement parks), and
  * once it has parked runs `meanwhile`; then lets the statement go and waits for `run`.
  */
@@ -109,13 +124,7 @@ interface Takeover {
  * has a row for it); `beforeB` runs first (an unrelated long transaction, say).
  */
 async function takeover(beforeB?: () => Promise<void>): Promise<Takeover> {
-  const schema = await freshSchema(db.sql);
-  await installParking(schema);
-  const consumer = recordingConsumer('projection');
-  const a = testDispatcher(db.sql, schema, [consumer.consumer]);
-  const b = testDispatcher(parked.sql(), schema, [consumer.consumer]);
-  await a.ensureRegistered();
-  await b.ensureRegistered();
+  const { schema, consumer, a, b } = await twoInstances('lock');
 
   // A pending range that a later turn may burn: event 1's writer rolls back after 2 commits.
   const rolledBack = await openTransaction(db.sql);
@@ -197,13 +206,7 @@ describe("a turn's fetch reads a newer snapshot than its row read", () => {
   // a later statement. Here the watched writer of a pending id commits between the two, and an
   // event of the same stream is appended after it: the fetch sees both.
   test('a pending event whose writer ended in between is delivered in the same turn, before the events appended after it', async () => {
-    const schema = await freshSchema(db.sql);
-    await installParking(schema, 'row-read');
-    const consumer = recordingConsumer('projection');
-    const a = testDispatcher(db.sql, schema, [consumer.consumer]);
-    const b = testDispatcher(parked.sql(), schema, [consumer.consumer]);
-    await a.ensureRegistered();
-    await b.ensureRegistered();
+    const { schema, consumer, a, b } = await twoInstances('row-read');
 
     // Event 1 (stream k) stays uncommitted while event 2 commits: A passes 1, then fences it
     // watching its writer. Event 3 gives B's turn something to do.
