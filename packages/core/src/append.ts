@@ -264,10 +264,14 @@ function valuesTemplate(count: number, withMetadata: boolean): TemplateStringsAr
  */
 export async function transaction<T>(sql: Sql, fn: (tx: TransactionSql) => Promise<T>): Promise<T> {
   const schemas = new Set<string>();
-  const result = await guardedBegin(sql, (tx) => {
-    trackWakeUps(tx, schemas);
-    return fn(tx);
-  });
+  const result = await guardedBegin(
+    sql,
+    (tx) => {
+      trackWakeUps(tx, schemas);
+      return fn(tx);
+    },
+    { applicationCode: true },
+  );
   for (const schema of schemas) wakeUpNotifierFor(sql, schema).poke();
   return result;
 }

@@ -86,17 +86,17 @@ const SETTLE_AFTER_LOSS_MS = 5_000;
 
 /**
  * Runs `fn` in a transaction of `sql` (postgres.js begin()) through a guarded transaction (see the
- * top of this file). `fn` also gets the transaction's liveness, to end it early. With
- * `guardStatements: false`, `fn` gets the transaction as it is (no per-statement check: for the
- * application's own transactions, whose statements are its business); the driver's own ROLLBACK
- * and COMMIT still never go to a connection known to be gone.
+ * top of this file). `fn` also gets the transaction's liveness, to end it early. A statement that
+ * would end the transaction is refused before it is sent ({@link TransactionControlError}) when the
+ * application makes it: through a savepoint of `tx` (where a transactional handler runs), and with
+ * `applicationCode`, through `tx` itself (transaction()). Sluice's own statements are not read.
  * @throws the error of begin() or of `fn`; {@link TransactionAbandonedError} when `fn` failed
  *   because the transaction was ended
  */
 export async function guardedBegin<T>(
   sql: Sql,
   fn: (tx: TransactionSql, live: Liveness) => Promise<T>,
-  { guardStatements = true }: { guardStatements?: boolean } = {},
+  { applicationCode = false }: { applicationCode?: boolean } = {},
 ): Promise<T> {
   const live = liveness();
   let failedWith: { error: unknown } | undefined;
@@ -104,7 +104,7 @@ export async function guardedBegin<T>(
     new Promise<T>((resolve, reject) => {
       let result: Promise<T>;
       try {
-        result = fn(guardStatements ? guardTransaction(tx, live) : tx, live);
+        result = fn(guardTransaction(tx, live, applicationCode), live);
       } catch (error) {
         // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
         result = Promise.reject(error);
@@ -168,15 +168,17 @@ type Handler = AnyFunction | null | undefined;
 /**
  * Wraps a transaction (or savepoint) so that every statement made through it, or through a
  * savepoint of it, throws {@link TransactionAbandonedError} once `live` has ended, and every await
- * on one of its statements rejects when `live` ends first. The wrapper is a function with the
- * transaction's own properties (postgres.js sets them on its transaction function), so a
- * statement costs one call more, not a proxy trap on every property read.
+ * on one of its statements rejects when `live` ends first. With `readText`, a statement that would
+ * end the transaction is refused before it is sent; a savepoint's statements always are. The
+ * wrapper is a function with the transaction's own properties (postgres.js sets them on its
+ * transaction function), so a statement costs one call more, not a proxy trap on every property read.
  */
-function guardTransaction(tx: TransactionSql, live: GuardedLiveness): TransactionSql {
+function guardTransaction(tx: TransactionSql, live: GuardedLiveness, readText: boolean): TransactionSql {
   const wrapper = function guardedTransaction(this: unknown, ...args: unknown[]) {
     if (live.isEnded) throw new TransactionAbandonedError();
     const first = args[0];
-    if (Array.isArray(first) && 'raw' in first) refuseTransactionEnd(templateText(first, args.slice(1)));
+    if (readText && Array.isArray(first) && 'raw' in first)
+      refuseTransactionEnd(templateText(first, args.slice(1)));
     const made = Reflect.apply(tx, this, args) as unknown;
     if (made instanceof Promise) guardAwaits(made, live);
     return made;
@@ -184,7 +186,7 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness): Transactio
   const call = (name: 'unsafe' | 'file') =>
     function (this: unknown, ...args: unknown[]) {
       if (live.isEnded) throw new TransactionAbandonedError();
-      refuseTransactionEnd(name === 'unsafe' ? args[0] : fileText(args[0]));
+      if (readText) refuseTransactionEnd(name === 'unsafe' ? args[0] : fileText(args[0]));
       const made = Reflect.apply(Reflect.get(tx, name) as AnyFunction, tx, args);
       if (made instanceof Promise) guardAwaits(made, live);
       return made;
@@ -201,7 +203,7 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness): Transactio
         // ROLLBACK TO after a failed callback must not go to a dead connection either.
         args[last] = (savepoint: TransactionSql) =>
           settleWhileLive(
-            Promise.resolve().then(() => (body as AnyFunction)(guardTransaction(savepoint, live))),
+            Promise.resolve().then(() => (body as AnyFunction)(guardTransaction(savepoint, live, true))),
             live,
           );
       }
