@@ -16,6 +16,7 @@ export {
   stuckEventOf,
 } from './consumer-state/operator-transitions.js';
 export { unreachableBy } from './dispatcher/classify-failure.js';
+export { MAX_PARKED_KEY_BYTES } from './dispatcher/deliver.js';
 export { messageOf, sqlStateOf } from './errors.js';
 export { neverThrowing } from './logger.js';
 export { parseSnapshot } from './gaps/gaps.js';

@@ -98,12 +98,41 @@ describe('resolveOptions', () => {
     ['a logger without its methods', { logger: {} as never }, 'logger'],
     ['a meterProvider that is not one', { meterProvider: 5 as never }, 'meterProvider'],
     ['a tracerProvider that is not one', { tracerProvider: 'x' as never }, 'tracerProvider'],
+    [
+      "parkKey on a per-instance consumer (a parked key is the consumer's, not an instance's)",
+      {
+        instanceId: 'pod-1',
+        consumers: [consumer('a', { delivery: 'per-instance', errorPolicy: { parkKey: true } })],
+      },
+      'consumers[0].errorPolicy.parkKey',
+    ],
+    [
+      'maxAttempts beside the handler instead of in errorPolicy',
+      { consumers: [consumer('a', { maxAttempts: 1 } as Partial<Consumer>)] },
+      'consumers[0].maxAttempts',
+    ],
+    [
+      'a misspelt consumer option',
+      { consumers: [consumer('a', { batchsize: 5 } as Partial<Consumer>)] },
+      'consumers[0].batchsize',
+    ],
+    [
+      'a consumer option inside errorPolicy',
+      { consumers: [consumer('a', { errorPolicy: { ordering: 'strict' } as never })] },
+      'consumers[0].errorPolicy.ordering',
+    ],
     // eslint-disable-next-line no-sparse-arrays -- the hole is the case
     ['a hole in the consumers', { consumers: [, consumer('a')] as Consumer[] }, 'consumers[0]'],
   ])('rejects %s, naming the option', (_label, options, option) => {
     const attempt = resolve(options);
     expect(attempt).toThrow(InvalidOptionError);
     expect(attempt).toThrow(expect.objectContaining({ option }));
+  });
+
+  test('says where a misplaced error-policy option belongs', () => {
+    expect(resolve({ consumers: [consumer('a', { maxAttempts: 1 } as Partial<Consumer>)] })).toThrow(
+      'Invalid option `consumers[0].maxAttempts`: is not an option of a consumer: it belongs in errorPolicy ({ errorPolicy: { maxAttempts: … } })',
+    );
   });
 
   test('accepts an age beyond a timer, a callable logger and null providers (the global ones)', () => {

@@ -315,6 +315,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     const where = `consumers[${index}]`;
     if (typeof raw !== 'object' || raw === null) throw new InvalidOptionError(where, 'must be an object');
     const c = raw as Record<string, unknown>;
+    refuseUnknownFields(c, CONSUMER_FIELDS, where, 'a consumer');
     const name = checkStorableName(c['name'], `${where}.name`);
     if (VERSIONED_NAME.test(name)) {
       throw new InvalidOptionError(
@@ -362,6 +363,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
       throw new InvalidOptionError(`${where}.errorPolicy`, 'must be an object');
     }
     const policyFields = (policy ?? {}) as Record<string, unknown>;
+    refuseUnknownFields(policyFields, POLICY_FIELDS, `${where}.errorPolicy`, 'an error policy');
     const maxAttempts = integer(
       policyFields['maxAttempts'] ?? options.maxAttempts,
       `${where}.errorPolicy.maxAttempts`,
@@ -378,6 +380,14 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
       throw new InvalidOptionError(
         `${where}.errorPolicy.parkKey`,
         'cannot be combined with skipApplyErrors: an exhausted event either parks its key or goes to the dead letters',
+      );
+    }
+    // A parked key is the consumer's, not an instance's: one instance's replay would deliver it to
+    // that instance alone, and the others' cursors have passed it.
+    if (parkKey && delivery === 'per-instance') {
+      throw new InvalidOptionError(
+        `${where}.errorPolicy.parkKey`,
+        'is for shared consumers: a per-instance consumer stops on an event that uses up its attempts',
       );
     }
     const isPermanent = policyFields['isPermanent'] ?? NEVER_PERMANENT;
@@ -616,6 +626,54 @@ export function attemptsCharged(
     permanent = false;
   }
   return permanent ? Math.max(attempt, consumer.maxAttempts) : attempt;
+}
+
+/** What a consumer (Consumer) and its error policy (ErrorPolicy) may say. */
+const CONSUMER_FIELDS = new Set([
+  'name',
+  'handler',
+  'batchHandler',
+  'errorPolicy',
+  'delivery',
+  'startFrom',
+  'ordering',
+  'transactional',
+  'featureName',
+  'handlerTimeoutMs',
+  'batchSize',
+  'maxBatchSize',
+  'lanes',
+  'laneKey',
+  'types',
+  'version',
+  'sideEffects',
+  'rebuild',
+  'liveView',
+]);
+const POLICY_FIELDS = new Set(['maxAttempts', 'skipApplyErrors', 'isPermanent', 'parkKey']);
+
+/**
+ * Refuses a field `object` (a consumer, an error policy) does not know: a misspelt or misplaced
+ * option would otherwise be ignored without a word (`maxAttempts` beside `handler` rather than in
+ * `errorPolicy` retried an event for ever).
+ * @throws {InvalidOptionError} naming the field
+ */
+function refuseUnknownFields(
+  object: Record<string, unknown>,
+  known: ReadonlySet<string>,
+  where: string,
+  what: string,
+): void {
+  const field = Object.keys(object).find((k) => !known.has(k));
+  if (field === undefined) return;
+  const hint = where.endsWith('errorPolicy')
+    ? CONSUMER_FIELDS.has(field)
+      ? ': it belongs to the consumer itself'
+      : ''
+    : POLICY_FIELDS.has(field)
+      ? `: it belongs in errorPolicy ({ errorPolicy: { ${field}: … } })`
+      : '';
+  throw new InvalidOptionError(`${where}.${field}`, `is not an option of ${what}${hint}`);
 }
 
 /**

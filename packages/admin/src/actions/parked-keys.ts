@@ -6,6 +6,7 @@ import {
 } from '@sluice/core';
 import {
   deleteParkedKey,
+  MAX_PARKED_KEY_BYTES,
   laneOwning,
   lockParkedKey,
   refuseRetiredRows,
@@ -130,7 +131,7 @@ export async function relane(
 }
 
 function checkKey(value: unknown): string {
-  const key = checkText(value, 'key', 1000);
+  const key = checkText(value, 'key', MAX_PARKED_KEY_BYTES);
   if (key === undefined) throw new InvalidOptionError('key', 'is required: the parked key to act on');
   return key;
 }

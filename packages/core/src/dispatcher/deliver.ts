@@ -168,7 +168,15 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
       continue;
     }
     if (!consumer.skipApplyErrors)
-      return { resolved, deadLetters, parked, failure, dead: true, handled, failed };
+      return {
+        resolved,
+        deadLetters,
+        parked,
+        failure: unparked(input, failure),
+        dead: true,
+        handled,
+        failed,
+      };
     deadLetters.push({ event, reason: 'apply-error', error: messageOf(outcome.error), attempts });
     resolved.push(event);
   }
@@ -183,12 +191,35 @@ function setAsideKey(input: DeliveryInput, event: EventRecord): string | undefin
   return key !== undefined && parking.keys.has(key) ? key : undefined;
 }
 
-/** Parks the key of `event`, which used up its attempts, when the consumer parks keys. */
+/**
+ * The longest key Sluice parks, in UTF-8 bytes: an operator names a parked key to act on it, in at
+ * most as many (docs/operating.md#parked-keys).
+ */
+export const MAX_PARKED_KEY_BYTES = 1000;
+
+/**
+ * Parks the key of `event`, which used up its attempts, when the consumer parks keys and the key
+ * is not longer than {@link MAX_PARKED_KEY_BYTES} (a key from a data field can be: the consumer then
+ * stops on the event as without parkKey, see {@link unparked}).
+ */
 function parkKey(input: DeliveryInput, event: EventRecord): string | undefined {
   if (!input.consumer.parkKey || input.parking === undefined) return undefined;
   const key = input.parking.keyOf(event);
-  if (key !== undefined) input.parking.keys.add(key);
+  if (key === undefined || Buffer.byteLength(key) > MAX_PARKED_KEY_BYTES) return undefined;
+  input.parking.keys.add(key);
   return key;
+}
+
+/** The failure a consumer halts on, saying why its key was not parked when it was too long. */
+function unparked(input: DeliveryInput, failure: HandlerFailure): HandlerFailure {
+  if (!input.consumer.parkKey || input.parking === undefined) return failure;
+  const key = input.parking.keyOf(failure.event);
+  const bytes = key === undefined ? 0 : Buffer.byteLength(key);
+  if (bytes <= MAX_PARKED_KEY_BYTES) return failure;
+  const why =
+    `its key (${bytes} bytes) is too long to park (at most ${MAX_PARKED_KEY_BYTES} bytes): ` +
+    'the consumer stops on this event';
+  return { ...failure, error: new Error(`${messageOf(failure.error)} (${why})`, { cause: failure.error }) };
 }
 
 /**
@@ -239,7 +270,7 @@ async function inSavepoints(input: DeliveryInput): Promise<DeliveryResult> {
       continue;
     }
     if (!consumer.skipApplyErrors)
-      return { resolved, deadLetters, parked, failure: halted, dead: true, handled, failed };
+      return { resolved, deadLetters, parked, failure: unparked(input, halted), dead: true, handled, failed };
     deadLetters.push({
       event,
       reason: 'apply-error',

@@ -1,6 +1,7 @@
 // Keyed lanes (docs/design.md §11): every event reaches exactly one lane, by its key, in order per
 // key; a type filter passes the other types; a parked key sets its events aside while the lane goes
 // on; a change of the lane count loses nothing and keeps order per key.
+import { randomBytes } from 'node:crypto';
 import {
   appendEvents,
   consumerRow,
@@ -223,6 +224,39 @@ describe('parked keys', () => {
       { n: number }[]
     >`select count(*)::int as n from ${db.sql(`${schema}.parked_events`)}`;
     expect(events[0]?.n).toBe(2);
+  });
+
+  test('a key from a data field longer than 1000 bytes is not parked: the consumer stops on its event, saying why, and loses nothing', async () => {
+    // 5,400 bytes that do not compress: more than an operator can name, and than the index can hold.
+    const long = randomBytes(2_700).toString('hex');
+    const handled: string[] = [];
+    const c = recordingConsumer('by-field', {
+      laneKey: { data: 'k' },
+      errorPolicy: { maxAttempts: 1, parkKey: true },
+      handler: (event) => {
+        const key = (event.data as { k: string }).k;
+        if (key !== 'short') throw new Error('cannot handle it');
+        handled.push(key);
+      },
+    });
+    const { schema, dispatcher } = await laned([c.consumer]);
+    await appendEvents(
+      db.sql,
+      3,
+      (n) => ({ streamId: 's', type: 'T', data: { k: n === 0 ? long : 'short' } }),
+      schema,
+    );
+    await drainUntilIdle(dispatcher);
+    expect(await consumerRow(db.sql, schema, 'by-field')).toMatchObject({
+      status: 'dead',
+      cursor: 0n,
+      stuckEventId: 1n,
+      lastError:
+        'cannot handle it (its key (5400 bytes) is too long to park (at most 1000 bytes): the consumer stops on this event)',
+    });
+    expect(handled).toEqual([]);
+    const keys = await db.sql`select 1 from ${db.sql(`${schema}.parked_keys`)}`;
+    expect(keys).toHaveLength(0);
   });
 });
 
