@@ -22,6 +22,7 @@ import { readFileSync } from 'node:fs';
 import { isConnectionLoss } from '../dispatcher/classify-failure.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { TransactionAbandonedError, TransactionControlError } from '../errors.js';
+import { CONNECTION_GONE } from './pipelined-begin.js';
 import { transactionEndIn } from './transaction-end.js';
 
 /** Whether a guarded transaction may still run statements; `ended` settles when it may not. */
@@ -133,7 +134,10 @@ export async function guardedBegin<T>(
       );
     });
   let beginFailed = false;
-  const begun = sql.begin(body);
+  // Sluice's own transactions run at READ COMMITTED whatever the database's default says: the gap
+  // proof reads each statement's own snapshot (docs/design.md §5), and a turn's row lock under
+  // REPEATABLE READ fails at every row another turn changed since its snapshot.
+  const begun = applicationCode ? sql.begin(body) : sql.begin('isolation level read committed', body);
   try {
     // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- postgres.js 3's types need it
     return (await begun) as T;
@@ -150,7 +154,16 @@ const guarded = new WeakMap<object, GuardedLiveness>();
 
 /** @throws {TransactionAbandonedError} when `tx` is a guarded transaction that has ended */
 export function assertLive(tx: TransactionSql): void {
-  if (guarded.get(tx)?.isEnded) throw new TransactionAbandonedError();
+  if (isEnded(tx)) throw new TransactionAbandonedError();
+}
+
+/**
+ * Whether `tx` is a guarded transaction that has ended: a statement of it met the loss of its
+ * connection, begin() failed, or its owner ended it. An error a handler throws with a connection
+ * error's code (its own HTTP call's ECONNRESET) does not say the transaction's connection is gone.
+ */
+export function isEnded(tx: TransactionSql): boolean {
+  return guarded.get(tx)?.isEnded === true;
 }
 
 /**
@@ -205,10 +218,18 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness, readText: b
           settleWhileLive(
             Promise.resolve().then(() => (body as AnyFunction)(guardTransaction(savepoint, live, true))),
             live,
+            savepoint,
           );
       }
       const done = Reflect.apply(Reflect.get(tx, 'savepoint') as AnyFunction, tx, args) as Promise<unknown>;
-      return Promise.race([done.then(undefined, live.failed), live.abandoned]);
+      // The callback's own error (a handler's ECONNRESET) ends nothing while a pipelined
+      // transaction says its connection is open.
+      const gone = (tx as { [CONNECTION_GONE]?: () => boolean })[CONNECTION_GONE];
+      const failed = (error: unknown): never => {
+        if (gone === undefined || gone() || !isConnectionLoss(error)) return live.failed(error);
+        throw error;
+      };
+      return Promise.race([done.then(undefined, failed), live.abandoned]);
     },
   });
   const guardedTx = wrapper as unknown as TransactionSql;
@@ -254,17 +275,37 @@ function fileText(path: unknown): string | undefined {
   }
 }
 
-/** A promise that settles as `promise` does while `live` is live, and never once it has ended. */
-function settleWhileLive<T>(promise: Promise<T>, live: GuardedLiveness): Promise<T> {
+/**
+ * A promise that settles as `promise` (a savepoint's callback, on `inner`) does while `live` is
+ * live, and never once it has ended. A failure with a connection error's code is not taken for the
+ * loss of the transaction's own connection (a handler's HTTP call fails with the same codes): a
+ * pipelined transaction (connections/pipelined-begin.ts) knows whether its connection is gone; on
+ * the driver's own, it settles once `live` has not ended within a few seconds (a statement of the
+ * transaction that met the loss ends it, and so does begin() failing). The savepoint is then rolled
+ * back on a connection known to be alive.
+ */
+function settleWhileLive<T>(promise: Promise<T>, live: GuardedLiveness, inner: TransactionSql): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     promise.then(
       (value) => {
         if (!live.isEnded) resolve(value);
       },
       (error: unknown) => {
-        if (isConnectionLoss(error)) live.end();
-        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
-        if (!live.isEnded) reject(error);
+        const settle = () => {
+          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
+          if (!live.isEnded) reject(error);
+        };
+        const gone = (inner as { [CONNECTION_GONE]?: () => boolean })[CONNECTION_GONE];
+        if (gone?.() === true) live.end();
+        if (live.isEnded || gone !== undefined || !isConnectionLoss(error)) {
+          settle();
+          return;
+        }
+        const timer = setTimeout(settle, SETTLE_AFTER_LOSS_MS);
+        timer.unref();
+        void live.ended.then(() => {
+          clearTimeout(timer);
+        });
       },
     );
   });

@@ -321,11 +321,15 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       const pool = current;
       if (property === 'begin') {
         return (...args: unknown[]) => {
-          // With pipelinedTransactions, begin(fn) sends BEGIN with fn's first statements.
-          const [fn] = args;
+          // With pipelinedTransactions, begin([options, ]fn) sends BEGIN with fn's first statements.
+          const fn = args.at(-1);
+          const options = args.length === 2 ? args[0] : '';
           const begun =
-            settings.pipelinedTransactions === true && args.length === 1 && typeof fn === 'function'
-              ? pipelinedBegin(pool.sql, pool.closes, fn as (tx: TransactionSql) => unknown)
+            settings.pipelinedTransactions === true &&
+            args.length <= 2 &&
+            typeof fn === 'function' &&
+            typeof options === 'string'
+              ? pipelinedBegin(pool.sql, pool.closes, fn as (tx: TransactionSql) => unknown, options)
               : Reflect.apply(
                   Reflect.get(pool.sql, 'begin') as (...a: unknown[]) => Promise<unknown>,
                   pool.sql,

@@ -36,6 +36,13 @@ export class TransactionConnectionClosedError extends Error {
 type AnyFunction = (...args: unknown[]) => unknown;
 
 /**
+ * A pipelined transaction's answer to "is my connection gone?" (the pool reported its close), read
+ * by the guarded transaction above it: an error with a connection error's code that the
+ * transaction's code throws (a handler's own HTTP call) says nothing about this connection.
+ */
+export const CONNECTION_GONE = Symbol('sluice.connectionGone');
+
+/**
  * Pools whose connection has opened. postgres.js 3.4.9 never answers a reserve() that opens a
  * connection of a pool without `fetch_types` (the connection forgets the reservation once it is
  * ready): a pool's first reservation is made once a statement has opened its connection.
@@ -47,6 +54,8 @@ export async function pipelinedBegin<T>(
   sql: Sql,
   closes: PoolCloses,
   fn: (tx: TransactionSql) => T | Promise<T>,
+  /** What follows BEGIN, as begin()'s first argument: 'isolation level read committed'. */
+  options = '',
 ): Promise<T> {
   if (!opened.has(sql)) {
     await sql`select 1`;
@@ -68,8 +77,9 @@ export async function pipelinedBegin<T>(
     return Promise.race([statement, abandoned]);
   };
   const tx = transactionOn(connection, () => state.gone);
+  let bodyError: unknown;
   try {
-    const begin = connection`begin`;
+    const begin = options === '' ? connection`begin` : connection.unsafe(`begin ${options}`);
     begin.catch(() => undefined);
     (begin as unknown as { execute: () => unknown }).execute(); // sent now, before fn's statements
     let result: T;
@@ -79,7 +89,10 @@ export async function pipelinedBegin<T>(
       await send(begin);
       result = await send(body);
     } catch (error) {
-      if (!state.gone && !isConnectionLoss(error)) await send(connection`rollback`).catch(() => undefined);
+      bodyError = error;
+      // Whether the connection is gone is the pool's word (state.gone), not the error's code: the
+      // body's error may be another connection's, or a handler's own HTTP call's.
+      if (!state.gone) await send(connection`rollback`).catch(() => undefined);
       throw error;
     }
     // As with begin(): a transaction one of whose statements failed is rolled back by this COMMIT,
@@ -87,7 +100,8 @@ export async function pipelinedBegin<T>(
     await send(connection`commit`);
     return result;
   } catch (error) {
-    if (isConnectionLoss(error)) state.gone = true;
+    // BEGIN or COMMIT met a lost connection (before the pool said so, should it ever).
+    if (isConnectionLoss(error) && error !== bodyError) state.gone = true;
     throw error;
   } finally {
     unsubscribe();
@@ -116,7 +130,9 @@ function transactionOn(connection: ReservedSql, isGone: () => boolean): Transact
       try {
         return await body(tx as unknown as TransactionSql);
       } catch (error) {
-        if (!isGone() && !isConnectionLoss(error)) await connection`rollback to ${connection(name)}`;
+        // The guarded transaction above passes a failure on only once the connection is known
+        // alive (connections/guarded-transaction.ts): a handler's own ECONNRESET is rolled back.
+        if (!isGone()) await connection`rollback to ${connection(name)}`;
         throw error;
       }
     },
@@ -124,6 +140,7 @@ function transactionOn(connection: ReservedSql, isGone: () => boolean): Transact
       throw new Error('a turn cannot prepare its transaction (PREPARE TRANSACTION)');
     },
     release: undefined,
+    [CONNECTION_GONE]: isGone,
   });
   return tx as unknown as TransactionSql;
 }

@@ -8,8 +8,7 @@ import type { TransactionSql } from '../sql-types.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startHandlerSpan } from '../telemetry/tracing.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
-import { isConnectionLoss } from './classify-failure.js';
-import { assertLive, refusedStatements } from '../connections/guarded-transaction.js';
+import { assertLive, isEnded, refusedStatements } from '../connections/guarded-transaction.js';
 
 export interface DeliveryInput {
   readonly consumer: ResolvedConsumer;
@@ -381,8 +380,9 @@ async function inOneSavepoint(
     });
   } catch (error) {
     if (!(error instanceof SeriesFailed)) throw error;
-    // If the turn's connection died with the call, that is the turn's failure, not the handler's.
-    if (isConnectionLoss(error.failure.error)) throw error.failure.error;
+    // If the turn's connection died with the call, that is the turn's failure, not the handler's
+    // (which a connection error's code of the handler's own does not say: isEnded).
+    if (isEnded(input.tx)) throw error.failure.error;
     return { resolved: [], parked: [], handled: 0, failure: error.failure };
   }
   return { resolved, parked, handled };
@@ -579,6 +579,6 @@ function callFailed(
   }
   // The savepoint was rolled back; if the turn's connection died with it, this is an
   // infrastructure failure of the turn, not the handler's attempt.
-  if (isConnectionLoss(error)) throw error;
+  if (isEnded(tx)) throw error;
   return tx`select 1`.then(() => ({ ok: false, error }));
 }

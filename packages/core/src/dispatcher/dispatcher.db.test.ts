@@ -1,3 +1,5 @@
+import { get } from 'node:http';
+import { createServer, type AddressInfo } from 'node:net';
 import postgres from 'postgres';
 import {
   appendEvents,
@@ -13,7 +15,7 @@ import {
 } from '@sluice/testing';
 import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
-import { append } from '../append.js';
+import { append, transaction } from '../append.js';
 import type { Consumer, HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
 import { testDispatcher } from '../test-support.js';
@@ -503,6 +505,51 @@ describe('lifecycle', () => {
     await sql.end({ timeout: 1 });
   });
 
+  test.each(['repeatable read', 'serializable'] as const)(
+    "a database whose default isolation is %s: Sluice's transactions run at READ COMMITTED, and two dispatchers deliver every event under concurrent appends",
+    async (level) => {
+      const schema = await freshSchema(db.sql);
+      const sql = db.connect({ max: 8, connection: { default_transaction_isolation: level } });
+      onTestFinished(() => sql.end({ timeout: 1 }));
+      const seen = new Set<bigint>();
+      const consumers = ['x', 'y'].map((name) =>
+        recordingConsumer(name, {
+          handler: (event) => {
+            if (name === 'x') seen.add(event.id);
+          },
+        }),
+      );
+      const dispatchers = [1, 2].map(() =>
+        testDispatcher(
+          sql,
+          schema,
+          consumers.map((c) => c.consumer),
+          { pollIntervalMs: 5 },
+        ),
+      );
+      for (const d of dispatchers) await d.start();
+      onTestFinished(async () => {
+        await Promise.all(dispatchers.map((d) => d.stop()));
+      });
+      await Promise.all(Array.from({ length: 10 }, () => appendEvents(sql, 30, undefined, schema)));
+      await until(() => seen.size === 300, 15_000, 'every event delivered');
+      for (const name of ['x', 'y']) {
+        await until(
+          async () => (await consumerRow(db.sql, schema, name)).cursor === 300n,
+          15_000,
+          `${name} at the head`,
+        );
+        expect(await consumerRow(db.sql, schema, name), name).toMatchObject({ failureCategory: null });
+      }
+      // The application's own transaction() keeps the database's level.
+      const [own] = await transaction(
+        sql,
+        (tx) => tx<{ level: string }[]>`select current_setting('transaction_isolation') as level`,
+      );
+      expect(own?.level).toBe(level);
+    },
+  );
+
   test("turns run on the dispatcher's own connections: an application pool of one connection, held, holds nothing up", async () => {
     const schema = await freshSchema(db.sql);
     const single = db.connect({ max: 1 });
@@ -966,6 +1013,57 @@ describe('startFrom, feature gate, transactional consumers', () => {
       ).toEqual(['1', '40', '5', '6']);
       await db.sql`delete from ${projection}`;
     });
+  });
+
+  test("transactional: a handler's own network call failing with ECONNRESET is the handler's attempt, not the turn's lost connection: its writes are undone and it reaches its dead letter", async () => {
+    // A peer that resets every connection: http.get fails with a real ECONNRESET.
+    const resetting = createServer((socket) => socket.resetAndDestroy());
+    await new Promise<void>((resolve) => resetting.listen(0, '127.0.0.1', resolve));
+    onTestFinished(
+      () =>
+        new Promise<void>((resolve) =>
+          resetting.close(() => {
+            resolve();
+          }),
+        ),
+    );
+    const { port } = resetting.address() as AddressInfo;
+    const schema = await freshSchema(db.sql);
+    const projection = db.sql(`${schema}.projection`);
+    await db.sql`create table ${projection} (consumer text, n bigint)`;
+    const calls = new Map<string, number>();
+    const c = recordingConsumer('notifier', {
+      transactional: true,
+      errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
+      handler: async (event, ctx) => {
+        const tx = ctx.tx!;
+        await tx`insert into ${tx(`${schema}.projection`)} values (${ctx.consumer}, ${event.id.toString()})`;
+        if (event.id !== 2n) return;
+        calls.set(ctx.consumer, (calls.get(ctx.consumer) ?? 0) + 1);
+        await new Promise((resolve, reject) => {
+          get(`http://127.0.0.1:${port}/`, resolve).on('error', reject);
+        });
+      },
+    });
+    await atBatchSizes(schema, c.consumer, 3, async (name) => {
+      expect(await consumerRow(db.sql, schema, name), name).toMatchObject({ cursor: 3n, attempts: 0 });
+      expect(calls.get(name), name).toBe(2);
+      const letters = await db.sql<{ event_id: string; error: string }[]>`
+        select event_id::text, error from ${db.sql(`${schema}.dead_letters`)} where consumer_name = ${name}`;
+      expect(letters, name).toEqual([
+        { event_id: '2', error: expect.stringContaining('ECONNRESET') as unknown },
+      ]);
+      const rows = await db.sql<{ n: string }[]>`
+        select n::text from ${projection} where consumer = ${name} order by n`;
+      expect(
+        rows.map((r) => r.n),
+        name,
+      ).toEqual(['1', '3']);
+    });
+    // No turn was left open on a connection thought lost.
+    const open =
+      await db.sql`select 1 from pg_stat_activity where state = 'idle in transaction' and datname = current_database()`;
+    expect(open).toEqual([]);
   });
 
   // postgres.js 3 refuses such a statement before sending anything; 4 aborts the transaction it

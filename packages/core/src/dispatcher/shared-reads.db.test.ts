@@ -132,7 +132,7 @@ async function catchUpAlone(schema: string, passes: number) {
     max: 6,
     debug: (connection, query, parameters) => {
       const text = query.trim();
-      if (text === 'begin') inTurn.add(connection);
+      if (text.startsWith('begin')) inTurn.add(connection);
       else if (text === 'commit') inTurn.delete(connection);
       else if (isFetch(text)) fetches.push({ cursor: String(parameters[0]), inTurn: inTurn.has(connection) });
     },
