@@ -223,13 +223,23 @@ describe('help', () => {
     expect(await ok(run(['help', 'skip']))).toBe(short);
   });
 
-  test('--version prints the version of @sluice/admin, anywhere on the line, and needs no database', async () => {
+  test('--version alone prints the version of @sluice/admin and needs no database; beside a command it is a usage error', async () => {
     const { version } = JSON.parse(readFileSync(join(PACKAGE_DIR, 'package.json'), 'utf8')) as {
       version: string;
     };
     expect(version).toMatch(/^\d+\.\d+\.\d+/);
     expect(await ok(run(['--version']))).toBe(`${version}\n`);
-    expect(await ok(run(['status', '--version']))).toBe(`${version}\n`);
+    expect(await json<{ version: string }>(run(['--json', '--version']))).toEqual({ version });
+    // Beside a command it did nothing and exited 0: `rebuild approve stats --version 2` approved nothing.
+    for (const line of [
+      ['status', '--version'],
+      ['rebuild', 'approve', 'stats', '--version', '2'],
+    ]) {
+      const failed = await run(line);
+      expect(failed.code, line.join(' ')).toBe(2);
+      expect(failed.stderr).toContain('--version goes alone');
+      expect(failed.stdout).toBe('');
+    }
     expect(await json<{ version: string }>(run(['--version', '--json']))).toEqual({ version });
   });
 

@@ -122,6 +122,13 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
   const pool = { connected: false };
   try {
     if (flags.has('--version')) {
+      // Alone (or with --json) only: beside a command it would do nothing while exiting 0, and an
+      // operator may well write `sluice rebuild approve stats --version 2`.
+      if (argv.some((word) => word !== '--version' && word !== '--json')) {
+        throw new UsageError(
+          "--version goes alone (sluice --version); a rebuild's version is named as <name>@v<N> (see sluice rebuild --help)",
+        );
+      }
       process.stdout.write(json ? `${JSON.stringify({ version: version() })}\n` : `${version()}\n`);
       return EXIT_CODES.success;
     }
