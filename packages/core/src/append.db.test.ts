@@ -104,11 +104,17 @@ describe('append', () => {
     ['a NUL inside metadata', { streamId: 's', type: 't', data: {}, metadata: { m: '\u0000' } }, 'metadata'],
     ['a bigint inside data', { streamId: 's', type: 't', data: { n: 1n } }, 'data'],
     ['metadata that is not an object', { streamId: 's', type: 't', data: {}, metadata: 'x' }, 'metadata'],
+    ['null metadata', { streamId: 's', type: 't', data: {}, metadata: null }, 'metadata'],
+    ['a hole in the array of events', undefined, 'event'],
   ])('rejects %s with a typed error and writes nothing', async (_label, bad, field) => {
     const before = await countEvents();
     const error = await db.sql
       .begin(async (tx) => {
-        await append(tx, [order(1), bad as unknown as NewEvent]);
+        const events: NewEvent[] = [order(1)];
+        if (bad === undefined)
+          events.length = 2; // a sparse array: [order(1), <hole>]
+        else events.push(bad as unknown as NewEvent);
+        await append(tx, events);
       })
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(InvalidEventError);

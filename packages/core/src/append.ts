@@ -81,7 +81,8 @@ export async function append(
   const data: string[] = [];
   const metadata: string[] = [];
   // Validated as unknown input: JavaScript callers and request bodies do not respect the types.
-  (events as readonly unknown[]).forEach((event, index) => {
+  // Array.from: a hole in a sparse array is an undefined event (refused), not one skipped.
+  Array.from(events as readonly unknown[]).forEach((event, index) => {
     if (!isRecord(event)) throw new InvalidEventError(index, 'event', 'must be an object');
     streamIds.push(checkName(index, 'streamId', event['streamId']));
     const type = checkName(index, 'type', event['type']);
@@ -97,7 +98,7 @@ export async function append(
     const metadataJson = toJsonObject(
       index,
       'metadata',
-      withTraceparent(event['metadata'] ?? {}, traceparent),
+      withTraceparent(event['metadata'] === undefined ? {} : event['metadata'], traceparent),
     );
     if (exceedsUtf8Bytes(maxEventBytes, dataJson, metadataJson)) {
       throw new InvalidEventError(
