@@ -5,7 +5,12 @@ import { recordNotifications, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import { append, transaction } from './append.js';
-import { InvalidEventError, TransactionAbandonedError, TransactionControlError } from './errors.js';
+import {
+  EventsNotStoredError,
+  InvalidEventError,
+  TransactionAbandonedError,
+  TransactionControlError,
+} from './errors.js';
 import type { NewEvent } from './events.js';
 import { silentLogger } from './logger.js';
 import { pgArray } from './queries/pg-array.js';
@@ -460,6 +465,23 @@ test("transaction(): a COMMIT through its tx is refused before it is sent; the e
     expect(() => tx.file(file)).toThrow(TransactionControlError);
   });
   expect(await countEvents()).toBe(before + 1);
+});
+
+test("a trigger of the database's that drops some of the inserted rows: append() says so rather than pair the stored ids with the wrong events", async () => {
+  const schema = 'append_dropping';
+  await db.sql`drop schema if exists ${db.sql(schema)} cascade`;
+  await migrate(db.sql, { schema, logger: silentLogger });
+  onTestFinished(() => db.sql`drop schema if exists ${db.sql(schema)} cascade`.then(() => undefined));
+  await db.sql.unsafe(`
+    create function ${schema}.drop_some() returns trigger language plpgsql as
+      $$ begin if new.type = 'Drop' then return null; end if; return new; end $$;
+    create trigger drop_some before insert on ${schema}.events for each row execute function ${schema}.drop_some()`);
+  const events = ['Keep', 'Drop', 'Keep2'].map((type) => ({ streamId: 's', type, data: {} }));
+  const error = await transaction(db.sql, (tx) => append(tx, events, { schema })).catch((e: unknown) => e);
+  expect(error).toBeInstanceOf(EventsNotStoredError);
+  expect(error).toMatchObject({ code: 'SLUICE_EVENTS_NOT_STORED', sent: 3, stored: 2 });
+  const stored = await db.sql`select 1 from ${db.sql(schema)}.events`;
+  expect(stored).toHaveLength(0); // the caller's transaction rolled back
 });
 
 describe('append() after the transaction lost its connection', () => {

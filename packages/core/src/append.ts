@@ -1,5 +1,6 @@
 import { guardedBegin } from './connections/guarded-transaction.js';
 import {
+  EventsNotStoredError,
   InvalidEventError,
   InvalidOptionError,
   messageOf,
@@ -48,6 +49,7 @@ const wakeUpsAfterCommit = new WeakMap<TransactionSql, Set<string>>();
  * (which is the order given).
  * Nothing is visible to consumers until the caller commits; a rollback leaves no trace.
  * @throws {InvalidEventError} when an event is malformed (nothing is written)
+ * @throws {EventsNotStoredError} when a trigger or rule of the database's stored fewer rows than sent
  * @throws {SchemaNotMigratedError} when the schema has no events table (the statement failed: the
  *   caller's transaction is aborted)
  */
@@ -120,6 +122,8 @@ export async function append(
     if (sqlStateOf(error) === '42P01' && !raisedInFunction(error)) throw new SchemaNotMigratedError(schema);
     throw error;
   }
+  // A trigger or rule of the database's that drops rows would pair the others with the wrong events.
+  if (rows.length !== streamIds.length) throw new EventsNotStoredError(schema, streamIds.length, rows.length);
   // Ids were drawn in the caller's order, one row after the other: the i-th smallest is event i's.
   let ids = rows.map((row) => BigInt(row.id));
   if (!isAscending(ids)) {

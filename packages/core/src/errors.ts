@@ -9,6 +9,7 @@
 export const ERROR_CODES = {
   SLUICE_INVALID_OPTION: 'thrown',
   SLUICE_INVALID_EVENT: 'thrown',
+  SLUICE_EVENTS_NOT_STORED: 'thrown',
   SLUICE_SCHEMA_NOT_MIGRATED: 'thrown',
   SLUICE_SEQUENCE_CACHED: 'thrown',
   SLUICE_XID_GUARD_MISSING: 'thrown',
@@ -108,6 +109,28 @@ export class InvalidEventError extends SluiceError {
     super('SLUICE_INVALID_EVENT', `Event #${index}: \`${field}\` ${problem}; nothing was appended`);
     this.index = index;
     this.field = field;
+  }
+}
+
+/**
+ * The events table answered append()'s insert with fewer rows than it was sent: something of the
+ * database's (a BEFORE INSERT trigger returning NULL, a rule) changed the insert, and which events
+ * were stored cannot be told.
+ */
+export class EventsNotStoredError extends SluiceError {
+  readonly schema: string;
+  readonly sent: number;
+  readonly stored: number;
+
+  constructor(schema: string, sent: number, stored: number) {
+    super(
+      'SLUICE_EVENTS_NOT_STORED',
+      `${schema}.events stored ${stored} of the ${sent} events append() sent: a trigger or rule on the ` +
+        'table changed the insert. Roll the transaction back; remove what changes inserts into the events table',
+    );
+    this.schema = schema;
+    this.sent = sent;
+    this.stored = stored;
   }
 }
 

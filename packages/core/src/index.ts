@@ -18,6 +18,7 @@ export {
   EventNotFoundError,
   GapHeldError,
   InvalidEventError,
+  EventsNotStoredError,
   InvalidOptionError,
   KeyNotParkedError,
   LaneChangeInProgressError,
