@@ -358,7 +358,8 @@ async function inOneSavepoint(
           if ((await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
             throw new HandlerTimeoutError(consumer.handlerTimeoutMs);
           await checkStillUsable(input.tx, savepoint, refusedBefore);
-        } catch (error) {
+        } catch (thrown) {
+          const error = readable(thrown);
           context.abort(error);
           run.catch(() => undefined);
           endSpanWithError(span, error);
@@ -495,7 +496,7 @@ function invoke(
   try {
     result = callHandler(consumer, events, batchHandler, context);
   } catch (error) {
-    return callFailed(input, events, attempt, span, started, error, context, undefined);
+    return callFailed(input, events, attempt, span, started, readable(error), context, undefined);
   }
   if (isThenable(result))
     return settle(input, events, attempt, span, started, Promise.resolve(result), () => context);
@@ -528,9 +529,25 @@ async function settle(
     if ((await settleWithin(run, consumer.handlerTimeoutMs)) === TIMED_OUT)
       throw new HandlerTimeoutError(consumer.handlerTimeoutMs);
   } catch (error) {
-    return callFailed(input, events, attempt, span, started, error, context(), run);
+    return callFailed(input, events, attempt, span, started, readable(error), context(), run);
   }
   return callSucceeded(input, span, started);
+}
+
+/**
+ * What a handler threw, or, when its class cannot be looked at (a proxy whose getPrototypeOf trap
+ * throws), an Error that says so: the turn asks its class (instanceof), and a throw there would fail
+ * the turn as an infrastructure failure that is never counted, so the event would be retried for
+ * ever. (Its message and code are read by messageOf and sqlStateOf, which never throw.)
+ */
+function readable(thrown: unknown): unknown {
+  if ((typeof thrown !== 'object' && typeof thrown !== 'function') || thrown === null) return thrown;
+  try {
+    Reflect.getPrototypeOf(thrown);
+    return thrown;
+  } catch (error) {
+    return new Error(`the handler threw a value that cannot be read (${messageOf(error)})`);
+  }
 }
 
 function callSucceeded(input: DeliveryInput, span: Span, started: number): Outcome {

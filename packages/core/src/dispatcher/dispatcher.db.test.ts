@@ -62,16 +62,22 @@ describe('cursors and poison', () => {
     expect(await consumerRow(db.sql, schema, 'mailer')).toEqual(dead);
   });
 
-  test('a handler error whose text PostgreSQL cannot store (NUL) or cannot be read still counts, and is dead-lettered', async () => {
+  test('a handler error whose text PostgreSQL cannot store (NUL) or cannot be read, or a thrown value whose class cannot be asked, still counts, and is dead-lettered', async () => {
     const unreadable = new Error('x');
     Object.defineProperty(unreadable, 'message', {
       get() {
         throw new Error('no message');
       },
     });
+    // A value whose class cannot be asked: every trap throws.
+    const trap = () => {
+      throw new Error('a trap');
+    };
+    const proxy = new Proxy({}, { get: trap, has: trap, getPrototypeOf: trap, ownKeys: trap });
     const errors: Record<string, unknown> = {
       '2': new Error('cannot parse payload: \u0000\u0001'),
       '3': unreadable,
+      '4': proxy,
     };
     const consumer: Consumer = {
       name: 'parser',
@@ -81,10 +87,10 @@ describe('cursors and poison', () => {
       },
     };
     const { schema, dispatcher } = await registeredDispatcher(db.sql, [consumer]);
-    await appendEvents(db.sql, 4, undefined, schema);
+    await appendEvents(db.sql, 5, undefined, schema);
     await drainUntilIdle(dispatcher);
     expect(await consumerRow(db.sql, schema, 'parser')).toMatchObject({
-      cursor: 4n,
+      cursor: 5n,
       attempts: 0,
       status: 'idle',
     });
@@ -93,6 +99,7 @@ describe('cursors and poison', () => {
     expect(letters).toEqual([
       { event_id: '2', error: 'cannot parse payload: \uFFFD\u0001', attempts: 2 },
       { event_id: '3', error: 'an error whose message could not be read', attempts: 2 },
+      { event_id: '4', error: 'the handler threw a value that cannot be read (a trap)', attempts: 2 },
     ]);
   });
 
