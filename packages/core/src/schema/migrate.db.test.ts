@@ -86,6 +86,32 @@ describe('migrate', () => {
     expect(row?.n).toBe(0);
   });
 
+  test.each(['pg_catalog', 'pg_temp', 'pg_mine', 'information_schema'])(
+    'rejects %s, a schema name PostgreSQL keeps for itself',
+    async (schema) => {
+      await expect(migrate(db.sql, { schema, ...quiet })).rejects.toMatchObject({
+        code: 'SLUICE_INVALID_OPTION',
+        option: 'schema',
+      });
+    },
+  );
+
+  test("a schema whose table `migrations` is another tool's, and a role that may not create the schema: typed errors, nothing made", async () => {
+    await db.sql`create schema if not exists app_tool`;
+    onTestFinished(() => db.sql`drop schema if exists app_tool cascade`.then(() => undefined));
+    await db.sql`create table app_tool.migrations (id serial primary key, name text, run_on timestamptz)`;
+    const foreign = await migrate(db.sql, { schema: 'app_tool', ...quiet }).catch((e: unknown) => e);
+    expect(foreign).toBeInstanceOf(MigrationFailedError);
+    expect((foreign as Error).message).toContain("app_tool.migrations is not Sluice's migrations table");
+    const [tables] = await db.sql<{ n: number }[]>`
+      select count(*)::int as n from pg_tables where schemaname = 'app_tool'`;
+    expect(tables?.n).toBe(1);
+
+    const denied = await migrate(runtime.sql(), { schema: 'not_allowed', ...quiet }).catch((e: unknown) => e);
+    expect(denied).toBeInstanceOf(MigrationFailedError);
+    expect(denied).toMatchObject({ code: 'SLUICE_MIGRATION_FAILED', version: 0, sqlState: '42501' });
+  });
+
   test('two schemas in one database are isolated', async () => {
     await migrate(db.sql, { schema: 'tenant_a', ...quiet });
     await migrate(db.sql, { schema: 'tenant_b', ...quiet });

@@ -1,7 +1,7 @@
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { MigrationFailedError, MigrationModifiedError } from '../errors.js';
 import { consoleLogger, type Logger } from '../logger.js';
-import type { Sql } from '../sql-types.js';
+import type { Sql, TransactionSql } from '../sql-types.js';
 import { loadMigrations, renderMigration } from './load-migrations.js';
 import { resolveSchemaName, tables } from './tables.js';
 import { verifySchema } from './verify-schema.js';
@@ -25,6 +25,42 @@ export interface MigrateResult {
 const MIGRATION_LOCK_CLASS = 0x534c5543;
 
 /**
+ * The migrations applied in `schema` (version to checksum), its schema and migrations table made
+ * first when missing: only then, since PostgreSQL checks the CREATE privilege (on the database, on
+ * the schema) before it honours IF NOT EXISTS, and a role that only runs the application has
+ * neither (nor does an existing one then raise a notice at every boot).
+ * @throws the server's error, or one saying that a table `migrations` already there is not Sluice's
+ */
+async function appliedMigrations(tx: TransactionSql, schema: string): Promise<Map<number, string>> {
+  const t = tables(tx, schema);
+  const [present] = await tx<{ schema: boolean; migrations: boolean; ours: boolean }[]>`
+    select exists (select 1 from pg_namespace where nspname = ${schema}) as schema,
+           to_regclass(format('%I.migrations', ${schema}::text)) is not null as migrations,
+           (select count(*) = 3 from pg_attribute
+            where attrelid = to_regclass(format('%I.migrations', ${schema}::text))
+              and attname in ('version', 'name', 'checksum') and not attisdropped) as ours`;
+  if (!present?.schema) await tx`create schema if not exists ${t.schema}`;
+  if (!present?.migrations) {
+    await tx`
+      create table if not exists ${t.migrations} (
+        version integer primary key,
+        name text not null,
+        checksum text not null,
+        applied_at timestamptz not null default now()
+      )`;
+  } else if (!present.ours) {
+    throw new Error(
+      `${schema}.migrations is not Sluice's migrations table (it has no version, name and checksum ` +
+        'columns): give Sluice a schema of its own (the schema option)',
+    );
+  }
+  const rows = await tx<
+    { version: number; checksum: string }[]
+  >`select version, checksum from ${t.migrations}`;
+  return new Map(rows.map((row) => [row.version, row.checksum]));
+}
+
+/**
  * Applies the pending migrations of `schema` in one transaction under a transaction-scoped advisory
  * lock, then runs verifySchema(). Safe to call from every process at boot.
  * @throws {MigrationFailedError} @throws {MigrationModifiedError} and whatever verifySchema() throws
@@ -37,27 +73,10 @@ export async function migrate(sql: Sql, options: MigrateOptions = {}): Promise<M
   const applied = await guardedBegin(sql, async (tx) => {
     const t = tables(tx, schema);
     await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_CLASS}, hashtext(${schema}))`;
-    // Made only when missing: PostgreSQL checks the CREATE privilege (on the database, on the
-    // schema) before it honours IF NOT EXISTS, and a role that only runs the application has
-    // neither. (Nor does an existing one then raise a notice at every boot.)
-    const [present] = await tx<{ schema: boolean; migrations: boolean }[]>`
-      select exists (select 1 from pg_namespace where nspname = ${schema}) as schema,
-             to_regclass(format('%I.migrations', ${schema}::text)) is not null as migrations`;
-    if (!present?.schema) await tx`create schema if not exists ${t.schema}`;
-    if (!present?.migrations) {
-      await tx`
-        create table if not exists ${t.migrations} (
-          version integer primary key,
-          name text not null,
-          checksum text not null,
-          applied_at timestamptz not null default now()
-        )`;
-    }
-    const done = new Map(
-      (await tx<{ version: number; checksum: string }[]>`select version, checksum from ${t.migrations}`).map(
-        (row) => [row.version, row.checksum],
-      ),
-    );
+    const done = await appliedMigrations(tx, schema).catch((error: unknown) => {
+      // The schema, its migrations table, or the role's right to make them: said in one typed error.
+      throw new MigrationFailedError(0, `setup of schema "${schema}"`, error);
+    });
     const names: string[] = [];
     for (const migration of migrations) {
       const checksum = done.get(migration.version);

@@ -45,5 +45,11 @@ export function resolveSchemaName(schema: string | undefined): string {
       `must be a lower-case identifier of at most 63 characters (letters, digits, _), got ${JSON.stringify(schema)}`,
     );
   }
+  if (schema.startsWith('pg_') || schema === 'information_schema') {
+    throw new InvalidOptionError(
+      'schema',
+      `must not be a schema name PostgreSQL keeps for itself, got "${schema}"`,
+    );
+  }
   return schema;
 }
