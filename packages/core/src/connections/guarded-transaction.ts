@@ -116,7 +116,7 @@ export async function guardedBegin<T>(
         },
         (error: unknown) => {
           failedWith = { error };
-          if (!live.isEnded && !isConnectionLoss(error)) {
+          if (!live.isEnded && !connectionGone(tx, error)) {
             // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
             reject(error);
             return;
@@ -224,9 +224,8 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness, readText: b
       const done = Reflect.apply(Reflect.get(tx, 'savepoint') as AnyFunction, tx, args) as Promise<unknown>;
       // The callback's own error (a handler's ECONNRESET) ends nothing while a pipelined
       // transaction says its connection is open.
-      const gone = (tx as { [CONNECTION_GONE]?: () => boolean })[CONNECTION_GONE];
       const failed = (error: unknown): never => {
-        if (gone === undefined || gone() || !isConnectionLoss(error)) return live.failed(error);
+        if (!isConnectionLoss(error) || connectionGone(tx, error)) return live.failed(error);
         throw error;
       };
       return Promise.race([done.then(undefined, failed), live.abandoned]);
@@ -276,13 +275,20 @@ function fileText(path: unknown): string | undefined {
 }
 
 /**
+ * Whether `error`, which code made through `tx` failed with, means that the connection of `tx` is
+ * gone. A pipelined transaction (connections/pipelined-begin.ts, a turn's) knows: a connection
+ * error's code says nothing there (a handler's own HTTP call fails with ECONNRESET too). On the
+ * driver's own begin() the code is all there is to go by.
+ */
+function connectionGone(tx: TransactionSql, error: unknown): boolean {
+  const gone = (tx as { [CONNECTION_GONE]?: () => boolean })[CONNECTION_GONE];
+  return gone === undefined ? isConnectionLoss(error) : gone();
+}
+
+/**
  * A promise that settles as `promise` (a savepoint's callback, on `inner`) does while `live` is
- * live, and never once it has ended. A failure with a connection error's code is not taken for the
- * loss of the transaction's own connection (a handler's HTTP call fails with the same codes): a
- * pipelined transaction (connections/pipelined-begin.ts) knows whether its connection is gone; on
- * the driver's own, it settles once `live` has not ended within a few seconds (a statement of the
- * transaction that met the loss ends it, and so does begin() failing). The savepoint is then rolled
- * back on a connection known to be alive.
+ * live, and never once it has ended: a failure that means the connection is gone
+ * ({@link connectionGone}) ends it.
  */
 function settleWhileLive<T>(promise: Promise<T>, live: GuardedLiveness, inner: TransactionSql): Promise<T> {
   return new Promise<T>((resolve, reject) => {
@@ -291,21 +297,9 @@ function settleWhileLive<T>(promise: Promise<T>, live: GuardedLiveness, inner: T
         if (!live.isEnded) resolve(value);
       },
       (error: unknown) => {
-        const settle = () => {
-          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
-          if (!live.isEnded) reject(error);
-        };
-        const gone = (inner as { [CONNECTION_GONE]?: () => boolean })[CONNECTION_GONE];
-        if (gone?.() === true) live.end();
-        if (live.isEnded || gone !== undefined || !isConnectionLoss(error)) {
-          settle();
-          return;
-        }
-        const timer = setTimeout(settle, SETTLE_AFTER_LOSS_MS);
-        timer.unref();
-        void live.ended.then(() => {
-          clearTimeout(timer);
-        });
+        if (connectionGone(inner, error)) live.end();
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it is
+        if (!live.isEnded) reject(error);
       },
     );
   });

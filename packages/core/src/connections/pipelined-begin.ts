@@ -76,10 +76,18 @@ export async function pipelinedBegin<T>(
     if (state.gone) return abandoned;
     return Promise.race([statement, abandoned]);
   };
-  const tx = transactionOn(connection, () => state.gone);
+  const tx = transactionOn(
+    connection,
+    () => state.gone,
+    () => {
+      state.gone = true;
+    },
+  );
   let bodyError: unknown;
   try {
-    const begin = options === '' ? connection`begin` : connection.unsafe(`begin ${options}`);
+    // As the driver's begin() does with its options: words only (a constant of Sluice's, in fact).
+    const words = options.replace(/[^a-z ]/gi, '');
+    const begin = words === '' ? connection`begin` : connection.unsafe(`begin ${words}`);
     begin.catch(() => undefined);
     (begin as unknown as { execute: () => unknown }).execute(); // sent now, before fn's statements
     let result: T;
@@ -113,9 +121,19 @@ export async function pipelinedBegin<T>(
 /**
  * The reserved connection as a transaction: the connection's own tagged function and helpers,
  * with savepoints (SAVEPOINT, and ROLLBACK TO when the callback throws, as begin() does) and no
- * prepare. A statement is refused once the pool has reported a close.
+ * prepare. A statement is refused once the pool has reported a close, or once its own SAVEPOINT or
+ * ROLLBACK TO met a lost connection (`markGone`).
  */
-function transactionOn(connection: ReservedSql, isGone: () => boolean): TransactionSql {
+function transactionOn(connection: ReservedSql, isGone: () => boolean, markGone: () => void): TransactionSql {
+  /** Sends one of the transaction's own statements; a connection loss it meets is the transaction's. */
+  const own = async (statement: Promise<unknown>): Promise<void> => {
+    try {
+      await statement;
+    } catch (error) {
+      if (isConnectionLoss(error)) markGone();
+      throw error;
+    }
+  };
   let savepoints = 0;
   const tx = function transaction(this: unknown, ...args: unknown[]) {
     if (isGone()) throw new TransactionConnectionClosedError();
@@ -126,13 +144,13 @@ function transactionOn(connection: ReservedSql, isGone: () => boolean): Transact
       const body = (typeof nameOrFn === 'function' ? nameOrFn : maybeFn) as (sp: TransactionSql) => unknown;
       const name = `s${savepoints++}${typeof nameOrFn === 'string' ? `_${nameOrFn.replace(/[^a-z0-9_]/gi, '')}` : ''}`;
       if (isGone()) throw new TransactionConnectionClosedError();
-      await connection`savepoint ${connection(name)}`;
+      await own(connection`savepoint ${connection(name)}`);
       try {
         return await body(tx as unknown as TransactionSql);
       } catch (error) {
-        // The guarded transaction above passes a failure on only once the connection is known
-        // alive (connections/guarded-transaction.ts): a handler's own ECONNRESET is rolled back.
-        if (!isGone()) await connection`rollback to ${connection(name)}`;
+        // Whether the connection is gone is the pool's word (or this transaction's own statements'),
+        // not the error's code: a handler's own ECONNRESET is rolled back.
+        if (!isGone()) await own(connection`rollback to ${connection(name)}`);
         throw error;
       }
     },

@@ -111,6 +111,50 @@ test('a turn whose connection dies under a handler calls no further handler and 
   expect(await consumerRow(db.sql, schema, 'shared')).toMatchObject({ cursor: 5n, attempts: 0 });
 });
 
+test("a transactional turn whose connection dies while its handler awaits a call of its own, which then fails with ECONNRESET: the turn's loss, not the handler's attempt; nothing of it commits", async () => {
+  const schema = await freshSchema(db.sql);
+  const application = 'sluice:econnreset';
+  const pool = db.connect({ max: 4 });
+  onTestFinished(() => pool.end({ timeout: 1 }));
+  await db.sql`create table ${db.sql(`${schema}.projection`)} (n bigint)`;
+  let calls = 0;
+  const consumer = recordingConsumer('writer', {
+    transactional: true,
+    errorPolicy: { maxAttempts: 5 },
+    handler: async (event, ctx) => {
+      calls += 1;
+      const tx = ctx.tx!;
+      await tx`insert into ${tx(`${schema}.projection`)} values (${event.id.toString()})`;
+      if (calls > 1) return;
+      // The turn's backend dies under this call, and the handler's own call fails as a reset does.
+      await db.sql`
+        select pg_terminate_backend(pid) from pg_stat_activity
+        where application_name = ${application} and backend_xid is not null`;
+      throw Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
+    },
+  });
+  const dispatcher = testDispatcher(pool, schema, [consumer.consumer], {
+    instanceId: 'econnreset',
+    backoffInitialMs: 1,
+    backoffMaxMs: 1,
+  });
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, 1, undefined, schema);
+  expect((await dispatcher.runOnce()).byConsumer['writer']?.skipped).toBe('failed');
+  expect(await consumerRow(db.sql, schema, 'writer')).toMatchObject({
+    cursor: 0n,
+    attempts: 0,
+    failureCategory: 'connection',
+  });
+  await until(
+    async () => ((await dispatcher.runOnce()).byConsumer['writer']?.processed ?? 0) === 1,
+    10_000,
+    'the next turn to deliver the event',
+  );
+  const rows = await db.sql<{ n: string }[]>`select n::text from ${db.sql(`${schema}.projection`)}`;
+  expect(rows).toEqual([{ n: '1' }]);
+});
+
 test('a dead turn writes nothing after its connection is reopened for other work: no cursor regression (I4)', async () => {
   const schema = await freshSchema(db.sql);
   const application = 'sluice:zombie-a'; // the connections dispatcher A opens for itself
