@@ -129,6 +129,21 @@ describe('resolveOptions', () => {
     expect(attempt).toThrow(expect.objectContaining({ option }));
   });
 
+  test("a consumer that is an instance of the application's class may hold fields of its own", () => {
+    class Projection {
+      readonly name = 'orders';
+      readonly repository: object;
+      constructor(repository: object) {
+        this.repository = repository;
+      }
+      handler(): void {
+        // writes through this.repository
+      }
+    }
+    const options = resolveOptions({ sql, consumers: [new Projection({})] });
+    expect(options.consumers[0]?.name).toBe('orders');
+  });
+
   test('says where a misplaced error-policy option belongs', () => {
     expect(resolve({ consumers: [consumer('a', { maxAttempts: 1 } as Partial<Consumer>)] })).toThrow(
       'Invalid option `consumers[0].maxAttempts`: is not an option of a consumer: it belongs in errorPolicy ({ errorPolicy: { maxAttempts: … } })',

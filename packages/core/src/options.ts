@@ -655,7 +655,8 @@ const POLICY_FIELDS = new Set(['maxAttempts', 'skipApplyErrors', 'isPermanent', 
 /**
  * Refuses a field `object` (a consumer, an error policy) does not know: a misspelt or misplaced
  * option would otherwise be ignored without a word (`maxAttempts` beside `handler` rather than in
- * `errorPolicy` retried an event for ever).
+ * `errorPolicy` retried an event for ever). Only for a plain object (a literal, a spread, JSON): an
+ * instance of a class of the application's may hold fields of its own (a repository it was given).
  * @throws {InvalidOptionError} naming the field
  */
 function refuseUnknownFields(
@@ -664,6 +665,8 @@ function refuseUnknownFields(
   where: string,
   what: string,
 ): void {
+  const prototype: unknown = Object.getPrototypeOf(object);
+  if (prototype !== Object.prototype && prototype !== null) return;
   const field = Object.keys(object).find((k) => !known.has(k));
   if (field === undefined) return;
   const hint = where.endsWith('errorPolicy')
