@@ -483,6 +483,44 @@ describe('lifecycle', () => {
     expect(once.ids()).toEqual([]);
   });
 
+  test("a per-instance consumer's slow handler holds up no other consumer when the heartbeat falls due: the heartbeat skips the row its turn holds", async () => {
+    const schema = await freshSchema(db.sql);
+    const sql = db.connect({ max: 6 });
+    onTestFinished(() => sql.end({ timeout: 1 }));
+    const release = gate();
+    onTestFinished(() => {
+      release.open();
+    });
+    let slowEntered = false;
+    let slowHandled = 0;
+    const slow = recordingConsumer('slow-feed', {
+      delivery: 'per-instance',
+      handler: async () => {
+        slowEntered = true;
+        await release.promise;
+        slowHandled += 1;
+      },
+    });
+    const fast = recordingConsumer('fast');
+    const dispatcher = testDispatcher(sql, schema, [slow.consumer, fast.consumer], {
+      instanceId: 'pod-1',
+      heartbeatIntervalMs: 20,
+      pollIntervalMs: 10,
+    });
+    onTestFinished(() => dispatcher.stop());
+    await dispatcher.start();
+    await appendEvents(db.sql, 1, undefined, schema);
+    await until(() => slowEntered && fast.ids().length === 1, 5_000, 'both consumers to take event 1');
+    // The slow turn holds its row; heartbeats fall due at every pass from now on.
+    await appendEvents(db.sql, 5, undefined, schema);
+    await until(() => fast.ids().length === 6, 5_000, 'the fast consumer to go on while the slow one waits');
+    const [seen] = await db.sql<{ at: Date | null }[]>`
+      select last_seen_at as at from ${db.sql(`${schema}.consumers`)} where name = 'slow-feed'`;
+    expect(seen?.at).not.toBeNull();
+    release.open();
+    await until(() => slowHandled === 6, 5_000, 'the slow consumer to catch up');
+  });
+
   test('stop() resolves only after the in-flight handler finishes; then the pool ends cleanly', async () => {
     const schema = await freshSchema(db.sql);
     const sql = db.connect({ max: 6 });

@@ -688,11 +688,19 @@ function rowUnchangedSince(q: Queryable, heldXmin: bigint | null) {
   return heldXmin === null ? q`true` : q`c.xmin = ${heldXmin.toString()}::xid`;
 }
 
-/** Refreshes last_seen_at of this process's per-instance rows (they are not stale while it runs). */
+/**
+ * Refreshes last_seen_at of this process's per-instance rows (they are not stale while it runs).
+ * A row a turn holds is skipped, not waited for: the turn's own commit refreshes it (saveTurn), and
+ * a wait would hold up the pass, and every other consumer with it, behind a slow handler (and fail
+ * at the turn's commit under a REPEATABLE READ default).
+ */
 export async function heartbeat(sql: Sql, t: Tables, names: readonly string[], instanceId: string) {
   await sql`
-    update ${t.consumers} set last_seen_at = now()
-    where instance_id = ${instanceId} and name = any(${pgArray(names)}::text[])`;
+    update ${t.consumers} c set last_seen_at = now()
+    from (select name, instance_id from ${t.consumers}
+          where instance_id = ${instanceId} and name = any(${pgArray(names)}::text[])
+          for update skip locked) free
+    where c.name = free.name and c.instance_id = free.instance_id`;
 }
 
 /**
