@@ -479,6 +479,15 @@ test.skipIf(!hasChromium)(
     // One row per lane, named as the lane it is; the consumer's parked key on each of them.
     const lanes = page.locator('tr[data-consumer="reactor"]');
     await expect.poll(() => lanes.count(), { timeout: 30_000 }).toBe(3);
+    // Opened with the credentials in its URL, the page loads its data too: fetch() refuses a URL
+    // that carries credentials, as a relative one resolved against such a page does.
+    const inUrl = await browser!.newContext({ viewport: { width: 1280, height: 800 } });
+    onTestFinished(() => inUrl.close());
+    const withCredentials = await inUrl.newPage();
+    await withCredentials.goto(`${base.replace('http://', `http://ops:${PASSWORD}@`)}/sluice/`);
+    await expect
+      .poll(() => withCredentials.locator('tr[data-consumer="reactor"]').count(), { timeout: 30_000 })
+      .toBe(3);
     expect(await lanes.locator('[data-lane]').allTextContents()).toEqual([
       'lane 0 of 3',
       'lane 1 of 3',
