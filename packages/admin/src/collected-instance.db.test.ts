@@ -119,6 +119,23 @@ test('events pruned while the row was gone are reported, not skipped silently', 
   expect(error?.fields).toMatchObject({ consumer: 'feed', prunedThrough: 4n });
 });
 
+test('a collected row that a start registered again, then deleted by hand, is registered as at start, not restored from the older collection', async () => {
+  const feed = recordingConsumer('feed', { delivery: 'per-instance', startFrom: 'now' });
+  const s = await setup(feed.consumer);
+  await appendEvents(db.sql, 2, undefined, s.schema);
+  await s.collect(); // collected at cursor 2 (its 'now' start)
+  await appendEvents(db.sql, 3, undefined, s.schema); // 3..5
+  await s.dispatcher.ensureRegistered(); // the instance starts again: registered at the head, 5
+  await appendEvents(db.sql, 1, undefined, s.schema); // 6
+  await db.sql`delete from ${db.sql(`${s.schema}.consumers`)} where name = 'feed'`;
+  await s.dispatcher.runOnce();
+  await s.dispatcher.runOnce();
+  const [row] = await db.sql<{ cursor: string }[]>`
+    select cursor::text from ${db.sql(`${s.schema}.consumers`)} where name = 'feed'`;
+  expect(BigInt(row?.cursor ?? '0')).toBeGreaterThanOrEqual(6n);
+  expect(feed.ids().filter((id) => id <= 5n)).toEqual([]); // nothing from before its start again
+});
+
 test('prune() passing a stale row over collects it first: an instance that comes back says what retention deleted that it had not received', async () => {
   const feed = recordingConsumer('feed', { delivery: 'per-instance' });
   const s = await setup(feed.consumer);

@@ -93,7 +93,8 @@ export async function registerConsumers(
     if (versions && versions.declared.length > 0) {
       rows = versions.filter(await registerVersions(tx, t, versions.declared, versions.actor));
     }
-    await insertRegistrations(tx, t, rows);
+    const created = await insertRegistrations(tx, t, rows);
+    await supersedeCollections(tx, t, created);
     const shared = [...new Set(rows.filter((r) => !r.perInstance).map((r) => r.name))];
     const found = await tx<{ name: string; instance_id: string }[]>`
       select name, instance_id from ${t.consumers}
@@ -113,8 +114,8 @@ async function insertRegistrations(
   tx: TransactionSql,
   t: Tables,
   rows: readonly RegisterRow[],
-): Promise<{ cursor: string }[]> {
-  return tx<{ cursor: string }[]>`
+): Promise<{ name: string; instance_id: string; cursor: string }[]> {
+  return tx<{ name: string; instance_id: string; cursor: string }[]>`
       insert into ${t.consumers} as c
         (name, instance_id, cursor, last_seen_at, start_snapshot, start_fence, start_upto, version)
       select r.name, r.instance_id,
@@ -144,7 +145,42 @@ async function insertRegistrations(
          or not exists (select 1 from ${t.consumers} f
                         where f.name = r.name and left(f.instance_id, 1) = '*' and f.instance_id <> r.instance_id)
       on conflict (name, instance_id) do nothing
-      returning c.cursor::text as cursor`;
+      returning c.name, c.instance_id, c.cursor::text as cursor`;
+}
+
+/**
+ * Rows a start registered that an operator had collected before: audited as registered per
+ * startFrom, so that should such a row go missing again, it is not restored from that older
+ * collection (reregisterConsumer reads the latest of the two) but registered as at start.
+ */
+async function supersedeCollections(
+  tx: TransactionSql,
+  t: Tables,
+  created: readonly { name: string; instance_id: string; cursor: string }[],
+): Promise<void> {
+  const perInstance = created.filter((r) => !isSharedInstanceId(r.instance_id));
+  if (perInstance.length === 0) return;
+  const latest = await tx<{ name: string; instance_id: string; action: string }[]>`
+    select distinct on (a.consumer_name, a.instance_id) a.consumer_name as name, a.instance_id, a.action
+    from ${t.audit} a
+    join unnest(${pgArray(perInstance.map((r) => r.name))}::text[],
+                ${pgArray(perInstance.map((r) => r.instance_id))}::text[]) as r(name, instance_id)
+      on a.consumer_name = r.name and a.instance_id = r.instance_id
+    where a.action in ('collect-stale-instance', 're-register')
+    order by a.consumer_name, a.instance_id, a.id desc`;
+  for (const row of latest) {
+    if (row.action !== 'collect-stale-instance') continue;
+    const cursor = perInstance.find((r) => r.name === row.name && r.instance_id === row.instance_id)?.cursor;
+    await writeAudit(tx, t, {
+      actor: 'sluice-dispatcher',
+      action: 're-register',
+      consumerName: row.name,
+      instanceId: row.instance_id,
+      cursorBefore: null,
+      cursorAfter: cursor === undefined ? null : BigInt(cursor),
+      details: { from: 'start' },
+    });
+  }
 }
 
 /** What {@link reregisterConsumer} did for a consumer row that was missing. */
