@@ -12,9 +12,9 @@ export function apiBaseOf(pathname) {
   return pathname.endsWith('/') ? pathname : `${pathname}/`;
 }
 
-// Absolute, from the origin: a page opened as http://user:password@host/… resolves relative URLs
-// with its credentials, which fetch() refuses ("Request cannot be constructed from a URL that
-// includes credentials"); the browser sends the credentials it was given on its own.
+// From the origin: a page opened with a user and password in its address resolves relative URLs
+// with them, which fetch() refuses ("Request cannot be constructed from a URL that includes
+// credentials"); the browser sends the credentials it was given on its own.
 const apiBase = location.origin + apiBaseOf(location.pathname);
 
 /** An answer of the ops API other than 2xx; status 0 when the server could not be reached. */
