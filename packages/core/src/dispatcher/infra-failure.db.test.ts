@@ -1,9 +1,33 @@
 import { appendEvents, consumerRow, freshSchema, gate, recordingConsumer, until } from '@sluice/testing';
 import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { afterEach, describe, expect, onTestFinished, test, vi } from 'vitest';
+import type { Consumer } from '../consumers/consumer.js';
+import type { Sql } from '../sql-types.js';
 import { testDispatcher } from '../test-support.js';
+import type { Dispatcher } from './create-dispatcher.js';
 
 const db = await useTestDatabase();
+
+/**
+ * A registered dispatcher of `consumer` whose turns run on connections named `sluice:<instanceId>`
+ * (so a test can terminate them) and whose failed turns are retried at once, `events` appended.
+ */
+async function retryingAtOnce(
+  pool: Sql,
+  schema: string,
+  consumer: Consumer,
+  instanceId: string,
+  events: number,
+): Promise<Dispatcher> {
+  const dispatcher = testDispatcher(pool, schema, [consumer], {
+    instanceId,
+    backoffInitialMs: 1,
+    backoffMaxMs: 1,
+  });
+  await dispatcher.ensureRegistered();
+  await appendEvents(db.sql, events, undefined, schema);
+  return dispatcher;
+}
 
 test('a terminated turn backend is an infra failure: recorded with its category, backed off, attempts untouched', async () => {
   const schema = await freshSchema(db.sql);
@@ -85,13 +109,7 @@ test('a turn whose connection dies under a handler calls no further handler and 
       }
     },
   });
-  const dispatcher = testDispatcher(pool, schema, [consumer.consumer], {
-    instanceId: 'r1c',
-    backoffInitialMs: 1,
-    backoffMaxMs: 1,
-  });
-  await dispatcher.ensureRegistered();
-  await appendEvents(db.sql, 5, undefined, schema);
+  const dispatcher = await retryingAtOnce(pool, schema, consumer.consumer, 'r1c', 5);
 
   const failed = await dispatcher.runOnce();
   expect(failed.byConsumer['shared']?.skipped).toBe('failed');
@@ -133,13 +151,7 @@ test("a transactional turn whose connection dies while its handler awaits a call
       throw Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
     },
   });
-  const dispatcher = testDispatcher(pool, schema, [consumer.consumer], {
-    instanceId: 'econnreset',
-    backoffInitialMs: 1,
-    backoffMaxMs: 1,
-  });
-  await dispatcher.ensureRegistered();
-  await appendEvents(db.sql, 1, undefined, schema);
+  const dispatcher = await retryingAtOnce(pool, schema, consumer.consumer, 'econnreset', 1);
   expect((await dispatcher.runOnce()).byConsumer['writer']?.skipped).toBe('failed');
   expect(await consumerRow(db.sql, schema, 'writer')).toMatchObject({
     cursor: 0n,
