@@ -110,6 +110,17 @@ describe('append', () => {
     ['a bigint inside data', { streamId: 's', type: 't', data: { n: 1n } }, 'data'],
     ['metadata that is not an object', { streamId: 's', type: 't', data: {}, metadata: 'x' }, 'metadata'],
     ['null metadata', { streamId: 's', type: 't', data: {}, metadata: null }, 'metadata'],
+    [
+      'a stream id whose getter throws',
+      {
+        get streamId(): string {
+          throw new Error('not now');
+        },
+        type: 't',
+        data: {},
+      },
+      'streamId',
+    ],
     ['a hole in the array of events', undefined, 'event'],
   ])('rejects %s with a typed error and writes nothing', async (_label, bad, field) => {
     const before = await countEvents();

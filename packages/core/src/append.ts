@@ -86,8 +86,8 @@ export async function append(
   // Array.from: a hole in a sparse array is an undefined event (refused), not one skipped.
   Array.from(events as readonly unknown[]).forEach((event, index) => {
     if (!isRecord(event)) throw new InvalidEventError(index, 'event', 'must be an object');
-    streamIds.push(checkName(index, 'streamId', event['streamId']));
-    const type = checkName(index, 'type', event['type']);
+    streamIds.push(checkName(index, 'streamId', readField(index, event, 'streamId')));
+    const type = checkName(index, 'type', readField(index, event, 'type'));
     if (type.startsWith(RESERVED_TYPE_PREFIX)) {
       throw new InvalidEventError(
         index,
@@ -96,11 +96,12 @@ export async function append(
       );
     }
     types.push(type);
-    const dataJson = toJsonObject(index, 'data', event['data']);
+    const dataJson = toJsonObject(index, 'data', readField(index, event, 'data'));
+    const metadataInput = readField(index, event, 'metadata');
     const metadataJson = toJsonObject(
       index,
       'metadata',
-      withTraceparent(event['metadata'] === undefined ? {} : event['metadata'], traceparent),
+      withTraceparent(metadataInput === undefined ? {} : metadataInput, traceparent),
     );
     if (exceedsUtf8Bytes(maxEventBytes, dataJson, metadataJson)) {
       throw new InvalidEventError(
@@ -301,6 +302,15 @@ function trackWakeUps(tx: TransactionSql, schemas: Set<string>): void {
     return savepoint(...args);
   };
   tx.savepoint = tracked as TransactionSql['savepoint'];
+}
+
+/** An event's field, read once: a getter that throws is the event's fault, said as such. */
+function readField(index: number, event: Record<string, unknown>, name: string): unknown {
+  try {
+    return event[name];
+  } catch (error) {
+    throw new InvalidEventError(index, name, `could not be read: ${messageOf(error)}`);
+  }
 }
 
 function checkName(index: number, field: string, value: unknown): string {

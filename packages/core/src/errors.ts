@@ -529,7 +529,8 @@ export class TransactionControlError extends SluiceError {
     super(
       'SLUICE_TRANSACTION_CONTROL',
       `a statement that ends the transaction (${statement}) cannot be run through Sluice's tx: ` +
-        'return from the handler to commit, throw to roll back, or use tx.savepoint() to undo part of it',
+        'return from the handler (or the transaction() callback) to commit, throw to roll back, or use ' +
+        'tx.savepoint() to undo part of it',
     );
     this.statement = statement;
   }
