@@ -136,26 +136,6 @@ test('a collected row that a start registered again, then deleted by hand, is re
   expect(feed.ids().filter((id) => id <= 5n)).toEqual([]); // nothing from before its start again
 });
 
-test('prune() passing a stale row over collects it first: an instance that comes back says what retention deleted that it had not received', async () => {
-  const feed = recordingConsumer('feed', { delivery: 'per-instance' });
-  const s = await setup(feed.consumer);
-  await appendEvents(db.sql, 2, undefined, s.schema);
-  await s.dispatcher.runOnce();
-  await appendEvents(db.sql, 3, undefined, s.schema); // 3..5, not seen by the row before it went stale
-  // Not seen for two days: the row does not hold retention back (it was never collected).
-  await db.sql`update ${db.sql(`${s.schema}.consumers`)} set last_seen_at = now() - interval '2 days'`;
-  await prune(db.sql, { before: 5n, schema: s.schema });
-  const audit = await db.sql<{ action: string; actor: string; cursor_before: string }[]>`
-    select action, actor, cursor_before::text from ${db.sql(`${s.schema}.audit`)}
-    where action = 'collect-stale-instance'`;
-  expect(audit).toEqual([{ action: 'collect-stale-instance', actor: 'sluice-prune', cursor_before: '2' }]);
-  await s.dispatcher.runOnce();
-  await s.dispatcher.runOnce();
-  expect(feed.ids()).toEqual([1n, 2n, 5n]);
-  const error = s.lines.find((l) => l.level === 'error' && /pruned/.test(l.message));
-  expect(error?.fields).toMatchObject({ consumer: 'feed', prunedThrough: 4n });
-});
-
 test("what a collection records is read once the rows are held: an operator's restart that committed while it waited is what it records", async () => {
   const feed = recordingConsumer('feed', { delivery: 'per-instance' });
   const s = await setup(feed.consumer);

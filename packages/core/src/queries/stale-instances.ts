@@ -1,6 +1,6 @@
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import type { Tables } from '../schema/tables.js';
-import type { Sql, TransactionSql } from '../sql-types.js';
+import type { Sql } from '../sql-types.js';
 import { writeAudit } from './audit.js';
 import { pgArray } from './pg-array.js';
 
@@ -40,83 +40,60 @@ export async function collectStaleInstances(
   olderThanMs: number,
   actor: string,
 ): Promise<CollectedInstance[]> {
-  return guardedBegin(sql, (tx) => collectStaleRows(tx, t, olderThanMs, actor));
-}
-
-/**
- * {@link collectStaleInstances} in `tx`. With `needing`, only the rows that still need an event below
- * that id (their cursor, a pending gap, a 'now' registration's stragglers), as prune() does before
- * it deletes them: an instance that comes back then re-registers as a collected one, and says what
- * retention deleted that it had not received, rather than pass those ids by without a word.
- */
-export async function collectStaleRows(
-  tx: TransactionSql,
-  t: Tables,
-  olderThanMs: number,
-  actor: string,
-  needing?: bigint,
-): Promise<CollectedInstance[]> {
-  const needs =
-    needing === undefined
-      ? tx``
-      : tx`and (c.cursor < ${needing.toString()}::bigint - 1 or c.start_upto is not null
-                or exists (select 1 from ${t.gaps} g where g.consumer_name = c.name
-                           and g.instance_id = c.instance_id and g.from_id < ${needing.toString()}::bigint))
-           and not exists (select 1 from ${t.consumerVersions} v
-                           where v.row_name = c.name and v.version = c.version and v.state = 'retired')`;
-  const held = await tx<{ name: string; instance_id: string }[]>`
-    select c.name, c.instance_id from ${t.consumers} c
-    where left(c.instance_id, 1) <> '*'
-      and coalesce(c.last_seen_at, c.created_at) < now() - make_interval(secs => ${olderThanMs / 1000})
-      ${needs}
-    for update skip locked`;
-  if (held.length === 0) return [];
-  const names = pgArray(held.map((r) => r.name));
-  const instances = pgArray(held.map((r) => r.instance_id));
-  const removed = await tx<CollectedRow[]>`
-    with held as (
-      select * from unnest(${names}::text[], ${instances}::text[]) as h(name, instance_id)
-    ), lowest as (
-      select g.consumer_name, g.instance_id, min(g.from_id) as from_id
-      from ${t.gaps} g join held h on h.name = g.consumer_name and h.instance_id = g.instance_id
-      group by g.consumer_name, g.instance_id
-    )
-    delete from ${t.consumers} c using held
-    where c.name = held.name and c.instance_id = held.instance_id
-    returning c.name, c.instance_id, c.last_seen_at, c.cursor::text,
-      (select l.from_id::text from lowest l where l.consumer_name = c.name and l.instance_id = c.instance_id)
-        as lowest_pending_id,
-      c.start_snapshot::text as start_snapshot, c.start_fence::text as start_fence,
-      c.start_upto::text as start_upto, c.start_after::text as start_after`;
-  for (const r of removed) {
-    await tx`delete from ${t.turnStarts} where consumer_name = ${r.name} and instance_id = ${r.instance_id}`;
-    await writeAudit(tx, t, {
-      actor,
-      action: 'collect-stale-instance',
-      consumerName: r.name,
+  return guardedBegin(sql, async (tx) => {
+    const held = await tx<{ name: string; instance_id: string }[]>`
+      select name, instance_id from ${t.consumers}
+      where left(instance_id, 1) <> '*'
+        and coalesce(last_seen_at, created_at) < now() - make_interval(secs => ${olderThanMs / 1000})
+      for update skip locked`;
+    if (held.length === 0) return [];
+    const names = pgArray(held.map((r) => r.name));
+    const instances = pgArray(held.map((r) => r.instance_id));
+    const removed = await tx<CollectedRow[]>`
+      with held as (
+        select * from unnest(${names}::text[], ${instances}::text[]) as h(name, instance_id)
+      ), lowest as (
+        select g.consumer_name, g.instance_id, min(g.from_id) as from_id
+        from ${t.gaps} g join held h on h.name = g.consumer_name and h.instance_id = g.instance_id
+        group by g.consumer_name, g.instance_id
+      )
+      delete from ${t.consumers} c using held
+      where c.name = held.name and c.instance_id = held.instance_id
+      returning c.name, c.instance_id, c.last_seen_at, c.cursor::text,
+        (select l.from_id::text from lowest l where l.consumer_name = c.name and l.instance_id = c.instance_id)
+          as lowest_pending_id,
+        c.start_snapshot::text as start_snapshot, c.start_fence::text as start_fence,
+        c.start_upto::text as start_upto, c.start_after::text as start_after`;
+    for (const r of removed) {
+      await tx`delete from ${t.turnStarts} where consumer_name = ${r.name} and instance_id = ${r.instance_id}`;
+      await writeAudit(tx, t, {
+        actor,
+        action: 'collect-stale-instance',
+        consumerName: r.name,
+        instanceId: r.instance_id,
+        cursorBefore: BigInt(r.cursor),
+        cursorAfter: null,
+        details: {
+          lastSeenAt: r.last_seen_at?.toISOString() ?? null,
+          olderThanMs,
+          lowestPendingId: r.lowest_pending_id,
+          start:
+            r.start_snapshot === null || r.start_fence === null || r.start_upto === null
+              ? null
+              : {
+                  snapshot: r.start_snapshot,
+                  fence: r.start_fence,
+                  upto: r.start_upto,
+                  after: r.start_after,
+                },
+        },
+      });
+    }
+    return removed.map((r) => ({
+      consumer: r.name,
       instanceId: r.instance_id,
-      cursorBefore: BigInt(r.cursor),
-      cursorAfter: null,
-      details: {
-        lastSeenAt: r.last_seen_at?.toISOString() ?? null,
-        olderThanMs,
-        lowestPendingId: r.lowest_pending_id,
-        start:
-          r.start_snapshot === null || r.start_fence === null || r.start_upto === null
-            ? null
-            : {
-                snapshot: r.start_snapshot,
-                fence: r.start_fence,
-                upto: r.start_upto,
-                after: r.start_after,
-              },
-      },
-    });
-  }
-  return removed.map((r) => ({
-    consumer: r.name,
-    instanceId: r.instance_id,
-    lastSeenAt: r.last_seen_at,
-    cursor: BigInt(r.cursor),
-  }));
+      lastSeenAt: r.last_seen_at,
+      cursor: BigInt(r.cursor),
+    }));
+  });
 }

@@ -9,7 +9,6 @@ import {
 } from '../errors.js';
 import { writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
-import { collectStaleRows } from '../queries/stale-instances.js';
 import { resolveSchemaName, tables } from '../schema/tables.js';
 import type { Sql } from '../sql-types.js';
 
@@ -42,7 +41,6 @@ interface LaggingRow {
  * Deletes events below `before`, unless a registered consumer (of any status, apart from stale
  * per-instance rows) still needs one: a cursor below before - 1, a pending gap below before, or
  * a 'now' registration still waiting for in-flight events (docs/design.md §6.3; invariant I6).
- * Stale per-instance rows that need one are collected (audited, as collectStaleInstances does).
  * Holds the retention lock exclusively, so no consumer registers or restarts meanwhile.
  * @throws {PruneBlockedError} naming the lagging consumers; nothing is deleted then
  */
@@ -83,9 +81,6 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
         ),
       );
     }
-    // The stale rows that still need some of those events are collected, as collectStaleInstances
-    // does: an instance that comes back re-registers and says what it missed (docs/operating.md).
-    await collectStaleRows(tx, t, ttlMs, actor, options.before);
     const deleted = await tx`delete from ${t.events} where id < ${before}::bigint`;
     // Restarts below the floor are refused later (they would skip pruned events silently).
     await writeAudit(tx, t, {
