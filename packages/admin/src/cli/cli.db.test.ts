@@ -230,6 +230,10 @@ describe('help', () => {
     expect(version).toMatch(/^\d+\.\d+\.\d+/);
     expect(await ok(run(['--version']))).toBe(`${version}\n`);
     expect(await json<{ version: string }>(run(['--json', '--version']))).toEqual({ version });
+    // With the options every command takes, as a wrapper adds them.
+    expect(await ok(run(['--database-url', 'postgres://nowhere/db', '--schema=app', '--version']))).toBe(
+      `${version}\n`,
+    );
     // Beside a command it did nothing and exited 0: `rebuild approve stats --version 2` approved nothing.
     for (const line of [
       ['status', '--version'],

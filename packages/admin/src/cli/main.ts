@@ -23,7 +23,7 @@ import { isNotPostgres, resolveSchemaName } from '@sluice/core/internal';
 import { createAdmin } from '../create-admin.js';
 import { checkText } from '../validate.js';
 import { COMMAND_LIST } from './command-list.js';
-import { defaultActor, resolveDatabaseUrl } from './common-options.js';
+import { COMMON_OPTIONS, defaultActor, resolveDatabaseUrl } from './common-options.js';
 import { describeFailure, type Failure } from './describe-failure.js';
 import { EXIT_CODES, type ExitCode } from './exit-codes.js';
 import { terminalSafe } from './format-text.js';
@@ -91,6 +91,19 @@ function flagsOf(argv: readonly string[]): Set<string> {
   return new Set((end === -1 ? argv : argv.slice(0, end)).filter((word) => word.startsWith('--')));
 }
 
+/** Whether `argv` holds nothing but options every command takes (and their values). */
+function onlyCommonOptions(argv: readonly string[]): boolean {
+  for (let i = 0; i < argv.length; i++) {
+    const word = argv[i] ?? '';
+    const [name = '', inline] = word.startsWith('--') ? word.slice(2).split(/=(.*)/s) : [''];
+    const spec = (COMMON_OPTIONS as Record<string, { type: string } | undefined>)[name];
+    if (name === 'json') continue;
+    if (spec === undefined || name === 'help') return false;
+    if (spec.type === 'string' && inline === undefined) i += 1; // its value is the next word
+  }
+  return true;
+}
+
 /** The version of @sluice/admin, which ships the CLI: its package.json is two folders up. */
 function version(): string {
   const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
@@ -122,9 +135,10 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
   const pool = { connected: false };
   try {
     if (flags.has('--version')) {
-      // Alone (or with --json) only: beside a command it would do nothing while exiting 0, and an
-      // operator may well write `sluice rebuild approve stats --version 2`.
-      if (argv.some((word) => word !== '--version' && word !== '--json')) {
+      // Without a command only (the common options may come with it, as a wrapper adds them):
+      // beside one it would do nothing while exiting 0, and an operator may well write
+      // `sluice rebuild approve stats --version 2`.
+      if (!onlyCommonOptions(argv)) {
         throw new UsageError(
           "--version goes alone (sluice --version); a rebuild's version is named as <name>@v<N> (see sluice rebuild --help)",
         );
