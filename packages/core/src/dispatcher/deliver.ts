@@ -160,9 +160,9 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
     const failure: HandlerFailure = { event, error: outcome.error, attempts };
     if (attempts < consumer.maxAttempts)
       return { resolved, deadLetters, parked, failure, dead: false, handled, failed };
-    const parkedKey = parkKey(input, event);
-    if (parkedKey !== undefined) {
-      parked.push({ event, key: parkedKey, error: messageOf(outcome.error), attempts });
+    const toPark = parkKey(input, event);
+    if (toPark !== undefined && 'key' in toPark) {
+      parked.push({ event, key: toPark.key, error: messageOf(outcome.error), attempts });
       resolved.push(event);
       continue;
     }
@@ -171,7 +171,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
         resolved,
         deadLetters,
         parked,
-        failure: unparked(input, failure),
+        failure: unparked(failure, toPark),
         dead: true,
         handled,
         failed,
@@ -196,27 +196,29 @@ function setAsideKey(input: DeliveryInput, event: EventRecord): string | undefin
  */
 export const MAX_PARKED_KEY_BYTES = 1000;
 
+/** What {@link parkKey} did: parked `key`, or found it `tooLong` (its bytes); undefined: no parking. */
+type ToPark = { readonly key: string } | { readonly tooLong: number } | undefined;
+
 /**
  * Parks the key of `event`, which used up its attempts, when the consumer parks keys and the key
  * is not longer than {@link MAX_PARKED_KEY_BYTES} (a key from a data field can be: the consumer then
  * stops on the event as without parkKey, see {@link unparked}).
  */
-function parkKey(input: DeliveryInput, event: EventRecord): string | undefined {
+function parkKey(input: DeliveryInput, event: EventRecord): ToPark {
   if (!input.consumer.parkKey || input.parking === undefined) return undefined;
   const key = input.parking.keyOf(event);
-  if (key === undefined || Buffer.byteLength(key) > MAX_PARKED_KEY_BYTES) return undefined;
+  if (key === undefined) return undefined;
+  const bytes = Buffer.byteLength(key);
+  if (bytes > MAX_PARKED_KEY_BYTES) return { tooLong: bytes };
   input.parking.keys.add(key);
-  return key;
+  return { key };
 }
 
 /** The failure a consumer halts on, saying why its key was not parked when it was too long. */
-function unparked(input: DeliveryInput, failure: HandlerFailure): HandlerFailure {
-  if (!input.consumer.parkKey || input.parking === undefined) return failure;
-  const key = input.parking.keyOf(failure.event);
-  const bytes = key === undefined ? 0 : Buffer.byteLength(key);
-  if (bytes <= MAX_PARKED_KEY_BYTES) return failure;
+function unparked(failure: HandlerFailure, toPark: ToPark): HandlerFailure {
+  if (toPark === undefined || !('tooLong' in toPark)) return failure;
   const why =
-    `its key (${bytes} bytes) is too long to park (at most ${MAX_PARKED_KEY_BYTES} bytes): ` +
+    `its key (${toPark.tooLong} bytes) is too long to park (at most ${MAX_PARKED_KEY_BYTES} bytes): ` +
     'the consumer stops on this event';
   return { ...failure, error: new Error(`${messageOf(failure.error)} (${why})`, { cause: failure.error }) };
 }
@@ -261,15 +263,23 @@ async function inSavepoints(input: DeliveryInput): Promise<DeliveryResult> {
     const halted: HandlerFailure = { event, error: failure.error, attempts };
     if (attempts < consumer.maxAttempts)
       return { resolved, deadLetters, parked, failure: halted, dead: false, handled, failed };
-    const parkedKey = parkKey(input, event);
-    if (parkedKey !== undefined) {
-      parked.push({ event, key: parkedKey, error: messageOf(failure.error), attempts });
+    const toPark = parkKey(input, event);
+    if (toPark !== undefined && 'key' in toPark) {
+      parked.push({ event, key: toPark.key, error: messageOf(failure.error), attempts });
       resolved.push(event);
       rest = rest.slice(failure.index + 1);
       continue;
     }
     if (!consumer.skipApplyErrors)
-      return { resolved, deadLetters, parked, failure: unparked(input, halted), dead: true, handled, failed };
+      return {
+        resolved,
+        deadLetters,
+        parked,
+        failure: unparked(halted, toPark),
+        dead: true,
+        handled,
+        failed,
+      };
     deadLetters.push({
       event,
       reason: 'apply-error',
