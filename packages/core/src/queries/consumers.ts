@@ -160,15 +160,7 @@ async function supersedeCollections(
 ): Promise<void> {
   const perInstance = created.filter((r) => !isSharedInstanceId(r.instance_id));
   if (perInstance.length === 0) return;
-  const latest = await tx<{ name: string; instance_id: string; action: string }[]>`
-    select distinct on (a.consumer_name, a.instance_id) a.consumer_name as name, a.instance_id, a.action
-    from ${t.audit} a
-    join unnest(${pgArray(perInstance.map((r) => r.name))}::text[],
-                ${pgArray(perInstance.map((r) => r.instance_id))}::text[]) as r(name, instance_id)
-      on a.consumer_name = r.name and a.instance_id = r.instance_id
-    where a.action in ('collect-stale-instance', 're-register')
-    order by a.consumer_name, a.instance_id, a.id desc`;
-  for (const row of latest) {
+  for (const row of await lastCollectionWords(tx, t, perInstance)) {
     if (row.action !== 'collect-stale-instance') continue;
     const cursor = perInstance.find((r) => r.name === row.name && r.instance_id === row.instance_id)?.cursor;
     await writeAudit(tx, t, {
@@ -199,6 +191,8 @@ export interface Reregistration {
 }
 
 interface CollectAuditRow {
+  name: string;
+  instance_id: string;
   action: string;
   at: Date;
   actor: string;
@@ -207,6 +201,27 @@ interface CollectAuditRow {
     lowestPendingId?: string | null;
     start?: { snapshot: string; fence: string; upto: string; after: string | null } | null;
   };
+}
+
+/**
+ * The audit's last word on the collection of each of `rows`: its latest collection, or a
+ * registration since (which supersedes it); none when neither was ever audited.
+ */
+function lastCollectionWords(
+  tx: TransactionSql,
+  t: Tables,
+  rows: readonly { name: string; instance_id: string }[],
+): Promise<CollectAuditRow[]> {
+  return tx<CollectAuditRow[]>`
+    select distinct on (a.consumer_name, a.instance_id)
+           a.consumer_name as name, a.instance_id, a.action, a.at, a.actor,
+           a.cursor_before::text as cursor_before, a.details
+    from ${t.audit} a
+    join unnest(${pgArray(rows.map((r) => r.name))}::text[],
+                ${pgArray(rows.map((r) => r.instance_id))}::text[]) as r(name, instance_id)
+      on a.consumer_name = r.name and a.instance_id = r.instance_id
+    where a.action in ('collect-stale-instance', 're-register')
+    order by a.consumer_name, a.instance_id, a.id desc`;
 }
 
 /**
@@ -226,11 +241,9 @@ export async function reregisterConsumer(
   return guardedBegin(sql, async (tx) => {
     // Shared retention lock: no prune deletes what the restored cursor needs meanwhile.
     await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
-    const [last] = await tx<CollectAuditRow[]>`
-      select action, at, actor, cursor_before::text as cursor_before, details from ${t.audit}
-      where consumer_name = ${consumer.name} and instance_id = ${consumer.instanceId}
-        and action in ('collect-stale-instance', 're-register')
-      order by id desc limit 1`;
+    const [last] = await lastCollectionWords(tx, t, [
+      { name: consumer.name, instance_id: consumer.instanceId },
+    ]);
     if (!last || last.action !== 'collect-stale-instance' || last.cursor_before === null) {
       const [row] = await insertRegistrations(tx, t, [consumer]);
       if (!row) return undefined;
