@@ -83,8 +83,9 @@ export async function append(
   const data: string[] = [];
   const metadata: string[] = [];
   // Validated as unknown input: JavaScript callers and request bodies do not respect the types.
-  // Array.from: a hole in a sparse array is an undefined event (refused), not one skipped.
-  Array.from(events as readonly unknown[]).forEach((event, index) => {
+  // By index: a hole in a sparse array is an undefined event (refused), not one skipped.
+  for (let index = 0; index < events.length; index++) {
+    const event: unknown = events[index];
     if (!isRecord(event)) throw new InvalidEventError(index, 'event', 'must be an object');
     streamIds.push(checkName(index, 'streamId', readField(index, event, 'streamId')));
     const type = checkName(index, 'type', readField(index, event, 'type'));
@@ -112,7 +113,7 @@ export async function append(
     }
     data.push(dataJson);
     metadata.push(metadataJson);
-  });
+  }
 
   let rows: Awaited<ReturnType<typeof insertEvents>>;
   try {
