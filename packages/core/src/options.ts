@@ -1,5 +1,5 @@
 import type { MeterProvider, TracerProvider } from '@opentelemetry/api';
-import type { Consumer } from './consumers/consumer.js';
+import type { Consumer, ErrorPolicy } from './consumers/consumer.js';
 import type { EventRecord } from './events.js';
 import { InvalidOptionError } from './errors.js';
 import {
@@ -628,29 +628,41 @@ export function attemptsCharged(
   return permanent ? Math.max(attempt, consumer.maxAttempts) : attempt;
 }
 
-/** What a consumer (Consumer) and its error policy (ErrorPolicy) may say. */
-const CONSUMER_FIELDS = new Set([
-  'name',
-  'handler',
-  'batchHandler',
-  'errorPolicy',
-  'delivery',
-  'startFrom',
-  'ordering',
-  'transactional',
-  'featureName',
-  'handlerTimeoutMs',
-  'batchSize',
-  'maxBatchSize',
-  'lanes',
-  'laneKey',
-  'types',
-  'version',
-  'sideEffects',
-  'rebuild',
-  'liveView',
-]);
-const POLICY_FIELDS = new Set(['maxAttempts', 'skipApplyErrors', 'isPermanent', 'parkKey']);
+/**
+ * What a consumer (Consumer) and its error policy (ErrorPolicy) may say: written as records over
+ * their keys, so that a field added to either type without being listed here fails the build.
+ */
+const CONSUMER_FIELDS: ReadonlySet<string> = new Set(
+  Object.keys({
+    name: true,
+    handler: true,
+    batchHandler: true,
+    errorPolicy: true,
+    delivery: true,
+    startFrom: true,
+    ordering: true,
+    transactional: true,
+    featureName: true,
+    handlerTimeoutMs: true,
+    batchSize: true,
+    maxBatchSize: true,
+    lanes: true,
+    laneKey: true,
+    types: true,
+    version: true,
+    sideEffects: true,
+    rebuild: true,
+    liveView: true,
+  } satisfies Record<keyof Consumer, true>),
+);
+const POLICY_FIELDS: ReadonlySet<string> = new Set(
+  Object.keys({
+    maxAttempts: true,
+    skipApplyErrors: true,
+    isPermanent: true,
+    parkKey: true,
+  } satisfies Record<keyof ErrorPolicy, true>),
+);
 
 /**
  * Refuses a field `object` (a consumer, an error policy) does not know: a misspelt or misplaced
