@@ -6,6 +6,7 @@ import { expect, onTestFinished, test } from 'vitest';
 import {
   chooseHttpPort,
   choosePostgresPort,
+  keepablePort,
   DEFAULT_HTTP_PORT,
   DemoSetupError,
   loadDemoState,
@@ -17,6 +18,18 @@ async function folder(): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'sluice-demo-state-'));
   onTestFinished(() => rm(dir, { recursive: true, force: true }));
   return dir;
+}
+
+/**
+ * Whether `port` lies outside the range this machine hands out for outgoing connections: a port the
+ * demo keeps must not be one an unrelated connection can take between two starts. Where that range
+ * leaves no room below it (it starts below 11000), any port will do.
+ */
+async function outsideEphemeral(port: number): Promise<boolean> {
+  const range = await readFile('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').catch(() => '32768 60999');
+  const [low, high] = range.trim().split(/\s+/).map(Number) as [number, number];
+  if (low < 11_000) return port > 0;
+  return port > 0 && (port < low || port > high);
 }
 
 /** Listens on `port` (0: any) of 127.0.0.1 until the test ends; undefined when it is taken. */
@@ -92,7 +105,7 @@ test('the HTTP port: PORT wins and is not kept; otherwise the kept port, else on
   }
   const random = await chooseHttpPort('0', state, '127.0.0.1');
   expect(random.keep).toBe(true);
-  expect(random.port).toBeGreaterThan(0);
+  expect(await outsideEphemeral(random.port)).toBe(true);
   await expect(chooseHttpPort('http', state, '127.0.0.1')).rejects.toThrow(
     new DemoSetupError('PORT=http is not a port number (0–65535)'),
   );
@@ -102,6 +115,7 @@ test('the HTTP port: PORT wins and is not kept; otherwise the kept port, else on
   await occupy(DEFAULT_HTTP_PORT);
   const moved = await chooseHttpPort(undefined, state, '127.0.0.1');
   expect(moved.port).not.toBe(DEFAULT_HTTP_PORT);
+  expect(await outsideEphemeral(moved.port)).toBe(true);
   expect(moved).toEqual({
     port: moved.port,
     keep: true,
@@ -127,4 +141,11 @@ test("PostgreSQL's kept port is reused while it is free, and given up with a not
     });
   });
   expect(await choosePostgresPort({ ...state, postgresPort: free })).toEqual({ port: free });
+});
+
+test('a port the demo keeps is picked below the range of ports for outgoing connections', async () => {
+  for (let i = 0; i < 20; i++) {
+    const port = await keepablePort('127.0.0.1');
+    expect(await outsideEphemeral(port), String(port)).toBe(true);
+  }
 });

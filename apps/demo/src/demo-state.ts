@@ -1,7 +1,7 @@
 // What `pnpm start` keeps next to its database so that a restart on the same data folder looks the
 // same to the user: the dashboard password, the HTTP port it chose and the embedded PostgreSQL's
 // port (the printed DATABASE_URL keeps working). A fresh data folder gets a new password.
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
 import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
@@ -107,7 +107,7 @@ export function portIsFree(port: number, host: string): Promise<boolean> {
 }
 
 /** A port on `host` that was free a moment ago. */
-export function anyFreePort(host: string): Promise<number> {
+function anyFreePort(host: string): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.unref();
@@ -122,6 +122,40 @@ export function anyFreePort(host: string): Promise<number> {
   });
 }
 
+/** Linux's default range of ports for outgoing connections and `listen(0)` (ip_local_port_range). */
+const DEFAULT_EPHEMERAL_LOW = 32_768;
+/** The lowest port the demo picks for itself when its default is taken. */
+const OWN_PORTS_LOW = 10_000;
+
+/** The lowest port the OS hands out for outgoing connections and `listen(0)`. */
+async function ephemeralLow(): Promise<number> {
+  try {
+    const [low] = (await readFile('/proc/sys/net/ipv4/ip_local_port_range', 'utf8')).trim().split(/\s+/);
+    const port = Number(low);
+    if (Number.isInteger(port) && port > 0 && port <= 65_535) return port;
+  } catch {
+    // Not Linux, or not readable: Linux's default, which also lies below the IANA range others use.
+  }
+  return DEFAULT_EPHEMERAL_LOW;
+}
+
+/**
+ * A port on `host` that was free a moment ago, to be kept for later starts: picked at random below
+ * the range the OS hands out for outgoing connections, so that no connection of this machine takes it
+ * between two starts (a port from `listen(0)` lies in that range: a restart found its kept port in use
+ * by an unrelated connection). Falls back to any free port when that range is narrow or busy.
+ */
+export async function keepablePort(host: string): Promise<number> {
+  const last = Math.min(await ephemeralLow(), DEFAULT_EPHEMERAL_LOW) - 1;
+  if (last - OWN_PORTS_LOW >= 1_000) {
+    for (let tries = 0; tries < 32; tries++) {
+      const port = randomInt(OWN_PORTS_LOW, last + 1);
+      if (await portIsFree(port, host)) return port;
+    }
+  }
+  return anyFreePort(host);
+}
+
 export interface PortChoice {
   readonly port: number;
   /** Whether the port is the demo's own choice, to be kept in the state. */
@@ -132,8 +166,8 @@ export interface PortChoice {
 
 /**
  * The HTTP port: PORT when it names one; otherwise the port kept from an earlier start; otherwise
- * (first start) 3000 when it is free, else any free port (PORT unset), or any free port (PORT empty
- * or 0). A kept port is reused even when it is busy now: the start then fails and says so, rather
+ * (first start) 3000 when it is free, else a keepablePort() (PORT unset), or a keepablePort() (PORT
+ * empty or 0). A kept port is reused even when it is busy now: the start then fails and says so, rather
  * than moving the dashboard to another address.
  * @throws {DemoSetupError} when PORT is not a port number
  */
@@ -150,18 +184,18 @@ export async function chooseHttpPort(
   if (state.httpPort !== undefined) return { port: state.httpPort, keep: true };
   if (portEnv === undefined) {
     if (await portIsFree(DEFAULT_HTTP_PORT, host)) return { port: DEFAULT_HTTP_PORT, keep: true };
-    const port = await anyFreePort(host);
+    const port = await keepablePort(host);
     return { port, keep: true, notice: `port ${DEFAULT_HTTP_PORT} is in use: the demo takes port ${port}` };
   }
-  return { port: await anyFreePort(host), keep: true };
+  return { port: await keepablePort(host), keep: true };
 }
 
 export const DEFAULT_HTTP_PORT = 3000;
 
 /**
  * The embedded PostgreSQL's port: the one kept from an earlier start while it is free (so the
- * printed DATABASE_URL stays valid), else undefined (the provider picks a free port, which is then
- * kept). It listens on 127.0.0.1.
+ * printed DATABASE_URL stays valid), else undefined: the server's start takes a keepablePort() on
+ * 127.0.0.1 (another one if that is taken before it binds), which is then kept.
  */
 export async function choosePostgresPort(
   state: DemoState,

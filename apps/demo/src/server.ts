@@ -12,6 +12,7 @@ import {
   chooseHttpPort,
   choosePostgresPort,
   DemoSetupError,
+  keepablePort,
   loadDemoState,
   saveDemoState,
   stateFile,
@@ -43,7 +44,7 @@ async function main(): Promise<void> {
     console.log(`Starting embedded PostgreSQL (data in ${postgresDir}/) …`);
     server = await embeddedServer({
       dataDir: postgresDir,
-      ...(kept.port === undefined ? {} : { port: kept.port }),
+      ...(kept.port === undefined ? { choosePort: () => keepablePort('127.0.0.1') } : { port: kept.port }),
       settings: { fsync: 'on', full_page_writes: 'on' },
     });
     url = server.url;

@@ -8,7 +8,7 @@ export interface DrainOptions {
 }
 
 /** Skips that mean "nothing more will happen for this consumer without an operator or a config change". */
-const SETTLED_SKIPS = new Set(['dead', 'disabled', 'feature-off', 'version']);
+const SETTLED_SKIPS = new Set(['dead', 'disabled', 'feature-off', 'version', 'other-key']);
 
 /**
  * Runs passes until one processes nothing, fails nothing, and leaves every live consumer at the

@@ -37,8 +37,14 @@ export interface EmbeddedServerOptions {
    * a fresh temporary folder that is removed when the server stops.
    */
   dataDir?: string;
-  /** @defaultValue a free port on 127.0.0.1 */
+  /** @defaultValue a port from `choosePort` */
   port?: number;
+  /**
+   * Without `port`: gives a port free on 127.0.0.1, asked once per try (3 at most): again when
+   * another process took the last one before the server bound it. @defaultValue any free port the
+   * OS hands out
+   */
+  choosePort?: () => Promise<number>;
   /** Extra `-c name=value` settings. */
   settings?: Readonly<Record<string, string>>;
   /** The server is stopped when this process exits without stopping it. @defaultValue this process */
@@ -140,7 +146,7 @@ export async function embeddedServer(options: EmbeddedServerOptions = {}): Promi
 
   let lastError: unknown;
   for (let attempt = 0; attempt < 3; attempt++) {
-    const port = options.port ?? (await freePort());
+    const port = options.port ?? (await (options.choosePort ?? freePort)());
     try {
       const removeDir = persistent ? undefined : clusterDir;
       const postmasterPid = await startPostmaster(binaries, clusterDir, user, port, settings, {
@@ -157,7 +163,7 @@ export async function embeddedServer(options: EmbeddedServerOptions = {}): Promi
       };
     } catch (error) {
       lastError = error;
-      // A port taken between freePort() and the server's bind: try another one.
+      // A port taken between its choice and the server's bind: try another one.
       if (options.port !== undefined || !(error instanceof StartFailure) || !error.portTaken) break;
     }
   }
