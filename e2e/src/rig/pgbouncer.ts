@@ -24,9 +24,14 @@ export interface PgBouncer {
 /**
  * Starts PgBouncer in `mode` in front of the server of `serverUrl` (any database of it, same user
  * and password: the pooler logs in with them). It runs as the `postgres` OS user when started as
- * root (PgBouncer refuses root), from a temporary folder that user can read.
+ * root (PgBouncer refuses root), from a temporary folder that user can read. `settings`: more
+ * lines of its [pgbouncer] section.
  */
-export async function startPgBouncer(serverUrl: string, mode: 'transaction' | 'session'): Promise<PgBouncer> {
+export async function startPgBouncer(
+  serverUrl: string,
+  mode: 'transaction' | 'session',
+  settings: readonly string[] = [],
+): Promise<PgBouncer> {
   const server = new URL(serverUrl);
   const port = await freePort();
   const dir = await mkdtemp(join(tmpdir(), 'sluice-pgbouncer-'));
@@ -51,6 +56,7 @@ export async function startPgBouncer(serverUrl: string, mode: 'transaction' | 's
       'default_pool_size = 40',
       'ignore_startup_parameters = extra_float_digits',
       'admin_users =',
+      ...settings,
       '',
     ].join('\n'),
     { mode: 0o644 },
