@@ -126,7 +126,7 @@ export async function buildOpsApp(db: TestDatabase, options: OpsAppOptions): Pro
     },
   });
   // Consumer names may be up to 200 bytes (600 URL characters); Fastify's default is 100.
-  const app = Fastify({ logger: false, maxParamLength: options.maxParamLength ?? 1000 });
+  const app = Fastify({ logger: false, routerOptions: { maxParamLength: options.maxParamLength ?? 1000 } });
   const routes: RegisteredRoute[] = [];
   app.addHook('onRoute', (route) => {
     const config = route.config as { write?: unknown; shell?: unknown } | undefined;

@@ -232,6 +232,26 @@ describe('read models', () => {
     });
   });
 
+  test('a list of dead letters leaves out payloads over 64 KiB, which the dead letter itself shows whole', async () => {
+    const c = failingOn('indexer', () => true, { errorPolicy: { maxAttempts: 1, skipApplyErrors: true } });
+    const { dispatcher, admin, schema } = await setup([c.consumer]);
+    const big = 'x'.repeat(70_000);
+    await appendEvents(
+      db.sql,
+      2,
+      (n) => ({ streamId: 's', type: 'T', data: n === 0 ? { big } : { small: 1 } }),
+      schema,
+    );
+    await drainUntilIdle(dispatcher);
+    const [second, first] = await admin.listDeadLetters('indexer');
+    expect(second?.data).toEqual({ small: 1 });
+    expect(first?.data).toEqual({
+      '$sluice.omitted': `${JSON.stringify({ big }).length + 1} bytes: read the dead letter by its id`,
+    });
+    expect(first?.metadata).not.toHaveProperty('$sluice.omitted');
+    expect((await admin.showDeadLetter('indexer', { id: first!.id })).data).toEqual({ big });
+  });
+
   test('an unknown consumer is a typed not-found error', async () => {
     const { admin } = await setup([recordingConsumer('known').consumer]);
     await expect(admin.diagnose('unknown')).rejects.toMatchObject({ code: 'SLUICE_CONSUMER_NOT_FOUND' });
@@ -531,6 +551,34 @@ describe('actions', () => {
     expect(await auditActions(schema)).toEqual([]);
   });
 
+  test('fenceGap waits for another consumer sharing the gap, and says so when its row stays held', async () => {
+    const x = recordingConsumer('x', { ordering: 'strict' });
+    const y = recordingConsumer('y', { ordering: 'strict' });
+    const { dispatcher, schema } = await setup([x.consumer, y.consumer]);
+    const admin = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 200 });
+    await appendEvents(db.sql, 1, undefined, schema); // 1
+    await db.sql`select nextval(${`${schema}.events_id_seq`}::regclass)`; // 2: drawn, never inserted
+    await appendEvents(db.sql, 1, undefined, schema); // 3
+    const horizon = await heldTransaction(db.sql); // holds the horizon: 2 cannot burn
+    await horizon.xid();
+    await dispatcher.runOnce(); // both wait at 2
+    // y's row held as its turn holds it.
+    const turn = await heldTransaction(db.sql);
+    await turn.sql`select 1 from ${turn.sql(`${schema}.consumers`)} where name = 'y' for update`;
+    const refused = await admin.fenceGap('x', { eventId: 2n }).catch((e: unknown) => e);
+    expect(refused).toMatchObject({ code: 'SLUICE_CONSUMER_BUSY', consumer: 'x' });
+    expect((refused as Error).message).toMatch(
+      /Another consumer with a pending gap at 2 .* nothing was changed for "x"/,
+    );
+    expect(await auditActions(schema)).toEqual([]);
+    expect(await db.sql`select 1 from ${db.sql(`${schema}.events`)} where id = 2`).toHaveLength(0);
+    await turn.commit();
+    await admin.fenceGap('x', { eventId: 2n });
+    await dispatcher.runOnce();
+    expect(x.ids()).toEqual([1n, 3n]);
+    expect(y.ids()).toEqual([1n, 3n]); // told to look again: the tombstone settles its gap too
+  });
+
   test('collectStaleInstances removes per-instance rows of instances gone longer than the threshold', async () => {
     const { admin, schema } = await twoInstances();
     await db.sql`update ${db.sql(`${schema}.consumers`)} set last_seen_at = now() - interval '2 hours' where instance_id = 'pod-b'`;
@@ -555,6 +603,24 @@ describe('actions', () => {
       ['pod-a', 'idle'],
       ['pod-b', 'disabled'],
     ]);
+  });
+
+  test("a per-instance consumer's parked keys: none listed, and a key named is not parked (it parks none); an unknown consumer is not found", async () => {
+    const { admin } = await twoInstances();
+    expect(await admin.listParkedKeys('sse')).toEqual([]);
+    await expect(admin.listParkedEvents('sse', { key: 'k' })).rejects.toMatchObject({
+      code: 'SLUICE_KEY_NOT_PARKED',
+    });
+    await expect(admin.replayParkedKey('sse', { key: 'k' })).rejects.toMatchObject({
+      code: 'SLUICE_KEY_NOT_PARKED',
+    });
+    await expect(admin.dropParkedKey('sse', { key: 'k' })).rejects.toMatchObject({
+      code: 'SLUICE_KEY_NOT_PARKED',
+    });
+    await expect(admin.replayParkedKey('nobody', { key: 'k' })).rejects.toMatchObject({
+      code: 'SLUICE_CONSUMER_NOT_FOUND',
+    });
+    await expect(admin.listParkedKeys('nobody')).rejects.toMatchObject({ code: 'SLUICE_CONSUMER_NOT_FOUND' });
   });
 
   test('restart below the retention floor is refused; beginning starts at the oldest kept event', async () => {

@@ -173,6 +173,19 @@ async function inInstanceIdOrder(tx: TransactionSql, ids: readonly string[]): Pr
 }
 
 /**
+ * @throws {ConsumerNotFoundError} when no row of the consumer is registered (for what belongs to a
+ * consumer's name, not to one of its rows: its parked keys)
+ */
+export async function assertRegistered(
+  tx: TransactionSql | Sql,
+  ctx: AdminContext,
+  name: string,
+): Promise<void> {
+  const [row] = await tx`select 1 from ${ctx.tables.consumers} where name = ${name} limit 1`;
+  if (!row) throw new ConsumerNotFoundError(name);
+}
+
+/**
  * Every cursor row an action on the consumer as a whole means: the given instance; else a shared
  * consumer's rows (its '*' row, or each of its lanes, docs/design.md §11, the old lanes too while a
  * change of its lane count drains), in instance id order; else its only per-instance row.

@@ -202,7 +202,7 @@ async function diagnoseRow(ctx: AdminContext, name: string, instanceId: string):
   }
   if (consumer.failureCategory && consumer.failureCategory !== 'handler' && consumer.lastErrorAt) {
     findings.push(
-      `last infrastructure failure (${consumer.failureCategory}) at ${consumer.lastErrorAt.toISOString()}: ${consumer.lastError ?? ''}; the failing process backs off (1 s doubling to 60 s)`,
+      `last infrastructure failure (${consumer.failureCategory}) at ${consumer.lastErrorAt.toISOString()}: ${consumer.lastError ?? ''}; the failing process retries it after its backoff (backoffInitialMs, doubling up to backoffMaxMs)`,
     );
   }
   if (consumer.lagEvents > 0n) {

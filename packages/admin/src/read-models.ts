@@ -13,7 +13,7 @@ import {
   type EventRow,
   type StoredRange,
 } from '@sluice/core/internal';
-import { resolveInstances, type AdminContext } from './context.js';
+import { assertRegistered, resolveInstances, type AdminContext } from './context.js';
 import { checkEventId, checkLimit, checkName, checkText, optionalName } from './validate.js';
 
 export type ConsumerStatus = 'idle' | 'processing' | 'dead' | 'disabled';
@@ -287,9 +287,31 @@ interface DeadLetterRow {
   replayed_at: Date | null;
 }
 
-const DEAD_LETTER_COLUMNS = (ctx: AdminContext) => ctx.sql`
-  d.id::text, d.consumer_name, d.instance_id, d.event_id::text, d.stream_id, d.type, d.data, d.metadata,
+/** The most bytes of JSON a list of dead letters shows of one payload (data, metadata); showDeadLetter shows all. */
+export const LISTED_PAYLOAD_BYTES = 65_536;
+
+/**
+ * A dead letter's columns. `listed`: a payload (data, metadata) larger than LISTED_PAYLOAD_BYTES
+ * stands as `{ "$sluice.omitted": "<n> bytes: …" }`: a page of large events would otherwise make a
+ * response of hundreds of megabytes (the dashboard's list of 100), or none at all. The sizes are
+ * read from `bytes` (see LISTED_PAYLOAD_SIZES), each payload's text measured once.
+ */
+const DEAD_LETTER_COLUMNS = (ctx: AdminContext, listed = false) => {
+  const payload = (column: 'data' | 'metadata') =>
+    listed
+      ? ctx.sql`case when ${ctx.sql('bytes.' + column)} > ${LISTED_PAYLOAD_BYTES}
+                     then jsonb_build_object('$sluice.omitted',
+                            ${ctx.sql('bytes.' + column)} || ' bytes: read the dead letter by its id')
+                     else ${ctx.sql('d.' + column)} end as ${ctx.sql(column)}`
+      : ctx.sql`${ctx.sql('d.' + column)}`;
+  return ctx.sql`
+  d.id::text, d.consumer_name, d.instance_id, d.event_id::text, d.stream_id, d.type, ${payload('data')}, ${payload('metadata')},
   d.event_created_at, d.reason, d.error, d.attempts, d.created_at, d.replay_requested_at, d.replayed_at`;
+};
+
+/** The JSON sizes of the payloads of dead letter `d`, as `bytes` (for DEAD_LETTER_COLUMNS' listed form). */
+const LISTED_PAYLOAD_SIZES = (ctx: AdminContext) => ctx.sql`
+  cross join lateral (select octet_length(d.data::text) as data, octet_length(d.metadata::text) as metadata) bytes`;
 
 function toDeadLetter(r: DeadLetterRow): DeadLetter {
   return {
@@ -311,7 +333,10 @@ function toDeadLetter(r: DeadLetterRow): DeadLetter {
   };
 }
 
-/** A consumer's dead letters, newest first. @throws {ConsumerNotFoundError} */
+/**
+ * A consumer's dead letters, newest first; a payload over LISTED_PAYLOAD_BYTES is left out (see
+ * DEAD_LETTER_COLUMNS). @throws {ConsumerNotFoundError}
+ */
 export async function listDeadLetters(
   ctx: AdminContext,
   nameInput: string,
@@ -321,11 +346,14 @@ export async function listDeadLetters(
   const limit = checkLimit(options.limit);
   // A consumer run as lanes: the dead letters of all of them.
   const instanceIds = await resolveInstances(ctx.sql, ctx, name, optionalName(options.instanceId));
+  // Measured only for the page the limit keeps.
   const rows = await ctx.sql<DeadLetterRow[]>`
-    select ${DEAD_LETTER_COLUMNS(ctx)}
-    from ${ctx.tables.deadLetters} d
-    where d.consumer_name = ${name} and d.instance_id = any(${pgArray(instanceIds)}::text[])
-    order by d.id desc limit ${limit}`;
+    select ${DEAD_LETTER_COLUMNS(ctx, true)}
+    from (select * from ${ctx.tables.deadLetters} d
+          where d.consumer_name = ${name} and d.instance_id = any(${pgArray(instanceIds)}::text[])
+          order by d.id desc limit ${limit}) d
+    ${LISTED_PAYLOAD_SIZES(ctx)}
+    order by d.id desc`;
   return rows.map(toDeadLetter);
 }
 
@@ -475,7 +503,8 @@ export async function listParkedKeys(
 ): Promise<ParkedKey[]> {
   const name = checkName(nameInput, 'name');
   const limit = checkLimit(options.limit);
-  await resolveInstances(ctx.sql, ctx, name, undefined);
+  // Parked keys belong to the consumer's name (a per-instance consumer never parks one).
+  await assertRegistered(ctx.sql, ctx, name);
   const rows = await ctx.sql<
     {
       key: string;
@@ -531,7 +560,8 @@ export async function listParkedEvents(
   const key = checkText(options.key, 'key', 1000);
   if (key === undefined) throw new InvalidOptionError('key', 'is required: the parked key');
   const limit = checkLimit(options.limit);
-  await resolveInstances(ctx.sql, ctx, name, undefined);
+  // Parked keys belong to the consumer's name (a per-instance consumer never parks one).
+  await assertRegistered(ctx.sql, ctx, name);
   const rows = await ctx.sql<
     {
       key: string;

@@ -4,6 +4,7 @@
 import { readFile } from 'node:fs/promises';
 import { expect, test } from 'vitest';
 import * as root from './index.js';
+import type { EventRecord, NewEvent } from './index.js';
 
 const read = (path: string) => readFile(new URL(path, import.meta.url), 'utf8');
 
@@ -31,4 +32,22 @@ test('every export of the package root is documented in its README, and nothing 
   expect([...documented].filter((name) => !exported.includes(name))).toEqual([]);
   // The parser above saw every value the module really exports.
   expect(Object.keys(root).filter((name) => !exported.includes(name))).toEqual([]);
+});
+
+test("an application's payload declared as an interface types an event (no index signature needed)", () => {
+  interface OrderPlaced {
+    readonly orderId: string;
+    readonly totalCents: number;
+  }
+  const order: OrderPlaced = { orderId: 'o-1', totalCents: 900 };
+  const event: NewEvent<OrderPlaced> = { streamId: 'order-o-1', type: 'OrderPlaced', data: order };
+  const events: Parameters<typeof root.append>[1] = [event, { streamId: 's', type: 'T', data: order }];
+  const stored = {
+    id: 1n,
+    metadata: {},
+    createdAt: new Date(0),
+    ...event,
+  } satisfies EventRecord<OrderPlaced>;
+  expect(events[0]?.data).toEqual({ orderId: 'o-1', totalCents: 900 });
+  expect(stored.data.totalCents).toBe(900);
 });

@@ -55,7 +55,7 @@ const wakeUpsAfterCommit = new WeakMap<TransactionSql, Set<string>>();
  */
 export async function append(
   tx: TransactionSql,
-  events: readonly NewEvent[],
+  events: readonly NewEvent<object>[],
   options: AppendOptions = {},
 ): Promise<EventRecord[]> {
   if (typeof tx !== 'function') {

@@ -1,6 +1,13 @@
 import { readFile } from 'node:fs/promises';
 import { describe, expect, test } from 'vitest';
-import { ERROR_CODES, InvalidOptionError, PostgresUnsupportedError, SluiceError } from './errors.js';
+import {
+  ERROR_CODES,
+  InvalidOptionError,
+  MAX_ERROR_TEXT,
+  messageOf,
+  PostgresUnsupportedError,
+  SluiceError,
+} from './errors.js';
 
 describe('error codes', () => {
   test('every code has a heading in docs/errors.md, in the part for where it comes from, and every heading is a code', async () => {
@@ -39,5 +46,17 @@ describe('error codes', () => {
     const error = new PostgresUnsupportedError(120_000, 130_000);
     expect(error).toMatchObject({ code: 'SLUICE_POSTGRES_UNSUPPORTED', serverVersionNum: 120_000 });
     expect(error.message).toBe('PostgreSQL 120000 is not supported: Sluice needs 130000 or newer');
+  });
+});
+
+describe('messageOf', () => {
+  test("an error's text is kept up to MAX_ERROR_TEXT characters, saying how much more there was, never half a pair", () => {
+    const long = messageOf(new Error('x'.repeat(MAX_ERROR_TEXT + 500)));
+    expect(long).toBe(`${'x'.repeat(MAX_ERROR_TEXT)}… (500 more characters)`);
+    expect(messageOf('y'.repeat(MAX_ERROR_TEXT))).toBe('y'.repeat(MAX_ERROR_TEXT));
+    // A surrogate pair across the cut is left out whole.
+    const pair = messageOf(`${'z'.repeat(MAX_ERROR_TEXT - 1)}😀tail`);
+    expect(pair).toBe(`${'z'.repeat(MAX_ERROR_TEXT - 1)}… (6 more characters)`);
+    expect(messageOf(new Error('a\u0000b'))).toBe('a\uFFFDb');
   });
 });

@@ -250,10 +250,15 @@ export function sqlStateOf(error: unknown): string | undefined {
   return undefined;
 }
 
+/** The most characters of an error's text Sluice keeps (logs, last_error, dead letters, parked keys). */
+export const MAX_ERROR_TEXT = 8_192;
+
 /**
  * The text of an error as Sluice logs and stores it (last_error, dead letters, parked keys). Any
  * error a handler throws has one: a NUL becomes U+FFFD (PostgreSQL text cannot hold it, and the
- * failure must still be recorded and counted), and a message that cannot be read is said so.
+ * failure must still be recorded and counted), and a message that cannot be read is said so. A
+ * longer text than {@link MAX_ERROR_TEXT} is cut there, saying how much was left out: every
+ * pre-check reads a dead consumer's last error, and a handler's error may carry a whole response.
  */
 export function messageOf(error: unknown): string {
   let text: string;
@@ -261,6 +266,11 @@ export function messageOf(error: unknown): string {
     text = String(error instanceof Error ? error.message : error);
   } catch {
     return 'an error whose message could not be read';
+  }
+  if (text.length > MAX_ERROR_TEXT) {
+    // Not between the two halves of a surrogate pair.
+    const cut = /[\uD800-\uDBFF]/.test(text.charAt(MAX_ERROR_TEXT - 1)) ? MAX_ERROR_TEXT - 1 : MAX_ERROR_TEXT;
+    text = `${text.slice(0, cut)}… (${text.length - cut} more characters)`;
   }
   return text.includes('\u0000') ? text.replaceAll('\u0000', '\uFFFD') : text;
 }
@@ -321,13 +331,23 @@ export class DeadLetterNotFoundError extends SluiceError {
 export class ConsumerBusyError extends SluiceError {
   readonly consumer: string;
 
-  /** `lanesMoving`: its rows kept changing under the action (a change of its lane count under way). */
-  constructor(consumer: string, lockTimeoutMs: number, lanesMoving = false) {
+  /**
+   * `why`: true when its rows kept changing under the action (a change of its lane count under
+   * way); `{ sharedGap }` when a fence of that id waited for another consumer's row, which has a
+   * pending gap there too (its turn, or another action, held it).
+   */
+  constructor(
+    consumer: string,
+    lockTimeoutMs: number,
+    why: boolean | { readonly sharedGap: bigint } = false,
+  ) {
     super(
       'SLUICE_CONSUMER_BUSY',
-      lanesMoving
+      why === true
         ? `Consumer "${consumer}" is changing its lanes: they moved while the action held them; nothing was changed. Try again.`
-        : `Consumer "${consumer}" is in a turn that held its row for more than ${lockTimeoutMs} ms; nothing was changed. Try again.`,
+        : typeof why === 'object'
+          ? `Another consumer with a pending gap at ${why.sharedGap} was held by its turn or by another action (the fence tells it to look again); nothing was changed for "${consumer}". Try again.`
+          : `Consumer "${consumer}" is in a turn that held its row for more than ${lockTimeoutMs} ms; nothing was changed. Try again.`,
     );
     this.consumer = consumer;
   }

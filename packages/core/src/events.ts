@@ -1,8 +1,12 @@
 /** A JSON object as stored in a jsonb column. */
 export type JsonObject = { [key: string]: unknown };
 
-/** An event to append. `data` and `metadata` must be JSON objects (they are stored as jsonb objects). */
-export interface NewEvent<TData extends JsonObject = JsonObject> {
+/**
+ * An event to append. `data` and `metadata` must be JSON objects (they are stored as jsonb objects).
+ * `TData` may be an interface of the application's (interfaces have no index signature, so the
+ * bound is `object`); append() refuses, at run time, data that is not a plain JSON object.
+ */
+export interface NewEvent<TData extends object = JsonObject> {
   readonly streamId: string;
   readonly type: string;
   readonly data: TData;
@@ -11,7 +15,7 @@ export interface NewEvent<TData extends JsonObject = JsonObject> {
 }
 
 /** A stored event, as append() returns it and handlers receive it. */
-export interface EventRecord<TData extends JsonObject = JsonObject> {
+export interface EventRecord<TData extends object = JsonObject> {
   /** Global position in the log. A bigint: ids outgrow 2^53 and must never be compared as strings. */
   readonly id: bigint;
   readonly streamId: string;

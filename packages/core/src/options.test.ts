@@ -68,6 +68,11 @@ describe('resolveOptions', () => {
       'consumers[0].handler',
     ],
     ['an empty consumer name', { consumers: [consumer('')] }, 'consumers[0].name'],
+    [
+      'a misspelt dispatcher option (pollInterval for pollIntervalMs)',
+      { pollInterval: 100 } as unknown as Partial<DispatcherOptions>,
+      'pollInterval',
+    ],
     ['a lone surrogate in a consumer name', { consumers: [consumer('mailer\uD800')] }, 'consumers[0].name'],
     ['a NUL in a consumer name', { consumers: [consumer('a\u0000b')] }, 'consumers[0].name'],
     ['a lone surrogate in the instanceId', { instanceId: 'pod-\uDC01' }, 'instanceId'],

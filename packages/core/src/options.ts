@@ -210,6 +210,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
   if (typeof (input as unknown) !== 'object' || (input as unknown) === null) {
     throw new InvalidOptionError('options', 'must be an object');
   }
+  refuseUnknownFields(input as unknown as Record<string, unknown>, DISPATCHER_FIELDS, '', 'the dispatcher');
   if (typeof (input.sql as unknown) !== 'function')
     throw new InvalidOptionError('sql', 'must be a postgres.js pool');
   if (input.listenSql !== undefined && typeof (input.listenSql as unknown) !== 'function')
@@ -297,7 +298,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
   if (options.handlerTimeoutMs + options.statementTimeoutMs > MAX_MS) {
     throw new InvalidOptionError(
       'handlerTimeoutMs',
-      `plus statementTimeoutMs must be at most ${MAX_MS} (ms): a turn's idle-in-transaction timeout is their sum`,
+      `plus statementTimeoutMs must be at most ${MAX_MS} (ms): a turn's idle-in-transaction timeout adds them up`,
     );
   }
   if (options.backoffMaxMs < options.backoffInitialMs) {
@@ -629,9 +630,41 @@ export function attemptsCharged(
 }
 
 /**
- * What a consumer (Consumer) and its error policy (ErrorPolicy) may say: written as records over
- * their keys, so that a field added to either type without being listed here fails the build.
+ * What the dispatcher's options (DispatcherOptions), a consumer (Consumer) and its error policy
+ * (ErrorPolicy) may say: written as records over their keys, so that a field added to one of the
+ * types without being listed here fails the build.
  */
+const DISPATCHER_FIELDS: ReadonlySet<string> = new Set(
+  Object.keys({
+    sql: true,
+    consumers: true,
+    schema: true,
+    instanceId: true,
+    batchSize: true,
+    maxBatchSize: true,
+    maxTurnMs: true,
+    pollIntervalMs: true,
+    maxAttempts: true,
+    rearmCooldownMs: true,
+    maxRearmCount: true,
+    concurrency: true,
+    listen: true,
+    listenSql: true,
+    listenCheckMs: true,
+    handlerTimeoutMs: true,
+    statementTimeoutMs: true,
+    heartbeatIntervalMs: true,
+    retryDelayMs: true,
+    retryMaxDelayMs: true,
+    backoffInitialMs: true,
+    backoffMaxMs: true,
+    countCrashedAttempts: true,
+    isFeatureEnabled: true,
+    logger: true,
+    meterProvider: true,
+    tracerProvider: true,
+  } satisfies Record<keyof DispatcherOptions, true>),
+);
 const CONSUMER_FIELDS: ReadonlySet<string> = new Set(
   Object.keys({
     name: true,
@@ -681,14 +714,20 @@ function refuseUnknownFields(
   if (prototype !== Object.prototype && prototype !== null) return;
   const field = Object.keys(object).find((k) => !known.has(k));
   if (field === undefined) return;
-  const hint = where.endsWith('errorPolicy')
-    ? CONSUMER_FIELDS.has(field)
-      ? ': it belongs to the consumer itself'
-      : ''
-    : POLICY_FIELDS.has(field)
-      ? `: it belongs in errorPolicy ({ errorPolicy: { ${field}: … } })`
-      : '';
-  throw new InvalidOptionError(`${where}.${field}`, `is not an option of ${what}${hint}`);
+  const hint =
+    where === ''
+      ? ''
+      : where.endsWith('errorPolicy')
+        ? CONSUMER_FIELDS.has(field)
+          ? ': it belongs to the consumer itself'
+          : ''
+        : POLICY_FIELDS.has(field)
+          ? `: it belongs in errorPolicy ({ errorPolicy: { ${field}: … } })`
+          : '';
+  throw new InvalidOptionError(
+    where === '' ? field : `${where}.${field}`,
+    `is not an option of ${what}${hint}`,
+  );
 }
 
 /**

@@ -13,6 +13,18 @@ function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
 }
 
+/**
+ * The credentials of an Authorization header of `scheme`, or undefined for another scheme. The
+ * scheme is case-insensitive (RFC 9110 §11.1): `bearer` and `BASIC` are the same schemes.
+ */
+function credentialsOf(header: unknown, scheme: 'Bearer' | 'Basic'): string | undefined {
+  if (typeof header !== 'string' || header.length <= scheme.length || header[scheme.length] !== ' ')
+    return undefined;
+  return header.slice(0, scheme.length).toLowerCase() === scheme.toLowerCase()
+    ? header.slice(scheme.length + 1)
+    : undefined;
+}
+
 /** Constant-time equality of two strings (hashed first, so their lengths never leak). */
 function same(given: string, expected: Buffer): boolean {
   return timingSafeEqual(digest(given), expected);
@@ -29,9 +41,8 @@ export function bearerAuth(token: string, actor = 'ops-token'): OpsAuth {
   }
   const expected = digest(token);
   return (request) => {
-    const header = request.headers.authorization;
-    if (typeof header !== 'string' || !header.startsWith('Bearer ')) return undefined;
-    return same(header.slice('Bearer '.length), expected) ? actor : undefined;
+    const given = credentialsOf(request.headers.authorization, 'Bearer');
+    return given !== undefined && same(given, expected) ? actor : undefined;
   };
 }
 
@@ -50,10 +61,9 @@ export function basicAuth(credentials: { username: string; password: string }): 
   }
   const expected = digest(`${username}:${password}`);
   const auth: OpsAuth = (request) => {
-    const header = request.headers.authorization;
-    if (typeof header !== 'string' || !header.startsWith('Basic ')) return undefined;
-    const decoded = Buffer.from(header.slice('Basic '.length), 'base64').toString('utf8');
-    return same(decoded, expected) ? username : undefined;
+    const given = credentialsOf(request.headers.authorization, 'Basic');
+    if (given === undefined) return undefined;
+    return same(Buffer.from(given, 'base64').toString('utf8'), expected) ? username : undefined;
   };
   auth.challenge = 'Basic realm="sluice ops", charset="UTF-8"';
   return auth;

@@ -80,6 +80,16 @@ export function sendOpsCode(reply: FastifyReply, code: OpsRouteErrorCode, messag
   return reply.code(status).send(errorBody(status, code, message));
 }
 
+/** A request the ops routes refuse before any handler, in a step that can only throw (a body parser). */
+export class OpsRequestError extends Error {
+  readonly opsCode: OpsRouteErrorCode;
+  constructor(opsCode: OpsRouteErrorCode, message: string) {
+    super(message);
+    this.name = 'OpsRequestError';
+    this.opsCode = opsCode;
+  }
+}
+
 /** Error handler of the ops routes: typed Sluice errors keep their code; nothing leaks a stack. */
 export function sendOpsError(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply) {
   if (error instanceof SluiceError) {
@@ -87,6 +97,7 @@ export function sendOpsError(error: FastifyError | Error, request: FastifyReques
     if (status >= 500) request.log.error({ err: error }, 'sluice ops request failed');
     return reply.code(status).send(errorBody(status, error.code, error.message));
   }
+  if (error instanceof OpsRequestError) return sendOpsCode(reply, error.opsCode, error.message);
   const fastifyError = error as FastifyError;
   if (fastifyError.validation) return sendOpsCode(reply, 'SLUICE_INVALID_REQUEST', fastifyError.message);
   const status = fastifyError.statusCode;

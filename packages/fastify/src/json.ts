@@ -1,13 +1,6 @@
-/** Converts a value for a JSON response: bigints to decimal strings, dates to ISO strings. */
-export function toJson(value: unknown): unknown {
-  if (typeof value === 'bigint') return value.toString();
-  if (value instanceof Date) return value.toISOString();
-  if (Array.isArray(value)) return value.map(toJson);
-  if (typeof value === 'object' && value !== null) {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, toJson(v)]));
-  }
-  return value;
-}
+// A JSON response shows nested data as the CLI's --json does: bigints as decimal strings, dates as
+// ISO strings, down to MAX_SHOWN_DEPTH levels, walked without recursion (core's json-shown.ts).
+export { toShownJson as toJson } from '@sluice/core/internal';
 
 /** Ops request bodies are flat; anything nested deeper is refused before it is walked further. */
 export const MAX_BODY_DEPTH = 32;
@@ -26,7 +19,7 @@ export function findBodyProblem(body: unknown): string | undefined {
     const { value, path, depth } = next;
     if (typeof value === 'number') {
       if (Number.isInteger(value) && !Number.isSafeInteger(value))
-        return `${path} is a number beyond 2^53-1 and lost precision; send ids as strings`;
+        return `${path} is a number beyond 2^53-1 and lost precision: no duration, count or limit is that large, and ids go as strings`;
       continue;
     }
     if (typeof value !== 'object' || value === null) continue;
@@ -79,6 +72,9 @@ export function findStrictProblem(
     if (part === 'body') {
       const problem = typeProblem(value, field, `${part}.${key}`);
       if (problem !== undefined) return problem;
+    } else if (field.type === 'integer' && typeof value === 'string' && !/^[0-9]+$/.test(value)) {
+      // Ajv would coerce `1e2`, `0x10` or ` 5` to a number: a count is written in digits.
+      return `query.${key} must be written in digits, not ${JSON.stringify(value)}`;
     }
   }
   return undefined;

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { dashboardRoutes, shellIsPublic } from './dashboard/dashboard.js';
-import { sendOpsCode, sendOpsError } from './http-errors.js';
+import { OpsRequestError, sendOpsCode, sendOpsError } from './http-errors.js';
 import { malformedEscape } from './json.js';
 import { findBodyProblem, findStrictProblem, NO_PARAMETERS } from './json.js';
 import { auditRoutes } from './routes/audit.js';
@@ -15,8 +15,8 @@ import { crossSiteProblem, unsupportedBodyType, WRITE_METHODS } from './write-gu
 /**
  * The ops routes, in an encapsulated context. Order of checks, before any SQL: authentication
  * (onRequest, so an unauthenticated body is never even parsed) → for writes, the request's origin
- * (403) and its Content-Type (415), still before the body is read → read-only (405 for write
- * routes) → unsafe JSON numbers, unknown fields and values of another JSON type than the schema's,
+ * (403), its Content-Type (415) and read-only (405 for write routes), still before the body is
+ * read → unsafe JSON numbers, unknown fields and values of another JSON type than the schema's,
  * which the host's Ajv might drop or coerce (400) → schema validation (400) → the admin action.
  * Every response, whatever its status, is marked `Cache-Control: no-store`.
  */
@@ -27,20 +27,38 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
   // constructor keys whatever the host's onProtoPoisoning says. The Content-Type check below
   // refuses everything else first; this keeps a host's parser from ever seeing an ops body.
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser(
-    'application/json',
-    { parseAs: 'string' },
-    app.getDefaultJsonParser('error', 'error'),
-  );
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body.toString();
+    void parseJson(request, text, (error, value) => {
+      // Fastify says "not valid JSON" of a body it refused for such a key too: say which it is.
+      if (error && isJson(text)) {
+        done(
+          new OpsRequestError(
+            'SLUICE_INVALID_REQUEST',
+            'the body has a __proto__ or constructor.prototype key, which the ops routes refuse',
+          ),
+          undefined,
+        );
+        return;
+      }
+      done(error, value);
+    });
+  });
   app.decorateRequest('sluiceActor', '');
   app.setErrorHandler(sendOpsError);
   // Operator data and actions' results must not stay in a browser's or a proxy's cache.
   app.addHook('onSend', async (_request, reply) => {
     void reply.header('cache-control', 'no-store');
   });
-  app.setNotFoundHandler((request, reply) =>
-    sendOpsCode(reply, 'SLUICE_ROUTE_NOT_FOUND', `No ops route ${request.method} ${request.url}`),
-  );
+  // Under a prefix of their own, a path no ops route has is answered here (after authentication).
+  // At the root ('/'), every path no route has is the host app's: its own not-found handler (or
+  // Fastify's), not the ops routes' credentials check and 404.
+  if (ops.prefix !== '/') {
+    app.setNotFoundHandler((request, reply) =>
+      sendOpsCode(reply, 'SLUICE_ROUTE_NOT_FOUND', `No ops route ${request.method} ${request.url}`),
+    );
+  }
 
   const publicShell = shellIsPublic(context);
   app.addHook('onRequest', async (request, reply) => {
@@ -97,13 +115,15 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
     }
     const badType = unsupportedBodyType(request.headers);
     if (badType !== undefined) return sendOpsCode(reply, 'SLUICE_UNSUPPORTED_MEDIA_TYPE', badType);
-  });
-
-  app.addHook('preValidation', async (request, reply) => {
+    // Before the body is read too: a read-only deployment answers 405 to any write, whatever its
+    // body (an empty or malformed one included).
     if (ops.readOnly && request.routeOptions.config.write === true) {
       void reply.header('allow', 'GET, HEAD');
       return sendOpsCode(reply, 'SLUICE_READ_ONLY', 'The Sluice ops routes are read-only here');
     }
+  });
+
+  app.addHook('preValidation', async (request, reply) => {
     const schema = request.routeOptions.schema;
     const problem =
       malformedEscape(request.raw.url) ??
@@ -160,6 +180,19 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
  * The authenticated identity as the audit can store it: at most 200 UTF-8 bytes, cut between
  * characters, NULs and unpaired surrogates replaced, so a long or odd name is never a 400.
  */
+/**
+ * Whether `text` parses as plain JSON (where Fastify's parser refused it for a key). A byte order
+ * mark, which Fastify's parser skips, is skipped here too.
+ */
+function isJson(text: string): boolean {
+  try {
+    JSON.parse(text.startsWith('\uFEFF') ? text.slice(1) : text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function auditableActor(actor: string): string {
   let out = '';
   let bytes = 0;

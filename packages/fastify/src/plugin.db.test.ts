@@ -69,7 +69,7 @@ async function build(
   const routes: { method: string; url: string; write: boolean; shell: boolean; bodyFields: string[] }[] = [];
   const { app, schema } = await pluginApp(db.sql, consumers, ops, {
     // Consumer names may be up to 200 bytes; Fastify's default maxParamLength is 100.
-    server: { maxParamLength: 1000, ...host.server },
+    server: { routerOptions: { maxParamLength: 1000 }, ...host.server },
     before: (app) => {
       host.before?.(app);
       app.addHook('onRoute', (route) => {
@@ -105,17 +105,19 @@ async function auditCount(schema: string): Promise<number> {
 }
 
 /** A consumer dead on event 2 (cursor 1). */
-/** Registers the plugin with `ops` on a host app of its own (closed after the test), up to ready. */
-async function boot(ops: OpsOptions) {
+/** Registers the plugin with `ops` (and `extra` options) on a host app of its own (closed after the test), up to ready. */
+async function boot(ops: OpsOptions | undefined, extra: Record<string, unknown> = {}) {
   const app = Fastify({ logger: false });
   onTestFinished(() => app.close());
   await app.register(sluice, {
     sql: db.sql,
     consumers: [recordingConsumer('a').consumer],
     listen: false,
-    ops,
+    ...(ops === undefined ? {} : { ops }),
+    ...extra,
   });
   await app.ready();
+  return app;
 }
 
 async function deadMailer(app: FastifyInstance, schema: string) {
@@ -145,6 +147,63 @@ describe('plugin lifecycle', () => {
       code: 'SLUICE_INVALID_OPTION',
       option,
     });
+  });
+
+  test('an event nested thousands of levels deep is shown by the event route, down to a thousand levels', async () => {
+    const { app, schema } = await build([recordingConsumer('reader').consumer]);
+    // Written as text: PostgreSQL stores deeper jsonb than append()'s JSON.stringify writes.
+    const nested = (depth: number) => `${'{"next":['.repeat(depth)}{"leaf":1}${']}'.repeat(depth)}`;
+    for (const depth of [400, 3_000]) {
+      await db.sql`insert into ${db.sql(`${schema}.events`)} (stream_id, type, data)
+                   values ('deep', 'Deep', ${nested(depth)}::text::jsonb)`;
+    }
+    // 800 levels (an object and an array each): shown whole.
+    const shallow = await authed(app, 'GET', '/sluice/consumers/reader/events/1');
+    expect(shallow.statusCode, shallow.body.slice(0, 300)).toBe(200);
+    expect(shallow.body).toContain(nested(400));
+    // 6,000 levels: the first thousand, then what stands for the rest.
+    const deep = await authed(app, 'GET', '/sluice/consumers/reader/events/2');
+    expect(deep.statusCode, deep.body.slice(0, 300)).toBe(200);
+    expect(deep.body).toContain(
+      `${'{"next":['.repeat(499)}{"next":"[nested deeper than 1000 levels: not shown]"}`,
+    );
+  });
+
+  test("ops at prefix '/' leave the host app's unknown paths, and its own not-found handler, to the host", async () => {
+    // Registered before the plugin, as after it: Fastify allows one not-found handler per prefix.
+    for (const hostFirst of [true, false]) {
+      const app = Fastify({ logger: false });
+      onTestFinished(() => app.close());
+      const hostNotFound = (instance: FastifyInstance) =>
+        instance.setNotFoundHandler((_request, reply) => reply.code(404).send({ host: 'not here' }));
+      if (hostFirst) hostNotFound(app);
+      await app.register(sluice, {
+        sql: db.sql,
+        consumers: [recordingConsumer('a').consumer],
+        listen: false,
+        ops: { auth: bearerAuth(TOKEN), prefix: '/' },
+      });
+      if (!hostFirst) hostNotFound(app);
+      app.get('/shop', () => ({ shop: true }));
+      await app.ready();
+      expect((await app.inject({ method: 'GET', url: '/shop' })).json()).toEqual({ shop: true });
+      // No credentials asked for on a path that is not an ops route: the host's own answer.
+      const unknown = await app.inject({ method: 'GET', url: '/no-such-page' });
+      expect(unknown.statusCode, unknown.body).toBe(404);
+      expect(unknown.json()).toEqual({ host: 'not here' });
+      const consumers = await app.inject({ method: 'GET', url: '/consumers', headers: auth });
+      expect(consumers.statusCode, consumers.body).toBe(200);
+      expect((await app.inject({ method: 'GET', url: '/consumers' })).statusCode).toBe(401);
+    }
+  });
+
+  test("a misspelt dispatcher option is refused at registration; Fastify's own register options are not Sluice's", async () => {
+    await expect(boot(undefined, { pollInterval: 100 })).rejects.toMatchObject({
+      code: 'SLUICE_INVALID_OPTION',
+      option: 'pollInterval',
+    });
+    const app = await boot(undefined, { prefix: '/shop', logLevel: 'warn', pollIntervalMs: 100 });
+    expect(app.sluice.dispatcher.consumers.map((c) => c.name)).toEqual(['a']);
   });
 
   test('migrate that is not a boolean is refused at registration, before anything touches the database', async () => {
@@ -494,6 +553,8 @@ describe('ops routes', () => {
     ['a disable until a non-date', 'POST', '/sluice/consumers/mailer/disable', { until: 'soon' }],
     ['a limit of zero', 'GET', '/sluice/consumers/mailer/dead-letters?limit=0', undefined],
     ['a limit that is text', 'GET', '/sluice/audit?limit=all', undefined],
+    ['a limit with an exponent', 'GET', '/sluice/audit?limit=1e2', undefined],
+    ['a limit in hexadecimal', 'GET', '/sluice/consumers/mailer/dead-letters?limit=0x10', undefined],
     ['a body that is an array', 'POST', '/sluice/consumers/mailer/skip', '[1]'],
     ['malformed JSON', 'POST', '/sluice/consumers/mailer/skip', '{"eventId": '],
     [
@@ -571,6 +632,38 @@ describe('ops routes', () => {
     expect(await auditCount(schema)).toBe(0);
   });
 
+  test('a refused body says what is wrong with it: a leap second, a __proto__ key', async () => {
+    const { app, schema } = await build([recordingConsumer('mailer').consumer]);
+    const before = await stateOf(schema);
+    for (const until of ['2096-12-31T23:59:60Z', '2096-12-31 23:59:60Z', '2097-01-01T00:59:60+01:00']) {
+      const leap = await authed(app, 'POST', '/sluice/consumers/mailer/disable', { until });
+      expect(leap.statusCode, leap.body).toBe(400);
+      expect(leap.json(), until).toMatchObject({
+        code: 'SLUICE_INVALID_OPTION',
+        message: expect.stringContaining('leap second') as unknown,
+      });
+    }
+    for (const payload of [
+      '{"eventId": "2", "__proto__": {"admin": true}}',
+      '\ufeff{"eventId": "2", "__proto__": {"admin": true}}',
+      '{"eventId": "2", "constructor": {"prototype": {"admin": true}}}',
+    ]) {
+      const proto = await app.inject({
+        method: 'POST',
+        url: '/sluice/consumers/mailer/skip',
+        headers: { ...auth, 'content-type': 'application/json' },
+        payload,
+      });
+      expect(proto.statusCode, proto.body).toBe(400);
+      expect(proto.json(), payload).toMatchObject({
+        code: 'SLUICE_INVALID_REQUEST',
+        message: expect.stringContaining('__proto__') as unknown,
+      });
+    }
+    expect(await stateOf(schema)).toEqual(before);
+    expect(await auditCount(schema)).toBe(0);
+  });
+
   test('read-only mode answers 405 to every write route and still serves reads', async () => {
     const { app, schema, routes } = await build([recordingConsumer('feed').consumer], {
       auth: bearerAuth(TOKEN),
@@ -608,6 +701,19 @@ describe('ops routes', () => {
       );
       expect(response.statusCode, route.url).toBe(405);
       expect(response.json<{ code: string }>().code, route.url).toBe('SLUICE_READ_ONLY');
+      // Whatever the body: it is not even read (an empty JSON body was a 400 from the parser).
+      for (const body of ['', '{"eventId":']) {
+        const raw = await app.inject({
+          method: 'POST',
+          url: `/sluice/consumers/feed/${route.url.replace('/sluice/consumers/:name/', '').replace(':version', '1')}`,
+          headers: { ...auth, 'content-type': 'application/json' },
+          payload: body,
+        });
+        expect([raw.statusCode, raw.json<{ code: string }>().code], `${route.url} ${body}`).toEqual([
+          405,
+          'SLUICE_READ_ONLY',
+        ]);
+      }
     }
     expect((await app.inject({ method: 'GET', url: '/sluice/consumers', headers: auth })).statusCode).toBe(
       200,

@@ -20,6 +20,9 @@ import { opsRoutes } from './ops-routes.js';
 import { resolveOps, type SluicePluginOptions } from './options.js';
 import type { SluiceDecorator } from './type-augmentation.js';
 
+/** What Fastify reads from a registration's options itself (and passes on to the plugin). */
+const FASTIFY_REGISTER_OPTIONS: ReadonlySet<string> = new Set(['prefix', 'logLevel', 'logSerializers']);
+
 /** Connections of the operator actions' own pool: actions are rare, the dashboard reads a few at once. */
 const ADMIN_CONNECTIONS = 3;
 
@@ -30,7 +33,11 @@ const ADMIN_CONNECTIONS = 3;
  * @throws {InvalidOptionError} at registration, for bad options or ops routes without auth
  */
 export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOptions): Promise<void> {
-  const { migrate = true, ops: opsInput, logger: loggerInput, ...dispatcherOptions } = options;
+  const { migrate = true, ops: opsInput, logger: loggerInput, ...rest } = options;
+  // Fastify's own options of a registration (app.register(sluice, { prefix, … })) are not Sluice's.
+  const dispatcherOptions = Object.fromEntries(
+    Object.entries(rest).filter(([key]) => !FASTIFY_REGISTER_OPTIONS.has(key)),
+  ) as typeof rest;
   if (typeof migrate !== 'boolean')
     throw new InvalidOptionError('migrate', 'must be true or false (a boolean)');
   const ops = resolveOps(opsInput);

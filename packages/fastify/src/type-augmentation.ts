@@ -10,7 +10,7 @@ export interface SluiceDecorator {
   /** append() into this plugin's schema, inside the caller's transaction. */
   append(
     tx: TransactionSql,
-    events: readonly NewEvent[],
+    events: readonly NewEvent<object>[],
     options?: Omit<AppendOptions, 'schema'>,
   ): Promise<EventRecord[]>;
   /**

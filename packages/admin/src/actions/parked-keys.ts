@@ -1,9 +1,4 @@
-import {
-  ConsumerBusyError,
-  ConsumerNotFoundError,
-  InvalidOptionError,
-  KeyNotParkedError,
-} from '@sluice/core';
+import { ConsumerBusyError, InvalidOptionError, KeyNotParkedError } from '@sluice/core';
 import {
   deleteParkedKey,
   MAX_PARKED_KEY_BYTES,
@@ -15,7 +10,7 @@ import {
   writeAudit,
   type LaneChangeRequest,
 } from '@sluice/core/internal';
-import { choosingLanes, withLockedConsumer, type AdminContext } from '../context.js';
+import { assertRegistered, choosingLanes, withLockedConsumer, type AdminContext } from '../context.js';
 import { checkActor, checkName, checkText } from '../validate.js';
 
 export interface ParkedKeyOptions {
@@ -78,7 +73,11 @@ async function onParkedKey(
   return choosingLanes(ctx, name, async (last) => {
     // The lane that owns the key now: the one whose turns park and replay it.
     const lane = await laneOwning(ctx.sql, ctx.tables, name, key);
-    if (lane === undefined) throw new ConsumerNotFoundError(name);
+    if (lane === undefined) {
+      // No shared row: a per-instance consumer parks no key (or none is registered at all).
+      await assertRegistered(ctx.sql, ctx, name);
+      throw new KeyNotParkedError(name, key);
+    }
     return withLockedConsumer(ctx, name, lane, async ({ tx, state }) => {
       // Asked again once the lane is held: a change of lane count that switched since has handed
       // the key to a new lane, whose turns this lock would not keep out.

@@ -247,6 +247,19 @@ describe('help', () => {
     expect(await json<{ version: string }>(run(['--version', '--json']))).toEqual({ version });
   });
 
+  test('rebuild refuses an option of another action (exit 2) instead of ignoring it, before any database', async () => {
+    for (const [line, told] of [
+      [['rebuild', 'status', 'stats@v7'], '<name>@v<N> is for a change, not status'],
+      [['rebuild', 'status', '--reason', 'x'], '--reason is for a change, not status'],
+      [['rebuild', 'pause', 'stats', '--force'], '--force is for approve, not pause'],
+      [['rebuild', 'approve', 'stats', '--drop-source'], '--drop-source is for drop, not approve'],
+    ] as const) {
+      const failed = await run([...line, '--database-url', 'postgres://nowhere.invalid/db']);
+      expect([failed.code, failed.stdout], line.join(' ')).toEqual([2, '']);
+      expect(failed.stderr, line.join(' ')).toContain(told);
+    }
+  });
+
   test('no command at all prints the help on stderr and exits 2', async () => {
     const result = await run([]);
     expect(result.code).toBe(2);
@@ -573,6 +586,46 @@ describe('dead letters and replay', () => {
     expect(refused).toMatchObject({ code: 3, stdout: '' });
     expect(refused.stderr).toContain('Consumer "indexer" has no dead letter 999');
     expect(await json<Row[]>(sluice(schema, 'dead-letters', 'indexer', '--json'))).toEqual([letter]);
+  });
+});
+
+describe('payloads nested deeper than JSON.stringify can write', () => {
+  // Written as text: PostgreSQL stores deeper jsonb than a call stack can serialise.
+  const nested = (depth: number) => `${'{"next":['.repeat(depth)}{"leaf":1}${']}'.repeat(depth)}`;
+  const NOT_SHOWN = '[nested deeper than 1000 levels: not shown]';
+
+  /** How many levels `value` nests along `next` and its first item before a leaf, and that leaf. */
+  function depthOf(value: unknown): { levels: number; leaf: unknown } {
+    let levels = 0;
+    let at = value;
+    for (;;) {
+      if (Array.isArray(at)) at = at[0];
+      else if (typeof at === 'object' && at !== null && 'next' in at) at = at.next;
+      else return { levels, leaf: at };
+      levels += 1;
+    }
+  }
+
+  test('dead-letters --json shows the first thousand levels and says what lies deeper', async () => {
+    const { schema } = await withDeadLetter();
+    await db.sql`update ${tables(db.sql, schema).deadLetters}
+                 set data = ${nested(3_000)}::text::jsonb, metadata = ${nested(3_000)}::text::jsonb`;
+    const [letter] = await json<Row[]>(sluice(schema, 'dead-letters', 'indexer', '--json'));
+    expect(letter).toMatchObject({ consumer: 'indexer', eventId: '2' });
+    // The list and the letter take two levels: 998 of the payload's are shown.
+    expect(depthOf(letter?.['data'])).toEqual({ levels: 998, leaf: NOT_SHOWN });
+    expect(depthOf(letter?.['metadata'])).toEqual({ levels: 998, leaf: NOT_SHOWN });
+  });
+
+  test('parked-events --json shows the first thousand levels and says what lies deeper', async () => {
+    const { schema } = await withParkedKeys();
+    await db.sql`update ${tables(db.sql, schema).parkedEvents} set data = ${nested(3_000)}::text::jsonb
+                 where key = 's-1' and event_id = 2`;
+    const [event] = await json<Row[]>(
+      sluice(schema, 'parked-events', 'reactor', '--key', 's-1', '--limit', '1', '--json'),
+    );
+    expect(event).toMatchObject({ key: 's-1', eventId: '2', metadata: {} });
+    expect(depthOf(event?.['data'])).toEqual({ levels: 998, leaf: NOT_SHOWN });
   });
 });
 

@@ -124,6 +124,11 @@ export function parseTime(text: string, option: string): Date {
     new UsageError(
       `${option} must be an ISO 8601 time with a time zone, like 2025-06-01T12:00:00Z, got "${text}"`,
     );
+  if (match?.[5] === '59' && match[6] === '60') {
+    throw new UsageError(
+      `${option} ${text} is a leap second, which Sluice cannot hold: give the second after it`,
+    );
+  }
   if (!match || Number.isNaN(date.getTime())) throw invalid();
   const [, year, month, day, hour, minute, second] = match;
   // new Date() rolls 2025-02-30 over to March: check the fields it was given.
@@ -142,8 +147,11 @@ export function parseTime(text: string, option: string): Date {
 
 /** `--version` of a rebuild: digits only, 1 or more. */
 export function parseVersion(text: string, option = '--version'): number {
-  if (!/^[0-9]{1,10}$/.test(text) || Number(text) < 1 || Number(text) > 2_147_483_647) {
+  if (!/^[0-9]+$/.test(text)) {
     throw new UsageError(`${option} must be a version number (digits only, 1 or more), got "${text}"`);
+  }
+  if (text.length > 10 || Number(text) < 1 || Number(text) > 2_147_483_647) {
+    throw new UsageError(`${option} must be a version number from 1 to 2147483647, got ${text}`);
   }
   return Number(text);
 }

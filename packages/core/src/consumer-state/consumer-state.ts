@@ -71,6 +71,11 @@ export interface HeldState {
   readonly laneChange: LaneChange | null;
   /** Some parked key of the consumer is to be replayed. */
   readonly parkedReplays: boolean;
+  /**
+   * Some key of the consumer is parked: its later events are set aside whatever this process's
+   * errorPolicy.parkKey says (another process of a rolling deployment may have parked it).
+   */
+  readonly parkedKeys: boolean;
 }
 
 /** A change of a laned consumer's lane count in progress (lane_changes). */
@@ -146,6 +151,7 @@ export function heldStateOf(row: LockedRow): HeldState {
             switched: row.lane_switched === true,
           },
     parkedReplays: row.parked_replays,
+    parkedKeys: row.parked_keys,
   };
 }
 

@@ -55,6 +55,7 @@ export function held(state: ConsumerState, fields: Partial<HeldState> = {}): Hel
     marker: null,
     laneChange: null,
     parkedReplays: false,
+    parkedKeys: false,
     ...fields,
   };
 }

@@ -3,10 +3,18 @@
 // still there at the next turn was a crash. These tests leave exactly what a crash leaves behind
 // (turn_starts rows with started_count > 0) and check how the next turn counts them. The real
 // kill -9 of a dispatcher process is exercised by the e2e suites.
-import { appendEvents, consumerRow, freshSchema, gate, recordingConsumer, until } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  drainUntilIdle,
+  freshSchema,
+  gate,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
 import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
-import type { HandlerContext } from '../consumers/consumer.js';
+import type { Consumer, HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
 import { testDispatcher } from '../test-support.js';
 
@@ -162,6 +170,30 @@ test('with skipApplyErrors, the crash-poison event goes to dead_letters and the 
   expect(letters.map((l) => l.event_id)).toEqual(['1']);
 });
 
+test('the crashes a crash-poison event was ended on were its own: the next event of the crashed batch starts from none', async () => {
+  const attempts = new Map<bigint, number>();
+  const c = recordingConsumer('mailer', {
+    errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
+    handler: (event: EventRecord, context: HandlerContext) => {
+      attempts.set(event.id, context.attempt);
+    },
+  });
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
+  await appendEvents(db.sql, 3, undefined, schema);
+  await leaveCrashedStarts(schema, 'mailer', 1n, 3n, 2); // the process died twice delivering 1..3
+  await dispatcher.runOnce(); // event 1 is charged both crashes: dead letter, no call
+  expect(await marker(schema)).toEqual({ started_count: 0, isolate_until: '3' });
+  for (let i = 0; i < 3; i++) await dispatcher.runOnce();
+  expect([...attempts]).toEqual([
+    [2n, 1],
+    [3n, 1],
+  ]);
+  const letters = await db.sql<
+    { event_id: string }[]
+  >`select event_id::text from ${db.sql(`${schema}.dead_letters`)}`;
+  expect(letters.map((l) => l.event_id)).toEqual(['1']);
+});
+
 test('a turn that fails before it records its start leaves the crashes recorded before it as they are', async () => {
   const attempts: number[] = [];
   const c = recordingConsumer('mailer', {
@@ -251,4 +283,90 @@ test('a replay is one attempt: its request is cleared, committed, before its han
     /^the replay did not finish \(the process stopped.*\): cannot handle it$/,
   );
   expect(await letterRow()).toEqual({ requested: false, replayed: true, error: 'cannot handle it' });
+});
+
+/**
+ * A rolling deployment's 'reactor': `other` (declared without parkKey, registered first) beside a
+ * process that parks s-1 at event 2 (events 1–6: s-0 odd ids, s-1 even). Then events 7 (s-1), 8 (s-0)
+ * and 9 (s-1), and what a turn of `other` over 7..9 leaves when it set 7 aside and its process died
+ * in 8's handler: one crash recorded. Returns the parking process's handled ids and a switch that
+ * lets it handle s-1 (for a replay).
+ */
+async function crashedBesideParkedKey(schema: string, other: Consumer) {
+  let failing = true;
+  const handled: bigint[] = [];
+  const parking = testDispatcher(db.sql, schema, [
+    {
+      name: 'reactor',
+      errorPolicy: { maxAttempts: 1, parkKey: true },
+      handler: (event) => {
+        if (failing && event.streamId === 's-1') throw new Error('cannot handle s-1');
+        handled.push(event.id);
+      },
+    },
+  ]);
+  const plain = testDispatcher(db.sql, schema, [other]);
+  await plain.ensureRegistered();
+  await parking.ensureRegistered();
+  await appendEvents(db.sql, 6, (n) => ({ streamId: `s-${n % 2}`, type: 'Placed', data: { n } }), schema);
+  await drainUntilIdle(parking); // s-1 parked at 2; 4 and 6 set aside
+  await appendEvents(
+    db.sql,
+    3,
+    (n) => ({ streamId: `s-${(n + 1) % 2}`, type: 'Placed', data: { n } }),
+    schema,
+  );
+  await leaveCrashedStarts(schema, 'reactor', 7n, 9n, 1);
+  return {
+    parking,
+    plain,
+    handled,
+    fix: () => {
+      failing = false;
+    },
+  };
+}
+
+async function parkedEventIds(schema: string): Promise<string[]> {
+  const aside = await db.sql<{ id: string }[]>`
+    select event_id::text as id from ${db.sql(`${schema}.parked_events`)} order by event_id`;
+  return aside.map((e) => e.id);
+}
+
+test("a crash charged to an event of a parked key (a turn set it aside, then died in a later event's handler) sets it aside, and the crash travels on to the next event: the key's order kept", async () => {
+  const schema = await freshSchema(db.sql);
+  const seen: bigint[] = [];
+  const { parking, plain, handled, fix } = await crashedBesideParkedKey(schema, {
+    name: 'reactor',
+    errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+    handler: (event) => void seen.push(event.id),
+  });
+  await drainUntilIdle(plain);
+
+  // The crash was 8's: with maxAttempts 1 it goes to the dead letters without another call.
+  const dead = await db.sql<{ id: string; error: string }[]>`
+    select event_id::text as id, error from ${db.sql(`${schema}.dead_letters`)} order by event_id`;
+  expect(dead).toEqual([{ id: '8', error: 'the process stopped 1 time(s) while event 8 was being handled' }]);
+  expect(await parkedEventIds(schema)).toEqual(['2', '4', '6', '7', '9']);
+  expect(seen).toEqual([]);
+  fix();
+  await db.sql`update ${db.sql(`${schema}.parked_keys`)} set replay_requested_at = now()`;
+  await drainUntilIdle(parking);
+  expect(handled).toEqual([1n, 3n, 5n, 2n, 4n, 6n, 7n, 9n]);
+});
+
+test('an event of a parked key set aside while a crashed batch is isolated takes no crash off: the crashes travel on to the next event', async () => {
+  const schema = await freshSchema(db.sql);
+  // Counted against event 8 when its handler runs: the crash of the batch 7..9, and its own start.
+  const countedAt8: number[] = [];
+  const { plain } = await crashedBesideParkedKey(schema, {
+    name: 'reactor',
+    errorPolicy: { maxAttempts: 3, skipApplyErrors: true },
+    handler: async (event) => {
+      if (event.id === 8n) countedAt8.push((await marker(schema))?.started_count ?? -1);
+    },
+  });
+  await drainUntilIdle(plain);
+  expect(countedAt8).toEqual([2]);
+  expect(await parkedEventIds(schema)).toEqual(['2', '4', '6', '7', '9']);
 });

@@ -9,7 +9,7 @@ import type { Sql } from '../sql-types.js';
 import { registerConsumers } from '../queries/consumers.js';
 import { laneCountsOf, requestLaneChange } from '../queries/lanes.js';
 import { RUNNING_STATES, type VersionRow } from '../queries/versions.js';
-import { laneInstanceIds } from '../lanes/lanes.js';
+import { laneInstanceIds, laneKeyText } from '../lanes/lanes.js';
 import { tables } from '../schema/tables.js';
 import { verifySchema } from '../schema/verify-schema.js';
 import { createMetrics } from '../telemetry/metrics.js';
@@ -18,6 +18,7 @@ import { wakeUpChannel } from '../wake-up/channel.js';
 import { wakeUpNotifierFor } from '../wake-up/wake-up-notifier.js';
 import { PassRunner, PassScheduler, type PassResult } from './pass.js';
 import { startListener, type Listener } from './wake-up.js';
+import { settleWithin, TIMED_OUT } from '../time-limit.js';
 
 export interface Dispatcher {
   /**
@@ -116,6 +117,11 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
   let unsubscribe: (() => void) | undefined;
   let starting: Promise<void> | undefined;
   let stoppingPromise: Promise<void> | undefined;
+  /**
+   * From the moment stop() is called (it may first wait for start() to end): no handler is
+   * handed an event after that, even by a turn already running.
+   */
+  const stopAsked = () => stopping || stoppingPromise !== undefined;
   const passes = new PassRunner({
     options: { ...options, sql },
     turnConnections,
@@ -124,13 +130,13 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     tracer,
     logger,
     systemIdentifier: () => systemIdentifier ?? null,
-    isStopping: () => stopping,
+    isStopping: stopAsked,
     listenerSnapshot: () => listener?.snapshot(),
   });
 
   const scheduler = new PassScheduler(
     (wake) => passes.run('launch', wake),
-    () => started && !stopping,
+    () => started && !stopAsked(),
     logger,
   );
 
@@ -152,17 +158,27 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       await arrayTypes;
     }
     systemIdentifier ??= await readSystemIdentifier();
-    const rowsOf = (c: ResolvedConsumer, startAt?: bigint) =>
-      (c.lane === null ? [c.instanceId] : laneInstanceIds(c.lanes)).map((instanceId) => ({
+    /** Where a consumer was declared, for the option a refusal names. */
+    const declaredAt = (c: ResolvedConsumer) => `consumers[${options.consumers.indexOf(c)}]`;
+    const rowsOf = (c: ResolvedConsumer, startAt?: bigint) => {
+      const at = declaredAt(c);
+      return (c.lane === null ? [c.instanceId] : laneInstanceIds(c.lanes)).map((instanceId) => ({
         name: c.name,
         instanceId,
         startFrom: c.startFrom,
         perInstance: c.lane === null,
         version: c.version,
         ...(startAt === undefined ? {} : { startAt }),
+        ...(c.lane === null
+          ? {}
+          : {
+              laneKey: { text: laneKeyText(c.laneKey), option: `${at}.laneKey` },
+              ...(c.parkKey ? {} : { notParking: { option: `${at}.errorPolicy.parkKey` } }),
+            }),
       }));
+    };
     let versions = new Map<string, VersionRow[]>();
-    const families = await registerConsumers(
+    const { families, prunedBehind } = await registerConsumers(
       sql,
       t,
       options.schema,
@@ -180,6 +196,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
                   startPosition: c.rebuildFrom,
                   takeoverWithin: c.takeoverWithin,
                   view: c.liveView,
+                  option: declaredAt(c),
                 },
               ],
         ),
@@ -199,13 +216,36 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
               );
               return [];
             }
-            if (!v || (!RUNNING_STATES.has(v.state) && v.state !== 'paused')) return [];
+            if (!v) {
+              // Declared below a version already recorded, it was not registered (docs/design.md §12.1).
+              const newest = Math.max(...(recorded.get(c.baseName) ?? []).map((x) => x.version));
+              logger.warn(
+                { consumer: c.baseName, version: c.version, newest },
+                'this version is below a newer one already recorded and was never registered: a version ' +
+                  'below one taken over, given up or on its way is not run again. This process does not run ' +
+                  'it; deploy the newest version to serve the consumer here',
+              );
+              return [];
+            }
+            if (!RUNNING_STATES.has(v.state) && v.state !== 'paused') return [];
             return rowsOf(c, v.state === 'live' ? undefined : v.startPosition);
           });
         },
       },
     );
     passes.versions.set(versions);
+    for (const row of prunedBehind) {
+      logger.error(
+        {
+          consumer: row.name,
+          instanceId: row.instanceId,
+          cursor: row.cursor,
+          prunedThrough: row.prunedThrough,
+        },
+        'retention pruned events this per-instance consumer had not received while its process was away ' +
+          `(prune passed its row over as stale): ids ${row.cursor + 1n} to ${row.prunedThrough} are not delivered to it`,
+      );
+    }
     // A consumer registered with another lane count: change it to the configured one (nothing is
     // lost and order per key is kept: docs/design.md §11.3).
     for (const c of options.consumers) {
@@ -293,7 +333,21 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     unsubscribe?.();
     await listener?.stop();
     listener = undefined;
-    await drain();
+    // A turn in flight finishes its running handler call and writes what it did: within its
+    // handler's time and a statement's. A statement that gets no answer at all (queued in a
+    // pooler while the server is down, a connection gone silent) is not bounded by the server's
+    // statement_timeout: past that time, the dispatcher's own connections are ended under it.
+    const drained = drain().catch(() => undefined);
+    const bound = Math.max(...options.consumers.map((c) => c.handlerTimeoutMs)) + options.statementTimeoutMs;
+    if ((await settleWithin(drained, bound)) === TIMED_OUT) {
+      logger.warn(
+        { waitedMs: bound },
+        "stop(): a turn still waits for the database after its handler's and a statement's time; " +
+          "ending the dispatcher's connections under it (what it did is rolled back and delivered again)",
+      );
+      await Promise.all([own.end(), turnConnections.end()]);
+      await settleWithin(drained, options.statementTimeoutMs);
+    }
     await Promise.all([own.end(), turnConnections.end()]);
   }
 

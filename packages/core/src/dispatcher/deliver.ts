@@ -18,6 +18,8 @@ export interface DeliveryInput {
   readonly priorAttempts: (eventId: bigint) => number;
   /** Stop starting new handlers after this time (performance.now() ms); the turn commits what it did. */
   readonly deadlineMs: number;
+  /** Stop starting new handlers once this says so (the dispatcher stops): the turn commits what it did. */
+  readonly isStopping?: (() => boolean) | undefined;
   /** Events resolved without a handler call: operator skips, tombstones, another lane's events. */
   readonly resolvesUnhandled: (eventId: bigint) => boolean;
   /** A consumer whose error policy parks keys (docs/design.md §11.4). */
@@ -35,6 +37,12 @@ export interface Parking {
   readonly keyOf: (event: EventRecord) => string | undefined;
   /** The keys parked so far: those parked before the turn, and those it parks. */
   readonly keys: Set<string>;
+  /**
+   * This process's laneKey is not the one recorded with the consumer's rows (another deployment's):
+   * it parks no key (docs/design.md §11.1); an event that uses up its attempts waits, failing, for
+   * a process of the recorded key (waitsForRecordedKey).
+   */
+  readonly underAnotherKey?: boolean;
 }
 
 /** An event set aside under its parked key; `error` on the one whose failure parked the key. */
@@ -134,7 +142,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   }
 
   for (const event of events) {
-    if (resolved.length > 0 && performance.now() > input.deadlineMs) break;
+    if (resolved.length > 0 && timeIsUp(input)) break;
     if (input.resolvesUnhandled(event.id)) {
       resolved.push(event);
       continue;
@@ -172,7 +180,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
         deadLetters,
         parked,
         failure: unparked(failure, toPark),
-        dead: true,
+        dead: !waitsForRecordedKey(toPark),
         handled,
         failed,
       };
@@ -196,8 +204,19 @@ function setAsideKey(input: DeliveryInput, event: EventRecord): string | undefin
  */
 export const MAX_PARKED_KEY_BYTES = 1000;
 
-/** What {@link parkKey} did: parked `key`, or found it `tooLong` (its bytes); undefined: no parking. */
-type ToPark = { readonly key: string } | { readonly tooLong: number } | undefined;
+/** Why an event's key was not parked by a process under another laneKey than the recorded one. */
+export const NOT_PARKED_UNDER_ANOTHER_KEY =
+  "not parked: this process's laneKey is not the one recorded with the consumer's rows (another " +
+  "deployment's), under which keys are parked; the event waits, retried, for a process that " +
+  'declares the recorded key to park it (or for this process to be restarted: with no key parked, ' +
+  'its start records its key)';
+
+/**
+ * What {@link parkKey} did: parked `key`, or found it `tooLong` (its bytes), or parked nothing under
+ * `anotherKey` than the recorded one; undefined: no parking.
+ */
+type ToPark =
+  { readonly key: string } | { readonly tooLong: number } | { readonly anotherKey: true } | undefined;
 
 /**
  * Parks the key of `event`, which used up its attempts, when the consumer parks keys and the key
@@ -206,6 +225,7 @@ type ToPark = { readonly key: string } | { readonly tooLong: number } | undefine
  */
 function parkKey(input: DeliveryInput, event: EventRecord): ToPark {
   if (!input.consumer.parkKey || input.parking === undefined) return undefined;
+  if (input.parking.underAnotherKey === true) return { anotherKey: true };
   const key = input.parking.keyOf(event);
   if (key === undefined) return undefined;
   const bytes = Buffer.byteLength(key);
@@ -214,12 +234,24 @@ function parkKey(input: DeliveryInput, event: EventRecord): ToPark {
   return { key };
 }
 
+/**
+ * An event whose key this process would park under another key than the recorded one: the
+ * consumer is not ended on it (it would be for every deployment), it stays on the event past
+ * maxAttempts. Each later turn gives it one more call (docs/design.md §4.4): a process of the
+ * recorded key parks its key, one under another key fails it again, after the backoff.
+ */
+function waitsForRecordedKey(toPark: ToPark): boolean {
+  return toPark !== undefined && 'anotherKey' in toPark;
+}
+
 /** The failure a consumer halts on, saying why its key was not parked when it was too long. */
 function unparked(failure: HandlerFailure, toPark: ToPark): HandlerFailure {
-  if (toPark === undefined || !('tooLong' in toPark)) return failure;
+  if (toPark === undefined || 'key' in toPark) return failure;
   const why =
-    `its key (${toPark.tooLong} bytes) is too long to park (at most ${MAX_PARKED_KEY_BYTES} bytes): ` +
-    'the consumer stops on this event';
+    'tooLong' in toPark
+      ? `its key (${toPark.tooLong} bytes) is too long to park (at most ${MAX_PARKED_KEY_BYTES} bytes): ` +
+        'the consumer stops on this event'
+      : NOT_PARKED_UNDER_ANOTHER_KEY;
   return { ...failure, error: new Error(`${messageOf(failure.error)} (${why})`, { cause: failure.error }) };
 }
 
@@ -245,7 +277,7 @@ async function inSavepoints(input: DeliveryInput): Promise<DeliveryResult> {
   let failed = 0;
   let rest = input.events;
   while (rest.length > 0) {
-    if (resolved.length > 0 && performance.now() > input.deadlineMs) break;
+    if (resolved.length > 0 && timeIsUp(input)) break;
     let run = await inOneSavepoint(input, rest, true);
     let failure: SeriesFailure | undefined;
     while (run.failure) {
@@ -276,7 +308,7 @@ async function inSavepoints(input: DeliveryInput): Promise<DeliveryResult> {
         deadLetters,
         parked,
         failure: unparked(halted, toPark),
-        dead: true,
+        dead: !waitsForRecordedKey(toPark),
         handled,
         failed,
       };
@@ -338,7 +370,7 @@ async function inOneSavepoint(
   try {
     await input.tx.savepoint(async (savepoint) => {
       for (const [index, event] of events.entries()) {
-        if (deadline && resolved.length > 0 && performance.now() > input.deadlineMs) break;
+        if (deadline && resolved.length > 0 && timeIsUp(input)) break;
         if (input.resolvesUnhandled(event.id)) {
           resolved.push(event);
           continue;
@@ -608,4 +640,9 @@ function callFailed(
   // infrastructure failure of the turn, not the handler's attempt.
   if (isEnded(tx)) throw error;
   return tx`select 1`.then(() => ({ ok: false, error }));
+}
+
+/** Whether a delivery stops handing events to handlers: its turn's time is up, or the dispatcher stops. */
+function timeIsUp(input: DeliveryInput): boolean {
+  return performance.now() > input.deadlineMs || input.isStopping?.() === true;
 }

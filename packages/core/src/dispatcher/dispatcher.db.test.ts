@@ -128,6 +128,33 @@ describe('cursors and poison', () => {
     expect(copy).toEqual({ kind: 'object', n: 1 }); // the event copied as a jsonb object, not a string
   });
 
+  test('skipApplyErrors dead-letters an event nested deeper than JSON.stringify can write, payload intact, and goes on', async () => {
+    const c = failingOn('deep', (e) => e.type === 'Deep', {
+      errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
+    });
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
+    await appendEvents(db.sql, 1, undefined, schema);
+    // 10,000 levels, written in SQL: PostgreSQL stores deeper jsonb than a call stack can serialise.
+    await db.sql`
+      insert into ${db.sql(`${schema}.events`)} (stream_id, type, data, metadata)
+      values ('deep', 'Deep', ('{"a":' || repeat('[', 10000) || repeat(']', 10000) || '}')::jsonb,
+              ('{"m":' || repeat('[', 10000) || repeat(']', 10000) || '}')::jsonb)`;
+    await appendEvents(db.sql, 1, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 3n]);
+    expect(await consumerRow(db.sql, schema, 'deep')).toMatchObject({
+      cursor: 3n,
+      attempts: 0,
+      status: 'idle',
+    });
+    // Compared in SQL: the payload as PostgreSQL holds it, never through JavaScript.
+    const letters = await db.sql<{ event_id: string; attempts: number; data: boolean; metadata: boolean }[]>`
+      select d.event_id::text, d.attempts, d.data::text = e.data::text as data,
+             d.metadata::text = e.metadata::text as metadata
+      from ${db.sql(`${schema}.dead_letters`)} d join ${db.sql(`${schema}.events`)} e on e.id = d.event_id`;
+    expect(letters).toEqual([{ event_id: '2', attempts: 2, data: true, metadata: true }]);
+  });
+
   test('a logger that throws or rejects on every line changes nothing: failures are still counted and dead-lettered', async () => {
     const c = failingOn('logged', (e) => e.id === 2n, {
       errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
@@ -797,6 +824,7 @@ describe('startFrom, feature gate, transactional consumers', () => {
     });
     const dispatcher = testDispatcher(sql, schema, [c.consumer]);
     await dispatcher.ensureRegistered();
+    statements.length = 0; // the turns' statements only (registration inserts in a savepoint)
     const savepoints = () => statements.filter((q) => /^savepoint /i.test(q.trim())).length;
     await appendEvents(db.sql, 5, undefined, schema);
     await dispatcher.runOnce();

@@ -35,12 +35,14 @@ function row(changes: Partial<PrecheckRow> = {}): PrecheckRow {
     system_identifier: null,
     last_progress_at: NOW,
     version: null,
+    lane_key: null,
     head: '10',
     snapshot: '800:905:800',
     now: NOW,
     lag_seconds: null,
     lane_changing: false,
     parked_replays: false,
+    waits_at_hole: false,
     ...changes,
   };
 }

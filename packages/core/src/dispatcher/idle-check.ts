@@ -55,7 +55,8 @@ export function isProvablyIdle(
   const cursor = BigInt(row.cursor);
   if (cursor < head) {
     // Strict ordering waits at its hole: new events above it change nothing until the hole resolves.
-    return consumer.ordering === 'strict' && row.gap_count > 0 && gapsSettled;
+    // (Ranges behind the cursor, left by fast ordering before a restart, hold nothing up.)
+    return consumer.ordering === 'strict' && row.waits_at_hole && gapsSettled;
   }
   return gapsSettled;
 }

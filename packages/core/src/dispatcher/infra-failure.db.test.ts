@@ -2,7 +2,10 @@ import { appendEvents, consumerRow, freshSchema, gate, recordingConsumer, until 
 import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { afterEach, describe, expect, onTestFinished, test, vi } from 'vitest';
 import type { Consumer } from '../consumers/consumer.js';
-import type { Sql } from '../sql-types.js';
+import { tables } from '../schema/tables.js';
+import type { Sql, TransactionSql } from '../sql-types.js';
+import { SharedReads } from './shared-reads.js';
+import { readFrom } from './turn-steps.js';
 import { testDispatcher } from '../test-support.js';
 import type { Dispatcher } from './create-dispatcher.js';
 
@@ -19,13 +22,28 @@ async function retryingAtOnce(
   instanceId: string,
   events: number,
 ): Promise<Dispatcher> {
+  const dispatcher = await registeredInstance(pool, schema, consumer, instanceId, 1);
+  await appendEvents(db.sql, events, undefined, schema);
+  return dispatcher;
+}
+
+/**
+ * A registered dispatcher of `consumer` as instance `instanceId` (its turns' connections are named
+ * `sluice:<instanceId>`), backing the consumer off for `backoffMs` after an infrastructure failure.
+ */
+async function registeredInstance(
+  pool: Sql,
+  schema: string,
+  consumer: Consumer,
+  instanceId: string,
+  backoffMs: number,
+): Promise<Dispatcher> {
   const dispatcher = testDispatcher(pool, schema, [consumer], {
     instanceId,
-    backoffInitialMs: 1,
-    backoffMaxMs: 1,
+    backoffInitialMs: backoffMs,
+    backoffMaxMs: backoffMs,
   });
   await dispatcher.ensureRegistered();
-  await appendEvents(db.sql, events, undefined, schema);
   return dispatcher;
 }
 
@@ -165,6 +183,101 @@ test("a transactional turn whose connection dies while its handler awaits a call
   );
   const rows = await db.sql<{ n: string }[]>`select n::text from ${db.sql(`${schema}.projection`)}`;
   expect(rows).toEqual([{ n: '1' }]);
+});
+
+test("a turn whose connection dies under a running handler takes its start back at once: another instance's turn meanwhile counts no crash", async () => {
+  const schema = await freshSchema(db.sql);
+  const aHolds = gate();
+  let aCalls = 0;
+  const bSeen: bigint[] = [];
+  const shared = (instance: string) =>
+    recordingConsumer('shared', {
+      errorPolicy: { maxAttempts: 1 },
+      handler: async (event) => {
+        if (instance === 'b') bSeen.push(event.id);
+        if (instance !== 'a' || (aCalls += 1) > 1) return;
+        // A's turn backend (it holds an xid: FOR UPDATE on the cursor row) dies under this call,
+        // which goes on until the test lets it return.
+        await db.sql`
+          select pg_terminate_backend(pid) from pg_stat_activity
+          where application_name = 'sluice:a' and backend_xid is not null`;
+        await aHolds.promise;
+      },
+    });
+  const a = await registeredInstance(db.sql, schema, shared('a').consumer, 'a', 60_000);
+  await appendEvents(db.sql, 1, undefined, schema);
+  const aPass = a.runOnce();
+  // While A's handler still runs, its start record is taken back.
+  await until(
+    async () =>
+      (
+        await db.sql<{ started_count: number }[]>`
+          select started_count from ${db.sql(`${schema}.turn_starts`)} where consumer_name = 'shared'`
+      )[0]?.started_count === 0,
+    10_000,
+    "A's start record to be taken back",
+  );
+  const bDispatcher = await registeredInstance(db.sql, schema, shared('b').consumer, 'b', 60_000);
+  await bDispatcher.runOnce();
+  expect(bSeen).toEqual([1n]);
+  expect(await consumerRow(db.sql, schema, 'shared')).toMatchObject({
+    cursor: 1n,
+    attempts: 0,
+    status: 'idle',
+  });
+  aHolds.open();
+  expect((await aPass).byConsumer['shared']?.skipped).toBe('failed');
+  expect(await consumerRow(db.sql, schema, 'shared')).toMatchObject({
+    cursor: 1n,
+    attempts: 0,
+    status: 'idle',
+  });
+});
+
+test('a turn whose connection dies while it waits for a read of another turn records no start once it goes on', async () => {
+  const schema = await freshSchema(db.sql);
+  const t = tables(db.sql, schema);
+  const calls: string[] = [];
+  const shared = (instance: string) =>
+    recordingConsumer('shared', {
+      errorPolicy: { maxAttempts: 1 },
+      batchSize: 2,
+      handler: (event) => {
+        calls.push(`${instance}:${event.id}`);
+      },
+    });
+  const a = await registeredInstance(db.sql, schema, shared('a').consumer, 'a', 60_000);
+  await appendEvents(db.sql, 4, undefined, schema);
+  // A's turn takes another turn's full read of its events (one still running, on a busy pool);
+  // its own connection dies meanwhile, and its failure is recorded, before the read comes back.
+  let once = true;
+  vi.spyOn(SharedReads.prototype, 'has').mockImplementation(() => once);
+  // Asked only while `has` says yes: once.
+  vi.spyOn(SharedReads.prototype, 'take').mockImplementation(async (...args) => {
+    once = false;
+    await db.sql`select pg_terminate_backend(pid) from pg_stat_activity
+                 where application_name = 'sluice:a' and backend_xid is not null`;
+    await until(
+      async () => (await consumerRow(db.sql, schema, 'shared')).lastError !== null,
+      10_000,
+      "A's failure to be recorded",
+    );
+    const [cursor, limit] = args;
+    return readFrom(db.sql as unknown as TransactionSql, t, cursor, [], limit, undefined);
+  });
+  expect((await a.runOnce()).byConsumer['shared']?.skipped).toBe('failed');
+  vi.restoreAllMocks();
+  expect(calls).toEqual([]);
+  expect(await db.sql`select 1 from ${t.turnStarts} where started_count > 0`).toHaveLength(0);
+  // So the next turn, another instance's, counts no crash.
+  const b = await registeredInstance(db.sql, schema, shared('b').consumer, 'b', 60_000);
+  await b.runOnce();
+  expect(calls).toEqual(['b:1', 'b:2']);
+  expect(await consumerRow(db.sql, schema, 'shared')).toMatchObject({
+    cursor: 2n,
+    attempts: 0,
+    status: 'processing', // two more to go
+  });
 });
 
 test('a dead turn writes nothing after its connection is reopened for other work: no cursor regression (I4)', async () => {

@@ -9,7 +9,7 @@ import {
   type ResolvedConsumer,
   type ResolvedOptions,
 } from '../options.js';
-import { laneInstanceIds } from '../lanes/lanes.js';
+import { keptByAnotherKey, laneInstanceIds, laneKeyOption, laneKeyText } from '../lanes/lanes.js';
 import {
   currentSnapshot,
   heartbeat,
@@ -54,7 +54,9 @@ export type ConsumerSkip =
   | 'backoff'
   | 'retry-later'
   | 'failed'
-  | 'version';
+  | 'version'
+  | 'other-key'
+  | 'stopping';
 
 export interface ConsumerPassResult {
   readonly processed: number;
@@ -97,6 +99,8 @@ export class PassRunner {
   readonly #slots: TurnSlots<ConsumerPassResult>;
   readonly #backoff = new Map<string, BackoffState>();
   readonly #rearmExhaustedReported = new Set<string>();
+  /** Consumers whose rows another deployment keeps by another lane key, reported once each. */
+  readonly #otherKeyReported = new Set<string>();
   /** Each consumer's next batch limit: grows while turns fill their batch (catching up). */
   readonly #limits = new Map<string, number>();
   /**
@@ -242,6 +246,20 @@ export class PassRunner {
         );
         continue;
       }
+      if (
+        row &&
+        // Parked keys are not read here: the turn finds them once the row is held.
+        keptByAnotherKey(consumer.laneKey, {
+          instanceId: row.instance_id,
+          laneKey: row.lane_key,
+          changing: row.lane_changing,
+          parkedKeys: false,
+        })
+      ) {
+        this.#reportOtherKey(consumer, row.lane_key);
+        skip('other-key'); // its turn would find the same once the row is held
+        continue;
+      }
       if (row && this.#beyondShare(consumer, row)) {
         skip('locked'); // another instance's share: it serves this lane
         continue;
@@ -349,14 +367,40 @@ export class PassRunner {
     continueWhileMore: boolean,
     firstCursor: bigint | undefined,
   ): Promise<ConsumerPassResult> {
-    const connections = this.#env.turnConnections.acquire();
+    // Launched before stop() was called, it waited for a slot: a turn not begun begins no more.
+    if (this.#env.isStopping()) {
+      return { processed: 0, failed: 0, skipped: 'stopping', pendingGaps: 0, behind: true };
+    }
     const held = this.#lanesOf(consumer);
     held?.add(consumer.unit);
     try {
-      return await this.#turnsOn(connections.sql, consumer, continueWhileMore, firstCursor);
+      let total: ConsumerPassResult | undefined;
+      let cursor = firstCursor;
+      for (;;) {
+        const connections = this.#env.turnConnections.acquire();
+        let run: TurnsRun;
+        try {
+          run = await this.#turnsOn(connections.sql, consumer, continueWhileMore, cursor);
+        } finally {
+          this.#env.turnConnections.release(connections);
+        }
+        total = total
+          ? {
+              ...run.result,
+              processed: total.processed + run.result.processed,
+              failed: total.failed + run.result.failed,
+            }
+          : run.result;
+        if (!run.yielding) return total;
+        // Other consumers wait for a slot while this one has more: they take theirs first, and this
+        // one goes on after them (without its connection meanwhile). A consumer far behind never
+        // keeps the others from their turns.
+        await this.#slots.yieldSlot();
+        if (this.#env.isStopping()) return total;
+        cursor = run.cursor;
+      }
     } finally {
       held?.delete(consumer.unit);
-      this.#env.turnConnections.release(connections);
     }
   }
 
@@ -393,16 +437,18 @@ export class PassRunner {
     return held.size > Math.ceil(consumer.lane.count / this.#dispatchers);
   }
 
+  /** Turns `consumer` while it has more (with `continueWhileMore`) and no other consumer waits for a slot. */
   async #turnsOn(
     turnSql: Sql,
     consumer: ResolvedConsumer,
     continueWhileMore: boolean,
     firstCursor: bigint | undefined,
-  ): Promise<ConsumerPassResult> {
+  ): Promise<TurnsRun> {
     let processed = 0;
     let failed = 0;
     let outcome: TurnOutcome | undefined;
     let expectedCursor = firstCursor;
+    let more = false;
     do {
       // This turn's fetch comes after every request made so far.
       this.#askedAgain.delete(consumer.unit);
@@ -422,10 +468,16 @@ export class PassRunner {
       } catch (error) {
         this.#limits.delete(consumer.unit);
         this.#known.forget(consumer.unit);
-        await this.#infraFailure(consumer, error, failedTurnOf(progress));
-        return { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true };
+        // Recorded as soon as the turn failed (onLost), or now when it failed before it could say.
+        await (progress.lost ?? this.#infraFailure(consumer, error, failedTurnOf(progress)));
+        return {
+          result: { processed, failed, skipped: 'failed', pendingGaps: 0, behind: true },
+          yielding: false,
+          cursor: undefined,
+        };
       }
       this.#backoff.delete(consumer.unit);
+      if (outcome.skipped === 'other-key') this.#reportOtherKey(consumer);
       if (outcome.filledBatch) this.#limits.set(consumer.unit, this.#grown(consumer, limit));
       else if (outcome.skipped === undefined) this.#limits.delete(consumer.unit);
       processed += outcome.handled;
@@ -442,23 +494,27 @@ export class PassRunner {
         outcome.failed === 0 && !outcome.dead && outcome.pendingGaps === 0 && isPlainSkip(outcome.skipped),
       );
       if (outcome.timedOut) await this.#recordTimeout(consumer, outcome, failedTurnOf(progress));
-    } while (
-      !outcome.retired &&
-      ((continueWhileMore && outcome.hasMore && !this.#overShare(consumer)) ||
-        (this.#askedAgain.has(consumer.unit) && outcome.skipped === undefined && !outcome.dead)) &&
-      !this.#env.isStopping()
-    );
+      more =
+        !outcome.retired &&
+        ((continueWhileMore && outcome.hasMore && !this.#overShare(consumer)) ||
+          (this.#askedAgain.has(consumer.unit) && outcome.skipped === undefined && !outcome.dead)) &&
+        !this.#env.isStopping();
+    } while (more && this.#slots.waiting === 0);
     return {
-      processed,
-      failed,
-      skipped: outcome.skipped,
-      pendingGaps: outcome.pendingGaps,
-      // An old lane that retired handed over to new lanes this pass did not turn: not settled.
-      behind: outcome.retired
-        ? true
-        : outcome.cursor !== undefined && outcome.head !== undefined
-          ? outcome.cursor < outcome.head
-          : outcome.hasMore,
+      result: {
+        processed,
+        failed,
+        skipped: outcome.skipped,
+        pendingGaps: outcome.pendingGaps,
+        // An old lane that retired handed over to new lanes this pass did not turn: not settled.
+        behind: outcome.retired
+          ? true
+          : outcome.cursor !== undefined && outcome.head !== undefined
+            ? outcome.cursor < outcome.head
+            : outcome.hasMore,
+      },
+      yielding: more,
+      cursor: expectedCursor,
     };
   }
 
@@ -488,7 +544,9 @@ export class PassRunner {
         continue;
       }
       for (const instanceId of ids) {
-        const key = `${consumer.name}\u0000${instanceId}`;
+        // By version too: a version with side effects takes the live version's rows (one name)
+        // over, and its lanes must be its own units (its handler, its version), not the old one's.
+        const key = `${consumer.name}\u0000${consumer.version ?? ''}\u0000${instanceId}`;
         let unit = this.#laneUnits.get(key);
         if (!unit) {
           unit = laneOf(consumer, instanceId);
@@ -521,6 +579,12 @@ export class PassRunner {
       ...(readAhead === undefined ? {} : { readAhead }),
       onRearmExhausted: (consumer, lastError) => {
         this.#reportRearmExhausted(consumer, lastError);
+      },
+      isStopping: env.isStopping,
+      onLost: async (consumer, error, progress) => {
+        // A start sent before the loss is taken back once it is recorded (or failed).
+        await progress.startRecording?.catch(() => undefined);
+        await this.#infraFailure(consumer, error, failedTurnOf(progress));
       },
     };
   }
@@ -589,6 +653,27 @@ export class PassRunner {
       );
     }
     return true;
+  }
+
+  /**
+   * Another deployment recorded another lane key with the consumer's rows (a lane of several, a
+   * change of lane count, or parked keys): this process leaves them to the processes that declare
+   * it. Once per consumer.
+   */
+  #reportOtherKey(consumer: ResolvedConsumer, recorded?: string | null): void {
+    if (this.#otherKeyReported.has(consumer.name)) return;
+    this.#otherKeyReported.add(consumer.name);
+    this.#env.logger.warn(
+      {
+        consumer: consumer.name,
+        laneKey: laneKeyOption(laneKeyText(consumer.laneKey)),
+        ...(typeof recorded === 'string' ? { recordedLaneKey: laneKeyOption(recorded) } : {}),
+      },
+      "the consumer's lanes (or parked keys) are kept by another lane key, which another deployment " +
+        'recorded: this process leaves them to the processes that declare that key (restart it with the ' +
+        'recorded key; on one lane the key matters only while keys are parked, which those processes ' +
+        'replay or drop)',
+    );
   }
 
   /** Once per consumer and process, however many passes see it (docs/design.md §6.1). */
@@ -698,6 +783,13 @@ export class PassRunner {
       logger.warn({ error: messageOf(error) }, 'could not record the per-instance heartbeat');
     }
   }
+}
+
+/** What #turnsOn did: its result, and whether it stopped for consumers waiting while it had more (from `cursor`). */
+interface TurnsRun {
+  readonly result: ConsumerPassResult;
+  readonly yielding: boolean;
+  readonly cursor: bigint | undefined;
 }
 
 function failedTurnOf(progress: TurnProgress): FailedTurn {

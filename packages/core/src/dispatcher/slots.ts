@@ -32,6 +32,21 @@ export class TurnSlots<T> {
     return promise;
   }
 
+  /** Runs waiting for a slot. */
+  get waiting(): number {
+    return this.#queue.length;
+  }
+
+  /**
+   * From a running run: hands its slot to the first run waiting, and waits for one again behind the
+   * others (round robin). Resolves at once when none waits.
+   */
+  async yieldSlot(): Promise<void> {
+    if (this.#queue.length === 0) return;
+    this.#release();
+    await this.#acquire();
+  }
+
   /** A run for `key` is running or queued. */
   has(key: string): boolean {
     return this.#inFlight.has(key);

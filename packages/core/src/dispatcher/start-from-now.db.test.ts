@@ -2,7 +2,7 @@
 // skips history but must receive the events those writers commit later ("stragglers"). Delivering
 // them keeps every promise a normal turn keeps: each ctx.tx write applied once, a crash counted
 // towards maxAttempts, and a turn bounded by its batch and by maxTurnMs.
-import { appendEvents, consumerRow, freshSchema, recordingConsumer } from '@sluice/testing';
+import { appendEvents, consumerRow, freshSchema, recordingConsumer, until } from '@sluice/testing';
 import { heldTransaction, useTestDatabase } from '@sluice/testing/vitest';
 import { expect, test } from 'vitest';
 import type { HandlerContext } from '../consumers/consumer.js';
@@ -147,4 +147,42 @@ test("a 'now' consumer's straggler turn ends at maxTurnMs and the next turn cont
   expect(delivered.length).toBeLessThan(ids.length);
   await runUntilQuiet(dispatcher, 30);
   expect(delivered).toEqual(ids);
+});
+
+test("a 'now' registration whose transaction drew its xid before its snapshot (a version recorded first) still waits for the writers in flight", async () => {
+  const schema = await freshSchema(db.sql);
+  await appendEvents(db.sql, 1, undefined, schema); // history
+  // The registration records the declared version first (its transaction draws its xid there),
+  // then parks on an advisory lock the test holds: a writer begins in that window.
+  await db.sql.unsafe(`
+    create function ${schema}.park() returns trigger language plpgsql as $$
+      begin perform pg_advisory_xact_lock(hashtext('${schema}')); return null; end $$;
+    create trigger park after insert or update on ${schema}.consumer_versions
+      for each row execute function ${schema}.park()`);
+  const parking = await heldTransaction(db.sql);
+  await parking.sql`select pg_advisory_xact_lock(hashtext(${schema}))`;
+  const feed = recordingConsumer('feed', { startFrom: 'now' });
+  const dispatcher = testDispatcher(db.sql, schema, [
+    recordingConsumer('projection', { version: 1 }).consumer,
+    feed.consumer,
+  ]);
+  const registering = dispatcher.ensureRegistered();
+  await until(
+    async () =>
+      (
+        await db.sql`select 1 from pg_locks where locktype = 'advisory' and not granted and objid = hashtext(${schema})::oid`
+      ).length > 0,
+    10_000,
+    'the registration to park on the advisory lock',
+  );
+  const writer = await heldTransaction(db.sql);
+  const [straggler] = await writer.append([{ streamId: 'w', type: 'InFlight', data: {} }], { schema });
+  await appendEvents(db.sql, 1, undefined, schema); // committed above it: the head it starts from
+  await parking.commit();
+  await registering;
+  await runUntilQuiet(dispatcher, 3); // turns while the writer is still open
+  expect(feed.ids()).toEqual([]);
+  await writer.commit();
+  await runUntilQuiet(dispatcher, 3);
+  expect(feed.ids()).toEqual([straggler?.id]);
 });

@@ -1,8 +1,20 @@
 // docs/design.md §4.3: a turn holds the cluster's horizon while its handlers run, so it is bounded in time
 // (maxTurnMs) as well as in events, and every handler call is bounded (handlerTimeoutMs).
-import { appendEvents, consumerRow, drainUntilIdle, freshSchema, recordingConsumer } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  drainUntilIdle,
+  freshSchema,
+  gate,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
 import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
-import { expect, test } from 'vitest';
+import { createServer, connect, type AddressInfo, type Socket } from 'node:net';
+import postgres from 'postgres';
+import { expect, onTestFinished, test } from 'vitest';
+import type { Sql } from '../sql-types.js';
+import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
@@ -24,6 +36,183 @@ test('maxTurnMs: a turn commits what it has done when its time is up, and the ne
   expect((await consumerRow(db.sql, schema, 'slowpoke')).cursor).toBe(BigInt(first.processed));
   await drainUntilIdle(dispatcher);
   expect(c.ids()).toEqual(Array.from({ length: 10 }, (_, i) => BigInt(i + 1)));
+});
+
+test('a turn of handler calls that send no statement outlasts handlerTimeoutMs + statementTimeoutMs, and commits', async () => {
+  // Each call is well within its time, and the turn within maxTurnMs; together the calls keep the
+  // turn's transaction idle for longer than one call and one statement may take.
+  const c = recordingConsumer('steady', {
+    handler: async (event) => {
+      await new Promise((resolve) => setTimeout(resolve, 120));
+      c.seen.push(event);
+    },
+  });
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+    handlerTimeoutMs: 250,
+    statementTimeoutMs: 250,
+    maxTurnMs: 5_000,
+  });
+  await appendEvents(db.sql, 6, undefined, schema);
+  expect((await dispatcher.runOnce()).processed).toBe(6);
+  expect(await consumerRow(db.sql, schema, 'steady')).toMatchObject({ cursor: 6n, status: 'idle' });
+  expect(c.ids()).toEqual([1n, 2n, 3n, 4n, 5n, 6n]);
+});
+
+test('a consumer far behind gives its slot to the consumers waiting for one after each turn', async () => {
+  const order: string[] = [];
+  const consumer = (name: string) =>
+    recordingConsumer(name, {
+      handler: (event) => {
+        order.push(`${name}:${event.id}`);
+      },
+    });
+  const [a, b] = [consumer('a'), consumer('b')];
+  const schema = await freshSchema(db.sql);
+  await appendEvents(db.sql, 40, undefined, schema);
+  const dispatcher = testDispatcher(db.sql, schema, [a.consumer, b.consumer], {
+    concurrency: 1,
+    batchSize: 5,
+    maxBatchSize: 5,
+    pollIntervalMs: 20,
+  });
+  await dispatcher.start();
+  await until(
+    () => order.length === 80,
+    10_000,
+    () => `80 deliveries, got ${order.length}`,
+  );
+  // One slot: the two take turns of a batch each, rather than one catching up before the other starts.
+  const firstOfB = order.indexOf('b:1');
+  const lastOfA = order.indexOf('a:40');
+  expect(firstOfB).toBeLessThan(lastOfA);
+  expect(firstOfB).toBeLessThanOrEqual(5);
+  const runs =
+    order
+      .map((o) => o.slice(0, 1))
+      .join('')
+      .match(/(.)\1*/g) ?? [];
+  expect(Math.max(...runs.map((r) => r.length))).toBe(5);
+});
+
+test('stop() lets the running handler call finish, hands no further event to it, and commits what was done', async () => {
+  const third = gate();
+  const c = recordingConsumer('stopping', {
+    handler: async (event) => {
+      c.seen.push(event);
+      if (c.seen.length === 3) await third.promise;
+    },
+  });
+  const schema = await freshSchema(db.sql);
+  await appendEvents(db.sql, 20, undefined, schema);
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { maxTurnMs: 60_000, pollIntervalMs: 20 });
+  await dispatcher.start();
+  await until(() => c.seen.length === 3, 10_000, 'the third call');
+  const stopped = dispatcher.stop();
+  third.open();
+  await stopped;
+  expect(c.ids()).toEqual([1n, 2n, 3n]);
+  expect((await consumerRow(db.sql, schema, 'stopping')).cursor).toBe(3n);
+});
+
+test('a handler that calls stop() is handed no further event, by the running turn or any other', async () => {
+  let stopped: Promise<void> | undefined;
+  const c = recordingConsumer('self-stopping', {
+    handler: (event) => {
+      c.seen.push(event);
+      if (c.seen.length === 3) stopped = dispatcher.stop();
+    },
+  });
+  const schema = await freshSchema(db.sql);
+  await appendEvents(db.sql, 20, undefined, schema);
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { maxTurnMs: 60_000, pollIntervalMs: 20 });
+  await dispatcher.start();
+  await until(() => stopped !== undefined, 10_000, 'the third call');
+  await stopped;
+  expect(c.ids()).toEqual([1n, 2n, 3n]);
+  expect((await consumerRow(db.sql, schema, 'self-stopping')).cursor).toBe(3n);
+});
+
+test('after stop(), a turn that was waiting for a slot does not begin: no other consumer is handed an event', async () => {
+  let stopped: Promise<void> | undefined;
+  const handed: string[] = [];
+  const first = recordingConsumer('first', {
+    handler: () => {
+      handed.push('first');
+      stopped ??= dispatcher.stop();
+    },
+  });
+  const second = recordingConsumer('second', {
+    handler: () => {
+      handed.push('second');
+    },
+  });
+  const schema = await freshSchema(db.sql);
+  await appendEvents(db.sql, 5, undefined, schema);
+  // One slot: the second consumer's turn waits for the first one's.
+  const dispatcher = testDispatcher(db.sql, schema, [first.consumer, second.consumer], {
+    concurrency: 1,
+    pollIntervalMs: 20,
+  });
+  await dispatcher.start();
+  await until(() => stopped !== undefined, 10_000, 'the stop');
+  await stopped;
+  expect(handed).toEqual(['first']);
+});
+
+/** A TCP proxy to `target` that can go silent: forwards nothing more either way, closes nothing. */
+async function silencingProxy(target: URL) {
+  const sockets = new Set<Socket>();
+  let silent = false;
+  const server = createServer((client) => {
+    const upstream = connect(Number(target.port || 5432), target.hostname);
+    sockets.add(client).add(upstream);
+    client.on('data', (data) => silent || upstream.write(data));
+    upstream.on('data', (data) => silent || client.write(data));
+    const close = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    for (const socket of [client, upstream]) socket.on('close', close).on('error', close);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  onTestFinished(() => {
+    for (const socket of sockets) socket.destroy();
+    server.close();
+  });
+  return {
+    url: Object.assign(new URL(target), {
+      hostname: '127.0.0.1',
+      port: String((server.address() as AddressInfo).port),
+    }).href,
+    silence: () => {
+      silent = true;
+    },
+  };
+}
+
+test("stop() returns when a turn's statement never gets an answer (a pooler queueing it while the server is down)", async () => {
+  const schema = await freshSchema(db.sql);
+  const proxy = await silencingProxy(new URL(db.url));
+  const sql = postgres(proxy.url, { max: 4, onnotice: () => undefined }) as unknown as Sql;
+  onTestFinished(() => sql.end({ timeout: 0 }));
+  let called = false;
+  const c = recordingConsumer('silenced', {
+    handler: () => {
+      called = true;
+      proxy.silence(); // the turn's writes and COMMIT go out and never come back
+    },
+  });
+  await appendEvents(db.sql, 1, undefined, schema);
+  const dispatcher = testDispatcher(sql, schema, [c.consumer], {
+    handlerTimeoutMs: 300,
+    statementTimeoutMs: 300,
+    pollIntervalMs: 20,
+  });
+  await dispatcher.start();
+  await until(() => called, 10_000, 'the handler call');
+  expect(await settleWithin(dispatcher.stop(), 20_000)).not.toBe(TIMED_OUT);
+  // Nothing of the turn committed: the event is delivered again by the next dispatcher.
+  expect((await consumerRow(db.sql, schema, 'silenced')).cursor).toBe(0n);
 });
 
 test('handlerTimeoutMs: a handler that never settles counts as a failed attempt and the turn ends', async () => {

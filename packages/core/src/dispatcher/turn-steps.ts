@@ -3,6 +3,7 @@
 // the turn delivers from; the turn start recorded before the delivery (crash accounting), the
 // handler calls, the replays an operator asked for and what is recorded of them; and what the
 // turn writes (the status it opens with, the ranges, the row it ends with, a cluster change).
+import { assertLive } from '../connections/guarded-transaction.js';
 import type { Span } from '@opentelemetry/api';
 import type { ConsumerState, LaneChange, StartInFlight } from '../consumer-state/consumer-state.js';
 import type {
@@ -14,8 +15,8 @@ import type {
 } from '../consumer-state/turn-machine.js';
 import { messageOf } from '../errors.js';
 import { PASSED_TYPE, type EventRecord } from '../events.js';
-import { type GapRange, type Settlement, type TurnInput, parseSnapshot } from '../gaps/gaps.js';
-import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
+import { type GapRange, type Settlement, type TurnInput, parseSnapshot, passedRanges } from '../gaps/gaps.js';
+import { MAX_MS, type ResolvedConsumer, type ResolvedOptions } from '../options.js';
 import { writeAudit } from '../queries/audit.js';
 import { lockConsumer, type LockedRow, saveTurn, setStatus } from '../queries/consumers.js';
 import { recordDeadLetters } from '../queries/dead-letters.js';
@@ -35,7 +36,13 @@ import { finishTurnStart, recordTurnStart } from '../queries/turn-starts.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
-import { deliver, type DeliveryResult, type Parking } from './deliver.js';
+import {
+  deliver,
+  MAX_PARKED_KEY_BYTES,
+  NOT_PARKED_UNDER_ANOTHER_KEY,
+  type DeliveryResult,
+  type Parking,
+} from './deliver.js';
 import { laneBatchOf, type GroupBatch, type LaneReads, type Segment } from './lane-reads.js';
 import type { EventBatch, SharedReads } from './shared-reads.js';
 import type { TurnEnvironment, TurnProgress } from './turn.js';
@@ -59,7 +66,12 @@ export function lockWithEarlyFetch(
   const { options, tables: t } = env;
   const lock = lockConsumer(tx, t, consumer.name, consumer.instanceId, {
     statementTimeoutMs: options.statementTimeoutMs,
-    idleInTransactionTimeoutMs: consumer.handlerTimeoutMs + options.statementTimeoutMs,
+    // Between a turn's statements: handler calls without one (not transactional) follow each other
+    // until maxTurnMs, and the last may run its whole handlerTimeoutMs; then the turn's writes.
+    idleInTransactionTimeoutMs: Math.min(
+      MAX_MS,
+      options.maxTurnMs + consumer.handlerTimeoutMs + options.statementTimeoutMs,
+    ),
   });
   lock.row.catch(() => undefined);
   // Sent before the row (and a change of lanes in progress) is known: the filter without a cap.
@@ -166,7 +178,9 @@ export async function fetchTurnBatch(
         tx,
         t,
         cursor,
-        consumer.ordering === 'fast' ? turn.rechecked : [],
+        // Strict ordering re-reads only ranges behind its cursor (left by fast ordering): the
+        // ranges ahead of it are read as part of the log above the cursor.
+        passedRanges({ cursor, rechecked: turn.rechecked, ordering: consumer.ordering }),
         limit,
         reads,
         turn.stragglers,
@@ -274,18 +288,23 @@ async function groupBatchOf(
 const GROUP_READ_MAX = 16_384;
 
 /**
- * A parking consumer's parked keys for the delivery (docs/design.md §11.4): the keys its fetch
- * found parked, and each kept event's key.
+ * The parked keys for the delivery (docs/design.md §11.4): the keys its fetch found parked, and
+ * each kept event's key. For a parking consumer, and for any consumer whose fetch read parked keys
+ * (some were parked: fetchFilterOf); only a parking one parks more.
  */
-export function parkingOf(consumer: ResolvedConsumer, batch: EventBatch): Parking | undefined {
-  if (!consumer.parkKey) return undefined;
+export function parkingOf(
+  consumer: ResolvedConsumer,
+  batch: EventBatch,
+  underAnotherKey: boolean,
+): Parking | undefined {
+  if (!consumer.parkKey && batch.parked === undefined) return undefined;
   const keys = batch.keys ?? new Map<bigint, string>();
   const parked = new Set<string>();
   for (const id of batch.parked ?? []) {
     const key = keys.get(id);
     if (key !== undefined) parked.add(key);
   }
-  return { keyOf: (event) => keys.get(event.id), keys: parked };
+  return { keyOf: (event) => keys.get(event.id), keys: parked, underAnotherKey };
 }
 
 /**
@@ -303,23 +322,28 @@ export function parkedReplayLane(consumer: ResolvedConsumer, change: LaneChange 
 /**
  * What a consumer's fetch keeps (docs/design.md §11): one lane's events, the handled types, parked
  * keys; an old lane of a change of lane count reads nothing above its barrier. Undefined for a
- * consumer that keeps every event (the plain fetch).
+ * consumer that keeps every event (the plain fetch). Parked keys are read by a parking consumer,
+ * and by any other once the held row says some are parked (`parkedKeys`): a process of a rolling
+ * deployment without errorPolicy.parkKey still sets aside the later events of a key another one
+ * parked, rather than deliver them before the parked ones.
  */
 export function fetchFilterOf(
   consumer: ResolvedConsumer,
   change: LaneChange | null,
   limit: number,
+  parkedKeys = false,
 ): FetchFilter | undefined {
   const lane = consumer.lane ?? { index: 0, count: 1 };
   const cap = consumer.lane !== null && change !== null && lane.count === change.from ? change.barrier : null;
-  if (lane.count === 1 && consumer.types === null && !consumer.parkKey && cap === null) return undefined;
+  const parking = consumer.parkKey || parkedKeys;
+  if (lane.count === 1 && consumer.types === null && !parking && cap === null) return undefined;
   return {
     consumer: consumer.name,
     laneIndex: lane.index,
     laneCount: lane.count,
     key: consumer.laneKey,
     types: consumer.types,
-    parking: consumer.parkKey,
+    parking,
     cap,
     // A lane reads about `count` events for each of its own: its turn hands at most limit / count
     // of them to the handler (the batch a lane's crash can redeliver).
@@ -395,16 +419,50 @@ export function crashedOut(
   consumer: ResolvedConsumer,
   plan: DeliveryPlan,
   event: EventRecord,
-  key: string | undefined,
+  parking: Parking | undefined,
 ): DeliveryResult {
+  const key = parking?.keyOf(event);
+  if (key !== undefined && parking?.keys.has(key) === true) {
+    // Its key is parked (maybe by another process): it never reaches the handler, so the crashes
+    // were not its own. It is set aside as every event of the key is, in order.
+    return {
+      resolved: [event],
+      deadLetters: [],
+      parked: [{ event, key, error: null, attempts: 0 }],
+      failure: undefined,
+      dead: false,
+      handled: 0,
+      failed: 0,
+    };
+  }
   const message = `the process stopped ${plan.crashes} time(s) while event ${event.id} was being handled`;
   const attempts = plan.priorAttempts(event.id);
-  if (consumer.parkKey && key !== undefined) {
+  // As a failed attempt would (deliver.ts): a key longer than an operator can name is not parked,
+  // nor one this process computes under another key than the recorded one.
+  if (
+    consumer.parkKey &&
+    parking?.underAnotherKey !== true &&
+    key !== undefined &&
+    Buffer.byteLength(key) <= MAX_PARKED_KEY_BYTES
+  ) {
     return {
       resolved: [event],
       deadLetters: [],
       parked: [{ event, key, error: message, attempts }],
       failure: undefined,
+      dead: false,
+      handled: 0,
+      failed: 1,
+    };
+  }
+  if (consumer.parkKey && parking?.underAnotherKey === true && key !== undefined) {
+    // Not ended for every deployment: it waits for a process of the recorded key, whose turn
+    // parks it without another call (the crashes stay charged to it).
+    return {
+      resolved: [],
+      deadLetters: [],
+      parked: [],
+      failure: { event, error: new Error(`${message} (${NOT_PARKED_UNDER_ANOTHER_KEY})`), attempts },
       dead: false,
       handled: 0,
       failed: 1,
@@ -455,7 +513,10 @@ export async function startAndDeliver(
     (e) => !unhandled(e.id) && !(start.parking?.keys.has(start.parking.keyOf(e) ?? '') ?? false),
   );
   if (first && last && handles && options.countCrashedAttempts && start.record) {
-    await recordTurnStart(
+    // Not for a turn that has ended meanwhile (its connection was lost while it waited on a read
+    // of another turn's): its failure has been recorded already, and would not take this back.
+    assertLive(tx);
+    const recording = recordTurnStart(
       options.sql,
       t,
       consumer.name,
@@ -471,6 +532,8 @@ export async function startAndDeliver(
         progress.startSent = true;
       },
     );
+    progress.startRecording = recording;
+    await recording;
   }
   // Passed events go past the handler loop: resolved as far as the delivery got (see passedOf).
   const handed = events.filter((e) => e.type !== PASSED_TYPE);
@@ -481,6 +544,7 @@ export async function startAndDeliver(
     priorAttempts: plan.priorAttempts,
     resolvesUnhandled: unhandled,
     deadlineMs: performance.now() + options.maxTurnMs,
+    isStopping: env.isStopping,
     tracer: env.tracer,
     turnSpan: span,
     metrics: env.metrics,
@@ -602,6 +666,7 @@ export async function deliverReplays(
     priorAttempts: () => 0,
     resolvesUnhandled: () => false,
     deadlineMs: performance.now() + env.options.maxTurnMs,
+    isStopping: env.isStopping,
     tracer: env.tracer,
     turnSpan: span,
     metrics: env.metrics,
@@ -656,6 +721,7 @@ export async function deliverParkedReplays(
       priorAttempts: () => 0,
       resolvesUnhandled: () => false,
       deadlineMs: performance.now() + env.options.maxTurnMs,
+      isStopping: env.isStopping,
       tracer: env.tracer,
       turnSpan: span,
       metrics: env.metrics,
@@ -812,7 +878,8 @@ export async function clusterChanged(
 }
 
 /**
- * Writes the row a turn ends with, and finishes its crash record (`finishStart`), behind one
+ * Writes the row a turn ends with, and finishes its crash record (`finishStart`: what it takes off
+ * the crashes, see finishTurnStart; false: no record), behind one
  * another and not awaited: the COMMIT goes right behind them instead of a round trip later. The
  * returned promise is awaited once the COMMIT has answered (runTurn): should one of them fail,
  * PostgreSQL has aborted the transaction and answered the COMMIT with a rollback, which postgres.js
@@ -824,7 +891,7 @@ export function writeTurn(
   tx: TransactionSql,
   close: TurnClose,
   gapCountDelta: number,
-  finishStart: boolean,
+  finishStart: 'start' | 'none' | 'all' | false,
 ): Promise<bigint | undefined> {
   const { tables: t } = env;
   const saving = saveTurn(tx, t, consumer.name, consumer.instanceId, {
@@ -834,7 +901,9 @@ export function writeTurn(
   });
   const writes = Promise.all([
     saving,
-    finishStart ? finishTurnStart(tx, t, consumer.name, consumer.instanceId, close.keepIsolating) : undefined,
+    finishStart === false
+      ? undefined
+      : finishTurnStart(tx, t, consumer.name, consumer.instanceId, close.keepIsolating, finishStart),
   ]).then(([xmin]) => xmin);
   writes.catch(() => undefined);
   return writes;

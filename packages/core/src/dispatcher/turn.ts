@@ -13,6 +13,7 @@ import {
 import { messageOf } from '../errors.js';
 import { passedStub, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
 import { deliverableIds, settleTurn } from '../gaps/gaps.js';
+import { isAnotherKey, keptByAnotherKey } from '../lanes/lanes.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { selectRangesToRecheck, type StoredRange } from '../queries/gaps.js';
@@ -47,7 +48,7 @@ import {
   writeTurn,
 } from './turn-steps.js';
 
-export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later' | 'version';
+export type SkipReason = 'locked' | 'disabled' | 'dead' | 'missing' | 'retry-later' | 'version' | 'other-key';
 
 export interface TurnOutcome {
   readonly handled: number;
@@ -87,6 +88,16 @@ export interface TurnEnvironment {
   readonly readAhead?: number;
   /** Called once per consumer and process when a dead consumer's re-arms are used up. */
   readonly onRearmExhausted: (consumer: ResolvedConsumer, lastError: string | null) => void;
+  /**
+   * The turn failed other than by its handler's timeout (its connection was lost, a statement
+   * failed) while the process lives on: called at once, before the turn waits for a handler call
+   * still running, so that a start record it sent is taken back before another instance's turn of
+   * the consumer can take it for a crash (docs/design.md §4.5). Its promise is `progress.lost`.
+   */
+  readonly onLost?:
+    ((consumer: ResolvedConsumer, error: unknown, progress: TurnProgress) => Promise<void>) | undefined;
+  /** Whether the dispatcher stops: a turn hands no further event to its handler then. */
+  readonly isStopping?: (() => boolean) | undefined;
 }
 
 /**
@@ -120,6 +131,10 @@ export interface TurnProgress {
   claims?: ReplayClaim[];
   /** Out: the turn is in its replays (a handler timeout there is the replay's one attempt). */
   replaying?: boolean;
+  /** Out: the failed turn's record (TurnEnvironment.onLost), made while its handler may still run. */
+  lost?: Promise<void>;
+  /** Out: the turn start's statement, once sent (settles when it is recorded, or failed). */
+  startRecording?: Promise<void>;
 }
 
 /**
@@ -160,6 +175,18 @@ export async function runTurn(
     span.end();
     return outcome;
   } catch (error) {
+    if (!(error instanceof TransactionalHandlerTimeout)) {
+      // begin() may have settled on a lost connection while the turn was still in a handler, or
+      // waiting on something else than its transaction (another turn's shared read, a
+      // read-ahead): end the turn first. Its statements fail at once (even one the client stranded
+      // on the dead connection), and once it goes on it records no turn start and calls no handler.
+      endTurn();
+      const lost = env.onLost?.(consumer, error, progress);
+      if (lost) {
+        lost.catch(() => undefined); // awaited by the caller once the turn has settled
+        progress.lost = lost;
+      }
+    }
     // The turn rolled back and the process lives on: replays it claimed are asked for again, but
     // for one whose own handler ran out of time (that was its one attempt).
     const replayTimedOut = error instanceof TransactionalHandlerTimeout && progress.replaying === true;
@@ -172,12 +199,9 @@ export async function runTurn(
       return outcome({ failed: 1, hasMore: true, timedOut: error.failure });
     }
     endSpanWithError(span, error);
-    // begin() may have settled on a lost connection while the turn was still in a handler: end the
-    // turn (its statements fail at once, even one the client stranded on the dead connection) and
-    // wait until its body has settled, so the next turn of this consumer never overlaps with it
-    // (I2, I3). A handler returns within handlerTimeoutMs; past that bound the guard alone keeps
-    // the body from going on.
-    endTurn();
+    // The turn was ended above: wait until its body has settled, so the next turn of this consumer
+    // never overlaps with it (I2, I3). A handler returns within handlerTimeoutMs; past that bound
+    // the guard alone keeps the body from going on.
     if (body) {
       const settled = await settleWithin(
         body.catch(() => undefined),
@@ -215,6 +239,17 @@ async function turnInTransaction(
   if (consumer.version !== null && locked.version !== null && locked.version !== consumer.version) {
     return outcome({ skipped: 'version' });
   }
+  // Another deployment recorded another lane key with the rows (docs/design.md §11.1): lanes, and
+  // a change of lane count, split the log by the recorded key, and this process's key would
+  // deliver some events twice and pass others by; parked keys were computed under it. Read once
+  // the row is held. (One lane's cursor means the same under any key.)
+  const recorded = {
+    instanceId: locked.instance_id,
+    laneKey: locked.lane_key,
+    changing: locked.lane_from !== null,
+    parkedKeys: locked.parked_keys,
+  };
+  if (keptByAnotherKey(consumer.laneKey, recorded)) return outcome({ skipped: 'other-key' });
   const held = heldStateOf(locked);
   progress.heldXmin = held.rowXmin;
 
@@ -237,9 +272,9 @@ async function turnInTransaction(
   progress.replaying = false;
 
   let choice: FetchChoice = opening;
-  let stored = await rangesChosen(env, consumer, tx, choice);
+  let stored = await rangesChosen(env, consumer, tx, choice, state.cursor);
   let rechecked = fenced(stored, held.xid);
-  const filter = fetchFilterOf(consumer, held.laneChange, limit);
+  const filter = fetchFilterOf(consumer, held.laneChange, limit, held.parkedKeys);
   let batch = await fetchTurnBatch(env, consumer, tx, {
     cursor: state.cursor,
     limit,
@@ -256,11 +291,13 @@ async function turnInTransaction(
       !state.replaysPending &&
       !(held.parkedReplays && replayLane),
     // The early fetch went out before the row was read: not when the row says something it did
-    // not know (replays, a change of lanes, which caps an old lane's fetch).
+    // not know (replays, a change of lanes, which caps an old lane's fetch, parked keys that a
+    // consumer not parking itself must read).
     early:
       !state.replaysPending &&
       !held.parkedReplays &&
       held.laneChange === null &&
+      (consumer.parkKey || !held.parkedKeys) &&
       state.cursor === expectedCursor
         ? early
         : undefined,
@@ -274,7 +311,7 @@ async function turnInTransaction(
     again = choiceOvertaken(state, choice, batch.snapshots)
   ) {
     choice = again;
-    stored = await rangesChosen(env, consumer, tx, choice);
+    stored = await rangesChosen(env, consumer, tx, choice, state.cursor);
     rechecked = fenced(stored, held.xid);
     batch = await fetchTurnBatch(env, consumer, tx, {
       cursor: state.cursor,
@@ -318,9 +355,15 @@ async function turnInTransaction(
     plan.ids.length === batch.events.length && plan.ids[0] === batch.events[0]?.id
       ? batch.events
       : plan.ids.map((id) => events.get(id) ?? passedStub(id));
-  const parking = parkingOf(consumer, batch);
+  // A process under another key than the recorded one (one lane) parks none: a key it computed
+  // would mean nothing to the processes of the recorded key, which would deliver the key's later
+  // events first (docs/design.md §11.1). Its exhausted event waits, failing, for one of them to
+  // park it. (Skipping its turns instead would leave the consumer to nobody once the deployment
+  // that recorded the key is rolled back.)
+  const underAnotherKey = consumer.parkKey && isAnotherKey(consumer.laneKey, recorded.laneKey);
+  const parking = parkingOf(consumer, batch, underAnotherKey);
   const result = plan.crashedOut
-    ? crashedOut(consumer, plan, toDeliver[0] as EventRecord, batch.keys?.get(plan.ids[0] ?? -1n))
+    ? crashedOut(consumer, plan, toDeliver[0] as EventRecord, parking)
     : await startAndDeliver(env, consumer, tx, span, plan, toDeliver, unhandled, progress, {
         record: !cleanViewOf(held, progress.lastWrite),
         ...(parking ? { parking } : {}),
@@ -341,13 +384,22 @@ async function turnInTransaction(
     pendingRanges: pendingGaps,
   });
   await recordDelivery(env, consumer, tx, span, result, settlement);
+  // The crash record: a start this turn recorded is taken off it; the crashes a crashed-out event
+  // was ended with (dead letter, parked key, dead consumer) are cleared, they were its own.
+  // Otherwise no handler ran on the crashes' account (an event set aside under a parked key,
+  // passed, or waiting for a process of the recorded key): they stay, and travel on with the
+  // isolation.
+  const endedOnCrashes =
+    plan.crashedOut &&
+    (result.dead || result.failure === undefined) &&
+    !result.parked.some((p) => p.error === null);
   lastWrites.writes = writeTurn(
     env,
     consumer,
     tx,
     close,
     gapDelta,
-    progress.startSent || held.marker !== null,
+    progress.startSent ? 'start' : held.marker === null ? false : endedOnCrashes ? 'all' : 'none',
   );
   // An old lane of a change of lane count (docs/design.md §11.3): barrier, switch, retire.
   const laneStep =
@@ -404,8 +456,9 @@ function rangesChosen(
   consumer: ResolvedConsumer,
   tx: TransactionSql,
   choice: FetchChoice,
+  cursor: bigint,
 ): Promise<StoredRange[]> {
   return choice.recheck
-    ? selectRangesToRecheck(tx, env.tables, consumer.name, consumer.instanceId, choice.recheck)
+    ? selectRangesToRecheck(tx, env.tables, consumer.name, consumer.instanceId, choice.recheck, cursor)
     : Promise.resolve([]);
 }

@@ -305,6 +305,63 @@ describe('gaps', () => {
     expect(c.ids()).toEqual([1n, 2n, 3n, 4n, 5n]);
   });
 
+  test("a consumer restarted from 'fast' to 'strict' delivers a late event of a range fast ordering left behind its cursor", async () => {
+    const fast = recordingConsumer('reordered');
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [fast.consumer]);
+    await appendEvents(db.sql, 1, event, schema); // 1
+    const writer = await heldTransaction(db.sql);
+    const [held] = await writer.append([event(2)], { schema }); // 2 in flight
+    await appendEvents(db.sql, 1, (n) => event(n + 2), schema); // 3
+    await dispatcher.runOnce();
+    await dispatcher.runOnce(); // the range is fenced
+    expect(fast.ids()).toEqual([1n, 3n]);
+    await dispatcher.stop();
+
+    // The same consumer, now strict, while the writer of 2 is still open: its range lies behind the
+    // cursor, where strict ordering keeps none. It was burnt as a hole strict ordering had passed.
+    const strict = recordingConsumer('reordered', { ordering: 'strict' });
+    const next = testDispatcher(db.sql, schema, [strict.consumer]);
+    await next.ensureRegistered();
+    for (let i = 0; i < 3; i++) await next.runOnce();
+    expect(spans(await rangesOf(db.sql, schema, 'reordered'))).toEqual([[held!.id, held!.id]]);
+    // Nor does the range hold the consumer up (the pre-check took it for the hole strict waits at).
+    await appendEvents(db.sql, 1, (n) => event(n + 3), schema); // 4
+    await passUntil(next, () => strict.ids().length === 1, 'the next event, the writer still open');
+    expect(strict.ids()).toEqual([4n]);
+    await writer.commit();
+    await passUntil(next, () => strict.ids().length === 2, 'the late event');
+    expect(strict.ids()).toEqual([4n, held!.id]);
+    expect(await rangesOf(db.sql, schema, 'reordered')).toEqual([]);
+  });
+
+  test("a consumer restarted from 'strict' to 'fast' while strict waits at a hole delivers what follows, and the late event once it commits", async () => {
+    const strict = recordingConsumer('unordered', { ordering: 'strict' });
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [strict.consumer]);
+    await appendEvents(db.sql, 1, event, schema); // 1
+    const writer = await heldTransaction(db.sql);
+    const [held] = await writer.append([event(2)], { schema }); // 2 in flight
+    await appendEvents(db.sql, 1, (n) => event(n + 2), schema); // 3
+    for (let i = 0; i < 2; i++) await dispatcher.runOnce();
+    expect(strict.ids()).toEqual([1n]);
+    expect(spans(await rangesOf(db.sql, schema, 'unordered'))).toEqual([[held!.id, held!.id]]);
+    await dispatcher.stop();
+
+    // Fast ordering found the same hole again beside the one strict ordering kept ahead of the
+    // cursor: the turn failed on the gaps' primary key, delivering 3 again at every try.
+    const fast = recordingConsumer('unordered');
+    const next = testDispatcher(db.sql, schema, [fast.consumer]);
+    await next.ensureRegistered();
+    await appendEvents(db.sql, 2, (n) => event(n + 3), schema); // 4, 5
+    const pass = await next.runOnce();
+    expect(pass.byConsumer['unordered']?.skipped).toBeUndefined();
+    expect(fast.ids()).toEqual([3n, 4n, 5n]);
+    expect(await consumerRow(db.sql, schema, 'unordered')).toMatchObject({ cursor: 5n, attempts: 0 });
+    await writer.commit();
+    await passUntil(next, () => fast.ids().length === 4, 'the late event');
+    expect(fast.ids()).toEqual([3n, 4n, 5n, held!.id]);
+    expect(await rangesOf(db.sql, schema, 'unordered')).toEqual([]);
+  });
+
   test("ordering: 'strict' passes a rolled-back id once it is burnt", async () => {
     const c = recordingConsumer('strict-burn', { ordering: 'strict' });
     const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);

@@ -9,7 +9,9 @@ import {
   type TurnInput,
   isRunning,
   lowestEnded,
+  othersMayCommit,
   parseSnapshot,
+  subtransactionXid,
   runningBelow,
 } from './gaps.js';
 
@@ -205,6 +207,39 @@ describe('strict ordering', () => {
   });
 });
 
+describe('ranges the other ordering left (the ordering changed at a restart)', () => {
+  test('strict ordering keeps a range fast ordering left behind the cursor until its fence passes, and delivers its late id', () => {
+    const held: TurnInput = {
+      cursor: 13n,
+      rechecked: [r(12, 12, 50)],
+      fetch: fetched([14], 50),
+      ordering: 'strict',
+    };
+    expect(deliverableIds(held)).toEqual([14n]);
+    expect(turn(held)).toMatchObject({ cursor: 14n, ranges: [r(12, 12, 50)], burnt: [] });
+
+    const committed: TurnInput = { ...held, fetch: fetched([12, 14], 60) };
+    expect(deliverableIds(committed)).toEqual([12n, 14n]);
+    expect(turn(committed)).toMatchObject({ cursor: 14n, ranges: [], burnt: [], lateDeliveries: 1 });
+
+    const rolledBack: TurnInput = { ...held, fetch: fetched([14], 60) };
+    expect(turn(rolledBack)).toMatchObject({ cursor: 14n, ranges: [], burnt: [r(12, 12, 50)] });
+  });
+
+  test('fast ordering drops a range strict ordering kept ahead of the cursor, and finds its hole anew', () => {
+    const input: TurnInput = {
+      cursor: 11n,
+      rechecked: [r(12, 12, 50)],
+      fetch: fetched([13, 14], 50),
+      ordering: 'fast',
+    };
+    expect(deliverableIds(input)).toEqual([13n, 14n]);
+    expect(turn(input)).toMatchObject({ cursor: 14n, ranges: [r(12, 12)], burnt: [] });
+    // A turn that halts before it: nothing is kept for the hole, the next fetch reads it again.
+    expect(turn(input, [])).toMatchObject({ cursor: 11n, ranges: [], burnt: [] });
+  });
+});
+
 describe("a 'now' consumer's stragglers", () => {
   const start = { after: 0n, upto: 20n };
 
@@ -253,6 +288,23 @@ describe('snapshots', () => {
     expect(isRunning(snap, 101n)).toBe(true);
     expect(isRunning(snap, 102n)).toBe(false);
     expect(isRunning(snap, 110n)).toBe(true); // at or above xmax: not completed
+  });
+
+  test("othersMayCommit: a 'now' registration's fence waits only for xids that are not its own", () => {
+    // A quiet database: the insert drew its top-level xid (the snapshot's xmax) and then the fence.
+    expect(othersMayCommit(parseSnapshot('1040:1040:'), 1040n, 1041n)).toBe(false);
+    // A writer drew an xid in between.
+    expect(othersMayCommit(parseSnapshot('1040:1040:'), 1040n, 1042n)).toBe(true);
+    // The top-level xid was drawn before the snapshot (the versions' registration wrote first).
+    expect(othersMayCommit(parseSnapshot('739:739:'), 738n, 739n)).toBe(false);
+    expect(othersMayCommit(parseSnapshot('739:742:740'), 739n, 742n)).toBe(true);
+    expect(othersMayCommit(parseSnapshot('739:741:'), 739n, 742n)).toBe(true);
+  });
+
+  test('subtransactionXid takes the epoch of its parent, or the next one past a wrap', () => {
+    const epoch = 3n << 32n;
+    expect(subtransactionXid(1041n, epoch + 1040n)).toBe(epoch + 1041n);
+    expect(subtransactionXid(5n, epoch + 0xfffffff0n)).toBe((4n << 32n) + 5n);
   });
 
   test('runningBelow counts allocated xids at or above xmax as running', () => {

@@ -61,9 +61,11 @@ export function deliverableIds(input: TurnInput): bigint[] {
   if (ordering === 'fast') return [...fetch.ids];
   const out: bigint[] = [];
   let expected = cursor + 1n;
+  const passed = passedRanges(input);
   for (const id of fetch.ids) {
     if (id < expected) {
       if (input.stragglersUpTo !== undefined && id <= input.stragglersUpTo) out.push(id);
+      else if (passed.length > 0 && inRanges(passed, id)) out.push(id);
       continue;
     }
     if (id > expected && !isBurnable(input.rechecked, expected, id - 1n, fetch.xmin)) break;
@@ -85,35 +87,16 @@ export function settleTurn(input: TurnInput, delivered: readonly bigint[]): Sett
 function settleFast(input: TurnInput, delivered: readonly bigint[]): Settlement {
   const { cursor, rechecked, fetch } = input;
   const deliveredSorted = sortedForCarving(rechecked, delivered);
-  const horizon = examinedHorizon(fetch);
   const kept: GapRange[] = [];
   const burnt: GapRange[] = [];
   let needsRecheck = false;
 
   for (const range of rechecked) {
-    const burnable = range.fence !== null && range.fence < fetch.xmin;
-    for (const piece of carve(range, deliveredSorted)) {
-      if (!burnable) {
-        // Ids visible but not delivered (the turn halted) stay pending and must be re-fetched.
-        if (hasIdIn(fetch.ids, piece.from, piece.to) || piece.to > horizon) needsRecheck = true;
-        kept.push(piece);
-        continue;
-      }
-      // Provably resolved below the horizon: keep only what is visible-but-undelivered and what lies above it.
-      let start = piece.from;
-      for (const id of idsIn(fetch.ids, piece.from, min(piece.to, horizon))) {
-        if (id > start) burnt.push({ from: start, to: id - 1n, fence: piece.fence });
-        kept.push({ from: id, to: id, fence: piece.fence });
-        needsRecheck = true;
-        start = id + 1n;
-      }
-      const burnEnd = min(piece.to, horizon);
-      if (start <= burnEnd) burnt.push({ from: start, to: burnEnd, fence: piece.fence });
-      if (piece.to > horizon) {
-        kept.push({ from: max(piece.from, horizon + 1n), to: piece.to, fence: piece.fence });
-        needsRecheck = true;
-      }
-    }
+    // A range above the cursor was left by strict ordering (fast ordering's ranges are all behind
+    // its cursor): this fetch read everything above the cursor anyway, and the holes it passes are
+    // found again below. Kept, it would stand beside the same hole found anew.
+    if (range.from > cursor) continue;
+    if (settlePassedRange(range, deliveredSorted, fetch, kept, burnt)) needsRecheck = true;
   }
 
   let newCursor = cursor;
@@ -139,7 +122,17 @@ function settleStrict(input: TurnInput, delivered: readonly bigint[]): Settlemen
   const deliveredSorted = sortedForCarving(rechecked, delivered);
   const kept: GapRange[] = [];
   const burnt: GapRange[] = [];
+  let passedNeedRecheck = false;
+  const passed = passedRanges(input);
+  const lateDeliveries =
+    passed.length === 0 ? 0 : delivered.filter((id) => id <= cursor && inRanges(passed, id)).length;
   for (const range of rechecked) {
+    if (range.from <= cursor) {
+      // Left by fast ordering (strict ordering keeps only ranges ahead of its cursor): its ids may
+      // still commit, and are delivered late, as fast ordering would; burnt only past its fence.
+      if (settlePassedRange(range, deliveredSorted, fetch, kept, burnt)) passedNeedRecheck = true;
+      continue;
+    }
     for (const piece of carve(range, deliveredSorted)) {
       // Holes the cursor has moved past were burnable when passed (deliverableIds checked it).
       if (piece.to <= newCursor) {
@@ -157,10 +150,80 @@ function settleStrict(input: TurnInput, delivered: readonly bigint[]): Settlemen
   // the horizon lets the cursor cross the whole fetched stretch instead of one hole per wait.
   const above = fetch.ids.filter((id) => id > newCursor).sort(compare);
   // The next id is visible and contiguous but was not delivered: the turn halted before it.
-  const needsRecheck = above[0] === newCursor + 1n && kept.length > 0;
+  const needsRecheck = passedNeedRecheck || (above[0] === newCursor + 1n && kept.length > 0);
   kept.sort((a, b) => compare(a.from, b.from));
   const holes = holesBetween(newCursor, above, kept);
-  return finish(newCursor, [...kept, ...holes], burnt, 0, needsRecheck);
+  return finish(newCursor, [...kept, ...holes], burnt, lateDeliveries, needsRecheck);
+}
+
+/**
+ * A rechecked range behind the cursor, after the turn (fast ordering's, docs/design.md §5): the
+ * delivered ids are carved out; what is left is burnt where its fence is below the fetch's xmin
+ * (every writer of its ids has ended, and the fetch saw each committed one), except ids the fetch
+ * saw but the turn did not deliver (it halted) and what lies above the examined horizon. Pushes to
+ * `kept` and `burnt`; returns whether something kept must be re-fetched next turn.
+ */
+function settlePassedRange(
+  range: GapRange,
+  deliveredSorted: readonly bigint[],
+  fetch: FetchResult,
+  kept: GapRange[],
+  burnt: GapRange[],
+): boolean {
+  const horizon = examinedHorizon(fetch);
+  const burnable = range.fence !== null && range.fence < fetch.xmin;
+  let needsRecheck = false;
+  for (const piece of carve(range, deliveredSorted)) {
+    if (!burnable) {
+      // Ids visible but not delivered (the turn halted) stay pending and must be re-fetched.
+      if (hasIdIn(fetch.ids, piece.from, piece.to) || piece.to > horizon) needsRecheck = true;
+      kept.push(piece);
+      continue;
+    }
+    // Provably resolved below the horizon: keep only what is visible-but-undelivered and what lies above it.
+    let start = piece.from;
+    for (const id of idsIn(fetch.ids, piece.from, min(piece.to, horizon))) {
+      if (id > start) burnt.push({ from: start, to: id - 1n, fence: piece.fence });
+      kept.push({ from: id, to: id, fence: piece.fence });
+      needsRecheck = true;
+      start = id + 1n;
+    }
+    const burnEnd = min(piece.to, horizon);
+    if (start <= burnEnd) burnt.push({ from: start, to: burnEnd, fence: piece.fence });
+    if (piece.to > horizon) {
+      kept.push({ from: max(piece.from, horizon + 1n), to: piece.to, fence: piece.fence });
+      needsRecheck = true;
+    }
+  }
+  return needsRecheck;
+}
+
+/**
+ * The rechecked ranges behind the cursor: all of fast ordering's; a strict turn's are left by fast
+ * ordering before the consumer's ordering changed (strict ordering keeps only ranges ahead of its
+ * cursor).
+ */
+export function passedRanges(
+  input: Pick<TurnInput, 'cursor' | 'rechecked' | 'ordering'>,
+): readonly GapRange[] {
+  if (input.ordering === 'fast') return input.rechecked;
+  return input.rechecked.length === 0
+    ? input.rechecked
+    : input.rechecked.filter((r) => r.from <= input.cursor);
+}
+
+/** Whether `id` lies in one of `ranges` (sorted, disjoint). */
+function inRanges(ranges: readonly GapRange[], id: bigint): boolean {
+  let lo = 0;
+  let hi = ranges.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const range = ranges[mid] as GapRange;
+    if (range.to < id) lo = mid + 1;
+    else if (range.from > id) hi = mid;
+    else return true;
+  }
+  return false;
 }
 
 /**
@@ -330,6 +393,27 @@ export interface Snapshot {
   readonly xmax: bigint;
   /** In-progress xids in [xmin, xmax), ascending. */
   readonly xip: readonly bigint[];
+}
+
+/**
+ * The full (epoch-qualified) xid of a subtransaction drawn after its top-level transaction's xid
+ * `top`, from the 32-bit xid a row's xmin shows (`sub`): its epoch is the top-level xid's, or the
+ * next one when the 32-bit counter wrapped since that was drawn.
+ */
+export function subtransactionXid(sub: bigint, top: bigint): bigint {
+  const xid = ((top >> 32n) << 32n) | sub;
+  return xid > top ? xid : xid + (1n << 32n);
+}
+
+/**
+ * Whether a transaction other than the registering one (top-level xid `top`) may still commit
+ * something `snapshot` did not see, by the time the registration drew `fence` (an xid of its own,
+ * after the snapshot): an xid the snapshot lists as running, or one drawn from its xmax up to the
+ * fence that is not the registration's own (it draws `top` in the same statement when it had none).
+ */
+export function othersMayCommit(snapshot: Snapshot, top: bigint, fence: bigint): boolean {
+  const ours = top >= snapshot.xmax && top < fence ? 1n : 0n;
+  return snapshot.xip.length > 0 || fence - snapshot.xmax > ours;
 }
 
 /** Parses pg_snapshot's text form `xmin:xmax:xip,xip,…`. */

@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import {
   appendEvents,
+  capturingLogger,
   consumerRow,
   drainUntilIdle,
   freshSchema,
@@ -151,9 +152,9 @@ describe('lanes', () => {
 });
 
 describe('parked keys', () => {
-  function parkingConsumer(failing: Set<string>): RecordingConsumer {
+  function parkingConsumer(failing: Set<string>, lanes = 2): RecordingConsumer {
     return recordingConsumer('reactor', {
-      lanes: 2,
+      lanes,
       errorPolicy: { maxAttempts: 2, parkKey: true },
       handler: (event) => {
         if (failing.has(event.streamId)) throw new Error(`cannot handle ${event.streamId}`);
@@ -207,6 +208,113 @@ describe('parked keys', () => {
     expect(parked.filter((e) => e.streamId === 's-1').map((e) => e.id)).toEqual([...s1, 50n, 62n]);
   });
 
+  test('a start without parkKey while keys are parked is refused, changing nothing: their later events would go first', async () => {
+    parked.length = 0;
+    const c = parkingConsumer(new Set(['s-1']));
+    const { schema, dispatcher } = await laned([c.consumer]);
+    await appendEvents(db.sql, 24, byStream, schema);
+    await drainUntilIdle(dispatcher);
+    await dispatcher.stop();
+    const before = await rows(schema, 'reactor');
+
+    const unparking = testDispatcher(db.sql, schema, [
+      { name: 'reactor', lanes: 2, handler: () => undefined },
+    ]);
+    const refused = await unparking.ensureRegistered().catch((e: unknown) => e);
+    expect(refused).toMatchObject({
+      code: 'SLUICE_INVALID_OPTION',
+      option: 'consumers[0].errorPolicy.parkKey',
+    });
+    expect((refused as Error).message).toMatch(/consumer "reactor" has 1 parked key/);
+    expect(await rows(schema, 'reactor')).toEqual(before);
+
+    // Once the key is given up, the same start goes through.
+    await db.sql`delete from ${db.sql(`${schema}.parked_keys`)}`;
+    await testDispatcher(db.sql, schema, [
+      { name: 'reactor', lanes: 2, handler: () => undefined },
+    ]).ensureRegistered();
+  });
+
+  test.each([1, 2])(
+    'a process without parkKey (a rolling deployment) sets aside the later events of a key another process parked; a replay delivers them in order (%i lanes)',
+    async (lanes) => {
+      parked.length = 0;
+      const failing = new Set(['s-1']);
+      const c = parkingConsumer(failing, lanes);
+      const { schema, dispatcher: parking } = await laned([c.consumer]);
+      // Started before any key was parked, so its start was not refused.
+      const plain: EventRecord[] = [];
+      const unparking = testDispatcher(db.sql, schema, [
+        { name: 'reactor', lanes, handler: (event) => void plain.push(event) },
+      ]);
+      await unparking.ensureRegistered();
+      await appendEvents(db.sql, 24, byStream, schema);
+      await drainUntilIdle(parking);
+      const parkedIds = async () =>
+        (
+          await db.sql<{ id: string }[]>`
+          select event_id::text as id from ${db.sql(`${schema}.parked_events`)} order by event_id`
+        ).map((e) => BigInt(e.id));
+      expect(await parkedIds()).toEqual([2n, 14n]);
+
+      // The process without parkKey turns the lanes now: the key's next event waits with the others.
+      await appendEvents(db.sql, 12, (n) => byStream(n + 24), schema);
+      await drainUntilIdle(unparking);
+      expect(plain.map((e) => e.id).sort((a, b) => (a < b ? -1 : 1))).toEqual(
+        Array.from({ length: 12 }, (_, i) => BigInt(i + 25)).filter((id) => id !== 26n),
+      );
+      expectOrderedPerStream(plain);
+      expect(await parkedIds()).toEqual([2n, 14n, 26n]);
+      const cursors = await rows(schema, 'reactor');
+      expect(cursors.map((r) => r.cursor)).toEqual(Array.from({ length: lanes }, () => '36'));
+
+      failing.clear();
+      await db.sql`update ${db.sql(`${schema}.parked_keys`)} set replay_requested_at = now()`;
+      await drainUntilIdle(parking);
+      expect(parked.filter((e) => e.streamId === 's-1').map((e) => e.id)).toEqual([2n, 14n, 26n]);
+      expect(await parkedIds()).toEqual([]);
+    },
+  );
+
+  test("a per-instance consumer of the same name (another deployment's declaration) neither sets aside nor replays a shared consumer's parked key", async () => {
+    const schema = await freshSchema(db.sql, 'lanes');
+    let failing = true;
+    const shared: bigint[] = [];
+    const sharing = testDispatcher(db.sql, schema, [
+      {
+        name: 'reactor',
+        errorPolicy: { maxAttempts: 1, parkKey: true },
+        handler: (event) => {
+          if (failing && event.streamId === 's-1') throw new Error('cannot handle s-1');
+          shared.push(event.id);
+        },
+      },
+    ]);
+    const seen = { a: [] as bigint[], b: [] as bigint[] };
+    const instance = (id: 'a' | 'b') =>
+      testDispatcher(
+        db.sql,
+        schema,
+        [{ name: 'reactor', delivery: 'per-instance', handler: (event) => void seen[id].push(event.id) }],
+        { instanceId: id },
+      );
+    const a = instance('a');
+    const b = instance('b');
+    for (const d of [sharing, a, b]) await d.ensureRegistered();
+    await appendEvents(db.sql, 6, (n) => ({ streamId: `s-${n % 2}`, type: 'Placed', data: { n } }), schema);
+    await drainUntilIdle(sharing);
+    await drainUntilIdle(b);
+    expect(seen.b).toEqual([1n, 2n, 3n, 4n, 5n, 6n]);
+
+    failing = false;
+    await db.sql`update ${db.sql(`${schema}.parked_keys`)} set replay_requested_at = now()`;
+    await drainUntilIdle(a);
+    expect(seen.a).toEqual([1n, 2n, 3n, 4n, 5n, 6n]);
+    await drainUntilIdle(sharing);
+    expect(shared).toEqual([1n, 3n, 5n, 2n, 4n, 6n]);
+    expect(await db.sql`select 1 from ${db.sql(`${schema}.parked_keys`)}`).toHaveLength(0);
+  });
+
   test('a replay that fails again parks the key again from that event on, and delivers nothing twice', async () => {
     parked.length = 0;
     const failing = new Set(['s-1']);
@@ -258,6 +366,56 @@ describe('parked keys', () => {
     const keys = await db.sql`select 1 from ${db.sql(`${schema}.parked_keys`)}`;
     expect(keys).toHaveLength(0);
   });
+
+  test('an event nested deeper than JSON.stringify can write parks its key with its payload intact; a replay delivers it', async () => {
+    const failing = new Set(['Deep']);
+    const handled: string[] = [];
+    const c = recordingConsumer('deep', {
+      lanes: 2,
+      errorPolicy: { maxAttempts: 1, parkKey: true },
+      handler: (event) => {
+        if (failing.has(event.type)) throw new Error('cannot handle it');
+        handled.push(`${event.streamId}:${event.id}`);
+      },
+    });
+    const { schema, dispatcher } = await laned([c.consumer]);
+    // 10,000 levels, written in SQL: PostgreSQL stores deeper jsonb than a call stack can serialise.
+    await db.sql`
+      insert into ${db.sql(`${schema}.events`)} (stream_id, type, data, metadata)
+      values ('deep', 'Deep', ('{"a":' || repeat('[', 10000) || repeat(']', 10000) || '}')::jsonb,
+              ('{"m":' || repeat('[', 10000) || repeat(']', 10000) || '}')::jsonb)`;
+    // A later event of the parked key is set aside too; another key's goes on.
+    await appendEvents(
+      db.sql,
+      2,
+      (n) => ({ streamId: n === 0 ? 'deep' : 'other', type: 'T', data: { n } }),
+      schema,
+    );
+    await drainUntilIdle(dispatcher);
+    expect(handled).toEqual(['other:3']);
+    const lanes = await db.sql<{ status: string; attempts: number }[]>`
+      select status, attempts from ${db.sql(`${schema}.consumers`)} where name = 'deep'`;
+    expect(lanes).toEqual([
+      { status: 'idle', attempts: 0 },
+      { status: 'idle', attempts: 0 },
+    ]);
+    // Compared in SQL: the payload as PostgreSQL holds it, never through JavaScript.
+    const parked = await db.sql<{ key: string; id: string; data: boolean; metadata: boolean }[]>`
+      select p.key, p.event_id::text as id, p.data::text = e.data::text as data,
+             p.metadata::text = e.metadata::text as metadata
+      from ${db.sql(`${schema}.parked_events`)} p join ${db.sql(`${schema}.events`)} e on e.id = p.event_id
+      order by p.event_id`;
+    expect(parked).toEqual([
+      { key: 'deep', id: '1', data: true, metadata: true },
+      { key: 'deep', id: '2', data: true, metadata: true },
+    ]);
+
+    failing.clear();
+    await db.sql`update ${db.sql(`${schema}.parked_keys`)} set replay_requested_at = now()`;
+    await drainUntilIdle(dispatcher);
+    expect(handled).toEqual(['other:3', 'deep:1', 'deep:2']);
+    expect(await db.sql`select 1 from ${db.sql(`${schema}.parked_keys`)}`).toHaveLength(0);
+  });
 });
 
 test("a replay that ends while another lane's turn sets an event of the key aside (an old lane draining a change) leaves the key parked with that event", async () => {
@@ -308,6 +466,217 @@ test("a replay that ends while another lane's turn sets an event of the key asid
   expect(await db.sql`select 1 from ${db.sql(`${schema}.parked_keys`)} where key = 'K'`).toHaveLength(1);
 });
 
+/** The keys recorded with a consumer's shared rows (null: none recorded). */
+async function laneKeys(schema: string, name: string): Promise<(string | null)[]> {
+  const found = await db.sql<{ lane_key: string | null }[]>`
+    select distinct lane_key from ${db.sql(`${schema}.consumers`)} where name = ${name} order by 1`;
+  return found.map((r) => r.lane_key);
+}
+
+describe('the lane key', () => {
+  test('one lane: a process under another key than the one a newer start recorded parks no key: the event waits, saying why, and the consumer is not ended; restarted, it records its key and parks', async () => {
+    const schema = await freshSchema(db.sql, 'lanekey');
+    const oldSeen: bigint[] = [];
+    const oldConsumer: Consumer = {
+      name: 'reactor',
+      errorPolicy: { maxAttempts: 1, parkKey: true },
+      handler: (event) => {
+        if (event.streamId === 's-1') throw new Error('cannot handle s-1');
+        oldSeen.push(event.id);
+      },
+    };
+    const oldProcess = testDispatcher(db.sql, schema, [oldConsumer]);
+    await oldProcess.ensureRegistered();
+    // A canary keys the consumer by a data field: one lane and nothing parked, its start records
+    // its key. Then it is rolled back: the old processes keep the consumer going.
+    await testDispatcher(db.sql, schema, [
+      { name: 'reactor', laneKey: { data: 'n' }, errorPolicy: { parkKey: true }, handler: () => undefined },
+    ]).ensureRegistered();
+    expect(await laneKeys(schema, 'reactor')).toEqual(['data:n']);
+    await appendEvents(db.sql, 12, byStream, schema);
+    await oldProcess.runOnce();
+    await oldProcess.runOnce();
+    // Parked under the stream id, s-1 would mean nothing to the processes of the recorded key.
+    expect(oldSeen).toEqual([1n]);
+    expect(await db.sql`select 1 from ${db.sql(`${schema}.parked_keys`)}`).toHaveLength(0);
+    const [row] = await db.sql<
+      { cursor: string; status: string; attempts: number; last_error: string | null }[]
+    >`
+      select cursor::text, status, attempts, last_error from ${db.sql(`${schema}.consumers`)} where name = 'reactor'`;
+    expect(row?.cursor).toBe('1');
+    expect(row?.status).not.toBe('dead');
+    expect(row?.attempts).toBeGreaterThanOrEqual(1);
+    expect(row?.last_error).toMatch(
+      /^cannot handle s-1 \(not parked: this process's laneKey is not the one recorded with the consumer's rows .* the event waits, retried, for a process that declares the recorded key/,
+    );
+    // Restarted (nothing is parked), the old process records its key, and parks s-1.
+    const restarted = testDispatcher(db.sql, schema, [oldConsumer]);
+    await restarted.ensureRegistered();
+    expect(await laneKeys(schema, 'reactor')).toEqual(['streamId']);
+    await until(
+      async () => {
+        await restarted.runOnce();
+        return oldSeen.length === 11;
+      },
+      10_000,
+      'the other keys delivered once s-1 is parked',
+    );
+    const aside = await db.sql<{ id: string }[]>`
+      select event_id::text as id from ${db.sql(`${schema}.parked_events`)} order by event_id`;
+    expect(aside.map((e) => e.id)).toEqual(['2']);
+    expect(oldSeen).toEqual(Array.from({ length: 12 }, (_, i) => BigInt(i + 1)).filter((id) => id !== 2n));
+  });
+
+  test('one lane: while keys are parked, a process under another key than the recorded one leaves the row to the processes that declare it', async () => {
+    const schema = await freshSchema(db.sql, 'lanekey');
+    const keyed = (n: number) => ({ ...byStream(n), data: { n, t: `t-${n % 3}` } });
+    const oldSeen: bigint[] = [];
+    const newSeen: bigint[] = [];
+    // A new deployment keys the consumer by a data field and does not park; an old process
+    // restarts after it (one lane, nothing parked: its start records its key again).
+    const newProcess = testDispatcher(db.sql, schema, [
+      { name: 'reactor', laneKey: { data: 't' }, handler: (event) => void newSeen.push(event.id) },
+    ]);
+    await newProcess.ensureRegistered();
+    const oldProcess = testDispatcher(db.sql, schema, [
+      {
+        name: 'reactor',
+        errorPolicy: { maxAttempts: 1, parkKey: true },
+        handler: (event) => {
+          if (event.streamId === 's-1') throw new Error('cannot handle s-1');
+          oldSeen.push(event.id);
+        },
+      },
+    ]);
+    await oldProcess.ensureRegistered();
+    expect(await laneKeys(schema, 'reactor')).toEqual(['streamId']);
+
+    // The old process parks s-1 (event 2). The new deployment now leaves the row to it: looking
+    // parked keys up by its own key, it would deliver s-1's later events before the parked one.
+    await appendEvents(db.sql, 12, keyed, schema);
+    await drainUntilIdle(oldProcess);
+    await appendEvents(db.sql, 12, (n) => keyed(n + 12), schema);
+    await drainUntilIdle(newProcess);
+    expect(newSeen).toEqual([]);
+    await drainUntilIdle(oldProcess);
+    const aside = await db.sql<{ id: string }[]>`
+      select event_id::text as id from ${db.sql(`${schema}.parked_events`)} order by event_id`;
+    expect(aside.map((e) => e.id)).toEqual(['2', '14']);
+    expect(oldSeen).toEqual(
+      Array.from({ length: 24 }, (_, i) => BigInt(i + 1)).filter((id) => id !== 2n && id !== 14n),
+    );
+  });
+
+  test('a start that declares another key than the lanes were kept by is refused, and changes nothing', async () => {
+    const seen: EventRecord[] = [];
+    const handler = (event: EventRecord) => {
+      seen.push(event);
+    };
+    const schema = await freshSchema(db.sql, 'lanekey');
+    const byStreamId = testDispatcher(db.sql, schema, [{ name: 'proj', lanes: 2, handler }]);
+    await byStreamId.ensureRegistered();
+    await appendEvents(db.sql, 20, (n) => ({ ...byStream(n), data: { n, k: `k-${n % 5}` } }), schema);
+    await byStreamId.runOnce();
+    await byStreamId.stop();
+    const before = await rows(schema, 'proj');
+    expect(await laneKeys(schema, 'proj')).toEqual(['streamId']);
+
+    const byField = testDispatcher(db.sql, schema, [
+      recordingConsumer('other').consumer,
+      { name: 'proj', lanes: 2, laneKey: { data: 'k' }, handler },
+    ]);
+    const refused = await byField.ensureRegistered().catch((e: unknown) => e);
+    expect(refused).toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'consumers[1].laneKey' });
+    expect((refused as Error).message).toMatch(
+      /is \{ data: "k" \}, but consumer "proj"'s lanes .* kept by 'streamId'/,
+    );
+    expect(await rows(schema, 'proj')).toEqual(before);
+    // What the rows hold decides: going to one lane under another key is refused as well.
+    await expect(
+      testDispatcher(db.sql, schema, [
+        { name: 'proj', lanes: 1, laneKey: { data: 'k' }, handler },
+      ]).ensureRegistered(),
+    ).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'consumers[0].laneKey' });
+    expect(await rows(schema, 'proj')).toEqual(before);
+    // The whole registration was refused: the other consumer was not registered either.
+    expect(await db.sql`select 1 from ${db.sql(`${schema}.consumers`)} where name = 'other'`).toHaveLength(0);
+
+    // One lane and no parked keys: nothing is kept by the key, which is recorded anew, also when
+    // the lanes become several (the one lane drains to the barrier, the new ones start there).
+    const single = testDispatcher(db.sql, schema, [{ name: 'single', handler }]);
+    await single.ensureRegistered();
+    await single.stop();
+    await testDispatcher(db.sql, schema, [
+      { name: 'single', lanes: 3, laneKey: { metadata: 'tenant' }, handler },
+    ]).ensureRegistered();
+    expect(await laneKeys(schema, 'single')).toEqual(['metadata:tenant']);
+    // Rows from a release that recorded no key take the declared one.
+    await db.sql`update ${db.sql(`${schema}.consumers`)} set lane_key = null where name = 'proj'`;
+    await testDispatcher(db.sql, schema, [
+      { name: 'proj', lanes: 2, laneKey: { data: 'k' }, handler },
+    ]).ensureRegistered();
+    expect(await laneKeys(schema, 'proj')).toEqual(['data:k']);
+  });
+
+  test('a process still running under the old key leaves the lanes another deployment keeps by its new key to that deployment: every event once', async () => {
+    const delivered: { by: string; id: bigint }[] = [];
+    const handlerOf = (by: string) => (event: EventRecord) => {
+      delivered.push({ by, id: event.id });
+    };
+    const schema = await freshSchema(db.sql, 'lanekey');
+    const logger = capturingLogger();
+    // The old deployment: one lane, by stream id. The new one: 4 lanes by tenant, accepted (one
+    // lane's cursor means the same under any key), which records its key and asks for 4 lanes.
+    const old = testDispatcher(db.sql, schema, [{ name: 'proj', handler: handlerOf('old') }], { logger });
+    await old.ensureRegistered();
+    const fresh = testDispatcher(db.sql, schema, [
+      { name: 'proj', lanes: 4, laneKey: { data: 'tenant' }, handler: handlerOf('new') },
+    ]);
+    await fresh.ensureRegistered();
+    await drainUntilIdle(fresh);
+    expect((await rows(schema, 'proj')).map((r) => r.instance_id)).toEqual(laneInstanceIds(4).sort());
+    expect(await laneKeys(schema, 'proj')).toEqual(['data:tenant']);
+
+    await appendEvents(
+      db.sql,
+      200,
+      (n) => ({ streamId: `s-${n}`, type: 'Keyed', data: { tenant: `t-${n % 13}` } }),
+      schema,
+    );
+    // Each deployment gets two lanes to turn (a session holds the other two): the old one would
+    // split the log by stream id, the new one by tenant.
+    const holding = async (lanes: string[], turn: () => Promise<unknown>) => {
+      const locked = gate();
+      const release = gate();
+      const holder = db.sql.begin(async (tx) => {
+        await tx`select 1 from ${tx(`${schema}.consumers`)} where name = 'proj' and instance_id in ${tx(lanes)} for update`;
+        locked.open();
+        await release.promise;
+      });
+      await locked.promise;
+      try {
+        for (let pass = 0; pass < 3; pass++) await turn();
+      } finally {
+        release.open();
+        await holder;
+      }
+    };
+    await holding(['*0/4', '*1/4'], () => old.runOnce());
+    await holding(['*2/4', '*3/4'], () => fresh.runOnce());
+    await drainUntilIdle(old);
+    await drainUntilIdle(fresh);
+
+    expect(delivered.filter((d) => d.by === 'old')).toEqual([]);
+    expect(delivered.map((d) => d.id).sort((a, b) => (a < b ? -1 : 1))).toEqual(
+      Array.from({ length: 200 }, (_, i) => BigInt(i + 1)),
+    );
+    const told = logger.lines.filter((l) =>
+      l.message.startsWith("the consumer's lanes (or parked keys) are kept by another lane key"),
+    );
+    expect(told.map((l) => [l.level, l.fields['laneKey']])).toEqual([['warn', "'streamId'"]]);
+  });
+});
+
 describe('changing the lane count', () => {
   test('4 lanes become 2 and then 3 under appends: every event once, in order per stream, the old rows gone', async () => {
     const seen: EventRecord[] = [];
@@ -338,6 +707,7 @@ describe('changing the lane count', () => {
     await appendEvents(db.sql, 60, (n) => byStream(n + 120), schema);
     await drainUntilIdle(three);
     expect((await rows(schema, 'proj')).map((r) => r.instance_id)).toEqual(laneInstanceIds(3).sort());
+    expect(await laneKeys(schema, 'proj')).toEqual(['streamId']); // the new lanes keep the key
 
     expect(seen.map((e) => e.id).sort((a, b) => (a < b ? -1 : 1))).toEqual(
       Array.from({ length: 180 }, (_, i) => BigInt(i + 1)),
@@ -456,9 +826,16 @@ describe('changing the lane count', () => {
   });
 
   /**
-   * Two lanes at the barrier of a change to one lane, their turns widened: an old lane's turn
-   * writes its row, then tries the switch in the same transaction, and the write of each lane in
-   * `sleeps` takes that many seconds. Returns after one pass of both lanes' turns at once.
+   * Two lanes at the barrier of a change to one lane, their turns overlapping for sure: an old
+   * lane's turn holds its row from its start, writes it, then tries the switch in the same
+   * transaction. The two turns' writes meet: each waits (at most 10 s) until the other turn has
+   * written too, then the write of each lane in `sleeps` takes that many seconds. Returns after
+   * one pass of both lanes' turns at once.
+   *
+   * The meeting is a rendezvous, not a hope (two turns started by one pass need not overlap on a
+   * loaded machine: one's read can come after the other's commit). A write marks its lane's
+   * arrival by a sequence's nextval, which no rollback or commit takes back, and waits until the
+   * other lane's is marked: neither turn gets past its write before both are there.
    */
   async function overlappingSwitch(sleeps: Record<string, number>) {
     const seen: EventRecord[] = [];
@@ -471,13 +848,26 @@ describe('changing the lane count', () => {
     await appendEvents(db.sql, 20, byStream, schema);
     await drainUntilIdle(two);
     await requestLaneChange(db.sql, tables(db.sql, schema), schema, 'proj', 1, 'test');
-    const when = Object.entries(sleeps)
-      .map(([lane, seconds]) => `when '${lane}' then ${seconds}`)
-      .join(' ');
+    const sleep = Object.entries(sleeps).reduce(
+      (otherwise, [lane, seconds]) =>
+        `case when old.instance_id = '${lane}' then ${seconds} else ${otherwise} end`,
+      '0',
+    );
+    const arrived = (lane: string) => `('"${schema}".arrived_' || ${lane})::regclass`;
     await db.sql.unsafe(`
+      create sequence "${schema}".arrived_0;
+      create sequence "${schema}".arrived_1;
       create function "${schema}".slow_lane_write() returns trigger language plpgsql as $$
+      declare
+        lane int := case old.instance_id when '*0/2' then 0 when '*1/2' then 1 end;
       begin
-        perform pg_sleep(case old.instance_id ${when} else 0 end);
+        if lane is null then return new; end if;
+        perform nextval(${arrived('lane')});
+        for i in 1..1000 loop
+          exit when pg_sequence_last_value(${arrived('1 - lane')}) is not null;
+          perform pg_sleep(0.01);
+        end loop;
+        perform pg_sleep(${sleep});
         return new;
       end $$;
       create trigger slow_lane_write before update on "${schema}".consumers
@@ -498,8 +888,9 @@ describe('changing the lane count', () => {
 
   test('old lanes whose turns run at the same time switch in that pass: each may wait for the lanes after it, none for one before it', async () => {
     // Both hold their rows when each locks the other's: locking without waiting, both gave up,
-    // pass after pass. Lane 0 waits for lane 1, which gives up on lane 0.
-    const { switches, left } = await overlappingSwitch({ '*0/2': 0.3, '*1/2': 0.3 });
+    // pass after pass. Lane 1 tries while lane 0 holds its row, and gives up on it; lane 0 waits
+    // for lane 1's turn to end, and switches.
+    const { switches, left } = await overlappingSwitch({});
     expect(switches).toEqual(['relane', 'relane-switched']);
     expect(left).toEqual(['*', '*1/2']); // lane 0 switched and went; lane 1 goes at its next turn
   });

@@ -24,6 +24,47 @@ export type LaneKey =
 
 export const STREAM_KEY: LaneKey = Object.freeze({ from: 'streamId' });
 
+/** How a key is recorded with a consumer's rows (consumers.lane_key): 'streamId', 'data:<field>', 'metadata:<field>'. */
+export function laneKeyText(key: LaneKey): string {
+  return key.from === 'streamId' ? 'streamId' : `${key.from}:${key.field}`;
+}
+
+/**
+ * Whether another deployment recorded another lane key than `declared` with a shared consumer's
+ * rows (docs/design.md §11.1). A row with no key recorded (an earlier release's) takes the next
+ * start's.
+ */
+export function isAnotherKey(declared: LaneKey, recorded: string | null): boolean {
+  return recorded !== null && recorded !== laneKeyText(declared);
+}
+
+/**
+ * Whether a shared consumer's row is kept by another lane key than `declared` where that matters
+ * (isAnotherKey): a lane of several, or a row in a change of lane count, splits the log by the
+ * recorded key; parked keys were computed under it (docs/design.md §11.4), so one lane matters too
+ * while keys are parked (`parkedKeys`, known once the row is held): its turns would look them up
+ * under a key they were not parked by. Otherwise one lane's cursor means the same under any key
+ * (such a process parks no key itself: see turn.ts).
+ */
+export function keptByAnotherKey(
+  declared: LaneKey,
+  row: {
+    readonly instanceId: string;
+    readonly laneKey: string | null;
+    readonly changing: boolean;
+    readonly parkedKeys: boolean;
+  },
+): boolean {
+  if (!isAnotherKey(declared, row.laneKey)) return false;
+  return row.changing || row.parkedKeys || (parseLaneInstanceId(row.instanceId)?.count ?? 1) > 1;
+}
+
+/** The key as a consumer declares it (for messages). */
+export function laneKeyOption(text: string): string {
+  const colon = text.indexOf(':');
+  return colon === -1 ? `'${text}'` : `{ ${text.slice(0, colon)}: ${JSON.stringify(text.slice(colon + 1))} }`;
+}
+
 /** The instance id lane `index` of `count` keeps its row under. */
 export function laneInstanceId(index: number, count: number): string {
   return count === 1 ? SHARED_PREFIX : `${SHARED_PREFIX}${index}/${count}`;

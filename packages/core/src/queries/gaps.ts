@@ -25,12 +25,15 @@ export async function selectRangesToRecheck(
   name: string,
   instanceId: string,
   filter: { all: boolean; xmin: bigint; lowestEnded: bigint | null },
+  cursor: bigint,
 ): Promise<StoredRange[]> {
+  // Ranges ahead of the cursor too: strict ordering left them, and a fast turn replaces them.
   const rows = await tx<GapRow[]>`
     select g.from_id::text, g.to_id::text, g.fence::text, g.observed_at from ${t.gaps} g
     where g.consumer_name = ${name} and g.instance_id = ${instanceId}
       and (${filter.all} or g.fence is null or g.fence < ${filter.xmin.toString()}::xid8
-           or g.fence > ${filter.lowestEnded === null ? null : filter.lowestEnded.toString()}::xid8)
+           or g.fence > ${filter.lowestEnded === null ? null : filter.lowestEnded.toString()}::xid8
+           or g.from_id > ${cursor.toString()}::bigint)
     order by g.from_id`; // g.from_id: the bigint; the output column of that name is text
   return rows.map((row) => ({
     from: BigInt(row.from_id),
@@ -73,5 +76,5 @@ export async function listRanges(
   name: string,
   instanceId: string,
 ): Promise<StoredRange[]> {
-  return selectRangesToRecheck(tx, t, name, instanceId, { all: true, xmin: 0n, lowestEnded: null });
+  return selectRangesToRecheck(tx, t, name, instanceId, { all: true, xmin: 0n, lowestEnded: null }, 0n);
 }

@@ -1,5 +1,6 @@
 // A change of a consumer's lane count (docs/design.md §11.3): asked for, driven to its barrier by the
 // old lanes' turns, switched to the new lanes, and the old lanes retired.
+import { takeAdvisoryLocks } from './advisory-locks.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { ConsumerNotFoundError, InvalidOptionError, LaneChangeInProgressError } from '../errors.js';
 import { laneInstanceIds, MAX_LANES, parseLaneInstanceId, type LaneKey } from '../lanes/lanes.js';
@@ -60,7 +61,10 @@ export async function requestLaneChange(
     throw new InvalidOptionError('lanes', `must be an integer from 1 to ${MAX_LANES}`);
   }
   return guardedBegin(sql, async (tx) => {
-    await tx`select pg_advisory_xact_lock(${LANES_LOCK_CLASS}, hashtext(${schema}))`;
+    await takeAdvisoryLocks(
+      tx,
+      () => tx`select pg_advisory_xact_lock(${LANES_LOCK_CLASS}, hashtext(${schema}))`,
+    );
     const rows = await tx<{ instance_id: string; cursor: string }[]>`
       select instance_id, cursor::text as cursor from ${t.consumers}
       where name = ${name} and left(instance_id, 1) = '*'`;
@@ -217,9 +221,10 @@ export async function trySwitchLanes(
       and from_lanes = ${change.from} and to_lanes = ${change.to}`;
   if (switched.count === 0) return false;
   await tx`
-    insert into ${t.consumers} as c (name, instance_id, cursor, system_identifier, last_progress_at, version)
+    insert into ${t.consumers} as c (name, instance_id, cursor, system_identifier, last_progress_at, version, lane_key)
     select ${name}, id, ${change.barrier.toString()}::bigint, ${options.systemIdentifier}, now(),
-           (select max(o.version) from ${t.consumers} o where o.name = ${name})
+           (select max(o.version) from ${t.consumers} o where o.name = ${name}),
+           (select max(o.lane_key) from ${t.consumers} o where o.name = ${name} and left(o.instance_id, 1) = '*')
     from unnest(${pgArray(laneInstanceIds(change.to))}::text[]) as id
     on conflict (name, instance_id) do nothing`;
   await writeAudit(tx, t, {

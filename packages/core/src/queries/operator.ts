@@ -3,8 +3,8 @@
 // these statements only gather their facts and carry out what they return, with the audit row.
 import type { InFlightAt, LaneChangeFact, OperatorChange } from '../consumer-state/operator-transitions.js';
 import { TOMBSTONE_TYPE } from '../events.js';
-import { GapHeldError, NotAGapError, sqlStateOf } from '../errors.js';
-import { parseSnapshot } from '../gaps/gaps.js';
+import { ConsumerBusyError, GapHeldError, NotAGapError, sqlStateOf } from '../errors.js';
+import { parseSnapshot, subtransactionXid } from '../gaps/gaps.js';
 import type { Tables } from '../schema/tables.js';
 import type { TransactionSql } from '../sql-types.js';
 import { retentionFloor, writeAudit } from './audit.js';
@@ -145,8 +145,6 @@ export async function readRestartFacts(
 /**
  * An xid allocated now, in this transaction: a savepoint rewrites the held consumer row (changing
  * nothing), which assigns the subtransaction its xid, and reads it back as the new version's xmin.
- * xmin is the 32-bit xid; its epoch is the top-level xid's, or the next one when the 32-bit
- * counter wrapped since that was drawn (a subtransaction's xid is allocated after its parent's).
  */
 async function drawSubtransactionXid(tx: TransactionSql, t: Tables, target: ConsumerKey): Promise<bigint> {
   const [drawn] = await tx.savepoint(
@@ -156,11 +154,7 @@ async function drawSubtransactionXid(tx: TransactionSql, t: Tables, target: Cons
       returning c.xmin::text as sub, pg_current_xact_id()::text as top`,
   );
   if (!drawn) throw new Error(`the held consumer row ${target.name}/${target.instanceId} was not found`);
-  const top = BigInt(drawn.top);
-  const sub = BigInt(drawn.sub);
-  const epoch = top >> 32n;
-  const xid = (epoch << 32n) | sub;
-  return xid > top ? xid : xid + (1n << 32n);
+  return subtransactionXid(BigInt(drawn.sub), BigInt(drawn.top));
 }
 
 /**
@@ -244,11 +238,21 @@ export async function insertTombstone(
     if (state === '55P03') throw new GapHeldError(eventId);
     throw error;
   }
-  await tx`
-    update ${t.consumers} c set gaps_recheck = true, updated_at = now()
-    where exists (select 1 from ${t.gaps} g
-                  where g.consumer_name = c.name and g.instance_id = c.instance_id
-                    and ${eventId.toString()}::bigint between g.from_id and g.to_id)`;
+  // Every consumer with a pending gap there waits its turn for the row: another's turn (or an
+  // action on it, another fence among them: two fences of one shared id each hold their own row
+  // first, and PostgreSQL ends one of them as a deadlock) is a busy consumer, not an action's failure.
+  try {
+    await tx`
+      update ${t.consumers} c set gaps_recheck = true, updated_at = now()
+      where exists (select 1 from ${t.gaps} g
+                    where g.consumer_name = c.name and g.instance_id = c.instance_id
+                      and ${eventId.toString()}::bigint between g.from_id and g.to_id)`;
+  } catch (error) {
+    const state = sqlStateOf(error);
+    if (state === '55P03' || state === '40P01')
+      throw new ConsumerBusyError(target.name, 0, { sharedGap: eventId });
+    throw error;
+  }
 }
 
 /**

@@ -40,20 +40,42 @@ export async function recordParked(
       returning k.xmax = 0 as fresh`;
     if (row?.fresh === true) fresh.push(first.key);
   }
-  // JSON text goes in as ::text::jsonb (see queries/dead-letters.ts).
-  await tx`
+  // Copied from the events rows in SQL, not serialised in JavaScript: see recordDeadLetters
+  // (queries/dead-letters.ts), which copies the same way and for the same reasons.
+  const copied = await tx<{ id: string }[]>`
     insert into ${t.parkedEvents} as pe (consumer_name, key, event_id, stream_id, type, data, metadata,
                                    event_created_at, error)
-    select ${consumer}, p.key, p.id, p.stream_id, p.type, p.data::jsonb, p.metadata::jsonb, p.created_at, p.error
+    select ${consumer}, p.key, e.id, e.stream_id, e.type, e.data, e.metadata, e.created_at, p.error
     from unnest(${pgArray(parked.map((p) => p.key))}::text[], ${pgArray(parked.map((p) => p.event.id))}::int8[],
-                ${pgArray(parked.map((p) => p.event.streamId))}::text[], ${pgArray(parked.map((p) => p.event.type))}::text[],
-                ${pgArray(parked.map((p) => JSON.stringify(p.event.data)))}::text[],
-                ${pgArray(parked.map((p) => JSON.stringify(p.event.metadata)))}::text[],
-                ${pgArray(parked.map((p) => p.event.createdAt.toISOString()))}::timestamptz[],
-                ${pgArray(parked.map((p) => p.error))}::text[])
-         as p(key, id, stream_id, type, data, metadata, created_at, error)
-    on conflict (consumer_name, key, event_id) do update set error = coalesce(excluded.error, pe.error)`;
+                ${pgArray(parked.map((p) => p.error))}::text[]) as p(key, id, error)
+    join ${t.events} e on e.id = p.id
+    ${parkedConflict(tx)}
+    returning pe.event_id::text as id`;
+  const found = new Set(copied.map((row) => row.id));
+  const gone = parked.filter((p) => !found.has(p.event.id.toString()));
+  // An event whose row is not there (recordDeadLetters says how a prune can delete one under a turn)
+  // is written as the turn read it: nothing set aside is lost. JSON text goes in as ::text::jsonb
+  // (see queries/dead-letters.ts).
+  if (gone.length > 0) {
+    await tx`
+      insert into ${t.parkedEvents} as pe (consumer_name, key, event_id, stream_id, type, data, metadata,
+                                     event_created_at, error)
+      select ${consumer}, p.key, p.id, p.stream_id, p.type, p.data::jsonb, p.metadata::jsonb, p.created_at, p.error
+      from unnest(${pgArray(gone.map((p) => p.key))}::text[], ${pgArray(gone.map((p) => p.event.id))}::int8[],
+                  ${pgArray(gone.map((p) => p.event.streamId))}::text[], ${pgArray(gone.map((p) => p.event.type))}::text[],
+                  ${pgArray(gone.map((p) => JSON.stringify(p.event.data)))}::text[],
+                  ${pgArray(gone.map((p) => JSON.stringify(p.event.metadata)))}::text[],
+                  ${pgArray(gone.map((p) => p.event.createdAt.toISOString()))}::timestamptz[],
+                  ${pgArray(gone.map((p) => p.error))}::text[])
+           as p(key, id, stream_id, type, data, metadata, created_at, error)
+      ${parkedConflict(tx)}`;
+  }
   return fresh;
+}
+
+/** A second setting aside of an event keeps the error that parked its key. */
+function parkedConflict(tx: TransactionSql) {
+  return tx`on conflict (consumer_name, key, event_id) do update set error = coalesce(excluded.error, pe.error)`;
 }
 
 /** A parked key whose replay an operator asked for, with its events to deliver, oldest first. */

@@ -85,7 +85,9 @@ export async function recordTurnStart(
  * crashed batch one event at a time, the row stays, and so do the crashes this start was charged
  * with (minus the start itself): the event just delivered did not cause them, so they travel on to
  * the next event of the batch, and a crash-poison event further on is dead after exactly
- * maxAttempts crashes, the batch's crash included (docs/reliability.md#c8).
+ * maxAttempts crashes, the batch's crash included (docs/reliability.md#c8). `taken`: 'start' takes
+ * this turn's start off; 'none' takes nothing (no handler ran on the crashes' account: they travel
+ * on); 'all' clears them (a crashed-out event was ended on them: they were its own).
  */
 export async function finishTurnStart(
   tx: TransactionSql,
@@ -93,13 +95,16 @@ export async function finishTurnStart(
   name: string,
   instanceId: string,
   isolateUntil: bigint | null,
+  taken: 'start' | 'none' | 'all' = 'start',
 ): Promise<void> {
   if (isolateUntil === null) {
     await tx`delete from ${t.turnStarts} where consumer_name = ${name} and instance_id = ${instanceId}`;
   } else {
+    const count =
+      taken === 'all' ? tx`0` : taken === 'none' ? tx`started_count` : tx`greatest(started_count - 1, 0)`;
     await tx`
       update ${t.turnStarts}
-      set started_count = greatest(started_count - 1, 0), isolate_until = ${isolateUntil.toString()}::bigint, updated_at = now()
+      set started_count = ${count}, isolate_until = ${isolateUntil.toString()}::bigint, updated_at = now()
       where consumer_name = ${name} and instance_id = ${instanceId}`;
   }
 }

@@ -1,7 +1,15 @@
 // Versions of a consumer (docs/design.md §12): a new version of a projection is rebuilt beside the
 // live one and takes over at a barrier, with nothing lost or doubled; a version with side effects
 // takes the rows over where the old one is; readers see one version or the other, never half of one.
-import { appendEvents, drainUntilIdle, freshSchema, holdGap, passUntil, until } from '@sluice/testing';
+import {
+  appendEvents,
+  capturingLogger,
+  drainUntilIdle,
+  freshSchema,
+  holdGap,
+  passUntil,
+  until,
+} from '@sluice/testing';
 import { testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, test } from 'vitest';
 import type { Consumer } from '../consumers/consumer.js';
@@ -254,56 +262,160 @@ describe('a new version of a projection', () => {
 });
 
 describe('a new version of a consumer with side effects', () => {
-  test('is never rebuilt: it takes the rows over where the old version is, and every effect happens once', async () => {
+  test.each([1, 3])(
+    'is never rebuilt: it takes the rows over where the old version is, and every effect happens once (%i lanes)',
+    async (lanes) => {
+      const { schema, t } = await setup(db.sql);
+      const sent: { id: bigint; version: number | undefined }[] = [];
+      const mailer = (version: number, extra: Partial<Consumer> = {}): Consumer => ({
+        name: 'mailer',
+        version,
+        sideEffects: true,
+        lanes,
+        handler: (event, ctx) => {
+          sent.push({ id: event.id, version: ctx.version });
+        },
+        ...extra,
+      });
+      const one = testDispatcher(db.sql, schema, [mailer(1)]);
+      await one.ensureRegistered();
+      await appendEvents(db.sql, 20, byStream, schema);
+      await drainUntilIdle(one);
+      await one.stop();
+
+      const both = testDispatcher(db.sql, schema, [mailer(1), mailer(2)]);
+      await both.ensureRegistered();
+      expect(
+        (await selectVersions(db.sql, t, ['mailer'])).map((v) => [v.version, v.state, v.rowName]),
+      ).toEqual([
+        [1, 'live', 'mailer'],
+        [2, 'waiting', 'mailer'],
+      ]);
+      await appendEvents(db.sql, 10, (n) => byStream(n + 20), schema);
+      await drainUntilIdle(both);
+      expect(sent.every((s) => s.version === 1)).toBe(true);
+      const taken = await beginTakeover(db.sql, t, schema, 'mailer', {
+        actor: 'alice',
+        within: null,
+        lockTimeoutMs: 5_000,
+      });
+      expect(taken).toMatchObject({ version: 2, state: 'live', barrier: 30n });
+      // A process still on version 1 alone no longer turns the rows.
+      const old = testDispatcher(db.sql, schema, [mailer(1)]);
+      await old.ensureRegistered();
+      await appendEvents(db.sql, 10, (n) => byStream(n + 30), schema);
+      expect((await old.runOnce()).processed).toBe(0);
+      // The rows are version 2's now, live: version 1, retired, has the same row name, but its
+      // retirement neither lets prune past them nor refuses an operator's action on them.
+      await expect(prune(db.sql, { before: 41n, schema })).rejects.toMatchObject({
+        code: 'SLUICE_PRUNE_BLOCKED',
+      });
+      await expect(refuseRetiredRows(db.sql, t, 'mailer')).resolves.toBeUndefined();
+      await drainUntilIdle(both);
+      // Lanes keep order per stream, not across streams: the ids are compared as sets.
+      const ids = (list: readonly bigint[]) => [...list].sort((a, b) => (a < b ? -1 : 1));
+      expect(ids(sent.map((s) => s.id))).toEqual(await committed(schema));
+      expect(ids(sent.filter((s) => s.version === 2).map((s) => s.id))).toEqual(
+        (await committed(schema)).filter((id) => id > 30n),
+      );
+    },
+  );
+});
+
+describe('a declared version that cannot run', () => {
+  /** A consumer `notifier` whose versions 1 and 2 have no side effects: version 2 is rebuilt, on rows `notifier@v2`. */
+  async function rebuiltVersionLive(seen: { id: bigint; version: number | undefined }[]) {
     const { schema, t } = await setup(db.sql);
-    const sent: { id: bigint; version: number | undefined }[] = [];
-    const mailer = (version: number, extra: Partial<Consumer> = {}): Consumer => ({
-      name: 'mailer',
+    const notifier = (version: number, extra: Partial<Consumer> = {}): Consumer => ({
+      name: 'notifier',
       version,
-      sideEffects: true,
       handler: (event, ctx) => {
-        sent.push({ id: event.id, version: ctx.version });
+        seen.push({ id: event.id, version: ctx.version });
       },
       ...extra,
     });
-    const one = testDispatcher(db.sql, schema, [mailer(1)]);
-    await one.ensureRegistered();
-    await appendEvents(db.sql, 20, byStream, schema);
-    await drainUntilIdle(one);
-    await one.stop();
-
-    const both = testDispatcher(db.sql, schema, [mailer(1), mailer(2)]);
+    const both = testDispatcher(db.sql, schema, [
+      notifier(1),
+      notifier(2, { rebuild: { takeover: { withinEvents: 1_000 } } }),
+    ]);
     await both.ensureRegistered();
-    expect((await selectVersions(db.sql, t, ['mailer'])).map((v) => [v.version, v.state, v.rowName])).toEqual(
-      [
-        [1, 'live', 'mailer'],
-        [2, 'waiting', 'mailer'],
-      ],
+    await appendEvents(db.sql, 20, byStream, schema);
+    await passUntil(
+      both,
+      async () => (await liveVersion(db.sql, 'notifier', { schema })) === 2,
+      'version 2 is live',
     );
-    await appendEvents(db.sql, 10, (n) => byStream(n + 20), schema);
     await drainUntilIdle(both);
-    expect(sent.every((s) => s.version === 1)).toBe(true);
-    const taken = await beginTakeover(db.sql, t, schema, 'mailer', {
-      actor: 'alice',
-      within: null,
-      lockTimeoutMs: 5_000,
-    });
-    expect(taken).toMatchObject({ version: 2, state: 'live', barrier: 30n });
-    // A process still on version 1 alone no longer turns the rows.
-    const old = testDispatcher(db.sql, schema, [mailer(1)]);
-    await old.ensureRegistered();
-    await appendEvents(db.sql, 10, (n) => byStream(n + 30), schema);
-    expect((await old.runOnce()).processed).toBe(0);
-    // The rows are version 2's now, live: version 1, retired, has the same row name, but its
-    // retirement neither lets prune past them nor refuses an operator's action on them.
-    await expect(prune(db.sql, { before: 41n, schema })).rejects.toMatchObject({
-      code: 'SLUICE_PRUNE_BLOCKED',
-    });
-    await expect(refuseRetiredRows(db.sql, t, 'mailer')).resolves.toBeUndefined();
-    await drainUntilIdle(both);
-    expect(sent.map((s) => s.id)).toEqual(await committed(schema));
-    expect(sent.filter((s) => s.version === 2).map((s) => s.id)).toEqual(
-      (await committed(schema)).filter((id) => id > 30n),
+    await both.stop();
+    return { schema, t, notifier };
+  }
+
+  /** What registration leaves behind: versions, rows and audit entries. */
+  async function recorded(schema: string, t: ReturnType<typeof tables>) {
+    return {
+      versions: (await selectVersions(db.sql, t, ['notifier'])).map((v) => [v.version, v.state, v.rowName]),
+      rows: await db.sql`
+        select name, instance_id, cursor::text as cursor, status, version from ${db.sql(schema)}.consumers
+        order by name, instance_id`,
+      audit: await db.sql`select count(*)::int as n from ${db.sql(schema)}.audit`,
+    };
+  }
+
+  test('with side effects, after a rebuilt version took over: start() refuses it, naming what to do, and changes nothing', async () => {
+    const seen: { id: bigint; version: number | undefined }[] = [];
+    const { schema, t, notifier } = await rebuiltVersionLive(seen);
+    const before = await recorded(schema, t);
+    expect(before.versions).toEqual([
+      [1, 'retired', 'notifier'],
+      [2, 'live', 'notifier@v2'],
+    ]);
+
+    // The next release declares only its new version, now with side effects: it cannot take over
+    // rows of the live version's (they are not the consumer's own), so it is refused, not left
+    // registered nowhere while the consumer stops for good.
+    const third = testDispatcher(db.sql, schema, [
+      notifier(3, { sideEffects: true, rebuild: { takeover: { withinEvents: 1_000 } } }),
+    ]);
+    const refused = await third.start().then(
+      () => null,
+      (error: unknown) => error,
     );
+    expect(refused).toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'consumers[0].sideEffects' });
+    expect((refused as Error).message).toMatch(/"notifier@v2".*Declare version 3 without sideEffects/);
+    expect(await recorded(schema, t)).toEqual(before);
+
+    // Declared with version 2 beside it, it is refused just the same: version 2 is not stopped
+    // silently by a start that half-registered.
+    const again = testDispatcher(db.sql, schema, [notifier(2), notifier(3, { sideEffects: true })]);
+    await expect(again.ensureRegistered()).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION' });
+    expect(await recorded(schema, t)).toEqual(before);
+
+    // Version 2 still serves the consumer.
+    const serving = testDispatcher(db.sql, schema, [notifier(2)]);
+    await serving.ensureRegistered();
+    await appendEvents(db.sql, 5, (n) => byStream(n + 20), schema);
+    await drainUntilIdle(serving);
+    expect(seen.filter((s) => s.version === 2 && s.id > 20n).map((s) => s.id)).toEqual(
+      (await committed(schema)).filter((id) => id > 20n),
+    );
+  });
+
+  test('below a newer version on its way, never registered itself: the process does not run it, and says so', async () => {
+    const { schema, t } = await setup(db.sql);
+    const notifier = (version: number): Consumer => ({ name: 'notifier', version, handler: () => {} });
+    // Release 3 skipped version 2: version 3 is rebuilt beside version 1.
+    const current = testDispatcher(db.sql, schema, [notifier(1), notifier(3)]);
+    await current.ensureRegistered();
+    // A process of a release that declared version 2 starts late, during the rolling deployment.
+    const logger = capturingLogger();
+    const late = testDispatcher(db.sql, schema, [notifier(2)], { logger });
+    await late.ensureRegistered();
+    expect((await selectVersions(db.sql, t, ['notifier'])).map((v) => [v.version, v.state])).toEqual([
+      [1, 'live'],
+      [3, 'rebuilding'],
+    ]);
+    expect(await late.runOnce()).toMatchObject({ processed: 0 });
+    const warning = logger.lines.find((l) => l.level === 'warn' && l.fields['consumer'] === 'notifier');
+    expect(warning?.fields).toMatchObject({ version: 2, newest: 3 });
   });
 });

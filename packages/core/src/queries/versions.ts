@@ -3,6 +3,7 @@
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import {
   ConsumerNotFoundError,
+  InvalidOptionError,
   RebuildNotFoundError,
   RebuildNotReadyError,
   RebuildStateError,
@@ -128,6 +129,8 @@ export interface DeclaredVersion {
   readonly startPosition: bigint;
   readonly takeoverWithin: bigint | null;
   readonly view: { readonly view: string; readonly source: string } | null;
+  /** Where it was declared (`consumers[i]`), for the option a refusal names. */
+  readonly option: string;
 }
 
 /**
@@ -135,8 +138,10 @@ export interface DeclaredVersion {
  * consumer's first declared versions: the lowest is live (version 1 when the consumer already has
  * rows from before it was versioned). A version above the live one starts a rebuild (or, with side
  * effects, waits to take the rows over); it replaces a lower one still on its way, which is
- * abandoned. A version at or below one already taken over, or given up, is not run again.
- * Returns each consumer's versions after it.
+ * abandoned. A version at or below one already taken over, given up or on its way is not run
+ * again (nor recorded). Returns each consumer's versions after it.
+ * @throws {InvalidOptionError} for a new version with side effects while the live version runs on
+ *   rows rebuilt for it (it would have no rows to take over); nothing is registered
  */
 export async function registerVersions(
   tx: TransactionSql,
@@ -177,8 +182,36 @@ export async function registerVersions(
       const live = known.find((k) => k.state === 'live');
       const next = known.find((k) => (NEXT_STATES as readonly string[]).includes(k.state));
       const newest = Math.max(...known.map((k) => k.version));
-      if (!live || d.version < newest || (next && d.version < next.version)) continue;
-      if (d.sideEffects && live.rowName !== name) continue; // its rows would not be the live version's
+      // Below a version recorded (taken over, given up or on its way): not run again. A process of
+      // an older release leaves the rows to the others during a rolling deployment; the dispatcher
+      // logs that it does not run it.
+      if (d.version < newest) continue;
+      // No operation leaves a consumer without a live version (a hand-edited table could): refused,
+      // not skipped, as nothing would run the consumer.
+      if (!live) {
+        const top = known.find((k) => k.version === newest) as VersionRow;
+        throw new RebuildStateError(
+          name,
+          top.version,
+          top.state,
+          `the consumer has no live version, so version ${d.version} has nothing to take over from; nothing was registered`,
+        );
+      }
+      // A version with side effects takes over the consumer's own rows (the name a process gives its
+      // rows follows from its declaration alone: options.ts versionRowName). Once a rebuilt version,
+      // on rows of its own, is live, there are none to take over: refused, not skipped, as a process
+      // that declares it alone would serve the consumer nowhere (docs/design.md §12.2).
+      if (d.sideEffects && live.rowName !== name) {
+        throw new InvalidOptionError(
+          `${d.option}.sideEffects`,
+          `is true, but consumer "${name}"'s live version ${live.version} was rebuilt on rows of its own ` +
+            `("${live.rowName}"), and a version with side effects can only take over the consumer's own rows ` +
+            `("${name}"): version ${d.version} would never run. Nothing was registered. Declare version ` +
+            `${d.version} without sideEffects (it is rebuilt on rows of its own from rebuild.from, its handler ` +
+            `called again for every event from there), or send the effects from a consumer of another name ` +
+            `(startFrom: 'now')`,
+        );
+      }
       if (next) await abandon(tx, t, name, next, live, actor, `version ${d.version} was declared`);
       const state: VersionState = d.sideEffects ? 'waiting' : 'rebuilding';
       // From the beginning means from the oldest event retention kept (as a restart from the

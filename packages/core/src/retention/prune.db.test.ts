@@ -1,5 +1,19 @@
-import { appendEvents, drainUntilIdle, recordingConsumer } from '@sluice/testing';
-import { heldTransaction, registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
+import { migrate, MIGRATION_LOCK_CLASS } from '../schema/migrate.js';
+import {
+  appendEvents,
+  capturingLogger,
+  drainUntilIdle,
+  freshSchema,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
+import {
+  heldTransaction,
+  registeredDispatcher,
+  testDispatcher,
+  useTestDatabase,
+} from '@sluice/testing/vitest';
 import { describe, expect, test } from 'vitest';
 import { PruneBlockedError } from '../errors.js';
 import { prune } from './prune.js';
@@ -50,6 +64,28 @@ describe('prune', () => {
     await expect(prune(db.sql, { before: 3n, schema })).rejects.toBeInstanceOf(PruneBlockedError);
     await db.sql`update ${db.sql(`${schema}.consumers`)} set last_seen_at = now() - interval '2 days'`;
     expect(await prune(db.sql, { before: 3n, schema })).toEqual({ deleted: 2 });
+    // The instance comes back: what it missed is said at its start, and it goes on from what is kept.
+    const logger = capturingLogger();
+    const back = testDispatcher(db.sql, schema, [c.consumer], { instanceId: 'gone-instance', logger });
+    await back.ensureRegistered();
+    const errors = logger.lines.filter((l) => l.level === 'error');
+    expect(errors).toHaveLength(1);
+    expect(errors[0]?.message).toMatch(/retention pruned events .* ids 1 to 2 are not delivered to it$/);
+    expect(errors[0]?.fields).toEqual({
+      consumer: 'feed',
+      instanceId: 'gone-instance',
+      cursor: 0n,
+      prunedThrough: 2n,
+    });
+    await drainUntilIdle(back);
+    expect(c.ids()).toEqual([3n, 4n]);
+    // A row created after the prune starts at what is kept: nothing to say.
+    const fresh = capturingLogger();
+    await testDispatcher(db.sql, schema, [c.consumer], {
+      instanceId: 'new-instance',
+      logger: fresh,
+    }).ensureRegistered();
+    expect(fresh.lines.filter((l) => l.level === 'error')).toEqual([]);
   });
 
   test('rejects a before that is not a bigint id, a bad actor, and a schema not migrated', async () => {
@@ -70,5 +106,52 @@ describe('prune', () => {
     await expect(prune(db.sql, { before: 1n, schema: 'never_migrated' })).rejects.toMatchObject({
       code: 'SLUICE_SCHEMA_NOT_MIGRATED',
     });
+  });
+});
+
+describe('advisory locks under a role with short lock and statement timeouts', () => {
+  // What a role's or database's settings give every session of the application's pool.
+  const shortTimeouts = () => db.connect({ connection: { lock_timeout: 30, statement_timeout: 300 } });
+
+  /** Runs `act` while the test holds the advisory lock `lockClass` of `schema`; it waits past both timeouts, then gets it. */
+  async function waitsFor(schema: string, lockClass: number, act: () => Promise<unknown>) {
+    const holder = await heldTransaction(db.sql);
+    await holder.sql`select pg_advisory_xact_lock(${lockClass}, hashtext(${schema}))`;
+    const acting = act();
+    acting.catch(() => undefined);
+    await until(
+      async () =>
+        (
+          await db.sql`select 1 from pg_locks l join pg_stat_activity a on a.pid = l.pid
+                       where l.locktype = 'advisory' and not l.granted and l.objid = hashtext(${schema})::oid
+                         and a.query_start < clock_timestamp() - interval '500 milliseconds'`
+        ).length > 0,
+      10_000,
+      'a wait for the advisory lock longer than both timeouts',
+    );
+    await holder.commit();
+    return acting;
+  }
+
+  test('a start waits for a prune, a prune for a registration, a migrate for another', async () => {
+    const sql = shortTimeouts();
+    const { schema } = await registeredDispatcher(db.sql, [recordingConsumer('a').consumer]);
+    await appendEvents(db.sql, 2, undefined, schema);
+    await waitsFor(schema, RETENTION_LOCK_CLASS, () =>
+      testDispatcher(sql, schema, [recordingConsumer('b').consumer]).ensureRegistered(),
+    );
+    await expect(
+      waitsFor(schema, RETENTION_LOCK_CLASS, () => prune(sql, { before: 1n, schema })),
+    ).resolves.toEqual({
+      deleted: 0,
+    });
+    const fresh = await freshSchema(db.sql);
+    await expect(
+      waitsFor(fresh, MIGRATION_LOCK_CLASS, () => migrate(sql, { schema: fresh, logger: capturingLogger() })),
+    ).resolves.toMatchObject({ schema: fresh, warnings: [] });
+    // The timeouts are the session's again after the lock.
+    const [settings] = await sql<{ lock_timeout: string; statement_timeout: string }[]>`
+      select current_setting('lock_timeout') as lock_timeout, current_setting('statement_timeout') as statement_timeout`;
+    expect(settings).toEqual({ lock_timeout: '30ms', statement_timeout: '300ms' });
   });
 });

@@ -1,3 +1,4 @@
+import { takeAdvisoryLocks } from '../queries/advisory-locks.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { checkStorableName, MAX_AGE_MS } from '../options.js';
 import {
@@ -59,7 +60,10 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
   const t = tables(sql, schema);
   const before = options.before.toString();
   return guardedBegin(sql, async (tx) => {
-    await tx`select pg_advisory_xact_lock(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
+    await takeAdvisoryLocks(
+      tx,
+      () => tx`select pg_advisory_xact_lock(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`,
+    );
     // A retired version's rows never run again (docs/design.md §12.4): they hold nothing back. A row
     // is its version's by its own `version` (a version with side effects takes the rows over).
     const lagging = await tx<LaggingRow[]>`

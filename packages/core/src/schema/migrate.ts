@@ -1,3 +1,4 @@
+import { takeAdvisoryLocks } from '../queries/advisory-locks.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { MigrationFailedError, MigrationModifiedError } from '../errors.js';
 import { consoleLogger, type Logger } from '../logger.js';
@@ -22,7 +23,7 @@ export interface MigrateResult {
 
 // First key of the two-key advisory lock: 'SLUC'. The second is hashtext(schema), so two schemas
 // migrate independently and N processes booting at once migrate a schema exactly once.
-const MIGRATION_LOCK_CLASS = 0x534c5543;
+export const MIGRATION_LOCK_CLASS = 0x534c5543;
 
 /**
  * The migrations applied in `schema` (version to checksum), its schema and migrations table made
@@ -72,7 +73,11 @@ export async function migrate(sql: Sql, options: MigrateOptions = {}): Promise<M
 
   const applied = await guardedBegin(sql, async (tx) => {
     const t = tables(tx, schema);
-    await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_CLASS}, hashtext(${schema}))`;
+    // Every process may migrate at boot: the others wait for the first, whatever the role's timeouts.
+    await takeAdvisoryLocks(
+      tx,
+      () => tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_CLASS}, hashtext(${schema}))`,
+    );
     const done = await appliedMigrations(tx, schema).catch((error: unknown) => {
       // The schema, its migrations table, or the role's right to make them: said in one typed error.
       throw new MigrationFailedError(0, `setup of schema "${schema}"`, error);

@@ -1,3 +1,4 @@
+import { InvalidOptionError } from '@sluice/core';
 import type { FastifyInstance } from 'fastify';
 import { NO_PARAMETERS, toJson } from '../json.js';
 import {
@@ -17,6 +18,21 @@ import {
 } from '../schemas.js';
 import { instanceOf, type OpsContext } from './context.js';
 import { redacted } from './redact.js';
+
+/**
+ * The time of a date-time the schema accepted. A leap second (23:59:60), which the schema's format
+ * allows and a JavaScript Date cannot hold, is refused saying so.
+ */
+function timeOf(text: string): Date {
+  const time = new Date(text);
+  if (Number.isNaN(time.getTime()) && /[T ]\d\d:59:60/i.test(text)) {
+    throw new InvalidOptionError(
+      'until',
+      `${text} is a leap second, which Sluice cannot hold: give the second after it`,
+    );
+  }
+  return time;
+}
 
 interface NameParams {
   name: string;
@@ -122,7 +138,7 @@ export function consumerRoutes(app: FastifyInstance, { admin, ops }: OpsContext)
       return toJson(
         await admin.disable(request.params.name, {
           actor: request.sluiceActor,
-          ...(body.until === undefined ? {} : { until: new Date(body.until) }),
+          ...(body.until === undefined ? {} : { until: timeOf(body.until) }),
           ...(body.forMs === undefined ? {} : { forMs: body.forMs }),
           ...instanceOf(request.query, body),
           ...reasonOf(body),

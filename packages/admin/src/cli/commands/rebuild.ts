@@ -118,6 +118,20 @@ export const rebuildCommand = defineCommand({
     if (action === 'drop' && version === undefined) {
       throw new UsageError('drop takes <name>@v<N>: the retired version to drop (see sluice rebuild --help)');
     }
+    // Options of another action are refused, not ignored: an operator who typed them meant something.
+    const misplaced = (
+      [
+        ['--force', options.flag('force') && action !== 'approve', 'approve'],
+        ['--drop-source', options.flag('drop-source') && action !== 'drop', 'drop'],
+        ['--reason', options.text('reason') !== undefined && action === 'status', 'a change'],
+        ['<name>@v<N>', version !== undefined && action === 'status', 'a change'],
+      ] as const
+    ).find(([, given]) => given);
+    if (misplaced) {
+      throw new UsageError(
+        `${misplaced[0]} is for ${misplaced[2]}, not ${action} (see sluice rebuild --help)`,
+      );
+    }
     const reason = parseReason(options.text('reason'));
     const json = options.flag('json');
     return async (admin) => {
