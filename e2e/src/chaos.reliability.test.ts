@@ -660,6 +660,7 @@ async function offlineCheck(
     writes,
     transactionalRows,
     streamOf: histories.streamOf,
+    crashes: faults.restarts.map((r) => r.quitAt),
   };
   const report = check({ ...input, samples: watch.samples });
   const clean = check({ ...input, samples: [], afterId: cleanAfterId });
@@ -785,6 +786,7 @@ function verdicts(
       ['I1', 'I7', 'I8'],
       {
         'rolled-back ids': report.rolledBackIds,
+        'of them handed out again after a crash': report.reissuedIds,
         'writer backends terminated': terminatedByKind['writer'] ?? 0,
         'unknown outcomes (ids)': `${report.unknown.ids} (${report.unknown.committed} committed)`,
         'rolled-back ids delivered': report.rolledBackDelivered,

@@ -166,6 +166,48 @@ describe('chaos checker', () => {
     expect(report.unknown).toEqual({ ids: 2, committed: 1 });
   });
 
+  test('an id the sequence handed out again after a crash is the later write’s from that crash on', () => {
+    const writes: Write[] = [
+      { w: 'w1', ids: [1], outcome: 'commit', t: 10 },
+      { w: 'w1', ids: [2, 3], outcome: 'rollback', t: 20 },
+      { w: 'w2', ids: [2], outcome: 'commit', t: 50 },
+    ];
+    const deliveredAt = (entries: [number, number][]): Delivery[] =>
+      entries.map(([id, t]) => ({ c: 'c', id, p: 'p1', t }));
+    const base = {
+      committedIds: [1, 2],
+      writes,
+      deliveries: deliveredAt([
+        [1, 11],
+        [2, 60],
+      ]),
+    };
+    // Without a crash, a rolled-back id in the log is a violation.
+    const uncrashed = check(input(base));
+    expect(uncrashed.rolledBackPresent).toBe(1);
+    expect(uncrashed.rolledBackDelivered).toBe(1);
+    expect(uncrashed.reissuedIds).toBe(0);
+    // With a crash between the rollback and the later commit, id 2 is the later write's.
+    const crashed = check(input({ ...base, crashes: [30] }));
+    expect(crashed).toMatchObject({ rolledBackPresent: 0, rolledBackDelivered: 0, reissuedIds: 1 });
+    expect(crashed.consumers[0]).toMatchObject({ lost: 0, phantoms: 0 });
+    // A delivery of the id before the crash was of the rolled-back event.
+    const early = check(
+      input({
+        ...base,
+        crashes: [30],
+        deliveries: deliveredAt([
+          [1, 11],
+          [2, 25],
+          [2, 60],
+        ]),
+      }),
+    );
+    expect(early.rolledBackDelivered).toBe(1);
+    // A crash after the later write does not make the id the later write's.
+    expect(check(input({ ...base, crashes: [70] })).rolledBackPresent).toBe(1);
+  });
+
   test('compares a transactional consumer’s rows with the log exactly', () => {
     const report = check(
       input({

@@ -76,6 +76,13 @@ export interface CheckInput {
   readonly afterId?: number;
   /** Each committed id's stream (as a number), for the order of laned consumers. */
   readonly streamOf?: ReadonlyMap<number, number>;
+  /**
+   * When the server was crashed (an immediate shutdown). PostgreSQL may then hand out again sequence
+   * values that only transactions which did not commit had taken: their nextval's WAL record may not
+   * have been flushed, and the sequence restarts from the last one that was. A rolled-back id that
+   * a write after such a crash took again is that write's id from then on. @defaultValue []
+   */
+  readonly crashes?: readonly number[];
 }
 
 export interface Duplicate {
@@ -116,11 +123,16 @@ export interface CheckReport {
     readonly missing: number;
     readonly missingIds: readonly number[];
   };
-  /** Ids of 'rollback' records that exist in the events table (must be 0). */
+  /** Ids of 'rollback' records that exist in the events table and no later write took again (must be 0). */
   readonly rolledBackPresent: number;
-  /** Deliveries of ids of 'rollback' records (G2: must be 0). */
+  /**
+   * Deliveries of ids of 'rollback' records (G2: must be 0); of an id a write took again after a
+   * crash, the deliveries before that crash.
+   */
   readonly rolledBackDelivered: number;
   readonly rolledBackIds: number;
+  /** Rolled-back ids that a write took again after a crash ({@link CheckInput.crashes}). */
+  readonly reissuedIds: number;
   readonly unknown: { readonly ids: number; readonly committed: number };
   /** Committed ids no writer recorded (a writer died before recording; 0 in a run that kills none). */
   readonly withoutWriteRecord: number;
@@ -195,6 +207,10 @@ export function check(input: CheckInput): CheckReport {
   let rolledBackIds = 0;
   let unknownIds = 0;
   let unknownCommitted = 0;
+  // An id a rolled-back write and a later write (commit or unknown) both recorded: the sequence
+  // handed it out again after a crash between them. Its deliveries after that crash are the later
+  // write's event.
+  const reissuedAfter = reissues(input.writes, input.crashes ?? []);
   for (const w of input.writes) {
     for (const id of w.ids) {
       if (!inScope(id)) continue;
@@ -204,7 +220,7 @@ export function check(input: CheckInput): CheckReport {
       if (w.outcome === 'rollback') {
         rolledBack[id] = 1;
         rolledBackIds += 1;
-        if (committed[id]) rolledBackPresent += 1;
+        if (committed[id] && !reissuedAfter.has(id)) rolledBackPresent += 1;
         continue;
       }
       if (w.t < (committedBy[id] ?? Infinity)) committedBy[id] = w.t;
@@ -287,7 +303,7 @@ export function check(input: CheckInput): CheckReport {
     const perStream = consumer.laned ? new Map<number, { highest: number; turns: MaxFenwick }>() : null;
     for (const d of deliveries) {
       if (!inScope(d.id)) continue;
-      if (rolledBack[d.id]) rolledBackDelivered += 1;
+      if (rolledBack[d.id] && !(d.t > (reissuedAfter.get(d.id) ?? Infinity))) rolledBackDelivered += 1;
       const n = (count[d.id] ?? 0) + 1;
       count[d.id] = n;
       if (n === 1) {
@@ -425,10 +441,31 @@ export function check(input: CheckInput): CheckReport {
     rolledBackPresent,
     rolledBackDelivered,
     rolledBackIds,
+    reissuedIds: reissuedAfter.size,
     unknown: { ids: unknownIds, committed: unknownCommitted },
     withoutWriteRecord,
     transactional,
   };
+}
+
+/**
+ * The rolled-back ids that a write recorded after a crash took again, each with that crash's time
+ * (the latest crash before the earliest such write's outcome): only a crash lets the sequence hand
+ * out a value twice, and only a value of a transaction that did not commit.
+ */
+function reissues(writes: readonly Write[], crashes: readonly number[]): Map<number, number> {
+  const reissued = new Map<number, number>();
+  if (crashes.length === 0) return reissued;
+  const rolledBack = new Set<number>();
+  for (const w of writes) if (w.outcome === 'rollback') for (const id of w.ids) rolledBack.add(id);
+  for (const w of writes) {
+    if (w.outcome === 'rollback') continue;
+    const crash = Math.max(...crashes.filter((at) => at < w.t));
+    if (!Number.isFinite(crash)) continue;
+    for (const id of w.ids)
+      if (rolledBack.has(id) && crash < (reissued.get(id) ?? Infinity)) reissued.set(id, crash);
+  }
+  return reissued;
 }
 
 /**
