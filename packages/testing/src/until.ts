@@ -37,15 +37,20 @@ export function gate(): { readonly promise: Promise<void>; readonly open: () => 
 
 /**
  * Resolves once a session waits on a consumer's row lock (the `for update of c` an operator action
- * or a turn takes): the action was issued and is now behind the turn that holds the row.
+ * or a turn takes, or another statement whose text is `like` the pattern given): the action was
+ * issued and is now behind the turn that holds the row.
  */
-export async function untilWaitingForConsumerRow(sql: Sql, timeoutMs = 10_000): Promise<void> {
+export async function untilWaitingForConsumerRow(
+  sql: Sql,
+  timeoutMs = 10_000,
+  like = '%for update of c%',
+): Promise<void> {
   await until(
     async () =>
       (
         await sql`
           select 1 from pg_stat_activity
-          where wait_event_type = 'Lock' and state = 'active' and query like '%for update of c%'`
+          where wait_event_type = 'Lock' and state = 'active' and query like ${like}`
       ).length > 0,
     timeoutMs,
     'a session to wait for the consumer row',

@@ -13,6 +13,7 @@ import {
   recordingConsumer,
   type RecordingConsumer,
   until,
+  untilWaitingForConsumerRow,
 } from '@sluice/testing';
 import { testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, test } from 'vitest';
@@ -565,6 +566,43 @@ describe('the lane key', () => {
     expect(oldSeen).toEqual(
       Array.from({ length: 24 }, (_, i) => BigInt(i + 1)).filter((id) => id !== 2n && id !== 14n),
     );
+  });
+
+  test('one lane: a start under another key, behind a turn that parks a key under the old one, is refused once that turn commits', async () => {
+    const schema = await freshSchema(db.sql, 'lanekey');
+    const inHandler = gate();
+    const release = gate();
+    const oldProcess = testDispatcher(db.sql, schema, [
+      {
+        name: 'reactor',
+        errorPolicy: { maxAttempts: 1, parkKey: true },
+        handler: async () => {
+          inHandler.open();
+          await release.promise;
+          throw new Error('cannot handle it');
+        },
+      },
+    ]);
+    await oldProcess.ensureRegistered();
+    await appendEvents(db.sql, 1, byStream, schema);
+    // The turn holds the row while its handler runs; nothing is parked yet when the start reads.
+    const turn = oldProcess.runOnce();
+    await inHandler.promise;
+    const start = testDispatcher(db.sql, schema, [
+      { name: 'reactor', laneKey: { data: 'n' }, errorPolicy: { parkKey: true }, handler: () => undefined },
+    ])
+      .ensureRegistered()
+      .then(
+        () => 'started',
+        (error: unknown) => error,
+      );
+    await untilWaitingForConsumerRow(db.sql, 10_000, '%set lane_key%');
+    release.open();
+    await turn;
+    expect(await db.sql`select key from ${db.sql(`${schema}.parked_keys`)}`).toEqual([{ key: 's-0' }]);
+    // s-0 was parked under the stream id: under the data field it would mean nothing.
+    expect(await start).toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'consumers[0].laneKey' });
+    expect(await laneKeys(schema, 'reactor')).toEqual(['streamId']);
   });
 
   test('a start that declares another key than the lanes were kept by is refused, and changes nothing', async () => {

@@ -151,10 +151,39 @@ async function recordLaneKeys(tx: TransactionSql, t: Tables, rows: readonly Regi
   for (const row of rows) if (row.laneKey && !row.perInstance) declared.set(row.name, row.laneKey);
   if (declared.size === 0) return;
   const names = [...declared.keys()];
-  // What the rows hold decides, not what this process declares: cursors of several lanes (or of a
-  // change of lanes under way) and parked keys were kept by the recorded key. One lane's cursor
-  // and no parked key mean the same under any key.
-  const recorded = await tx<{ name: string; keys: string[]; keyed: boolean }[]>`
+  // The consumers whose rows hold another key than the declared one, with that key.
+  const moving = new Map<string, string>();
+  for (const { name, keys, keyed } of await keptKeys(tx, t, names)) {
+    const key = declared.get(name);
+    const other = keys.find((k) => k !== key?.text);
+    if (!key || other === undefined) continue;
+    if (keyed) throw keptByAnotherKey(key, name, other);
+    moving.set(name, other);
+  }
+  await tx`
+    update ${t.consumers} c set lane_key = r.lane_key
+    from unnest(${pgArray(names)}::text[], ${pgArray(names.map((n) => declared.get(n)?.text ?? null))}::text[])
+         as r(name, lane_key)
+    where c.name = r.name and left(c.instance_id, 1) = '*' and c.lane_key is distinct from r.lane_key`;
+  if (moving.size === 0) return;
+  // The update waited for a turn that held one of these rows, and that turn may have parked a key
+  // under the old one after the read above. Now that the rows are held, a new read sees it; a turn
+  // after this one finds the new key recorded and parks nothing.
+  for (const { name, keyed } of await keptKeys(tx, t, [...moving.keys()])) {
+    const key = declared.get(name);
+    const other = moving.get(name);
+    if (key && other !== undefined && keyed) throw keptByAnotherKey(key, name, other);
+  }
+}
+
+/**
+ * Each shared consumer's recorded keys, and whether its rows keep anything by their key: what the
+ * rows hold decides, not what a process declares. Cursors of several lanes (or of a change of lanes
+ * under way) and parked keys were kept by the recorded key; one lane's cursor and no parked key
+ * mean the same under any key.
+ */
+function keptKeys(tx: TransactionSql, t: Tables, names: readonly string[]) {
+  return tx<{ name: string; keys: string[]; keyed: boolean }[]>`
     -- JSON, not text[]: nothing depends on how the pool parses arrays (postgres.js 3, fetch_types: false).
     select c.name, coalesce(json_agg(distinct c.lane_key) filter (where c.lane_key is not null), '[]') as keys,
            count(*) > 1
@@ -163,25 +192,21 @@ async function recordLaneKeys(tx: TransactionSql, t: Tables, rows: readonly Regi
     from ${t.consumers} c
     where left(c.instance_id, 1) = '*' and c.name = any(${pgArray(names)}::text[])
     group by c.name`;
-  for (const { name, keys, keyed } of recorded) {
-    const key = declared.get(name);
-    const other = keys.find((k) => k !== key?.text);
-    if (key && keyed && other !== undefined) {
-      throw new InvalidOptionError(
-        key.option,
-        `is ${laneKeyOption(key.text)}, but consumer "${name}"'s lanes (or parked keys) were kept by ` +
-          `${laneKeyOption(other)}: a lane's cursor means something only under its key, and events whose key ` +
-          'moves to a lane already past them would not be delivered. Keep the recorded key, or give the ' +
-          'consumer a new name, or a new version without side effects (rebuilt from the log on rows of its ' +
-          'own); a version with side effects takes the same rows over and keeps their key',
-      );
-    }
-  }
-  await tx`
-    update ${t.consumers} c set lane_key = r.lane_key
-    from unnest(${pgArray(names)}::text[], ${pgArray(names.map((n) => declared.get(n)?.text ?? null))}::text[])
-         as r(name, lane_key)
-    where c.name = r.name and left(c.instance_id, 1) = '*' and c.lane_key is distinct from r.lane_key`;
+}
+
+function keptByAnotherKey(
+  key: NonNullable<RegisterRow['laneKey']>,
+  name: string,
+  other: string,
+): InvalidOptionError {
+  return new InvalidOptionError(
+    key.option,
+    `is ${laneKeyOption(key.text)}, but consumer "${name}"'s lanes (or parked keys) were kept by ` +
+      `${laneKeyOption(other)}: a lane's cursor means something only under its key, and events whose key ` +
+      'moves to a lane already past them would not be delivered. Keep the recorded key, or give the ' +
+      'consumer a new name, or a new version without side effects (rebuilt from the log on rows of its ' +
+      'own); a version with side effects takes the same rows over and keeps their key',
+  );
 }
 
 /**
