@@ -35,6 +35,7 @@ export function idleState(fields: Partial<ConsumerState> = {}): ConsumerState {
 export const RULES: TurnRules = {
   maxAttempts: 3,
   skipApplyErrors: false,
+  policyAfterTimeouts: false,
   ordering: 'fast',
   retryDelayMs: 1_000,
   retryMaxDelayMs: 60_000,

@@ -328,6 +328,31 @@ describe('planDelivery', () => {
     );
   });
 
+  test('properties: only the stuck event whose attempts are used up is spent, and only under a policy that goes on past it', () => {
+    fc.assert(
+      fc.property(
+        fc
+          .uniqueArray(fc.bigInt({ min: 1n, max: 12n }), { minLength: 1, maxLength: 6 })
+          .map((ids) => ids.sort(cmp)),
+        fc.option(fc.bigInt({ min: 1n, max: 12n }), { nil: null }),
+        fc.integer({ min: 0, max: 6 }),
+        fc.option(fc.string({ maxLength: 8 }), { nil: null }),
+        fc.boolean(),
+        (deliverable, stuckEventId, attempts, lastError, policyAfterTimeouts) => {
+          const rules = { ...RULES, policyAfterTimeouts };
+          const state = idleState({ attempts, stuckEventId, lastError });
+          const plan = planDelivery(held(state), state, false, deliverable, () => false, rules);
+          for (const id of deliverable) {
+            const spent = policyAfterTimeouts && id === stuckEventId && attempts >= rules.maxAttempts;
+            expect(plan.spent(id) !== undefined).toBe(spent);
+            // The event's own last error, when the row kept one.
+            if (spent && lastError !== null) expect(plan.spent(id)).toBe(lastError);
+          }
+        },
+      ),
+    );
+  });
+
   test('after a crash the batch is delivered one event per turn up to its last id', () => {
     const marker = { first: 5n, last: 8n, started: 1, isolateUntil: null };
     const state = idleState({ cursor: 4n });

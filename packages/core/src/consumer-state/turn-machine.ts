@@ -26,6 +26,12 @@ import {
 export interface TurnRules {
   readonly maxAttempts: number;
   readonly skipApplyErrors: boolean;
+  /**
+   * A transactional consumer whose error policy goes on past an exhausted event (skipApplyErrors,
+   * parkKey): its handler's timeout rolls the turn back, so the turn that used the last attempt up
+   * could not apply the policy (see DeliveryPlan.spent).
+   */
+  readonly policyAfterTimeouts: boolean;
   readonly ordering: Ordering;
   readonly retryDelayMs: number;
   readonly retryMaxDelayMs: number;
@@ -218,6 +224,13 @@ export interface DeliveryPlan {
    * (it goes to the dead letters with skipApplyErrors, else the consumer is dead).
    */
   readonly crashedOut: boolean;
+  /**
+   * The error of an event whose committed attempts are used up (a transactional handler timed out
+   * on its last attempt, or maxAttempts was lowered) when the consumer's policy goes on past it
+   * (TurnRules.policyAfterTimeouts): the policy applies to it without another call. Undefined for
+   * every other event.
+   */
+  readonly spent: (id: bigint) => string | undefined;
   /** The next turn start counts afresh (a re-arm resets attempts, crashed ones included). */
   readonly resetStartCount: boolean;
 }
@@ -264,6 +277,11 @@ export function planDelivery(
     chargedCrashes > 0 &&
     !resolvesUnhandled(firstId) &&
     priorAttempts(firstId) >= rules.maxAttempts;
+  const spentId =
+    rules.policyAfterTimeouts && state.stuckEventId !== null && state.attempts >= rules.maxAttempts
+      ? state.stuckEventId
+      : null;
+  const spentError = state.lastError ?? `event ${spentId} used up its ${rules.maxAttempts} attempts`;
   return {
     ids,
     isolating,
@@ -271,6 +289,7 @@ export function planDelivery(
     crashes: crashed,
     priorAttempts,
     crashedOut,
+    spent: (id) => (id === spentId ? spentError : undefined),
     resetStartCount: rearmed,
   };
 }

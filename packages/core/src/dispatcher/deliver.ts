@@ -16,6 +16,11 @@ export interface DeliveryInput {
   readonly events: readonly EventRecord[];
   /** Failures already counted for an event (committed attempts plus crashed starts). */
   readonly priorAttempts: (eventId: bigint) => number;
+  /**
+   * The error of an event whose attempts are used up, to which the error policy applies without
+   * another call (DeliveryPlan.spent); undefined for the others.
+   */
+  readonly spent?: (eventId: bigint) => string | undefined;
   /** Stop starting new handlers after this time (performance.now() ms); the turn commits what it did. */
   readonly deadlineMs: number;
   /** Stop starting new handlers once this says so (the dispatcher stops): the turn commits what it did. */
@@ -111,7 +116,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   const toHandle = events.filter(
     (e) => !input.resolvesUnhandled(e.id) && setAsideKey(input, e) === undefined,
   );
-  if (batchHandler && toHandle.length > 1) {
+  if (batchHandler && toHandle.length > 1 && !toHandle.some((e) => spentError(input, e))) {
     assertLive(input.tx);
     const attempt = Math.max(...toHandle.map((e) => input.priorAttempts(e.id))) + 1;
     const outcome = await invoke(input, toHandle, attempt, batchHandler);
@@ -154,9 +159,10 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
       continue;
     }
     assertLive(input.tx);
-    const attempt = input.priorAttempts(event.id) + 1;
+    const spent = spentError(input, event);
+    const attempt = input.priorAttempts(event.id) + (spent ? 0 : 1);
     // A handler that returns no promise is settled without a microtask hop.
-    const called = invoke(input, [event], attempt, undefined);
+    const called = spent ? { ok: false as const, error: spent } : invoke(input, [event], attempt, undefined);
     const outcome = called instanceof Promise ? await called : called;
     if (outcome.ok) {
       resolved.push(event);
@@ -188,6 +194,18 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
     resolved.push(event);
   }
   return { resolved, deadLetters, parked, failure: undefined, dead: false, handled, failed };
+}
+
+/**
+ * The error of an event whose attempts are used up and to which the error policy applies without
+ * another call: its last attempt timed out in a transactional turn, which was rolled back with the
+ * policy's dead letter or parked key (docs/design.md §4.4). Not in a process under another key than
+ * the recorded one: that one parks nothing, and gives the event its call.
+ */
+function spentError(input: DeliveryInput, event: EventRecord): Error | undefined {
+  if (input.parking?.underAnotherKey === true) return undefined;
+  const message = input.spent?.(event.id);
+  return message === undefined ? undefined : new Error(message);
 }
 
 /** The key `event` is set aside under: its key is parked. */
@@ -382,6 +400,8 @@ async function inOneSavepoint(
           continue;
         }
         assertLive(input.tx);
+        const spent = spentError(input, event);
+        if (spent) throw new SeriesFailed({ index, error: spent, attempts: input.priorAttempts(event.id) });
         const attempt = input.priorAttempts(event.id) + 1;
         const span = startHandlerSpan(input.tracer, input.turnSpan, consumer.name, consumer.instanceId, [
           event,

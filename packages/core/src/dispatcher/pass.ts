@@ -733,7 +733,9 @@ export class PassRunner {
     const failure = outcome.timedOut;
     if (!failure) return;
     const attempts = attemptsCharged(consumer, failure.attempts, failure.error, failure.event);
-    const dead = attempts >= consumer.maxAttempts;
+    // A policy that goes on past an exhausted event applies in the next turn, without another call
+    // (DeliveryPlan.spent): this turn was rolled back.
+    const dead = attempts >= consumer.maxAttempts && !consumer.skipApplyErrors && !consumer.parkKey;
     this.#env.logger.warn(
       { consumer: consumer.name, eventId: failure.event.id, attempts },
       'transactional handler timed out; its turn was rolled back',

@@ -262,6 +262,61 @@ test('handlerTimeoutMs on a transactional consumer rolls its turn back and still
   expect(count?.n).toBe(0);
 });
 
+test.each([
+  ['skipApplyErrors', { skipApplyErrors: true }],
+  ['parkKey', { parkKey: true }],
+] as const)(
+  'a transactional handler that times out on its last attempt: %s applies in the next turn, without another call, and the consumer goes on',
+  async (_, policy) => {
+    const schema = await freshSchema(db.sql);
+    await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
+    const calls: bigint[] = [];
+    const c = recordingConsumer('hung-projection', {
+      transactional: true,
+      handlerTimeoutMs: 100,
+      errorPolicy: { maxAttempts: 2, ...policy },
+      handler: async (event, ctx) => {
+        calls.push(event.id);
+        await ctx.tx!`insert into ${ctx.tx!(`${schema}.projection`)} values (${event.id.toString()})`;
+        if (event.id === 2n) await new Promise(() => undefined);
+      },
+    });
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer], { retryDelayMs: 1, retryMaxDelayMs: 1 });
+    await dispatcher.ensureRegistered();
+    // Events 1 and 3 of one stream, 2 of another (the key parked with parkKey).
+    await appendEvents(
+      db.sql,
+      3,
+      (n) => ({ streamId: n === 2 ? 'poison' : 'fine', type: 'T', data: {} }),
+      schema,
+    );
+    await until(
+      async () => {
+        await dispatcher.runOnce();
+        return (await consumerRow(db.sql, schema, 'hung-projection')).cursor === 3n;
+      },
+      10_000,
+      'the consumer to go past the event that timed out',
+    );
+    const row = await consumerRow(db.sql, schema, 'hung-projection');
+    expect(row.status).not.toBe('dead');
+    // Two calls of event 2 timed out; none after the second.
+    expect(calls.filter((id) => id === 2n)).toEqual([2n, 2n]);
+    const projected = await db.sql<{ id: string }[]>`
+      select event_id::text as id from ${db.sql(`${schema}.projection`)} order by event_id`;
+    expect(projected.map((r) => r.id)).toEqual(['1', '3']);
+    const aside = await db.sql<{ id: string; attempts: number; error: string }[]>`
+      ${
+        'skipApplyErrors' in policy
+          ? db.sql`select event_id::text as id, attempts, error from ${db.sql(`${schema}.dead_letters`)}`
+          : db.sql`select first_event_id::text as id, attempts, error from ${db.sql(`${schema}.parked_keys`)}`
+      }`;
+    expect(aside).toEqual([
+      { id: '2', attempts: 2, error: expect.stringContaining('handlerTimeoutMs') as string },
+    ]);
+  },
+);
+
 test('a failed event is retried after a delay that doubles with each attempt, for every instance alike', async () => {
   let calls = 0;
   const c = recordingConsumer('patient', {

@@ -542,6 +542,7 @@ export async function startAndDeliver(
     tx,
     events: handed,
     priorAttempts: plan.priorAttempts,
+    spent: plan.spent,
     resolvesUnhandled: unhandled,
     deadlineMs: performance.now() + options.maxTurnMs,
     isStopping: env.isStopping,
@@ -814,6 +815,7 @@ export function turnRules(consumer: ResolvedConsumer, options: ResolvedOptions):
   return {
     maxAttempts: consumer.maxAttempts,
     skipApplyErrors: consumer.skipApplyErrors,
+    policyAfterTimeouts: consumer.transactional && (consumer.skipApplyErrors || consumer.parkKey),
     ordering: consumer.ordering,
     retryDelayMs: options.retryDelayMs,
     retryMaxDelayMs: options.retryMaxDelayMs,
