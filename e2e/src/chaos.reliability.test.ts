@@ -660,7 +660,7 @@ async function offlineCheck(
     writes,
     transactionalRows,
     streamOf: histories.streamOf,
-    crashes: faults.restarts.map((r) => r.quitAt),
+    crashes: faults.restarts,
   };
   const report = check({ ...input, samples: watch.samples });
   const clean = check({ ...input, samples: [], afterId: cleanAfterId });

@@ -167,45 +167,58 @@ describe('chaos checker', () => {
   });
 
   test('an id the sequence handed out again after a crash is the later write’s from that crash on', () => {
+    const crash = { quitAt: 30, acceptAt: 40 };
     const writes: Write[] = [
-      { w: 'w1', ids: [1], outcome: 'commit', t: 10 },
-      { w: 'w1', ids: [2, 3], outcome: 'rollback', t: 20 },
-      { w: 'w2', ids: [2], outcome: 'commit', t: 50 },
+      { w: 'w1', ids: [1], outcome: 'commit', t: 10, a: 5 },
+      { w: 'w1', ids: [2, 3], outcome: 'rollback', t: 20, a: 15 },
+      { w: 'w2', ids: [2], outcome: 'commit', t: 50, a: 45 },
     ];
-    const deliveredAt = (entries: [number, number][]): Delivery[] =>
-      entries.map(([id, t]) => ({ c: 'c', id, p: 'p1', t }));
+    const deliveredAt = (entries: [number, number, number?][]): Delivery[] =>
+      entries.map(([id, t, f]) => ({ c: 'c', id, p: 'p1', t, f }));
     const base = {
       committedIds: [1, 2],
       writes,
       deliveries: deliveredAt([
-        [1, 11],
-        [2, 60],
+        [1, 11, 6],
+        [2, 60, 55],
       ]),
     };
     // Without a crash, a rolled-back id in the log is a violation.
     const uncrashed = check(input(base));
-    expect(uncrashed.rolledBackPresent).toBe(1);
-    expect(uncrashed.rolledBackDelivered).toBe(1);
-    expect(uncrashed.reissuedIds).toBe(0);
-    // With a crash between the rollback and the later commit, id 2 is the later write's.
-    const crashed = check(input({ ...base, crashes: [30] }));
+    expect(uncrashed).toMatchObject({ rolledBackPresent: 1, rolledBackDelivered: 1, reissuedIds: 0 });
+    // With a crash between the two draws, id 2 is the later write's.
+    const crashed = check(input({ ...base, crashes: [crash] }));
     expect(crashed).toMatchObject({ rolledBackPresent: 0, rolledBackDelivered: 0, reissuedIds: 1 });
     expect(crashed.consumers[0]).toMatchObject({ lost: 0, phantoms: 0 });
-    // A delivery of the id before the crash was of the rolled-back event.
+    // A delivery of the id fetched before the crash was of the rolled-back event, even if its
+    // handler ran after SIGQUIT; the later write's event is then lost.
     const early = check(
       input({
         ...base,
-        crashes: [30],
+        crashes: [crash],
         deliveries: deliveredAt([
-          [1, 11],
-          [2, 25],
-          [2, 60],
+          [1, 11, 6],
+          [2, 31, 25],
         ]),
       }),
     );
     expect(early.rolledBackDelivered).toBe(1);
-    // A crash after the later write does not make the id the later write's.
-    expect(check(input({ ...base, crashes: [70] })).rolledBackPresent).toBe(1);
+    expect(early.consumers[0]).toMatchObject({ lost: 1 });
+    // Without the fetch's time, a call before the server accepted again is the rolled-back event's.
+    const unfetched = check(
+      input({
+        ...base,
+        crashes: [crash],
+        deliveries: deliveredAt([
+          [1, 11],
+          [2, 35],
+        ]),
+      }),
+    );
+    expect(unfetched.rolledBackDelivered).toBe(1);
+    // A crash after the later write's draw, or before the rolled-back write's, reissues nothing.
+    expect(check(input({ ...base, crashes: [{ quitAt: 70, acceptAt: 80 }] })).rolledBackPresent).toBe(1);
+    expect(check(input({ ...base, crashes: [{ quitAt: 12, acceptAt: 13 }] })).rolledBackPresent).toBe(1);
   });
 
   test('compares a transactional consumer’s rows with the log exactly', () => {

@@ -43,6 +43,14 @@ export interface Write {
   readonly outcome: 'commit' | 'rollback' | 'unknown';
   /** When the outcome was known (after COMMIT returned, for commits). */
   readonly t: number;
+  /** When append() returned the ids (they were drawn before), when known. */
+  readonly a?: number | undefined;
+}
+
+/** An immediate shutdown of the server ({@link CheckInput.crashes}). */
+export interface Crash {
+  readonly quitAt: number;
+  readonly acceptAt: number;
 }
 
 export interface CursorSample {
@@ -77,12 +85,13 @@ export interface CheckInput {
   /** Each committed id's stream (as a number), for the order of laned consumers. */
   readonly streamOf?: ReadonlyMap<number, number>;
   /**
-   * When the server was crashed (an immediate shutdown). PostgreSQL may then hand out again sequence
-   * values that only transactions which did not commit had taken: their nextval's WAL record may not
-   * have been flushed, and the sequence restarts from the last one that was. A rolled-back id that
-   * a write after such a crash took again is that write's id from then on. @defaultValue []
+   * When the server was crashed (an immediate shutdown): SIGQUIT sent, and the restarted server
+   * accepting. PostgreSQL may then hand out again sequence values that only transactions which did
+   * not commit had taken: their nextval's WAL record may not have been flushed, and the sequence
+   * restarts from the last one that was. A rolled-back id drawn before such a crash that a write
+   * drew again after it is that write's id from then on. @defaultValue []
    */
-  readonly crashes?: readonly number[];
+  readonly crashes?: readonly Crash[];
 }
 
 export interface Duplicate {
@@ -303,7 +312,17 @@ export function check(input: CheckInput): CheckReport {
     const perStream = consumer.laned ? new Map<number, { highest: number; turns: MaxFenwick }>() : null;
     for (const d of deliveries) {
       if (!inScope(d.id)) continue;
-      if (rolledBack[d.id] && !(d.t > (reissuedAfter.get(d.id) ?? Infinity))) rolledBackDelivered += 1;
+      if (rolledBack[d.id]) {
+        // Of an id drawn again after a crash, a delivery fetched before it (or, without the fetch's
+        // time, called before the server accepted again) was of the rolled-back event.
+        const crash = reissuedAfter.get(d.id);
+        const later = crash !== undefined && (d.f !== undefined ? d.f > crash.quitAt : d.t > crash.acceptAt);
+        if (!later) {
+          rolledBackDelivered += 1;
+          // Not a delivery of the later write's event: that one may be lost.
+          if (committed[d.id]) continue;
+        }
+      }
       const n = (count[d.id] ?? 0) + 1;
       count[d.id] = n;
       if (n === 1) {
@@ -449,21 +468,29 @@ export function check(input: CheckInput): CheckReport {
 }
 
 /**
- * The rolled-back ids that a write recorded after a crash took again, each with that crash's time
- * (the latest crash before the earliest such write's outcome): only a crash lets the sequence hand
- * out a value twice, and only a value of a transaction that did not commit.
+ * The rolled-back ids that a write drew again after a crash, each with the first such crash: only
+ * a crash between the two draws lets the sequence hand out a value twice, and only a value of a
+ * transaction that did not commit. A draw's time is when append() returned, or the outcome's when
+ * the write did not record it (an upper bound either way).
  */
-function reissues(writes: readonly Write[], crashes: readonly number[]): Map<number, number> {
-  const reissued = new Map<number, number>();
+function reissues(writes: readonly Write[], crashes: readonly Crash[]): Map<number, Crash> {
+  const reissued = new Map<number, Crash>();
   if (crashes.length === 0) return reissued;
-  const rolledBack = new Set<number>();
-  for (const w of writes) if (w.outcome === 'rollback') for (const id of w.ids) rolledBack.add(id);
+  const rolledBackDrawn = new Map<number, number>();
+  for (const w of writes) {
+    if (w.outcome !== 'rollback') continue;
+    for (const id of w.ids)
+      rolledBackDrawn.set(id, Math.min(w.a ?? w.t, rolledBackDrawn.get(id) ?? Infinity));
+  }
   for (const w of writes) {
     if (w.outcome === 'rollback') continue;
-    const crash = Math.max(...crashes.filter((at) => at < w.t));
-    if (!Number.isFinite(crash)) continue;
-    for (const id of w.ids)
-      if (rolledBack.has(id) && crash < (reissued.get(id) ?? Infinity)) reissued.set(id, crash);
+    for (const id of w.ids) {
+      const drawn = rolledBackDrawn.get(id);
+      if (drawn === undefined) continue;
+      // The later write drew after the crash (its draw is after its statement went to the new server).
+      const crash = crashes.find((c) => drawn < c.quitAt && c.quitAt < (w.a ?? w.t));
+      if (crash && crash.quitAt < (reissued.get(id)?.quitAt ?? Infinity)) reissued.set(id, crash);
+    }
   }
   return reissued;
 }

@@ -43,6 +43,8 @@ export interface WriteLine {
   readonly outcome: 'commit' | 'rollback' | 'unknown';
   /** When the outcome was known (clock.ts): after the commit became visible, for commits. */
   readonly t: number;
+  /** When append() returned the ids (clock.ts): they were drawn before. */
+  readonly a?: number;
   /** The error of an unintended failure. */
   readonly error?: string;
 }
@@ -89,11 +91,16 @@ async function session(s: number): Promise<void> {
       data: { s, k: k++ },
     }));
     // Set inside the transaction's callback (a closure, which narrowing does not follow).
-    const state: { ids: number[] | undefined; committing: boolean } = { ids: undefined, committing: false };
+    const state: { ids: number[] | undefined; drawnAt: number; committing: boolean } = {
+      ids: undefined,
+      drawnAt: 0,
+      committing: false,
+    };
     let watchdog: NodeJS.Timeout | undefined;
     try {
       const committed = transaction(sql, async (tx) => {
         state.ids = (await append(tx, events)).map((e) => Number(e.id));
+        state.drawnAt = now();
         if (kind === 'rollback') {
           await sleep(rand() * 50);
           throw new IntendedRollback();
@@ -115,6 +122,7 @@ async function session(s: number): Promise<void> {
         ids: state.ids ?? [],
         outcome: 'commit',
         t: now(),
+        a: state.drawnAt,
       } satisfies WriteLine);
       backoffMs = 100;
     } catch (error) {
@@ -135,6 +143,7 @@ async function session(s: number): Promise<void> {
           ids: state.ids,
           outcome: intended || !state.committing ? 'rollback' : 'unknown',
           t: now(),
+          a: state.drawnAt,
           ...(intended ? {} : { error: (error as Error).message }),
         } satisfies WriteLine);
       }
