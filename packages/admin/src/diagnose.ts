@@ -200,7 +200,7 @@ async function diagnoseRow(ctx: AdminContext, name: string, instanceId: string):
       `retrying event ${consumer.stuckEventId ?? '?'} (attempt ${consumer.attempts} failed): ${consumer.lastError ?? ''}`,
     );
   }
-  if (consumer.failureCategory && consumer.failureCategory !== 'handler' && consumer.lastErrorAt) {
+  if (consumer.failureCategory && !consumer.failureCategory.startsWith('handler') && consumer.lastErrorAt) {
     findings.push(
       `last infrastructure failure (${consumer.failureCategory}) at ${consumer.lastErrorAt.toISOString()}: ${consumer.lastError ?? ''}; the failing process retries it after its backoff (backoffInitialMs, doubling up to backoffMaxMs)`,
     );

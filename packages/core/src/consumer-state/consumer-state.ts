@@ -39,6 +39,11 @@ export interface ConsumerState {
   readonly rearmCount: number;
   readonly lastError: string | null;
   readonly lastErrorAt: Date | null;
+  /**
+   * 'handler-timeout': the attempts on stuckEventId were last charged by a transactional handler's
+   * timeout, whose turn was rolled back (see DeliveryPlan.spent); else the row's failure_category.
+   */
+  readonly failureCategory: string | null;
   readonly updatedAt: Date;
   readonly disabledUntil: Date | null;
   readonly gapCount: number;
@@ -110,6 +115,7 @@ export function consumerStateOf(row: LockedRow | OperatorRow): ConsumerState {
     rearmCount: row.rearm_count,
     lastError: row.last_error,
     lastErrorAt: row.last_error_at,
+    failureCategory: row.failure_category,
     updatedAt: row.updated_at,
     disabledUntil: row.disabled_until,
     gapCount: row.gap_count,

@@ -18,6 +18,7 @@ export function idleState(fields: Partial<ConsumerState> = {}): ConsumerState {
     rearmCount: 0,
     lastError: null,
     lastErrorAt: null,
+    failureCategory: null,
     updatedAt: ago(10_000),
     disabledUntil: null,
     gapCount: 0,
@@ -35,7 +36,7 @@ export function idleState(fields: Partial<ConsumerState> = {}): ConsumerState {
 export const RULES: TurnRules = {
   maxAttempts: 3,
   skipApplyErrors: false,
-  policyAfterTimeouts: false,
+  transactional: false,
   ordering: 'fast',
   retryDelayMs: 1_000,
   retryMaxDelayMs: 60_000,

@@ -328,7 +328,7 @@ describe('planDelivery', () => {
     );
   });
 
-  test('properties: only the stuck event whose attempts are used up is spent, and only under a policy that goes on past it', () => {
+  test('properties: only the stuck event whose attempts a transactional timeout used up is spent', () => {
     fc.assert(
       fc.property(
         fc
@@ -337,17 +337,49 @@ describe('planDelivery', () => {
         fc.option(fc.bigInt({ min: 1n, max: 12n }), { nil: null }),
         fc.integer({ min: 0, max: 6 }),
         fc.option(fc.string({ maxLength: 8 }), { nil: null }),
+        fc.constantFrom(null, 'handler', 'handler-timeout', 'connection'),
         fc.boolean(),
-        (deliverable, stuckEventId, attempts, lastError, policyAfterTimeouts) => {
-          const rules = { ...RULES, policyAfterTimeouts };
-          const state = idleState({ attempts, stuckEventId, lastError });
+        (deliverable, stuckEventId, attempts, lastError, failureCategory, transactional) => {
+          const rules = { ...RULES, transactional };
+          const state = idleState({ attempts, stuckEventId, lastError, failureCategory });
           const plan = planDelivery(held(state), state, false, deliverable, () => false, rules);
           for (const id of deliverable) {
-            const spent = policyAfterTimeouts && id === stuckEventId && attempts >= rules.maxAttempts;
+            const spent =
+              transactional &&
+              failureCategory === 'handler-timeout' &&
+              id === stuckEventId &&
+              attempts >= rules.maxAttempts;
             expect(plan.spent(id) !== undefined).toBe(spent);
             // The event's own last error, when the row kept one.
             if (spent && lastError !== null) expect(plan.spent(id)).toBe(lastError);
           }
+        },
+      ),
+    );
+  });
+
+  test('properties: a transactional turn delivers the events before a recorded failure, or the failing event alone', () => {
+    fc.assert(
+      fc.property(
+        fc
+          .uniqueArray(fc.bigInt({ min: 1n, max: 12n }), { minLength: 1, maxLength: 6 })
+          .map((ids) => ids.sort(cmp)),
+        fc.option(fc.bigInt({ min: 1n, max: 12n }), { nil: null }),
+        fc.boolean(),
+        (deliverable, stuckEventId, transactional) => {
+          const state = idleState({ attempts: stuckEventId === null ? 0 : 1, stuckEventId });
+          const plan = planDelivery(held(state), state, false, deliverable, () => false, {
+            ...RULES,
+            transactional,
+          });
+          const at = stuckEventId === null ? -1 : deliverable.indexOf(stuckEventId);
+          const expected =
+            !transactional || at === -1
+              ? deliverable
+              : at === 0
+                ? deliverable.slice(0, 1)
+                : deliverable.slice(0, at);
+          expect(plan.ids).toEqual(expected);
         },
       ),
     );

@@ -27,11 +27,10 @@ export interface TurnRules {
   readonly maxAttempts: number;
   readonly skipApplyErrors: boolean;
   /**
-   * A transactional consumer whose error policy goes on past an exhausted event (skipApplyErrors,
-   * parkKey): its handler's timeout rolls the turn back, so the turn that used the last attempt up
-   * could not apply the policy (see DeliveryPlan.spent).
+   * Its handler's writes commit with the turn (docs/design.md §4.4): a failure it records is
+   * delivered on its own (see planDelivery).
    */
-  readonly policyAfterTimeouts: boolean;
+  readonly transactional: boolean;
   readonly ordering: Ordering;
   readonly retryDelayMs: number;
   readonly retryMaxDelayMs: number;
@@ -225,10 +224,11 @@ export interface DeliveryPlan {
    */
   readonly crashedOut: boolean;
   /**
-   * The error of an event whose committed attempts are used up (a transactional handler timed out
-   * on its last attempt, or maxAttempts was lowered) when the consumer's policy goes on past it
-   * (TurnRules.policyAfterTimeouts): the policy applies to it without another call. Undefined for
-   * every other event.
+   * The error of an event whose attempts a transactional handler's timeout used up: that turn was
+   * rolled back whole, so it could apply no error policy. The policy (dead letter, parked key, or
+   * the consumer ended) applies to the event in a later turn without another call. Undefined for
+   * every other event, and for attempts used up otherwise (a lower maxAttempts deployed, a dead
+   * consumer enabled again: those get one more call).
    */
   readonly spent: (id: bigint) => string | undefined;
   /** The next turn start counts afresh (a re-arm resets attempts, crashed ones included). */
@@ -258,7 +258,7 @@ export function planDelivery(
       : null;
   const firstId = deliverable[0];
   const isolating = isolateUntil !== null && firstId !== undefined && firstId <= isolateUntil;
-  const ids = isolating ? deliverable.slice(0, 1) : deliverable;
+  const ids = isolating ? deliverable.slice(0, 1) : pinStuck(deliverable, state, rules);
   // Crashes count against the event that starts the turn: the one they happened on, or, while
   // isolating, the next event of a crashed batch (they were not the earlier events' doing).
   const chargedCrashes =
@@ -278,7 +278,10 @@ export function planDelivery(
     !resolvesUnhandled(firstId) &&
     priorAttempts(firstId) >= rules.maxAttempts;
   const spentId =
-    rules.policyAfterTimeouts && state.stuckEventId !== null && state.attempts >= rules.maxAttempts
+    rules.transactional &&
+    state.failureCategory === 'handler-timeout' &&
+    state.stuckEventId !== null &&
+    state.attempts >= rules.maxAttempts
       ? state.stuckEventId
       : null;
   const spentError = state.lastError ?? `event ${spentId} used up its ${rules.maxAttempts} attempts`;
@@ -292,6 +295,20 @@ export function planDelivery(
     spent: (id) => (id === spentId ? spentError : undefined),
     resetStartCount: rearmed,
   };
+}
+
+/**
+ * A transactional consumer's turn that fails by a handler's timeout is rolled back whole, with what
+ * it did for the events before (their writes, a dead letter or parked key another failure earned):
+ * only the attempt is recorded, on the event that timed out. So the events before a recorded
+ * failure are delivered in a turn of their own, and the failing event alone in the next: each turn
+ * commits something, and a later event's timeout cannot undo an earlier one's policy again and
+ * again (docs/design.md §4.4).
+ */
+function pinStuck(deliverable: readonly bigint[], state: ConsumerState, rules: TurnRules): readonly bigint[] {
+  if (!rules.transactional || state.stuckEventId === null) return deliverable;
+  const at = deliverable.indexOf(state.stuckEventId);
+  return at === -1 ? deliverable : deliverable.slice(0, at === 0 ? 1 : at);
 }
 
 /** What the handlers did with a turn's delivery. */

@@ -79,15 +79,27 @@ export interface DeliveryResult {
   readonly failed: number;
 }
 
-/** A transactional handler overran its time while holding the turn's transaction: roll the turn back. */
+/**
+ * A transactional handler overran its time while holding the turn's transaction: roll the turn
+ * back. A `batchHandler`'s timeout is no attempt (as its failure is not): `failure.attempts` are the
+ * first event's earlier ones, and `counted` is false.
+ */
 export class TransactionalHandlerTimeout extends Error {
-  readonly failure: HandlerFailure;
+  readonly failure: HandlerFailure & { readonly counted: boolean };
 
-  constructor(failure: HandlerFailure) {
+  constructor(failure: HandlerFailure, counted = true) {
     super(messageOf(failure.error));
-    this.failure = failure;
+    this.failure = { ...failure, counted };
   }
 }
+
+/**
+ * Per consumer of this process, the last id of a transactional batch whose `batchHandler` timed
+ * out: its events go one by one through `handler` until past it. (The next turn delivers the first
+ * of them alone, and without this each later turn would try the batch again, one timeout per event
+ * up to the one that hangs.)
+ */
+const batchTimedOutThrough = new WeakMap<ResolvedConsumer, bigint>();
 
 class HandlerTimeoutError extends Error {
   constructor(ms: number) {
@@ -116,7 +128,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   const toHandle = events.filter(
     (e) => !input.resolvesUnhandled(e.id) && setAsideKey(input, e) === undefined,
   );
-  if (batchHandler && toHandle.length > 1 && !toHandle.some((e) => spentError(input, e))) {
+  if (batchHandler && toHandle.length > 1 && batchMayRun(input, toHandle)) {
     assertLive(input.tx);
     const attempt = Math.max(...toHandle.map((e) => input.priorAttempts(e.id))) + 1;
     const outcome = await invoke(input, toHandle, attempt, batchHandler);
@@ -194,6 +206,16 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
     resolved.push(event);
   }
   return { resolved, deadLetters, parked, failure: undefined, dead: false, handled, failed };
+}
+
+/** Whether `toHandle` may go to the batchHandler: no spent event among them, no batch timed out over them. */
+function batchMayRun(input: DeliveryInput, toHandle: readonly EventRecord[]): boolean {
+  const timedOutThrough = batchTimedOutThrough.get(input.consumer);
+  if (timedOutThrough !== undefined) {
+    if ((toHandle[0] as EventRecord).id <= timedOutThrough) return false;
+    batchTimedOutThrough.delete(input.consumer);
+  }
+  return !toHandle.some((e) => spentError(input, e));
 }
 
 /**
@@ -654,7 +676,13 @@ function callFailed(
   if (!consumer.transactional) return { ok: false, error };
   if (timedOut) {
     const first = events[0] as EventRecord;
-    throw new TransactionalHandlerTimeout({ event: first, error, attempts: attempt });
+    if (events.length === 1)
+      throw new TransactionalHandlerTimeout({ event: first, error, attempts: attempt });
+    batchTimedOutThrough.set(consumer, (events[events.length - 1] as EventRecord).id);
+    throw new TransactionalHandlerTimeout(
+      { event: first, error, attempts: input.priorAttempts(first.id) },
+      false,
+    );
   }
   // The savepoint was rolled back; if the turn's connection died with it, this is an
   // infrastructure failure of the turn, not the handler's attempt.

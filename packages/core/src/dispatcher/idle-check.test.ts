@@ -20,6 +20,7 @@ function row(changes: Partial<PrecheckRow> = {}): PrecheckRow {
     rearm_count: 0,
     last_error: null,
     last_error_at: null,
+    failure_category: null,
     updated_at: NOW,
     disabled_until: null,
     gap_count: 1,

@@ -41,7 +41,7 @@ const role = parked.name;
 const PARKED_STATEMENT = {
   lock: `current_query() ilike '%skip locked%'
          and (relation = 'gaps' or current_query() not like '%."gaps"%')`,
-  'failure-record': `relation = 'consumers' and current_query() ilike '%failure_category = ''handler''%'`,
+  'failure-record': `relation = 'consumers' and current_query() ilike '%set attempts = %failure_category = $%'`,
   // The row read that follows the lock (queries/consumers.ts, lockConsumer), at its read of the gaps:
   // its snapshot is taken by then.
   'row-read': `relation = 'gaps' and current_query() ilike '%max(g.fence)%'`,

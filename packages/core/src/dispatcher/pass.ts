@@ -732,10 +732,13 @@ export class PassRunner {
   async #recordTimeout(consumer: ResolvedConsumer, outcome: TurnOutcome, turn: FailedTurn): Promise<void> {
     const failure = outcome.timedOut;
     if (!failure) return;
-    const attempts = attemptsCharged(consumer, failure.attempts, failure.error, failure.event);
-    // A policy that goes on past an exhausted event applies in the next turn, without another call
-    // (DeliveryPlan.spent): this turn was rolled back.
-    const dead = attempts >= consumer.maxAttempts && !consumer.skipApplyErrors && !consumer.parkKey;
+    // A batchHandler's timeout is no attempt: the next turn hands the first event to `handler`.
+    const attempts = failure.counted
+      ? attemptsCharged(consumer, failure.attempts, failure.error, failure.event)
+      : failure.attempts;
+    // Never ended here, whatever the policy: this turn was rolled back with the events before the
+    // failing one. Later turns deliver those, then apply the policy to this event without another
+    // call (DeliveryPlan.spent: the attempt is recorded as a 'handler-timeout').
     this.#env.logger.warn(
       { consumer: consumer.name, eventId: failure.event.id, attempts },
       'transactional handler timed out; its turn was rolled back',
@@ -750,7 +753,7 @@ export class PassRunner {
           eventId: failure.event.id,
           attempts,
           message: messageOf(failure.error),
-          dead,
+          timedOut: failure.counted,
           turn,
         },
       );

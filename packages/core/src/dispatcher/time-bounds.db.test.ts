@@ -13,6 +13,9 @@ import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { createServer, connect, type AddressInfo, type Socket } from 'node:net';
 import postgres from 'postgres';
 import { expect, onTestFinished, test } from 'vitest';
+import type { Consumer } from '../consumers/consumer.js';
+import type { EventRecord } from '../events.js';
+import type { DispatcherOptions } from '../options.js';
 import type { Sql } from '../sql-types.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { testDispatcher } from '../test-support.js';
@@ -314,6 +317,154 @@ test.each([
     expect(aside).toEqual([
       { id: '2', attempts: 2, error: expect.stringContaining('handlerTimeoutMs') as string },
     ]);
+  },
+);
+
+/** A transactional consumer projecting into `${schema}.projection`; `hangs` says which calls never settle. */
+async function projecting(
+  options: Partial<Consumer> & { hangs: (event: EventRecord) => boolean },
+  dispatcherOptions: Partial<DispatcherOptions> = {},
+) {
+  const schema = await freshSchema(db.sql);
+  await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
+  const calls: bigint[] = [];
+  const { hangs, ...rest } = options;
+  const c = recordingConsumer('projection', {
+    transactional: true,
+    handlerTimeoutMs: 100,
+    handler: async (event, ctx) => {
+      calls.push(event.id);
+      await ctx.tx!`insert into ${ctx.tx!(`${schema}.projection`)} values (${event.id.toString()})`;
+      if (hangs(event)) await new Promise(() => undefined);
+    },
+    ...rest,
+  });
+  const dispatcher = testDispatcher(db.sql, schema, [c.consumer], {
+    retryDelayMs: 1,
+    retryMaxDelayMs: 1,
+    ...dispatcherOptions,
+  });
+  await dispatcher.ensureRegistered();
+  const projected = async () =>
+    (
+      await db.sql<{ id: string }[]>`
+        select event_id::text as id from ${db.sql(`${schema}.projection`)} order by event_id`
+    ).map((r) => Number(r.id));
+  const until5 = (what: string) =>
+    until(
+      async () => {
+        await dispatcher.runOnce();
+        const row = await consumerRow(db.sql, schema, 'projection');
+        return row.cursor === 5n || row.status === 'dead';
+      },
+      10_000,
+      what,
+    );
+  return { schema, dispatcher, calls, projected, until5 };
+}
+
+test.each([
+  ['skipApplyErrors', { skipApplyErrors: true }],
+  ['parkKey', { parkKey: true }],
+] as const)(
+  'two events of one transactional batch time out on their one attempt (%s): each is set aside after one call, the others projected once',
+  async (_, policy) => {
+    const t = await projecting({
+      errorPolicy: { maxAttempts: 1, ...policy },
+      hangs: (event) => event.id === 2n || event.id === 4n,
+    });
+    await appendEvents(db.sql, 5, (n) => ({ streamId: `s-${n}`, type: 'T', data: {} }), t.schema);
+    // A later event's timeout rolled back the turn that had set the earlier one aside: each turn
+    // then redid it, called the earlier event again and timed out on it, for ever.
+    await t.until5('the consumer to go past both events');
+    expect((await consumerRow(db.sql, t.schema, 'projection')).status).not.toBe('dead');
+    expect(t.calls.filter((id) => id === 2n || id === 4n)).toEqual([2n, 4n]);
+    expect(await t.projected()).toEqual([1, 3, 5]);
+  },
+);
+
+test('a transactional handler that times out on its last attempt, no policy: the events before it commit with the cursor, and the consumer ends on it', async () => {
+  const t = await projecting({ errorPolicy: { maxAttempts: 2 }, hangs: (event) => event.id === 3n });
+  await appendEvents(db.sql, 5, undefined, t.schema);
+  await t.until5('the consumer to end on event 3');
+  expect(await consumerRow(db.sql, t.schema, 'projection')).toMatchObject({
+    status: 'dead',
+    cursor: 2n,
+    stuckEventId: 3n,
+    attempts: 2,
+  });
+  expect(await t.projected()).toEqual([1, 2]);
+});
+
+test("a transactional batchHandler's timeout is no attempt: its first event goes to handler, and only the event that hangs there is dead-lettered", async () => {
+  const batches: bigint[][] = [];
+  const t = await projecting({
+    errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+    batchHandler: async (events) => {
+      batches.push(events.map((e) => e.id));
+      if (events.some((e) => e.id === 3n)) await new Promise(() => undefined);
+    },
+    hangs: (event) => event.id === 3n,
+  });
+  await appendEvents(db.sql, 5, undefined, t.schema);
+  await t.until5('the consumer to go past event 3');
+  expect(batches[0]).toEqual([1n, 2n, 3n, 4n, 5n]);
+  // After the batch's timeout, one by one through handler in this process: first the batch's
+  // first event, once (it was not charged with the batch's timeout, nor set aside for it).
+  expect(batches).toHaveLength(1);
+  expect(t.calls[0]).toBe(1n);
+  expect(t.calls.filter((id) => id === 1n)).toEqual([1n]);
+  const letters = await db.sql<{ id: string; attempts: number }[]>`
+    select event_id::text as id, attempts from ${db.sql(`${t.schema}.dead_letters`)}`;
+  expect(letters).toEqual([{ id: '3', attempts: 1 }]);
+  expect(await t.projected()).toEqual([1, 2, 4, 5]);
+});
+
+test.each([true, false])(
+  'a replayed dead letter whose transactional handler times out (countCrashedAttempts %s) is its one attempt: recorded on the dead letter, the consumer goes on',
+  async (countCrashedAttempts) => {
+    // A deployment with skipApplyErrors dead-letters event 2; the next one has no policy, and its
+    // handler hangs on the replay. The event is below the cursor: the consumer row is not its.
+    const first = await projecting({
+      errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+      hangs: () => false,
+      handler: (event) => {
+        if (event.id === 2n) throw new Error('cannot project 2');
+      },
+    });
+    await appendEvents(db.sql, 3, undefined, first.schema);
+    await drainUntilIdle(first.dispatcher);
+    await first.dispatcher.stop();
+    const c = recordingConsumer('projection', {
+      transactional: true,
+      handlerTimeoutMs: 100,
+      errorPolicy: { maxAttempts: 1 },
+      handler: async (event) => {
+        if (event.id === 2n) await new Promise(() => undefined);
+      },
+    });
+    const second = testDispatcher(db.sql, first.schema, [c.consumer], { countCrashedAttempts });
+    await second.ensureRegistered();
+    await db.sql`update ${db.sql(`${first.schema}.dead_letters`)} set replay_requested_at = now()`;
+    await second.runOnce();
+    await appendEvents(db.sql, 1, undefined, first.schema);
+    await drainUntilIdle(second);
+    expect(await consumerRow(db.sql, first.schema, 'projection')).toMatchObject({
+      status: 'idle',
+      cursor: 4n,
+      attempts: 0,
+    });
+    const [letter] = await db.sql<
+      { requested: boolean; replayed: boolean; attempts: number; error: string }[]
+    >`
+      select replay_requested_at is not null as requested, replayed_at is not null as replayed, attempts, error
+      from ${db.sql(`${first.schema}.dead_letters`)}`;
+    expect(letter).toEqual({
+      requested: false,
+      replayed: false,
+      attempts: 2,
+      error: expect.stringContaining('handlerTimeoutMs') as string,
+    });
   },
 );
 

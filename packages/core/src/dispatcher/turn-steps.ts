@@ -655,9 +655,10 @@ export async function deliverReplays(
   const { tables: t } = env;
   const replays = await selectRequestedReplays(tx, t, consumer.name, consumer.instanceId, consumer.batchSize);
   if (replays.length === 0) return;
+  // Kept as claimed either way: a replay whose handler times out is recorded on its dead letter.
+  const claim = { deadLetterIds: replays.map((r) => r.deadLetterId) };
+  claims.push(claim);
   if (env.options.countCrashedAttempts) {
-    const claim = { deadLetterIds: replays.map((r) => r.deadLetterId) };
-    claims.push(claim);
     await claimReplays(env.options.sql, t, claim, env.options.statementTimeoutMs);
   }
   const result = await deliver({
@@ -708,10 +709,13 @@ export async function deliverParkedReplays(
 ): Promise<void> {
   const { tables: t } = env;
   const replays = await selectParkedReplays(tx, t, consumer.name, lane, consumer.batchSize);
-  if (replays.length > 0 && env.options.countCrashedAttempts) {
+  if (replays.length > 0) {
+    // Kept as claimed either way: a replay whose handler times out is recorded on its key.
     const claim = { consumer: consumer.name, keys: replays.map((r) => r.key) };
     claims.push(claim);
-    await claimReplays(env.options.sql, t, claim, env.options.statementTimeoutMs);
+    if (env.options.countCrashedAttempts) {
+      await claimReplays(env.options.sql, t, claim, env.options.statementTimeoutMs);
+    }
   }
   for (const replay of replays) {
     const parking: Parking = { keyOf: () => replay.key, keys: new Set() };
@@ -815,7 +819,7 @@ export function turnRules(consumer: ResolvedConsumer, options: ResolvedOptions):
   return {
     maxAttempts: consumer.maxAttempts,
     skipApplyErrors: consumer.skipApplyErrors,
-    policyAfterTimeouts: consumer.transactional && (consumer.skipApplyErrors || consumer.parkKey),
+    transactional: consumer.transactional,
     ordering: consumer.ordering,
     retryDelayMs: options.retryDelayMs,
     retryMaxDelayMs: options.retryMaxDelayMs,

@@ -17,7 +17,7 @@ import { isAnotherKey, keptByAnotherKey } from '../lanes/lanes.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { selectRangesToRecheck, type StoredRange } from '../queries/gaps.js';
-import { askReplaysAgain, type ReplayClaim } from '../queries/replays.js';
+import { askReplaysAgain, replayTimedOut, type ReplayClaim } from '../queries/replays.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
@@ -62,8 +62,11 @@ export interface TurnOutcome {
   readonly cursor: bigint | undefined;
   readonly head: bigint | undefined;
   readonly dead: boolean;
-  /** A transactional handler timed out: the turn was rolled back and this attempt must be recorded. */
-  readonly timedOut?: HandlerFailure;
+  /**
+   * A transactional handler timed out: the turn was rolled back and this failure must be recorded
+   * (an attempt when `counted`: not a batchHandler's).
+   */
+  readonly timedOut?: HandlerFailure & { readonly counted: boolean };
   /** An old lane of a change of lane count handed over and its row is gone (docs/design.md §11.3). */
   readonly retired?: boolean;
 }
@@ -187,11 +190,31 @@ export async function runTurn(
         progress.lost = lost;
       }
     }
-    // The turn rolled back and the process lives on: replays it claimed are asked for again, but
-    // for one whose own handler ran out of time (that was its one attempt).
-    const replayTimedOut = error instanceof TransactionalHandlerTimeout && progress.replaying === true;
-    if (progress.claims && progress.claims.length > 0 && !replayTimedOut) {
+    // The turn rolled back and the process lives on: replays it claimed are asked for again.
+    if (progress.claims && progress.claims.length > 0) {
       await askReplaysAgain(env.options.sql, env.tables, progress.claims, env.options.statementTimeoutMs);
+    }
+    if (error instanceof TransactionalHandlerTimeout && progress.replaying === true) {
+      // But for the one whose own handler ran out of time: that was its one attempt. It is recorded
+      // on its dead letter or parked key; the consumer row is not its (the event is below the cursor).
+      for (const claim of progress.claims ?? []) {
+        await replayTimedOut(
+          env.options.sql,
+          env.tables,
+          claim,
+          error.failure.event.id,
+          messageOf(error.failure.error),
+          env.options.statementTimeoutMs,
+        ).catch((failed: unknown) => {
+          env.logger.warn(
+            { consumer: consumer.name, eventId: error.failure.event.id, error: messageOf(failed) },
+            'could not record the timed-out replay',
+          );
+        });
+      }
+      span.setAttributes({ [ATTR.failed]: 1 });
+      span.end();
+      return outcome({ failed: 1, hasMore: true });
     }
     if (error instanceof TransactionalHandlerTimeout) {
       span.setAttributes({ [ATTR.failed]: 1 });

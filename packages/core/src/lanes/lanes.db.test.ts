@@ -335,6 +335,31 @@ describe('parked keys', () => {
     expect(events[0]?.n).toBe(2);
   });
 
+  test('a replay that gets past the first parked events and fails on a later one parks the key from that one: first_event_id and error are its', async () => {
+    const failingIds = new Set([2n]);
+    const c = recordingConsumer('reactor', {
+      errorPolicy: { maxAttempts: 1, parkKey: true },
+      handler: (event) => {
+        if (failingIds.has(event.id)) throw new Error(`cannot handle ${event.id}`);
+      },
+    });
+    const { schema, dispatcher } = await laned([c.consumer]);
+    // s-1 has events 2, 14, 26, 38: parked at 2, the others set aside.
+    await appendEvents(db.sql, 40, byStream, schema);
+    await drainUntilIdle(dispatcher);
+    failingIds.clear();
+    failingIds.add(26n);
+    await db.sql`update ${db.sql(`${schema}.parked_keys`)} set replay_requested_at = now()`;
+    await drainUntilIdle(dispatcher);
+    const keys = await db.sql<{ first: string; error: string; requested: boolean }[]>`
+      select first_event_id::text as first, error, replay_requested_at is not null as requested
+      from ${db.sql(`${schema}.parked_keys`)}`;
+    expect(keys).toEqual([{ first: '26', error: 'cannot handle 26', requested: false }]);
+    const aside = await db.sql<{ id: string }[]>`
+      select event_id::text as id from ${db.sql(`${schema}.parked_events`)} order by event_id`;
+    expect(aside.map((e) => e.id)).toEqual(['26', '38']);
+  });
+
   test('a key from a data field longer than 1000 bytes is not parked: the consumer stops on its event, saying why, and loses nothing', async () => {
     // 5,400 bytes that do not compress: more than an operator can name, and than the index can hold.
     const long = randomBytes(2_700).toString('hex');

@@ -25,6 +25,8 @@ export interface ConsumerStateRow {
   rearm_count: number;
   last_error: string | null;
   last_error_at: Date | null;
+  /** 'handler', 'handler-timeout' (a transactional turn rolled back), or an infrastructure failure's category. */
+  failure_category: string | null;
   updated_at: Date;
   disabled_until: Date | null;
   gap_count: number;
@@ -50,7 +52,7 @@ export interface ConsumerStateRow {
 const STATE_COLUMNS = (q: Queryable, t: Tables) => q`
   c.name, c.instance_id, c.status, c.cursor::text as cursor, c.attempts, c.stuck_event_id::text as stuck_event_id,
   c.skip_event_id::text as skip_event_id,
-  c.rearm_count, c.last_error, c.last_error_at, c.updated_at, c.disabled_until, c.gap_count, c.gaps_unfenced,
+  c.rearm_count, c.last_error, c.last_error_at, c.failure_category, c.updated_at, c.disabled_until, c.gap_count, c.gaps_unfenced,
   c.gap_min_fence::text as gap_min_fence, array_to_string(c.gap_watch, ',') as gap_watch, c.gaps_recheck, c.oldest_gap_at,
   c.start_fence::text as start_fence, c.start_upto::text as start_upto, c.start_after::text as start_after,
   c.start_snapshot::text as start_snapshot,
@@ -975,15 +977,22 @@ export async function recordFailedAttempt(
   t: Tables,
   name: string,
   instanceId: string,
-  failure: { eventId: bigint; attempts: number; message: string; dead: boolean; turn: FailedTurn },
+  failure: {
+    eventId: bigint;
+    attempts: number;
+    message: string;
+    /** A transactional handler's timeout (its turn rolled back): recorded as 'handler-timeout'. */
+    timedOut: boolean;
+    turn: FailedTurn;
+  },
 ): Promise<boolean> {
   return guardedBegin(sql, async (tx) => {
     const unchanged = rowUnchangedSince(tx, failure.turn.heldXmin);
     await tx`select set_config('lock_timeout', '5000', true)`;
     const updated = await tx`
       update ${t.consumers} c set attempts = ${failure.attempts}, stuck_event_id = ${failure.eventId.toString()}::bigint,
-        last_error = ${failure.message}, last_error_at = now(), failure_category = 'handler',
-        status = case when ${failure.dead} then 'dead' else status end, updated_at = now()
+        last_error = ${failure.message}, last_error_at = now(),
+        failure_category = ${failure.timedOut ? 'handler-timeout' : 'handler'}, updated_at = now()
       where name = ${name} and instance_id = ${instanceId} and ${unchanged}`;
     if (updated.count === 0) return false;
     if (failure.turn.startSent) {
@@ -998,7 +1007,6 @@ export async function recordFailedAttempt(
 
 export interface OperatorRow extends ConsumerStateRow {
   now: Date;
-  failure_category: string | null;
   disabled_reason: string | null;
   last_seen_at: Date | null;
   created_at: Date;
@@ -1022,7 +1030,7 @@ export async function lockConsumerForOperator(
     where c.name = ${name} and c.instance_id = ${instanceId}
     for update of c`;
   const reading = tx<OperatorRow[]>`
-    select ${STATE_COLUMNS(tx, t)}, statement_timestamp() as now, c.failure_category, c.disabled_reason,
+    select ${STATE_COLUMNS(tx, t)}, statement_timestamp() as now, c.disabled_reason,
            c.last_seen_at, c.created_at
     from ${t.consumers} c
     where c.name = ${name} and c.instance_id = ${instanceId}`;

@@ -156,10 +156,14 @@ export async function finishParkedReplay(
       where consumer_name = ${consumer} and key = ${key} and event_id = any(${pgArray(delivered)}::int8[])`;
   }
   if (failedAgain) {
+    // Parked again from the event that failed: the first of the key's events left.
     await tx`
-      update ${t.parkedKeys} set replay_requested_at = null, error = ${failedAgain.error},
-        attempts = ${failedAgain.attempts}, updated_at = now()
-      where consumer_name = ${consumer} and key = ${key}`;
+      update ${t.parkedKeys} k set replay_requested_at = null, error = ${failedAgain.error},
+        attempts = ${failedAgain.attempts}, updated_at = now(),
+        first_event_id = coalesce(
+          (select min(e.event_id) from ${t.parkedEvents} e where e.consumer_name = k.consumer_name and e.key = k.key),
+          k.first_event_id)
+      where k.consumer_name = ${consumer} and k.key = ${key}`;
     return false;
   }
   // Held before the events are counted, in a statement of its own: a turn of an old lane still

@@ -90,6 +90,35 @@ function claimed(sql: Sql, t: Tables, claim: ReplayClaim) {
 }
 
 /**
+ * A replay whose handler timed out in a transactional turn (rolled back whole): the dead letter or
+ * parked key of `eventId` in `claim` has its request cleared and the timeout as its error, one
+ * attempt more, as a replay that failed (finishReplays, finishParkedReplay). The consumer row is
+ * not touched: the event is below its cursor. In a statement of its own, at most `waitMs`.
+ */
+export async function replayTimedOut(
+  sql: Sql,
+  t: Tables,
+  claim: ReplayClaim,
+  eventId: bigint,
+  error: string,
+  waitMs: number,
+): Promise<void> {
+  const id = eventId.toString();
+  const statement =
+    'deadLetterIds' in claim
+      ? sql`
+          update ${t.deadLetters} set replay_requested_at = null, error = ${error}, attempts = attempts + 1
+          where id = any(${pgArray(claim.deadLetterIds)}::int8[]) and event_id = ${id}::bigint and replayed_at is null`
+      : sql`
+          update ${t.parkedKeys} k set replay_requested_at = null, error = ${error}, attempts = attempts + 1,
+            updated_at = now()
+          where k.consumer_name = ${claim.consumer} and k.key = any(${pgArray(claim.keys)}::text[])
+            and exists (select 1 from ${t.parkedEvents} e
+                        where e.consumer_name = k.consumer_name and e.key = k.key and e.event_id = ${id}::bigint)`;
+  await answeredWithin(statement, waitMs, 'the timed-out replay was not recorded');
+}
+
+/**
  * After a turn that claimed replays failed while its process lives on (a lost connection, a
  * timeout, a later handler's timeout: the turn rolled back, the replays with it): they are asked
  * for again, their note taken off. Not after a crash: no one is left to do it. Best effort, in a
