@@ -29,6 +29,11 @@ export interface DeliveryInput {
   readonly resolvesUnhandled: (eventId: bigint) => boolean;
   /** A consumer whose error policy parks keys (docs/design.md §11.4). */
   readonly parking?: Parking;
+  /**
+   * Every event goes to `handler` on its own (replays, each its own attempt: a transactional
+   * batchHandler's timeout would charge the first of them).
+   */
+  readonly oneByOne?: boolean;
   readonly tracer: Tracer;
   readonly turnSpan: Span;
   readonly metrics: DispatcherMetrics;
@@ -128,7 +133,7 @@ export async function deliver(input: DeliveryInput): Promise<DeliveryResult> {
   const toHandle = events.filter(
     (e) => !input.resolvesUnhandled(e.id) && setAsideKey(input, e) === undefined,
   );
-  if (batchHandler && toHandle.length > 1 && batchMayRun(input, toHandle)) {
+  if (batchHandler && !input.oneByOne && toHandle.length > 1 && batchMayRun(input, toHandle)) {
     assertLive(input.tx);
     const attempt = Math.max(...toHandle.map((e) => input.priorAttempts(e.id))) + 1;
     const outcome = await invoke(input, toHandle, attempt, batchHandler);

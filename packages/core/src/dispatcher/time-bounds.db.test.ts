@@ -16,6 +16,8 @@ import { expect, onTestFinished, test } from 'vitest';
 import type { Consumer } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
 import type { DispatcherOptions } from '../options.js';
+import { recordInfraFailure } from '../queries/consumers.js';
+import { tables } from '../schema/tables.js';
 import type { Sql } from '../sql-types.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { testDispatcher } from '../test-support.js';
@@ -467,6 +469,80 @@ test.each([true, false])(
     });
   },
 );
+
+test('replayed dead letters go to a transactional handler one by one: a batchHandler that hangs on the second does not fail the first', async () => {
+  // A deployment with skipApplyErrors dead-letters events 2 and 3; the next one's handlers hang on
+  // 3. A batch of both replays timing out would be charged to 2, which was never called.
+  const first = await projecting({
+    errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+    hangs: () => false,
+    handler: (event) => {
+      if (event.id === 2n || event.id === 3n) throw new Error(`cannot project ${event.id}`);
+    },
+  });
+  await appendEvents(db.sql, 4, undefined, first.schema);
+  await drainUntilIdle(first.dispatcher);
+  await first.dispatcher.stop();
+  const batches: bigint[][] = [];
+  const c = recordingConsumer('projection', {
+    transactional: true,
+    handlerTimeoutMs: 100,
+    errorPolicy: { maxAttempts: 1 },
+    handler: async (event) => {
+      if (event.id === 3n) await new Promise(() => undefined);
+    },
+    batchHandler: async (events) => {
+      batches.push(events.map((e) => e.id));
+      if (events.some((e) => e.id === 3n)) await new Promise(() => undefined);
+    },
+  });
+  const second = testDispatcher(db.sql, first.schema, [c.consumer]);
+  await second.ensureRegistered();
+  await db.sql`update ${db.sql(`${first.schema}.dead_letters`)} set replay_requested_at = now()`;
+  await drainUntilIdle(second);
+  expect(batches).toEqual([]);
+  const letters = await db.sql<{ id: string; requested: boolean; replayed: boolean; error: string }[]>`
+    select event_id::text as id, replay_requested_at is not null as requested, replayed_at is not null as replayed,
+           error
+    from ${db.sql(`${first.schema}.dead_letters`)} order by event_id`;
+  expect(letters).toEqual([
+    { id: '2', requested: false, replayed: true, error: 'cannot project 2' },
+    {
+      id: '3',
+      requested: false,
+      replayed: false,
+      error: expect.stringContaining('handlerTimeoutMs') as string,
+    },
+  ]);
+});
+
+test("an infrastructure failure recorded while a timed-out attempt waits for its turn keeps that attempt's record: no call past maxAttempts", async () => {
+  const t = await projecting({
+    errorPolicy: { maxAttempts: 2, skipApplyErrors: true },
+    hangs: (event) => event.id === 2n,
+  });
+  await appendEvents(db.sql, 5, undefined, t.schema);
+  await until(
+    async () => {
+      await t.dispatcher.runOnce();
+      return (await consumerRow(db.sql, t.schema, 'projection')).attempts === 2;
+    },
+    10_000,
+    'two timeouts on event 2',
+  );
+  // What a turn of the row that fails on its connection records (PassRunner's infrastructure path).
+  await recordInfraFailure(db.sql, tables(db.sql, t.schema), 'projection', '*', {
+    message: 'connection lost',
+    category: 'connection',
+    undoTurnStart: false,
+    turn: { heldXmin: null, startSent: false },
+  });
+  await t.until5('the consumer to go past event 2');
+  expect(t.calls.filter((id) => id === 2n)).toEqual([2n, 2n]);
+  const letters = await db.sql<{ attempts: number; error: string }[]>`
+    select attempts, error from ${db.sql(`${t.schema}.dead_letters`)}`;
+  expect(letters).toEqual([{ attempts: 2, error: expect.stringContaining('handlerTimeoutMs') as string }]);
+});
 
 test('a failed event is retried after a delay that doubles with each attempt, for every instance alike', async () => {
   let calls = 0;

@@ -190,28 +190,33 @@ export async function runTurn(
         progress.lost = lost;
       }
     }
-    // The turn rolled back and the process lives on: replays it claimed are asked for again.
-    if (progress.claims && progress.claims.length > 0) {
-      await askReplaysAgain(env.options.sql, env.tables, progress.claims, env.options.statementTimeoutMs);
-    }
-    if (error instanceof TransactionalHandlerTimeout && progress.replaying === true) {
-      // But for the one whose own handler ran out of time: that was its one attempt. It is recorded
-      // on its dead letter or parked key; the consumer row is not its (the event is below the cursor).
+    // A replay whose own handler ran out of time has had its one attempt: recorded on its dead
+    // letter or parked key first (so that it is not asked for again below); the consumer row is not
+    // its (the event is below the cursor).
+    const replayTimedOutOn =
+      error instanceof TransactionalHandlerTimeout && progress.replaying === true ? error.failure : undefined;
+    if (replayTimedOutOn) {
       for (const claim of progress.claims ?? []) {
         await replayTimedOut(
           env.options.sql,
           env.tables,
           claim,
-          error.failure.event.id,
-          messageOf(error.failure.error),
+          replayTimedOutOn.event.id,
+          messageOf(replayTimedOutOn.error),
           env.options.statementTimeoutMs,
         ).catch((failed: unknown) => {
           env.logger.warn(
-            { consumer: consumer.name, eventId: error.failure.event.id, error: messageOf(failed) },
+            { consumer: consumer.name, eventId: replayTimedOutOn.event.id, error: messageOf(failed) },
             'could not record the timed-out replay',
           );
         });
       }
+    }
+    // The turn rolled back and the process lives on: the other replays it claimed are asked for again.
+    if (progress.claims && progress.claims.length > 0) {
+      await askReplaysAgain(env.options.sql, env.tables, progress.claims, env.options.statementTimeoutMs);
+    }
+    if (replayTimedOutOn) {
       span.setAttributes({ [ATTR.failed]: 1 });
       span.end();
       return outcome({ failed: 1, hasMore: true });

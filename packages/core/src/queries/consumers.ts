@@ -927,9 +927,14 @@ export async function recordInfraFailure(
   await guardedBegin(sql, async (tx) => {
     const unchanged = rowUnchangedSince(tx, failure.turn.heldXmin);
     await tx`select set_config('lock_timeout', '2000', true)`;
+    // A timed-out transactional attempt still waiting for its turn keeps its record: that turn
+    // reads it to apply the error policy without another call (DeliveryPlan.spent).
+    const keeps = tx`c.failure_category = 'handler-timeout' and c.stuck_event_id is not null`;
     const updated = await tx`
-      update ${t.consumers} c set last_error = ${failure.message}, last_error_at = now(),
-        failure_category = ${failure.category}, updated_at = now()
+      update ${t.consumers} c set
+        last_error = case when ${keeps} then c.last_error else ${failure.message} end,
+        failure_category = case when ${keeps} then c.failure_category else ${failure.category} end,
+        last_error_at = now(), updated_at = now()
       where name = ${name} and instance_id = ${instanceId} and ${unchanged}`;
     if (failure.undoTurnStart && failure.turn.startSent && updated.count === 1) {
       await tx`
