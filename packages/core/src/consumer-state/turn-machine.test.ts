@@ -533,8 +533,9 @@ describe('closeTurn', () => {
         fc.boolean(),
         fc.boolean(),
         fc.integer({ min: 0, max: 2 }),
-        (cursor, poison, attempts, limit, skipApplyErrors, skipFirst, rearmCount) => {
-          const rules = { ...RULES, skipApplyErrors };
+        fc.boolean(),
+        (cursor, poison, attempts, limit, skipApplyErrors, skipFirst, rearmCount, transactional) => {
+          const rules = { ...RULES, skipApplyErrors, transactional };
           const log = Array.from({ length: 12 }, (_, i) => BigInt(i + 1));
           const first = BigInt(cursor + 1);
           const state = idleState({
@@ -587,8 +588,9 @@ describe('closeTurn', () => {
         fc.integer({ min: 1, max: 10 }),
         fc.integer({ min: 1, max: 4 }),
         fc.boolean(),
-        (length, poisonAt, limit, maxAttempts, skipApplyErrors) => {
-          const rules = { ...RULES, maxAttempts, skipApplyErrors };
+        fc.boolean(),
+        (length, poisonAt, limit, maxAttempts, skipApplyErrors, transactional) => {
+          const rules = { ...RULES, maxAttempts, skipApplyErrors, transactional };
           const log = Array.from({ length }, (_, i) => BigInt(i + 1));
           const poison = poisonAt !== null && poisonAt <= length ? BigInt(poisonAt) : null;
           let state = idleState();

@@ -409,8 +409,14 @@ export function closeTurn(
       ? settleStragglers(opening.stragglers, fetch, turn.deliverable, delivered.resolvedIds.length)
       : 'unchanged',
     hasMore: hasMore && !delivered.dead && !failure,
+    // Only a turn that took the whole fetch says a larger batch would have helped: not one that
+    // delivered a part of it (isolating a crash, or before a recorded failure: pinStuck).
     filledBatch:
-      !fetch.complete && !failure && delivered.resolvedIds.length === plan.ids.length && !plan.isolating,
+      !fetch.complete &&
+      !failure &&
+      delivered.resolvedIds.length === plan.ids.length &&
+      !plan.isolating &&
+      plan.ids.length === turn.deliverable.length,
     keepIsolating:
       plan.isolating && plan.isolateUntil !== null && settlement.cursor < plan.isolateUntil
         ? plan.isolateUntil
