@@ -40,8 +40,8 @@ export interface ConsumerState {
   readonly lastError: string | null;
   readonly lastErrorAt: Date | null;
   /**
-   * 'handler-timeout': the attempts on stuckEventId were last charged by a transactional handler's
-   * timeout, whose turn was rolled back (see DeliveryPlan.spent); else the row's failure_category.
+   * 'handler-timeout': a transactional handler's timeout, whose turn was rolled back, used up the
+   * attempts on stuckEventId (see DeliveryPlan.spent); else the row's failure_category.
    */
   readonly failureCategory: string | null;
   readonly updatedAt: Date;

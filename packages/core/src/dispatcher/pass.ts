@@ -738,7 +738,8 @@ export class PassRunner {
       : failure.attempts;
     // Never ended here, whatever the policy: this turn was rolled back with the events before the
     // failing one. Later turns deliver those, then apply the policy to this event without another
-    // call (DeliveryPlan.spent: the attempt is recorded as a 'handler-timeout').
+    // call (DeliveryPlan.spent): the attempt that uses the last one up is recorded as a
+    // 'handler-timeout'. (Attempts used up later by a lower maxAttempts get one more call.)
     this.#env.logger.warn(
       { consumer: consumer.name, eventId: failure.event.id, attempts },
       'transactional handler timed out; its turn was rolled back',
@@ -753,7 +754,7 @@ export class PassRunner {
           eventId: failure.event.id,
           attempts,
           message: messageOf(failure.error),
-          timedOut: failure.counted,
+          timedOut: failure.counted && attempts >= consumer.maxAttempts,
           turn,
         },
       );

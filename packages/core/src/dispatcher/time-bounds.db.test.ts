@@ -544,6 +544,47 @@ test("an infrastructure failure recorded while a timed-out attempt waits for its
   expect(letters).toEqual([{ attempts: 2, error: expect.stringContaining('handlerTimeoutMs') as string }]);
 });
 
+test('a timed-out attempt that did not use up maxAttempts, then a lower maxAttempts deployed: the event gets one more call, as any failed attempt would', async () => {
+  const t = await projecting({
+    errorPolicy: { maxAttempts: 3, skipApplyErrors: true },
+    hangs: (event) => event.id === 2n,
+  });
+  await appendEvents(db.sql, 3, undefined, t.schema);
+  await until(
+    async () => {
+      await t.dispatcher.runOnce();
+      return (await consumerRow(db.sql, t.schema, 'projection')).attempts === 1;
+    },
+    10_000,
+    'one timeout on event 2',
+  );
+  await t.dispatcher.stop();
+  const calls: bigint[] = [];
+  const c = recordingConsumer('projection', {
+    transactional: true,
+    handlerTimeoutMs: 100,
+    errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
+    handler: async (event) => {
+      calls.push(event.id);
+      if (event.id === 2n) await new Promise(() => undefined);
+    },
+  });
+  const lowered = testDispatcher(db.sql, t.schema, [c.consumer], { retryDelayMs: 1, retryMaxDelayMs: 1 });
+  await lowered.ensureRegistered();
+  await until(
+    async () => {
+      await lowered.runOnce();
+      return (await consumerRow(db.sql, t.schema, 'projection')).cursor === 3n;
+    },
+    10_000,
+    'the consumer to go past event 2',
+  );
+  expect(calls.filter((id) => id === 2n)).toEqual([2n]);
+  const letters = await db.sql<{ id: string; attempts: number }[]>`
+    select event_id::text as id, attempts from ${db.sql(`${t.schema}.dead_letters`)}`;
+  expect(letters).toEqual([{ id: '2', attempts: 2 }]);
+});
+
 test('a failed event is retried after a delay that doubles with each attempt, for every instance alike', async () => {
   let calls = 0;
   const c = recordingConsumer('patient', {

@@ -986,7 +986,10 @@ export async function recordFailedAttempt(
     eventId: bigint;
     attempts: number;
     message: string;
-    /** A transactional handler's timeout (its turn rolled back): recorded as 'handler-timeout'. */
+    /**
+     * A transactional handler's timeout (its turn rolled back) that used up the last attempt:
+     * recorded as 'handler-timeout'.
+     */
     timedOut: boolean;
     turn: FailedTurn;
   },
