@@ -22,7 +22,12 @@ import { readFileSync } from 'node:fs';
 import { isConnectionLoss } from '../dispatcher/classify-failure.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { TransactionAbandonedError, TransactionControlError } from '../errors.js';
-import { CONNECTION_GONE } from './pipelined-begin.js';
+import {
+  CONNECTION_GONE,
+  PIPELINED,
+  TransactionConnectionClosedError,
+  type Pipelined,
+} from './pipelined-begin.js';
 import { transactionEndIn } from './transaction-end.js';
 
 /** Whether a guarded transaction may still run statements; `ended` settles when it may not. */
@@ -185,28 +190,38 @@ type Handler = AnyFunction | null | undefined;
  * end the transaction is refused before it is sent; a savepoint's statements always are. The
  * wrapper is a function with the transaction's own properties (postgres.js sets them on its
  * transaction function), so a statement costs one call more, not a proxy trap on every property read.
+ * Over a pipelined transaction (a turn's), the wrapper makes the statement on its reserved
+ * connection itself, refusing it as the pipelined transaction would once the connection is gone.
  */
 function guardTransaction(tx: TransactionSql, live: GuardedLiveness, readText: boolean): TransactionSql {
-  const wrapper = function guardedTransaction(this: unknown, ...args: unknown[]) {
-    if (live.isEnded) throw new TransactionAbandonedError();
-    const first = args[0];
-    if (readText && Array.isArray(first) && 'raw' in first)
-      refuseTransactionEnd(templateText(first, args.slice(1)));
-    const made = Reflect.apply(tx, this, args) as unknown;
-    if (made instanceof Promise) guardAwaits(made, live);
-    return made;
-  };
-  const call = (name: 'unsafe' | 'file') =>
-    function (this: unknown, ...args: unknown[]) {
+  const pipelined = (tx as { [PIPELINED]?: Pipelined })[PIPELINED];
+  /** `fn`, a statement maker of `tx` (called on `self`, else on its own `this`), guarded. */
+  const statements = (fn: AnyFunction, self: unknown, textOf: (args: unknown[]) => unknown) =>
+    function guardedStatement(this: unknown, ...args: unknown[]) {
       if (live.isEnded) throw new TransactionAbandonedError();
-      if (readText) refuseTransactionEnd(name === 'unsafe' ? args[0] : fileText(args[0]));
-      const made = Reflect.apply(Reflect.get(tx, name) as AnyFunction, tx, args);
-      if (made instanceof Promise) guardAwaits(made, live);
+      if (readText) refuseTransactionEnd(textOf(args));
+      if (pipelined?.state.gone === true) throw new TransactionConnectionClosedError();
+      const made = Reflect.apply(fn, self ?? this, args);
+      if (made instanceof Promise) {
+        // The query's awaits (then, catch, finally) and execute() go through the guard's: shared
+        // methods set on the query object, so nothing stands between the driver and the query it
+        // reads, and nothing is allocated per statement.
+        const query = made as unknown as GuardedQuery;
+        query[LIVE] = live;
+        query.then = guardedThen;
+        query.catch = guardedCatch;
+        query.finally = guardedFinally;
+        if (typeof query.execute === 'function') query.execute = guardedExecute;
+      }
       return made;
     };
+  const wrapper = statements(pipelined?.connection ?? tx, undefined, (args) => {
+    const first = args[0];
+    return Array.isArray(first) && 'raw' in first ? templateText(first, args.slice(1)) : undefined;
+  });
   Object.assign(wrapper, tx, {
-    unsafe: call('unsafe'),
-    file: call('file'),
+    unsafe: statements(Reflect.get(tx, 'unsafe') as AnyFunction, tx, (args) => args[0]),
+    file: statements(Reflect.get(tx, 'file') as AnyFunction, tx, (args) => fileText(args[0])),
     savepoint(...args: unknown[]) {
       if (live.isEnded) throw new TransactionAbandonedError();
       const last = args.length - 1;
@@ -315,22 +330,6 @@ interface GuardedQuery {
   catch: (onError?: Handler) => Promise<unknown>;
   finally: (onFinally?: Handler) => Promise<unknown>;
   execute?: () => unknown;
-}
-
-/**
- * Makes `statement` a statement of a guarded transaction: awaiting it (then, catch, finally) sends
- * it only while the transaction is live, and rejects as soon as the transaction ends first;
- * `execute()` refuses once it has ended. Anything else, including its use as a fragment of another
- * statement, reaches the query itself. The methods are shared ones set on the query object: nothing
- * stands between the driver and the query it reads, and nothing is allocated per statement.
- */
-function guardAwaits(statement: Promise<unknown>, live: GuardedLiveness): void {
-  const query = statement as unknown as GuardedQuery;
-  query[LIVE] = live;
-  query.then = guardedThen;
-  query.catch = guardedCatch;
-  query.finally = guardedFinally;
-  if (typeof query.execute === 'function') query.execute = guardedExecute;
 }
 
 function guardedThen(this: GuardedQuery, onValue?: Handler, onError?: Handler): Promise<unknown> {

@@ -43,6 +43,18 @@ type AnyFunction = (...args: unknown[]) => unknown;
 export const CONNECTION_GONE = Symbol('sluice.connectionGone');
 
 /**
+ * What a guarded transaction above a pipelined one reads to make its statements on the reserved
+ * connection itself (one wrapper per statement, not two): the connection, and whether it is gone.
+ */
+export const PIPELINED = Symbol('sluice.pipelined');
+
+/** A pipelined transaction's connection and its state (see {@link PIPELINED}). */
+export interface Pipelined {
+  readonly connection: ReservedSql;
+  readonly state: { readonly gone: boolean };
+}
+
+/**
  * Pools whose connection has opened. postgres.js 3.4.9 never answers a reserve() that opens a
  * connection of a pool without `fetch_types` (the connection forgets the reservation once it is
  * ready): a pool's first reservation is made once a statement has opened its connection.
@@ -76,13 +88,7 @@ export async function pipelinedBegin<T>(
     if (state.gone) return abandoned;
     return Promise.race([statement, abandoned]);
   };
-  const tx = transactionOn(
-    connection,
-    () => state.gone,
-    () => {
-      state.gone = true;
-    },
-  );
+  const tx = transactionOn(connection, state);
   let bodyError: unknown;
   try {
     // As the driver's begin() does with its options: words only (a constant of Sluice's, in fact).
@@ -122,28 +128,29 @@ export async function pipelinedBegin<T>(
  * The reserved connection as a transaction: the connection's own tagged function and helpers,
  * with savepoints (SAVEPOINT, and ROLLBACK TO when the callback throws, as begin() does) and no
  * prepare. A statement is refused once the pool has reported a close, or once its own SAVEPOINT or
- * ROLLBACK TO met a lost connection (`markGone`).
+ * ROLLBACK TO met a lost connection (`state.gone`).
  */
-function transactionOn(connection: ReservedSql, isGone: () => boolean, markGone: () => void): TransactionSql {
+function transactionOn(connection: ReservedSql, state: { gone: boolean }): TransactionSql {
+  const isGone = () => state.gone;
   /** Sends one of the transaction's own statements; a connection loss it meets is the transaction's. */
   const own = async (statement: Promise<unknown>): Promise<void> => {
     try {
       await statement;
     } catch (error) {
-      if (isConnectionLoss(error)) markGone();
+      if (isConnectionLoss(error)) state.gone = true;
       throw error;
     }
   };
   let savepoints = 0;
   const tx = function transaction(this: unknown, ...args: unknown[]) {
-    if (isGone()) throw new TransactionConnectionClosedError();
+    if (state.gone) throw new TransactionConnectionClosedError();
     return Reflect.apply(connection as unknown as AnyFunction, this, args);
   };
   Object.assign(tx, connection, {
     async savepoint(nameOrFn: unknown, maybeFn?: unknown) {
       const body = (typeof nameOrFn === 'function' ? nameOrFn : maybeFn) as (sp: TransactionSql) => unknown;
       const name = `s${savepoints++}${typeof nameOrFn === 'string' ? `_${nameOrFn.replace(/[^a-z0-9_]/gi, '')}` : ''}`;
-      if (isGone()) throw new TransactionConnectionClosedError();
+      if (state.gone) throw new TransactionConnectionClosedError();
       await own(connection`savepoint ${connection(name)}`);
       try {
         return await body(tx as unknown as TransactionSql);
@@ -159,6 +166,7 @@ function transactionOn(connection: ReservedSql, isGone: () => boolean, markGone:
     },
     release: undefined,
     [CONNECTION_GONE]: isGone,
+    [PIPELINED]: { connection, state } satisfies Pipelined,
   });
   return tx as unknown as TransactionSql;
 }
