@@ -7,12 +7,15 @@ import {
   hasNothingToRecord,
   choiceOvertaken,
   openTurn,
+  type DeliveryPlan,
   type FetchChoice,
+  type Opening,
   planDelivery,
+  type TurnRules,
 } from '../consumer-state/turn-machine.js';
 import { messageOf } from '../errors.js';
 import { passedStub, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
-import { deliverableIds, settleTurn } from '../gaps/gaps.js';
+import { deliverableIds, settleTurn, type GapRange, type TurnInput } from '../gaps/gaps.js';
 import { isAnotherKey, keptByAnotherKey } from '../lanes/lanes.js';
 import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
@@ -24,7 +27,7 @@ import { ATTR } from '../telemetry/attributes.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
 import { endSpanWithError, startTurnSpan } from '../telemetry/tracing.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
-import { TransactionalHandlerTimeout, type HandlerFailure } from './deliver.js';
+import { TransactionalHandlerTimeout, type DeliveryResult, type HandlerFailure } from './deliver.js';
 import type { LaneReads } from './lane-reads.js';
 import type { SharedReads } from './shared-reads.js';
 import {
@@ -34,6 +37,7 @@ import {
   deliverParkedReplays,
   deliverReplays,
   deliveredOf,
+  type EarlyFetch,
   fetchFilterOf,
   fetchTurnBatch,
   lockWithEarlyFetch,
@@ -45,6 +49,7 @@ import {
   startAndDeliver,
   turnInputOf,
   turnRules,
+  type TurnBatch,
   writeTurn,
 } from './turn-steps.js';
 
@@ -258,14 +263,85 @@ async function turnInTransaction(
   lastWrites: LastWrites,
   progress: TurnProgress,
 ): Promise<TurnOutcome> {
-  const rules = turnRules(consumer, env.options);
+  const turn: TurnScope = {
+    env,
+    consumer,
+    tx,
+    span,
+    limit,
+    progress,
+    rules: turnRules(consumer, env.options),
+  };
+  const hold = await holdRow(turn, expectedCursor);
+  if (hold.skip) return hold.skip;
+  const { held, opening } = hold;
+  const { state } = opening;
+  if (opening.change !== null) await applyOpening(env, consumer, tx, opening.change, state);
+  const replayedParked = await deliverRequestedReplays(turn, held, state.replaysPending);
+  const fetched = await fetchChosen(turn, hold, expectedCursor, replayedParked);
+  const { batch, chosen, rechecked, stored } = fetched;
+  const { input, events } = turnInputOf(batch, chosen, rechecked, consumer, limit);
+  const deliverable = deliverableIds(input);
+  if (
+    deliverable.length === 0 &&
+    input.fetch.complete &&
+    batch.head <= state.cursor &&
+    hasNothingToRecord(held, chosen, env.systemIdentifier, turn.rules, stored.length)
+  ) {
+    // Nothing to deliver and nothing to record: the row is not rewritten. (Its lock took an xid,
+    // so the COMMIT still writes and flushes a commit record.)
+    return outcome({ cursor: state.cursor, head: batch.head });
+  }
+  const { plan, result } = await deliverPlanned(turn, hold, batch, events, deliverable);
+  return closeAndWrite(turn, lastWrites, { hold, fetched, input, deliverable, plan, result });
+}
+
+/** What every phase of one turn works with. */
+interface TurnScope {
+  readonly env: TurnEnvironment;
+  readonly consumer: ResolvedConsumer;
+  readonly tx: TransactionSql;
+  readonly span: Span;
+  readonly limit: number;
+  readonly progress: TurnProgress;
+  readonly rules: TurnRules;
+}
+
+/** The row as the turn holds it, and the turn it opens (turn-machine.ts openTurn). */
+interface Hold {
+  readonly skip?: undefined;
+  readonly held: HeldState;
+  readonly opening: Extract<Opening, { kind: 'open' }>;
+  /** The lane key recorded with the rows, as the lock read it. */
+  readonly recordedKey: string | null;
+  readonly early: EarlyFetch | undefined;
+}
+
+/** What the turn fetched, and by which choice of ranges and stragglers. */
+interface Fetched {
+  readonly chosen: Extract<Opening, { kind: 'open' }>;
+  readonly stored: StoredRange[];
+  readonly rechecked: readonly GapRange[];
+  readonly batch: TurnBatch;
+  readonly filter: ReturnType<typeof fetchFilterOf>;
+}
+
+/**
+ * Locks and reads the row, and opens the turn by it; or says why the turn ends here. Everything
+ * read after the lock is decided by the row as held (docs/design.md §5).
+ */
+async function holdRow(
+  turn: TurnScope,
+  expectedCursor: bigint | undefined,
+): Promise<Hold | { readonly skip: TurnOutcome }> {
+  const { env, consumer, tx, limit, progress, rules } = turn;
   const { row, early } = lockWithEarlyFetch(env, consumer, tx, limit, expectedCursor);
   const locked = await row;
-  if (!locked) return outcome({ skipped: 'locked' });
+  if (!locked) return { skip: outcome({ skipped: 'locked' }) };
   // Another version of the consumer took its rows over (side effects, docs/design.md §12.3):
   // read once the row is held, so no turn of the old version runs after the switch commits.
   if (consumer.version !== null && locked.version !== null && locked.version !== consumer.version) {
-    return outcome({ skipped: 'version' });
+    return { skip: outcome({ skipped: 'version' }) };
   }
   // Another deployment recorded another lane key with the rows (docs/design.md §11.1): lanes, and
   // a change of lane count, split the log by the recorded key, and this process's key would
@@ -277,28 +353,52 @@ async function turnInTransaction(
     changing: locked.lane_from !== null,
     parkedKeys: locked.parked_keys,
   };
-  if (keptByAnotherKey(consumer.laneKey, recorded)) return outcome({ skipped: 'other-key' });
+  if (keptByAnotherKey(consumer.laneKey, recorded)) return { skip: outcome({ skipped: 'other-key' }) };
   const held = heldStateOf(locked);
   progress.heldXmin = held.rowXmin;
-
   const opening = openTurn(held, env.systemIdentifier, rules);
   if (opening.kind === 'skip') {
     if (opening.rearmExhausted) env.onRearmExhausted(consumer, held.state.lastError);
-    return outcome({ skipped: opening.reason, held, dead: opening.reason === 'dead' });
+    return { skip: outcome({ skipped: opening.reason, held, dead: opening.reason === 'dead' }) };
   }
-  const { state } = opening;
-  if (opening.change !== null) await applyOpening(env, consumer, tx, opening.change, state);
-  // Replays an operator requested (docs/design.md §6): delivered first, out of order by nature.
+  return { held, opening, recordedKey: locked.lane_key, early };
+}
+
+/**
+ * Replays an operator requested (docs/design.md §6), delivered first, out of order by nature; then
+ * parked keys asked to replay, before this turn's events: a key whose parked events all go through
+ * is unparked, and this turn's fetch (after it) delivers its later events. Whether parked keys were
+ * replayed.
+ */
+async function deliverRequestedReplays(
+  turn: TurnScope,
+  held: HeldState,
+  replaysPending: boolean,
+): Promise<boolean> {
+  const { env, consumer, tx, span, progress } = turn;
   progress.replaying = true;
-  if (state.replaysPending) await deliverReplays(env, consumer, tx, span, (progress.claims ??= []));
-  // Parked keys an operator asked to replay, before this turn's events: a key whose parked events
-  // all go through is unparked, and this turn's fetch (after it) delivers its later events.
+  if (replaysPending) await deliverReplays(env, consumer, tx, span, (progress.claims ??= []));
   const replayLane = parkedReplayLane(consumer, held.laneChange);
   if (held.parkedReplays && replayLane) {
     await deliverParkedReplays(env, consumer, tx, span, replayLane, (progress.claims ??= []));
   }
   progress.replaying = false;
+  return held.parkedReplays && replayLane !== null;
+}
 
+/**
+ * The turn's events: the pending ranges and stragglers the row chose, fetched after the lock. The
+ * fetch's snapshot may be newer than the row read's, by which they were chosen: chosen again by it,
+ * and fetched again, until a fetch shows no ending the choice missed.
+ */
+async function fetchChosen(
+  turn: TurnScope,
+  { held, opening, early }: Hold,
+  expectedCursor: bigint | undefined,
+  replayedParked: boolean,
+): Promise<Fetched> {
+  const { env, consumer, tx, limit } = turn;
+  const { state } = opening;
   let choice: FetchChoice = opening;
   let stored = await rangesChosen(env, consumer, tx, choice, state.cursor);
   let rechecked = fenced(stored, held.xid);
@@ -317,7 +417,7 @@ async function turnInTransaction(
       !opening.clusterChanged &&
       choice.stragglers === undefined &&
       !state.replaysPending &&
-      !(held.parkedReplays && replayLane),
+      !replayedParked,
     // The early fetch went out before the row was read: not when the row says something it did
     // not know (replays, a change of lanes, which caps an old lane's fetch, parked keys that a
     // consumer not parking itself must read).
@@ -331,8 +431,6 @@ async function turnInTransaction(
         : undefined,
     filter,
   });
-  // The fetch's snapshot may be newer than the row read's, by which the ranges and stragglers were
-  // chosen: chosen again by it, and fetched again, until a fetch shows no ending the choice missed.
   for (
     let again = choiceOvertaken(state, choice, batch.snapshots);
     again !== undefined;
@@ -351,26 +449,19 @@ async function turnInTransaction(
       filter,
     });
   }
-  const chosen = { ...opening, ...choice };
-  // An old lane of a change of lane count reads nothing above the barrier (docs/design.md §11.3):
-  // its turn has no more to do there, or a started dispatcher would turn it again and again while
-  // it waits for the other old lanes. (It still reports the log's head: the events above the
-  // barrier wait for the new lanes.)
-  const cap = filter?.cap ?? null;
-  const turnHead = cap !== null && batch.head > cap ? cap : batch.head;
-  const { input, events } = turnInputOf(batch, chosen, rechecked, consumer, limit);
-  const deliverable = deliverableIds(input);
-  if (
-    deliverable.length === 0 &&
-    input.fetch.complete &&
-    batch.head <= state.cursor &&
-    hasNothingToRecord(held, chosen, env.systemIdentifier, rules, stored.length)
-  ) {
-    // Nothing to deliver and nothing to record: the row is not rewritten. (Its lock took an xid,
-    // so the COMMIT still writes and flushes a commit record.)
-    return outcome({ cursor: state.cursor, head: batch.head });
-  }
+  return { chosen: { ...opening, ...choice }, stored, rechecked, batch, filter };
+}
 
+/** Plans the delivery by the row and the fetch (turn-machine.ts planDelivery), and carries it out. */
+async function deliverPlanned(
+  turn: TurnScope,
+  { held, opening, recordedKey }: Hold,
+  batch: TurnBatch,
+  events: ReadonlyMap<bigint, EventRecord>,
+  deliverable: readonly bigint[],
+): Promise<{ plan: DeliveryPlan; result: DeliveryResult }> {
+  const { env, consumer, tx, span, progress, rules } = turn;
+  const { state } = opening;
   // An id with no event is a passed one (another lane's, a type not handled: turnInputOf).
   const unhandled = (id: bigint) => {
     if (id === state.skipEventId) return true;
@@ -388,7 +479,7 @@ async function turnInTransaction(
   // events first (docs/design.md §11.1). Its exhausted event waits, failing, for one of them to
   // park it. (Skipping its turns instead would leave the consumer to nobody once the deployment
   // that recorded the key is rolled back.)
-  const underAnotherKey = consumer.parkKey && isAnotherKey(consumer.laneKey, recorded.laneKey);
+  const underAnotherKey = consumer.parkKey && isAnotherKey(consumer.laneKey, recordedKey);
   const parking = parkingOf(consumer, batch, underAnotherKey);
   const result = plan.crashedOut
     ? crashedOut(consumer, plan, toDeliver[0] as EventRecord, parking)
@@ -396,7 +487,37 @@ async function turnInTransaction(
         record: !cleanViewOf(held, progress.lastWrite),
         ...(parking ? { parking } : {}),
       });
+  return { plan, result };
+}
 
+/**
+ * Settles the gaps by what was delivered, persists them, and sends the row's next state
+ * (turn-machine.ts closeTurn) as the turn's last writes; an old lane of a change of lane count
+ * then takes its step (docs/design.md §11.3: barrier, switch, retire).
+ */
+async function closeAndWrite(
+  turn: TurnScope,
+  lastWrites: LastWrites,
+  done: {
+    readonly hold: Hold;
+    readonly fetched: Fetched;
+    readonly input: TurnInput;
+    readonly deliverable: readonly bigint[];
+    readonly plan: DeliveryPlan;
+    readonly result: DeliveryResult;
+  },
+): Promise<TurnOutcome> {
+  const { env, consumer, tx, span, progress } = turn;
+  const { hold, fetched, input, deliverable, plan, result } = done;
+  const { held, opening } = hold;
+  const { state } = opening;
+  const { batch, chosen, stored, filter } = fetched;
+  // An old lane of a change of lane count reads nothing above the barrier (docs/design.md §11.3):
+  // its turn has no more to do there, or a started dispatcher would turn it again and again while
+  // it waits for the other old lanes. (It still reports the log's head: the events above the
+  // barrier wait for the new lanes.)
+  const cap = filter?.cap ?? null;
+  const turnHead = cap !== null && batch.head > cap ? cap : batch.head;
   const resolvedIds = result.resolved.map((e) => e.id);
   let settlement = settleTurn(input, resolvedIds);
   if (opening.clusterChanged) settlement = await clusterChanged(env, consumer, tx, state, settlement);
@@ -429,7 +550,6 @@ async function turnInTransaction(
     gapDelta,
     progress.startSent ? 'start' : held.marker === null ? false : endedOnCrashes ? 'all' : 'none',
   );
-  // An old lane of a change of lane count (docs/design.md §11.3): barrier, switch, retire.
   const laneStep =
     held.laneChange !== null && consumer.lane?.count === held.laneChange.from
       ? await settleLaneChange(env, consumer, tx, held.laneChange, {
