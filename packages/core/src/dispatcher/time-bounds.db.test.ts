@@ -8,6 +8,7 @@ import {
   gate,
   recordingConsumer,
   until,
+  type ConsumerRow,
 } from '@sluice/testing';
 import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { createServer, connect, type AddressInfo, type Socket } from 'node:net';
@@ -352,17 +353,18 @@ async function projecting(
       await db.sql<{ id: string }[]>`
         select event_id::text as id from ${db.sql(`${schema}.projection`)} order by event_id`
     ).map((r) => Number(r.id));
-  const until5 = (what: string) =>
+  /** Runs passes until the row is `done`. */
+  const turnUntil = (done: (row: ConsumerRow) => boolean, what: string) =>
     until(
       async () => {
         await dispatcher.runOnce();
-        const row = await consumerRow(db.sql, schema, 'projection');
-        return row.cursor === 5n || row.status === 'dead';
+        return done(await consumerRow(db.sql, schema, 'projection'));
       },
       10_000,
       what,
     );
-  return { schema, dispatcher, calls, projected, until5 };
+  const until5 = (what: string) => turnUntil((row) => row.cursor === 5n || row.status === 'dead', what);
+  return { schema, dispatcher, calls, projected, turnUntil, until5 };
 }
 
 test.each([
@@ -522,14 +524,7 @@ test("an infrastructure failure recorded while a timed-out attempt waits for its
     hangs: (event) => event.id === 2n,
   });
   await appendEvents(db.sql, 5, undefined, t.schema);
-  await until(
-    async () => {
-      await t.dispatcher.runOnce();
-      return (await consumerRow(db.sql, t.schema, 'projection')).attempts === 2;
-    },
-    10_000,
-    'two timeouts on event 2',
-  );
+  await t.turnUntil((row) => row.attempts === 2, 'two timeouts on event 2');
   // What a turn of the row that fails on its connection records (PassRunner's infrastructure path).
   await recordInfraFailure(db.sql, tables(db.sql, t.schema), 'projection', '*', {
     message: 'connection lost',
@@ -550,14 +545,7 @@ test('a timed-out attempt that did not use up maxAttempts, then a lower maxAttem
     hangs: (event) => event.id === 2n,
   });
   await appendEvents(db.sql, 3, undefined, t.schema);
-  await until(
-    async () => {
-      await t.dispatcher.runOnce();
-      return (await consumerRow(db.sql, t.schema, 'projection')).attempts === 1;
-    },
-    10_000,
-    'one timeout on event 2',
-  );
+  await t.turnUntil((row) => row.attempts === 1, 'one timeout on event 2');
   await t.dispatcher.stop();
   const calls: bigint[] = [];
   const c = recordingConsumer('projection', {
