@@ -1,8 +1,8 @@
 // Sluice's own pool (docs/design.md §4.11): replaced when a connection dies, but not churned by the
 // application's idle_timeout or max_lifetime, which postgres.js 3.4.9 reports as closes too.
-import { until } from '@sluice/testing';
+import { appendEvents, consumerRow, failingOn, until } from '@sluice/testing';
 import { randomBytes } from 'node:crypto';
-import { useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
 import { openOwnConnections } from './own-connections.js';
 
@@ -81,4 +81,33 @@ test('a connection that dies replaces the pool; the next statement runs on a fre
   expect(next!.pid).not.toBe(first!.pid);
   expect(await backendsOf(applicationName)).toEqual([next!.pid]);
   expect(own.renewals).toBe(0);
+});
+
+test("a database whose DateStyle is not ISO ('SQL, DMY', a named time zone): Sluice's own connections read its times as ISO, so retries and the events' createdAt go as on any server", async () => {
+  const name = decodeURIComponent(new URL(db.url).pathname.slice(1));
+  await db.sql.unsafe(`alter database "${name}" set datestyle = 'SQL, DMY'`);
+  await db.sql.unsafe(`alter database "${name}" set timezone = 'America/New_York'`);
+  onTestFinished(async () => {
+    await db.sql.unsafe(`alter database "${name}" reset datestyle`);
+    await db.sql.unsafe(`alter database "${name}" reset timezone`);
+  });
+  const app = db.connect({ max: 2 });
+  onTestFinished(() => app.end());
+  expect(await app`show datestyle`).toEqual([{ DateStyle: 'SQL, DMY' }]);
+  const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 3 } });
+  const { schema, dispatcher } = await registeredDispatcher(app, [c.consumer], {
+    rearmCooldownMs: 3_600_000,
+  });
+  await appendEvents(app, 2, undefined, schema);
+  // Each pass retries at once (the test dispatcher's retry delay is 1 ms): read as 'SQL, DMY',
+  // the failure's time was a day-and-month swap or an Invalid Date, and the retry waited for ever.
+  for (const attempts of [1, 2]) {
+    await dispatcher.runOnce();
+    expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({ attempts, status: 'processing' });
+  }
+  await dispatcher.runOnce();
+  expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({ attempts: 3, status: 'dead' });
+  const [stored] = await db.sql<{ ms: number }[]>`
+    select extract(epoch from created_at)::float8 * 1000 as ms from ${db.sql(`${schema}.events`)} where id = 1`;
+  expect(Math.abs((c.seen[0]?.createdAt.getTime() ?? 0) - (stored?.ms ?? Infinity))).toBeLessThan(1);
 });

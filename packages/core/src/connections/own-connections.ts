@@ -177,6 +177,10 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       max_lifetime: null,
       connection: {
         ...(base['connection'] as Record<string, unknown> | undefined),
+        // Times as postgres.js reads them (new Date() of ISO 8601), whatever DateStyle the server,
+        // database or role sets: with 'SQL, DMY' a row's times read a day-and-month swap or an
+        // Invalid Date, and retry delays, re-arm cooldowns and timed disables went wrong.
+        DateStyle: 'ISO',
         application_name: settings.applicationName.slice(0, 63),
       },
       onclose: () => {
