@@ -339,6 +339,21 @@ describe('status', () => {
     expect(rows[1]?.['lastErrorAt']).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
   });
 
+  test("times read as on any database where DateStyle is 'SQL, DMY' and the time zone a named one", async () => {
+    const name = decodeURIComponent(new URL(db.url).pathname.slice(1));
+    await db.sql.unsafe(`alter database "${name}" set datestyle = 'SQL, DMY'`);
+    await db.sql.unsafe(`alter database "${name}" set timezone = 'America/New_York'`);
+    onTestFinished(async () => {
+      await db.sql.unsafe(`alter database "${name}" reset datestyle`);
+      await db.sql.unsafe(`alter database "${name}" reset timezone`);
+    });
+    const { schema } = await deadAndBehind();
+    const rows = await json<Row[]>(sluice(schema, 'status', '--json'));
+    const [now] = await db.sql<{ ms: number }[]>`select extract(epoch from now())::float8 * 1000 as ms`;
+    const lastErrorAt = Date.parse(String(rows[1]?.['lastErrorAt']));
+    expect(Math.abs(lastErrorAt - (now?.ms ?? 0))).toBeLessThan(60_000);
+  });
+
   test('with no consumers it says so, and --json prints []', async () => {
     const schema = await freshSchema(db.sql, 'cli');
     expect(await ok(sluice(schema, 'status'))).toBe('no consumers are registered\n');

@@ -49,6 +49,8 @@ function openPool(url: string, env: NodeJS.ProcessEnv): Sql {
     // postgres.js 3.4.9 does not await this fetch: a connection cut during it (the command ending
     // the pool, a terminated backend) would stop the process. Sluice never needs array types.
     fetch_types: false,
+    // Times as postgres.js reads them (ISO 8601), whatever DateStyle the database or role sets.
+    connection: { DateStyle: 'ISO' },
     ...(timeoutGiven ? {} : { connect_timeout: CONNECT_TIMEOUT_S }),
   };
   try {
