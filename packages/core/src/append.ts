@@ -135,7 +135,8 @@ export async function append(
   const stored = rows.map((row, i) =>
     storedEvent(
       ids[i] as bigint,
-      row.created_at,
+      // A Date whatever the pool's types read timestamptz as (text, a number of ms, a date library's object).
+      row.created_at instanceof Date ? row.created_at : new Date(row.created_at as string),
       streamIds[i] as string,
       types[i] as string,
       data[i] as string,
@@ -205,7 +206,7 @@ function insertEvents(
   types: readonly string[],
   data: readonly string[],
   metadata: readonly string[],
-): Promise<{ id: string; created_at: Date }[]> {
+): Promise<{ id: string; created_at: unknown }[]> {
   const count = streamIds.length;
   if (count <= VALUES_MAX_EVENTS) {
     const withMetadata = metadata.some((m) => m !== EMPTY_OBJECT_JSON);
@@ -217,10 +218,10 @@ function insertEvents(
     // A tagged-template call with a template made once per shape: the pool's prepare setting and
     // parameter handling apply as for any other statement, without building a fragment per row.
     return tx(valuesTemplate(count, withMetadata), ...(params as never[])) as unknown as Promise<
-      { id: string; created_at: Date }[]
+      { id: string; created_at: unknown }[]
     >;
   }
-  return tx<{ id: string; created_at: Date }[]>`
+  return tx<{ id: string; created_at: unknown }[]>`
     insert into ${events} (stream_id, type, data, metadata)
     select u.stream_id, u.type, u.data::jsonb, u.metadata::jsonb
     from unnest(${pgArray(streamIds)}::text[], ${pgArray(types)}::text[], ${pgArray(data)}::text[], ${pgArray(metadata)}::text[])

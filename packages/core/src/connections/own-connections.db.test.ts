@@ -1,6 +1,8 @@
 // Sluice's own pool (docs/design.md §4.11): replaced when a connection dies, but not churned by the
 // application's idle_timeout or max_lifetime, which postgres.js 3.4.9 reports as closes too.
 import { appendEvents, consumerRow, failingOn, until } from '@sluice/testing';
+import type { TransactionSql } from '../sql-types.js';
+import { append, transaction } from '../append.js';
 import { randomBytes } from 'node:crypto';
 import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
@@ -110,4 +112,36 @@ test("a database whose DateStyle is not ISO ('SQL, DMY', a named time zone): Slu
   const [stored] = await db.sql<{ ms: number }[]>`
     select extract(epoch from created_at)::float8 * 1000 as ms from ${db.sql(`${schema}.events`)} where id = 1`;
   expect(Math.abs((c.seen[0]?.createdAt.getTime() ?? 0) - (stored?.ms ?? Infinity))).toBeLessThan(1);
+});
+
+test('a pool whose types read timestamptz as text (or anything but a Date): retries go as on any pool, and events carry their createdAt as a Date', async () => {
+  const app = db.connect({
+    max: 2,
+    types: {
+      date: { to: 1184, from: [1082, 1114, 1184], serialize: (x: unknown) => x, parse: (x: string) => x },
+    },
+  });
+  onTestFinished(() => app.end());
+  expect(typeof (await app<{ now: unknown }[]>`select now()`)[0]?.now).toBe('string');
+  const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 3 } });
+  const { schema, dispatcher } = await registeredDispatcher(app, [c.consumer], {
+    rearmCooldownMs: 3_600_000,
+  });
+  const [first] = await transaction(app, (tx: TransactionSql) =>
+    append(tx, [{ streamId: 's', type: 't', data: {} }], { schema }),
+  );
+  expect(first?.createdAt).toBeInstanceOf(Date);
+  await appendEvents(app, 1, undefined, schema);
+  // Read as text, the row's times broke every turn after a failure ("now.getTime is not a
+  // function"), and the consumer was retried for ever as an infrastructure failure.
+  for (const attempts of [1, 2, 3]) {
+    await dispatcher.runOnce();
+    expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({
+      attempts,
+      failureCategory: 'handler',
+    });
+  }
+  expect((await consumerRow(db.sql, schema, 'mailer')).status).toBe('dead');
+  expect(c.seen[0]?.createdAt).toBeInstanceOf(Date);
+  expect(c.seen[0]?.createdAt.getTime()).toBe(first?.createdAt.getTime());
 });

@@ -117,6 +117,9 @@ function closeListeners(): PoolCloses & { notify(): void } {
   };
 }
 
+/** PostgreSQL's type oid of timestamptz. */
+const TIMESTAMPTZ_OID = 1184;
+
 /** The template's `idle_timeout` or `max_lifetime` in milliseconds (seconds, or a function drawing them). */
 function secondsOption(value: unknown): number | undefined {
   const seconds = typeof value === 'function' ? (value as () => unknown)() : value;
@@ -161,6 +164,13 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
         column: {},
         value: {},
         row: {},
+      },
+      // timestamptz (the only time type of Sluice's tables) as a Date, as postgres.js reads it by
+      // default: an application's pool that reads times as text or as objects of a date library
+      // would break the times Sluice reads. Its other types stay the application's (`ctx.tx`).
+      types: {
+        ...(base['types'] as Record<string, unknown> | undefined),
+        sluiceTimestamptz: { from: [TIMESTAMPTZ_OID], parse: (text: string) => new Date(text) },
       },
       max: settings.max,
       fetch_types: false,
