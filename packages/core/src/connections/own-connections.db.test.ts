@@ -114,11 +114,13 @@ test("a database whose DateStyle is not ISO ('SQL, DMY', a named time zone): Slu
   expect(Math.abs((c.seen[0]?.createdAt.getTime() ?? 0) - (stored?.ms ?? Infinity))).toBeLessThan(1);
 });
 
-test('a pool whose types read timestamptz as text (or anything but a Date): retries go as on any pool, and events carry their createdAt as a Date', async () => {
+test("a pool whose types read timestamptz and JSON as text: Sluice's rows read as on any pool, and events carry a Date and parsed data", async () => {
+  const asText = (x: string) => x;
   const app = db.connect({
     max: 2,
     types: {
-      date: { to: 1184, from: [1082, 1114, 1184], serialize: (x: unknown) => x, parse: (x: string) => x },
+      date: { to: 1184, from: [1082, 1114, 1184], serialize: (x: unknown) => x, parse: asText },
+      json: { to: 114, from: [114, 3802], serialize: (x: unknown) => JSON.stringify(x), parse: asText },
     },
   });
   onTestFinished(() => app.end());
@@ -132,8 +134,9 @@ test('a pool whose types read timestamptz as text (or anything but a Date): retr
   );
   expect(first?.createdAt).toBeInstanceOf(Date);
   await appendEvents(app, 1, undefined, schema);
-  // Read as text, the row's times broke every turn after a failure ("now.getTime is not a
-  // function"), and the consumer was retried for ever as an infrastructure failure.
+  // Read as text, JSON stopped the start ("keys.find is not a function"), and the row's times
+  // broke every turn after a failure ("now.getTime is not a function"): retried for ever as an
+  // infrastructure failure.
   for (const attempts of [1, 2, 3]) {
     await dispatcher.runOnce();
     expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({
@@ -143,5 +146,6 @@ test('a pool whose types read timestamptz as text (or anything but a Date): retr
   }
   expect((await consumerRow(db.sql, schema, 'mailer')).status).toBe('dead');
   expect(c.seen[0]?.createdAt).toBeInstanceOf(Date);
+  expect(c.seen[0]?.data).toEqual({});
   expect(c.seen[0]?.createdAt.getTime()).toBe(first?.createdAt.getTime());
 });

@@ -117,8 +117,16 @@ function closeListeners(): PoolCloses & { notify(): void } {
   };
 }
 
-/** PostgreSQL's type oid of timestamptz. */
-const TIMESTAMPTZ_OID = 1184;
+/**
+ * Parsers (no serializers) for the built-in types of Sluice's rows, as postgres.js's defaults:
+ * bool; int2, int4, oid, float4, float8; json, jsonb; timestamptz. Later entries of `types` win.
+ */
+const SLUICE_TYPES = {
+  sluiceBool: { from: [16], parse: (text: string) => text === 't' },
+  sluiceNumber: { from: [21, 23, 26, 700, 701], parse: (text: string) => Number(text) },
+  sluiceJson: { from: [114, 3802], parse: (text: string): unknown => JSON.parse(text) },
+  sluiceTimestamptz: { from: [1184], parse: (text: string) => new Date(text) },
+};
 
 /** The template's `idle_timeout` or `max_lifetime` in milliseconds (seconds, or a function drawing them). */
 function secondsOption(value: unknown): number | undefined {
@@ -165,13 +173,11 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
         value: {},
         row: {},
       },
-      // timestamptz (the only time type of Sluice's tables) as a Date, as postgres.js reads it by
-      // default: an application's pool that reads times as text or as objects of a date library
-      // would break the times Sluice reads. Its other types stay the application's (`ctx.tx`).
-      types: {
-        ...(base['types'] as Record<string, unknown> | undefined),
-        sluiceTimestamptz: { from: [TIMESTAMPTZ_OID], parse: (text: string) => new Date(text) },
-      },
+      // The types Sluice's own rows are made of read as postgres.js reads them by default,
+      // whatever the application's pool's `types` say (times as text, JSON left unparsed, numbers
+      // as BigInt…): Sluice's statements depend on them. Its other types (int8, numeric, date,
+      // its own) stay the application's, and so do all of its serializers (`ctx.tx`).
+      types: { ...(base['types'] as Record<string, unknown> | undefined), ...SLUICE_TYPES },
       max: settings.max,
       fetch_types: false,
       prepare,
