@@ -119,7 +119,7 @@ function closeListeners(): PoolCloses & { notify(): void } {
 
 /**
  * Parsers (no serializers) for the built-in types of Sluice's rows, as postgres.js's defaults:
- * bool; int2, int4, oid, float4, float8; json, jsonb; timestamptz. Later entries of `types` win.
+ * bool; int2, int4, oid, float4, float8; json, jsonb; timestamptz.
  */
 const SLUICE_TYPES = {
   sluiceBool: { from: [16], parse: (text: string) => text === 't' },
@@ -127,6 +127,24 @@ const SLUICE_TYPES = {
   sluiceJson: { from: [114, 3802], parse: (text: string): unknown => JSON.parse(text) },
   sluiceTimestamptz: { from: [1184], parse: (text: string) => new Date(text) },
 };
+
+/**
+ * The application's `types` with the default parser put back (a later entry wins) for each type of
+ * Sluice's rows that one of them parses: only those, so that the driver's own fast paths stay for
+ * the others.
+ */
+function withSluiceTypes(types: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  if (types === undefined) return undefined;
+  const parsed = new Set(
+    Object.values(types).flatMap((type) => [(type as { from?: unknown }).from ?? []].flat()),
+  );
+  const kept = { ...types };
+  for (const [name, { from, parse }] of Object.entries(SLUICE_TYPES)) {
+    const oids = from.filter((oid) => parsed.has(oid));
+    if (oids.length > 0) kept[name] = { from: oids, parse };
+  }
+  return kept;
+}
 
 /** The template's `idle_timeout` or `max_lifetime` in milliseconds (seconds, or a function drawing them). */
 function secondsOption(value: unknown): number | undefined {
@@ -177,7 +195,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       // whatever the application's pool's `types` say (times as text, JSON left unparsed, numbers
       // as BigInt…): Sluice's statements depend on them. Its other types (int8, numeric, date,
       // its own) stay the application's, and so do all of its serializers (`ctx.tx`).
-      types: { ...(base['types'] as Record<string, unknown> | undefined), ...SLUICE_TYPES },
+      types: withSluiceTypes(base['types'] as Record<string, unknown> | undefined),
       max: settings.max,
       fetch_types: false,
       prepare,
