@@ -135,8 +135,11 @@ export async function append(
   const stored = rows.map((row, i) =>
     storedEvent(
       ids[i] as bigint,
-      // A Date whatever the pool's types read timestamptz as (text, a number of ms, a date library's object).
-      row.created_at instanceof Date ? row.created_at : new Date(row.created_at as string),
+      // A Date also when the pool's types read timestamptz as text (ISO 8601) or milliseconds; any
+      // other object a pool makes of it (a date library's) as it is.
+      typeof row.created_at === 'string' || typeof row.created_at === 'number'
+        ? new Date(row.created_at)
+        : (row.created_at as Date),
       streamIds[i] as string,
       types[i] as string,
       data[i] as string,

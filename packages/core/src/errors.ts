@@ -184,13 +184,20 @@ export class XidGuardMissingError extends SluiceError {
 /** The PostgreSQL server is older than Sluice supports. */
 export class PostgresUnsupportedError extends SluiceError {
   readonly serverVersionNum: number;
+  /** The sessions' DateStyle, when that is what Sluice cannot work with (its output is not ISO). */
+  readonly dateStyle: string | undefined;
 
-  constructor(serverVersionNum: number, minimum: number) {
+  constructor(serverVersionNum: number, minimum: number, dateStyle?: string) {
     super(
       'SLUICE_POSTGRES_UNSUPPORTED',
-      `PostgreSQL ${serverVersionNum} is not supported: Sluice needs ${minimum} or newer`,
+      dateStyle === undefined
+        ? `PostgreSQL ${serverVersionNum} is not supported: Sluice needs ${minimum} or newer`
+        : `DateStyle '${dateStyle}' is not supported: postgres.js reads times written as ISO 8601 only, ` +
+            "so Sluice's would be wrong. Set it on your pool (connection: { DateStyle: 'ISO, DMY' }, " +
+            "keeping your date order) or in the database (ALTER DATABASE … SET datestyle = 'ISO, DMY')",
     );
     this.serverVersionNum = serverVersionNum;
+    this.dateStyle = dateStyle;
   }
 }
 

@@ -1,8 +1,9 @@
 // Sluice's own pool (docs/design.md §4.11): replaced when a connection dies, but not churned by the
 // application's idle_timeout or max_lifetime, which postgres.js 3.4.9 reports as closes too.
-import { appendEvents, consumerRow, failingOn, until } from '@sluice/testing';
+import { appendEvents, consumerRow, failingOn, freshSchema, until } from '@sluice/testing';
 import type { TransactionSql } from '../sql-types.js';
 import { append, transaction } from '../append.js';
+import { testDispatcher } from '../test-support.js';
 import { randomBytes } from 'node:crypto';
 import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
@@ -85,7 +86,7 @@ test('a connection that dies replaces the pool; the next statement runs on a fre
   expect(own.renewals).toBe(0);
 });
 
-test("a database whose DateStyle is not ISO ('SQL, DMY', a named time zone): Sluice's own connections read its times as ISO, so retries and the events' createdAt go as on any server", async () => {
+test("a database whose DateStyle is not ISO ('SQL, DMY'): start is refused, saying how to keep the date order; with ISO set on the pool, retries and createdAt go as on any server", async () => {
   const name = decodeURIComponent(new URL(db.url).pathname.slice(1));
   await db.sql.unsafe(`alter database "${name}" set datestyle = 'SQL, DMY'`);
   await db.sql.unsafe(`alter database "${name}" set timezone = 'America/New_York'`);
@@ -93,16 +94,28 @@ test("a database whose DateStyle is not ISO ('SQL, DMY', a named time zone): Slu
     await db.sql.unsafe(`alter database "${name}" reset datestyle`);
     await db.sql.unsafe(`alter database "${name}" reset timezone`);
   });
-  const app = db.connect({ max: 2 });
-  onTestFinished(() => app.end());
-  expect(await app`show datestyle`).toEqual([{ DateStyle: 'SQL, DMY' }]);
   const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 3 } });
+  // Read as 'SQL, DMY', a failure's time was a day-and-month swap or an Invalid Date, and the
+  // retry waited for ever.
+  const plain = db.connect({ max: 2 });
+  onTestFinished(() => plain.end());
+  expect(await plain`show datestyle`).toEqual([{ DateStyle: 'SQL, DMY' }]);
+  const refused = testDispatcher(plain, await freshSchema(db.sql), [c.consumer]);
+  const error = await refused.start().then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  await refused.stop();
+  expect(error).toMatchObject({ code: 'SLUICE_POSTGRES_UNSUPPORTED', dateStyle: 'SQL, DMY' });
+  expect((error as Error).message).toContain("connection: { DateStyle: 'ISO, DMY' }");
+
+  const app = db.connect({ max: 2, connection: { DateStyle: 'ISO, DMY' } });
+  onTestFinished(() => app.end());
   const { schema, dispatcher } = await registeredDispatcher(app, [c.consumer], {
     rearmCooldownMs: 3_600_000,
   });
   await appendEvents(app, 2, undefined, schema);
-  // Each pass retries at once (the test dispatcher's retry delay is 1 ms): read as 'SQL, DMY',
-  // the failure's time was a day-and-month swap or an Invalid Date, and the retry waited for ever.
+  // Each pass retries at once (the test dispatcher's retry delay is 1 ms).
   for (const attempts of [1, 2]) {
     await dispatcher.runOnce();
     expect(await consumerRow(db.sql, schema, 'mailer')).toMatchObject({ attempts, status: 'processing' });

@@ -129,21 +129,25 @@ const SLUICE_TYPES = {
 };
 
 /**
- * The application's `types` with the default parser put back (a later entry wins) for each type of
- * Sluice's rows that one of them parses: only those, so that the driver's own fast paths stay for
- * the others.
+ * The application's `types` and `parsers` with the default parser put back for each type of
+ * Sluice's rows that one of its `types` parses: only those, so that the driver's own fast paths stay
+ * for the others. postgres.js 4 builds its parsers from `types` (a later entry wins); 3 takes the
+ * options of a pool made from another's as they are (they carry `shared`), `parsers` included.
  */
-function withSluiceTypes(types: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
-  if (types === undefined) return undefined;
+function sluiceParsing(base: Record<string, unknown>): Record<string, unknown> {
+  const types = base['types'] as Record<string, unknown> | undefined;
+  if (types === undefined) return {};
   const parsed = new Set(
     Object.values(types).flatMap((type) => [(type as { from?: unknown }).from ?? []].flat()),
   );
-  const kept = { ...types };
-  for (const [name, { from, parse }] of Object.entries(SLUICE_TYPES)) {
+  const putBack = Object.entries(SLUICE_TYPES).flatMap(([name, { from, parse }]) => {
     const oids = from.filter((oid) => parsed.has(oid));
-    if (oids.length > 0) kept[name] = { from: oids, parse };
-  }
-  return kept;
+    return oids.length > 0 ? [[name, { from: oids, parse }] as const] : [];
+  });
+  if (putBack.length === 0) return {};
+  const parsers: Record<number, unknown> = { ...(base['parsers'] as Record<number, unknown> | undefined) };
+  for (const [, { from, parse }] of putBack) for (const oid of from) parsers[oid] = parse;
+  return { types: { ...types, ...Object.fromEntries(putBack) }, parsers };
 }
 
 /** The template's `idle_timeout` or `max_lifetime` in milliseconds (seconds, or a function drawing them). */
@@ -195,7 +199,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       // whatever the application's pool's `types` say (times as text, JSON left unparsed, numbers
       // as BigInt…): Sluice's statements depend on them. Its other types (int8, numeric, date,
       // its own) stay the application's, and so do all of its serializers (`ctx.tx`).
-      types: withSluiceTypes(base['types'] as Record<string, unknown> | undefined),
+      ...sluiceParsing(base),
       max: settings.max,
       fetch_types: false,
       prepare,
@@ -211,10 +215,6 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       max_lifetime: null,
       connection: {
         ...(base['connection'] as Record<string, unknown> | undefined),
-        // Times as postgres.js reads them (new Date() of ISO 8601), whatever DateStyle the server,
-        // database or role sets: with 'SQL, DMY' a row's times read a day-and-month swap or an
-        // Invalid Date, and retry delays, re-arm cooldowns and timed disables went wrong.
-        DateStyle: 'ISO',
         application_name: settings.applicationName.slice(0, 63),
       },
       onclose: () => {

@@ -11,6 +11,20 @@ import { resolveSchemaName } from './tables.js';
 /** PostgreSQL 14 is the oldest release Sluice supports (xid8 functions, multiranges). */
 export const MINIMUM_SERVER_VERSION_NUM = 140000;
 
+/**
+ * @throws {PostgresUnsupportedError} when the sessions of `sql` write times in a DateStyle other
+ *   than ISO ('SQL, DMY', say): postgres.js reads them as ISO 8601 only, so the times Sluice reads
+ *   (retry delays, re-arm cooldowns, timed disables) would be a day-and-month swap or Invalid Dates
+ */
+export async function refuseDateStyle(sql: Queryable): Promise<void> {
+  const [row] = await sql<{ server_version_num: number; date_style: string }[]>`
+    select current_setting('server_version_num')::int as server_version_num,
+           current_setting('DateStyle') as date_style`;
+  if (row !== undefined && !/^iso\b/i.test(row.date_style)) {
+    throw new PostgresUnsupportedError(row.server_version_num, MINIMUM_SERVER_VERSION_NUM, row.date_style);
+  }
+}
+
 export interface VerifySchemaOptions {
   /** @defaultValue 'sluice' */
   schema?: string;
