@@ -184,21 +184,42 @@ export class XidGuardMissingError extends SluiceError {
 /** The PostgreSQL server is older than Sluice supports. */
 export class PostgresUnsupportedError extends SluiceError {
   readonly serverVersionNum: number;
-  /** The sessions' DateStyle, when that is what Sluice cannot work with (its output is not ISO). */
-  readonly dateStyle: string | undefined;
+  /**
+   * A setting of the sessions Sluice cannot work with, and its value: a DateStyle whose output is
+   * not ISO, or array_nulls off. Undefined when the server's version is what is unsupported.
+   */
+  readonly setting: { readonly name: 'DateStyle' | 'array_nulls'; readonly value: string } | undefined;
 
-  constructor(serverVersionNum: number, minimum: number, dateStyle?: string) {
-    super(
-      'SLUICE_POSTGRES_UNSUPPORTED',
-      dateStyle === undefined
-        ? `PostgreSQL ${serverVersionNum} is not supported: Sluice needs ${minimum} or newer`
-        : `DateStyle '${dateStyle}' is not supported: postgres.js reads times written as ISO 8601 only, ` +
-            "so Sluice's would be wrong. Set it on your pool (connection: { DateStyle: 'ISO, DMY' }, " +
-            "keeping your date order) or in the database (ALTER DATABASE … SET datestyle = 'ISO, DMY')",
-    );
+  constructor(
+    serverVersionNum: number,
+    minimum: number,
+    setting?: { readonly name: 'DateStyle' | 'array_nulls'; readonly value: string },
+  ) {
+    super('SLUICE_POSTGRES_UNSUPPORTED', unsupportedMessage(serverVersionNum, minimum, setting));
     this.serverVersionNum = serverVersionNum;
-    this.dateStyle = dateStyle;
+    this.setting = setting;
   }
+}
+
+function unsupportedMessage(
+  serverVersionNum: number,
+  minimum: number,
+  setting: { readonly name: 'DateStyle' | 'array_nulls'; readonly value: string } | undefined,
+): string {
+  if (setting === undefined) {
+    return `PostgreSQL ${serverVersionNum} is not supported: Sluice needs ${minimum} or newer`;
+  }
+  if (setting.name === 'DateStyle') {
+    return (
+      `DateStyle '${setting.value}' is not supported: postgres.js reads times written as ISO 8601 only, ` +
+      "so Sluice's would be wrong. Set it on your pool (connection: { DateStyle: 'ISO, DMY' }, " +
+      "keeping your date order) or in the database (ALTER DATABASE … SET datestyle = 'ISO, DMY')"
+    );
+  }
+  return (
+    `array_nulls '${setting.value}' is not supported: the arrays Sluice sends have NULL elements. ` +
+    'Turn it on for the database or the role (ALTER DATABASE … SET array_nulls = on)'
+  );
 }
 
 /** A migration failed to apply; the whole migration transaction was rolled back. */

@@ -1,6 +1,16 @@
 // Sluice's own pool (docs/design.md §4.11): replaced when a connection dies, but not churned by the
 // application's idle_timeout or max_lifetime, which postgres.js 3.4.9 reports as closes too.
-import { appendEvents, consumerRow, failingOn, freshSchema, until } from '@sluice/testing';
+import {
+  appendEvents,
+  consumerRow,
+  failingOn,
+  freshSchema,
+  postgresJsMajor,
+  recordingConsumer,
+  until,
+} from '@sluice/testing';
+import { silentLogger } from '../logger.js';
+import { migrate } from '../schema/migrate.js';
 import type { TransactionSql } from '../sql-types.js';
 import { append, transaction } from '../append.js';
 import { testDispatcher } from '../test-support.js';
@@ -106,7 +116,10 @@ test("a database whose DateStyle is not ISO ('SQL, DMY'): start is refused, sayi
     (e: unknown) => e,
   );
   await refused.stop();
-  expect(error).toMatchObject({ code: 'SLUICE_POSTGRES_UNSUPPORTED', dateStyle: 'SQL, DMY' });
+  expect(error).toMatchObject({
+    code: 'SLUICE_POSTGRES_UNSUPPORTED',
+    setting: { name: 'DateStyle', value: 'SQL, DMY' },
+  });
   expect((error as Error).message).toContain("connection: { DateStyle: 'ISO, DMY' }");
 
   const app = db.connect({ max: 2, connection: { DateStyle: 'ISO, DMY' } });
@@ -161,4 +174,71 @@ test("a pool whose types read timestamptz and JSON as text: Sluice's rows read a
   expect(c.seen[0]?.createdAt).toBeInstanceOf(Date);
   expect(c.seen[0]?.data).toEqual({});
   expect(c.seen[0]?.createdAt.getTime()).toBe(first?.createdAt.getTime());
+});
+
+test('standard_conforming_strings off: migrate() and start() work; array_nulls off: start() is refused, naming it', async () => {
+  const name = decodeURIComponent(new URL(db.url).pathname.slice(1));
+  onTestFinished(async () => {
+    await db.sql.unsafe(`alter database "${name}" reset standard_conforming_strings`);
+    await db.sql.unsafe(`alter database "${name}" reset array_nulls`);
+  });
+  await db.sql.unsafe(`alter database "${name}" set standard_conforming_strings = off`);
+  const legacy = db.connect({ max: 2 });
+  onTestFinished(() => legacy.end());
+  const schema = `scs_${randomBytes(4).toString('hex')}`;
+  // The xid guard's check read its pattern's backslashes as escapes: "parentheses () not balanced".
+  await migrate(legacy, { schema, logger: silentLogger });
+  const c = recordingConsumer('mailer');
+  const dispatcher = testDispatcher(legacy, schema, [c.consumer]);
+  await dispatcher.start();
+  await appendEvents(legacy, 1, undefined, schema);
+  await until(() => c.seen.length === 1, 10_000, 'the event delivered');
+  await dispatcher.stop();
+
+  await db.sql.unsafe(`alter database "${name}" set array_nulls = off`);
+  const noNulls = db.connect({ max: 2 });
+  onTestFinished(() => noNulls.end());
+  const refused = testDispatcher(noNulls, schema, [c.consumer]);
+  const error = await refused.ensureRegistered().then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  await refused.stop();
+  expect(error).toMatchObject({
+    code: 'SLUICE_POSTGRES_UNSUPPORTED',
+    setting: { name: 'array_nulls', value: 'off' },
+  });
+});
+
+test("a pool with a type given by name (postgres.js 4) and a query_timeout: Sluice's connections open, and a statement of ctx.tx may outlive query_timeout", async () => {
+  await db.sql`do $$ begin create type mood as enum ('happy', 'sad'); exception when duplicate_object then null; end $$`;
+  const app = db.connect({
+    max: 2,
+    query_timeout: 1,
+    types: {
+      mood: {
+        to: 'mood',
+        from: ['mood'],
+        serialize: (x: string) => x,
+        parse: (x: string) => x.toUpperCase(),
+      },
+    },
+  } as never);
+  onTestFinished(() => app.end());
+  if (postgresJsMajor >= 4) expect(await app`select 'happy'::mood as m`).toEqual([{ m: 'HAPPY' }]);
+  const slept: number[] = [];
+  const c = recordingConsumer('projection', {
+    transactional: true,
+    handler: async (_event, ctx) => {
+      await ctx.tx!`select pg_sleep(1.2)`;
+      slept.push(1);
+    },
+  });
+  // postgres.js 4 refused Sluice's pools (TYPE_NOT_FOUND: they do not fetch types), and its
+  // query_timeout cut the handler's statement (and a start waiting behind a prune's lock).
+  const { schema, dispatcher } = await registeredDispatcher(app, [c.consumer]);
+  await appendEvents(app, 1, undefined, schema);
+  await dispatcher.runOnce();
+  expect(slept).toEqual([1]);
+  expect((await consumerRow(db.sql, schema, 'projection')).cursor).toBe(1n);
 });

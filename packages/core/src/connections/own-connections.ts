@@ -135,8 +135,17 @@ const SLUICE_TYPES = {
  * options of a pool made from another's as they are (they carry `shared`), `parsers` included.
  */
 function sluiceParsing(base: Record<string, unknown>): Record<string, unknown> {
-  const types = base['types'] as Record<string, unknown> | undefined;
-  if (types === undefined) return {};
+  const given = base['types'] as Record<string, unknown> | undefined;
+  if (given === undefined) return {};
+  // A type given by name (postgres.js 4: pgvector's 'vector', say) is looked up with fetch_types,
+  // which Sluice's pools do without (see the top of this file): postgres.js would refuse the pool.
+  // Such columns read as text through `ctx.tx`.
+  const types = Object.fromEntries(
+    Object.entries(given).filter(([, type]) => {
+      const { to, from } = type as { to?: unknown; from?: unknown };
+      return ![to, from ?? []].flat().some((oid) => typeof oid === 'string');
+    }),
+  );
   const parsed = new Set(
     Object.values(types).flatMap((type) => [(type as { from?: unknown }).from ?? []].flat()),
   );
@@ -144,7 +153,7 @@ function sluiceParsing(base: Record<string, unknown>): Record<string, unknown> {
     const oids = from.filter((oid) => parsed.has(oid));
     return oids.length > 0 ? [[name, { from: oids, parse }] as const] : [];
   });
-  if (putBack.length === 0) return {};
+  if (putBack.length === 0) return { types };
   const parsers: Record<number, unknown> = { ...(base['parsers'] as Record<number, unknown> | undefined) };
   for (const [, { from, parse }] of putBack) for (const oid of from) parsers[oid] = parse;
   return { types: { ...types, ...Object.fromEntries(putBack) }, parsers };
@@ -213,6 +222,10 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       // Honoured for the whole pool below: the driver's own timers would look like deaths.
       idle_timeout: null,
       max_lifetime: null,
+      // postgres.js 4's client-side bound on a statement: Sluice's statements are bounded on the
+      // server (statementTimeoutMs), and some wait on purpose (a start behind a prune's advisory
+      // lock, an operator action behind a turn's row lock), which it would cut with QUERY_TIMEOUT.
+      query_timeout: 0,
       connection: {
         ...(base['connection'] as Record<string, unknown> | undefined),
         application_name: settings.applicationName.slice(0, 63),

@@ -11,7 +11,7 @@ import { laneCountsOf, requestLaneChange } from '../queries/lanes.js';
 import { RUNNING_STATES, type VersionRow } from '../queries/versions.js';
 import { laneInstanceIds, laneKeyText } from '../lanes/lanes.js';
 import { tables } from '../schema/tables.js';
-import { refuseDateStyle, verifySchema } from '../schema/verify-schema.js';
+import { refuseSessionSettings, verifySchema } from '../schema/verify-schema.js';
 import { createMetrics } from '../telemetry/metrics.js';
 import { createTracer } from '../telemetry/tracing.js';
 import { wakeUpChannel } from '../wake-up/channel.js';
@@ -26,7 +26,7 @@ export interface Dispatcher {
    * @throws {ConnectTimeoutError} when no PostgreSQL server completed a connection within the
    *   pool's `connect_timeout` (something else answers on that port, or nothing does)
    * @throws {PostgresUnsupportedError} when the pool's sessions write times in a DateStyle other
-   *   than ISO (also from ensureRegistered())
+   *   than ISO, or have array_nulls off (also from ensureRegistered())
    */
   start(): Promise<void>;
   /**
@@ -159,7 +159,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       });
       await arrayTypes;
     }
-    if (systemIdentifier === undefined) await refuseDateStyle(sql);
+    if (systemIdentifier === undefined) await refuseSessionSettings(sql);
     systemIdentifier ??= await readSystemIdentifier();
     /** Where a consumer was declared, for the option a refusal names. */
     const declaredAt = (c: ResolvedConsumer) => `consumers[${options.consumers.indexOf(c)}]`;

@@ -12,17 +12,25 @@ import { resolveSchemaName } from './tables.js';
 export const MINIMUM_SERVER_VERSION_NUM = 140000;
 
 /**
- * @throws {PostgresUnsupportedError} when the sessions of `sql` write times in a DateStyle other
- *   than ISO ('SQL, DMY', say): postgres.js reads them as ISO 8601 only, so the times Sluice reads
- *   (retry delays, re-arm cooldowns, timed disables) would be a day-and-month swap or Invalid Dates
+ * @throws {PostgresUnsupportedError} naming the setting, when the sessions of `sql` have one Sluice
+ *   cannot work with: a DateStyle whose output is not ISO ('SQL, DMY', say: postgres.js reads times
+ *   as ISO 8601 only, so retry delays, re-arm cooldowns and timed disables would read a
+ *   day-and-month swap or Invalid Dates), or array_nulls off (the NULL elements of the arrays
+ *   Sluice sends would read as the text 'NULL')
  */
-export async function refuseDateStyle(sql: Queryable): Promise<void> {
-  const [row] = await sql<{ server_version_num: number; date_style: string }[]>`
+export async function refuseSessionSettings(sql: Queryable): Promise<void> {
+  const [row] = await sql<{ server_version_num: number; date_style: string; array_nulls: string }[]>`
     select current_setting('server_version_num')::int as server_version_num,
-           current_setting('DateStyle') as date_style`;
-  if (row !== undefined && !/^iso\b/i.test(row.date_style)) {
-    throw new PostgresUnsupportedError(row.server_version_num, MINIMUM_SERVER_VERSION_NUM, row.date_style);
-  }
+           current_setting('DateStyle') as date_style,
+           current_setting('array_nulls') as array_nulls`;
+  if (row === undefined) return;
+  const setting = !/^iso\b/i.test(row.date_style)
+    ? { name: 'DateStyle' as const, value: row.date_style }
+    : row.array_nulls !== 'on'
+      ? { name: 'array_nulls' as const, value: row.array_nulls }
+      : undefined;
+  if (setting)
+    throw new PostgresUnsupportedError(row.server_version_num, MINIMUM_SERVER_VERSION_NUM, setting);
 }
 
 export interface VerifySchemaOptions {
@@ -101,7 +109,8 @@ export async function verifySchema(
     where t.tgrelid = ${table}::regclass
       and not t.tgisinternal
       and t.tgtype & 7 = 6
-      and p.prosrc ~ 'pg_current_xact_id\\s*\\(|txid_current\\s*\\('`;
+      -- No backslash: with standard_conforming_strings off, the literal would read it as an escape.
+      and p.prosrc ~ 'pg_current_xact_id[[:space:]]*[(]|txid_current[[:space:]]*[(]'`;
   if (triggers.length === 0) {
     throw new XidGuardMissingError(table, 'no BEFORE INSERT statement trigger assigns the transaction id');
   }
