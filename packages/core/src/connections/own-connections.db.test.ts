@@ -242,3 +242,25 @@ test("a pool with a type given by name (postgres.js 4) and a query_timeout: Slui
   expect(slept).toEqual([1]);
   expect((await consumerRow(db.sql, schema, 'projection')).cursor).toBe(1n);
 });
+
+test("a transactional handler that SETs the session's DateStyle through ctx.tx: later turns on that connection still read times as ISO", async () => {
+  const setter = recordingConsumer('a-setter', {
+    transactional: true,
+    handler: async (_event, ctx) => {
+      await ctx.tx!.unsafe("set DateStyle = 'SQL, DMY'");
+    },
+  });
+  const reader = recordingConsumer('b-reader', { transactional: true });
+  // One turn at a time: both consumers' turns run on the connection the first handler changed.
+  const { schema, dispatcher } = await registeredDispatcher(db.sql, [setter.consumer, reader.consumer], {
+    concurrency: 1,
+  });
+  await appendEvents(db.sql, 3, undefined, schema);
+  for (let i = 0; i < 3; i++) await dispatcher.runOnce();
+  expect(reader.ids()).toEqual([1n, 2n, 3n]);
+  const [now] = await db.sql<{ ms: number }[]>`select extract(epoch from now())::float8 * 1000 as ms`;
+  // Read as 'SQL, DMY', they were a day-and-month swap (or, on a 13th or later, Invalid Dates).
+  for (const event of reader.seen) {
+    expect(Math.abs(event.createdAt.getTime() - (now?.ms ?? 0))).toBeLessThan(60_000);
+  }
+});

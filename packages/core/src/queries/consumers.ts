@@ -765,7 +765,9 @@ export interface ConsumerLock {
  * snapshot of its own taken after the lock, and reads the row (which nobody else can change now),
  * that xid, the snapshot, the clock, and the consumer's other tables. When the row was skipped, the
  * second statement's answer is ignored and it assigned no xid (pg_current_xact_id_if_assigned).
- * Also bounds the turn's statements and idle time (SET LOCAL).
+ * Also bounds the turn's statements and idle time (SET LOCAL), and writes its times in ISO, as
+ * start() found the sessions (refuseSessionSettings), whatever a transactional handler's SET of the
+ * session's DateStyle through ctx.tx left on this connection.
  */
 export function lockConsumer(
   tx: TransactionSql,
@@ -777,7 +779,8 @@ export function lockConsumer(
   const locking = tx<{ name: string }[]>`
     select c.name,
            set_config('statement_timeout', ${String(timeouts.statementTimeoutMs)}, true) as statement_timeout,
-           set_config('idle_in_transaction_session_timeout', ${String(timeouts.idleInTransactionTimeoutMs)}, true) as idle_timeout
+           set_config('idle_in_transaction_session_timeout', ${String(timeouts.idleInTransactionTimeoutMs)}, true) as idle_timeout,
+           set_config('DateStyle', 'ISO', true) as date_style
     from ${t.consumers} c
     where c.name = ${name} and c.instance_id = ${instanceId}
     for update of c skip locked`;
