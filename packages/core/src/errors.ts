@@ -181,7 +181,7 @@ export class XidGuardMissingError extends SluiceError {
   }
 }
 
-/** The PostgreSQL server is older than Sluice supports. */
+/** The PostgreSQL server is older than Sluice supports, or its sessions have a setting Sluice cannot work with. */
 export class PostgresUnsupportedError extends SluiceError {
   readonly serverVersionNum: number;
   /**
