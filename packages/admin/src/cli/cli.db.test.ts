@@ -20,7 +20,13 @@ import {
   recordingConsumer,
   postgresJsMajor,
 } from '@sluice/testing';
-import { listening, registeredDispatcher, testDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import {
+  listening,
+  registeredDispatcher,
+  setDatabaseSettings,
+  testDispatcher,
+  useTestDatabase,
+} from '@sluice/testing/vitest';
 import { beforeAll, describe, expect, onTestFinished, test } from 'vitest';
 import { UNSAFE } from './format-text.js';
 
@@ -343,13 +349,7 @@ describe('status', () => {
     // The dispatcher runs before (it refuses such sessions: SLUICE_POSTGRES_UNSUPPORTED); the CLI's
     // own connection, opened after, takes the database's settings.
     const { schema } = await deadAndBehind();
-    const name = decodeURIComponent(new URL(db.url).pathname.slice(1));
-    await db.sql.unsafe(`alter database "${name}" set datestyle = 'SQL, DMY'`);
-    await db.sql.unsafe(`alter database "${name}" set timezone = 'America/New_York'`);
-    onTestFinished(async () => {
-      await db.sql.unsafe(`alter database "${name}" reset datestyle`);
-      await db.sql.unsafe(`alter database "${name}" reset timezone`);
-    });
+    await setDatabaseSettings(db, { datestyle: 'SQL, DMY', timezone: 'America/New_York' });
     const rows = await json<Row[]>(sluice(schema, 'status', '--json'));
     const [now] = await db.sql<{ ms: number }[]>`select extract(epoch from now())::float8 * 1000 as ms`;
     const lastErrorAt = Date.parse(String(rows[1]?.['lastErrorAt']));

@@ -15,7 +15,7 @@ import type { TransactionSql } from '../sql-types.js';
 import { append, transaction } from '../append.js';
 import { testDispatcher } from '../test-support.js';
 import { randomBytes } from 'node:crypto';
-import { registeredDispatcher, useTestDatabase } from '@sluice/testing/vitest';
+import { registeredDispatcher, setDatabaseSettings, useTestDatabase } from '@sluice/testing/vitest';
 import { expect, onTestFinished, test } from 'vitest';
 import { openOwnConnections } from './own-connections.js';
 
@@ -97,13 +97,7 @@ test('a connection that dies replaces the pool; the next statement runs on a fre
 });
 
 test("a database whose DateStyle is not ISO ('SQL, DMY'): start is refused, saying how to keep the date order; with ISO set on the pool, retries and createdAt go as on any server", async () => {
-  const name = decodeURIComponent(new URL(db.url).pathname.slice(1));
-  await db.sql.unsafe(`alter database "${name}" set datestyle = 'SQL, DMY'`);
-  await db.sql.unsafe(`alter database "${name}" set timezone = 'America/New_York'`);
-  onTestFinished(async () => {
-    await db.sql.unsafe(`alter database "${name}" reset datestyle`);
-    await db.sql.unsafe(`alter database "${name}" reset timezone`);
-  });
+  await setDatabaseSettings(db, { datestyle: 'SQL, DMY', timezone: 'America/New_York' });
   const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 3 } });
   // Read as 'SQL, DMY', a failure's time was a day-and-month swap or an Invalid Date, and the
   // retry waited for ever.
@@ -177,12 +171,7 @@ test("a pool whose types read timestamptz and JSON as text: Sluice's rows read a
 });
 
 test('standard_conforming_strings off: migrate() and start() work; array_nulls off: start() is refused, naming it', async () => {
-  const name = decodeURIComponent(new URL(db.url).pathname.slice(1));
-  onTestFinished(async () => {
-    await db.sql.unsafe(`alter database "${name}" reset standard_conforming_strings`);
-    await db.sql.unsafe(`alter database "${name}" reset array_nulls`);
-  });
-  await db.sql.unsafe(`alter database "${name}" set standard_conforming_strings = off`);
+  await setDatabaseSettings(db, { standard_conforming_strings: 'off' });
   const legacy = db.connect({ max: 2 });
   onTestFinished(() => legacy.end());
   const schema = `scs_${randomBytes(4).toString('hex')}`;
@@ -195,7 +184,7 @@ test('standard_conforming_strings off: migrate() and start() work; array_nulls o
   await until(() => c.seen.length === 1, 10_000, 'the event delivered');
   await dispatcher.stop();
 
-  await db.sql.unsafe(`alter database "${name}" set array_nulls = off`);
+  await setDatabaseSettings(db, { array_nulls: 'off' });
   const noNulls = db.connect({ max: 2 });
   onTestFinished(() => noNulls.end());
   const refused = testDispatcher(noNulls, schema, [c.consumer]);

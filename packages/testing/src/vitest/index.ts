@@ -4,7 +4,7 @@
 export { listening } from './listening.js';
 export { useLoginRole } from './login-role.js';
 export { heldTransaction, registeredDispatcher, testDispatcher } from './test-dispatcher.js';
-export { useTestDatabase } from './test-database.js';
+export { setDatabaseSettings, useTestDatabase } from './test-database.js';
 
 export type { Listening } from './listening.js';
 export type { TestDatabase } from './test-database.js';

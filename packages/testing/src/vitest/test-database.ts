@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
-import { afterAll, inject } from 'vitest';
+import { afterAll, inject, onTestFinished } from 'vitest';
 import type { Sql } from '@sluice/core';
 import { withDatabase } from '../database-url.js';
 import type {} from './provided-context.js';
@@ -60,4 +60,23 @@ export async function useTestDatabase(): Promise<TestDatabase> {
   });
 
   return { name, url, schema: 'sluice', sql, connect };
+}
+
+/**
+ * Sets `settings` on the test file's database (ALTER DATABASE … SET), for the sessions that open
+ * from then on, until the calling test finishes: they are reset then.
+ */
+export async function setDatabaseSettings(
+  db: TestDatabase,
+  settings: Readonly<Record<string, string>>,
+): Promise<void> {
+  const names = Object.keys(settings);
+  if (names.some((name) => !/^[a-z_]+$/i.test(name)))
+    throw new Error(`not setting names: ${names.join(', ')}`);
+  onTestFinished(async () => {
+    for (const name of names) await db.sql.unsafe(`alter database "${db.name}" reset ${name}`);
+  });
+  for (const [name, value] of Object.entries(settings)) {
+    await db.sql.unsafe(`alter database "${db.name}" set ${name} = '${value.replace(/'/g, "''")}'`);
+  }
 }
