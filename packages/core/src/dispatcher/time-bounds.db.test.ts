@@ -25,6 +25,12 @@ import { testDispatcher } from '../test-support.js';
 
 const db = await useTestDatabase();
 
+/**
+ * The transactional consumers' handlerTimeoutMs here. It bounds the whole call, its savepoint's
+ * round trips included: at 100 ms, a loaded CI machine timed out a call that hangs on nothing.
+ */
+const TRANSACTIONAL_TIMEOUT_MS = 500;
+
 test('maxTurnMs: a turn commits what it has done when its time is up, and the next turn continues', async () => {
   const schema = await freshSchema(db.sql);
   const c = recordingConsumer('slowpoke', {
@@ -249,7 +255,7 @@ test('handlerTimeoutMs on a transactional consumer rolls its turn back and still
   await db.sql`create table ${db.sql(`${schema}.projection`)} (event_id bigint primary key)`;
   const c = recordingConsumer('hung-projection', {
     transactional: true,
-    handlerTimeoutMs: 100,
+    handlerTimeoutMs: TRANSACTIONAL_TIMEOUT_MS,
     handler: async (event, ctx) => {
       await ctx.tx!`insert into ${ctx.tx!(`${schema}.projection`)} values (${event.id.toString()})`;
       if (event.id === 2n) await new Promise(() => undefined);
@@ -279,7 +285,7 @@ test.each([
     const calls: bigint[] = [];
     const c = recordingConsumer('hung-projection', {
       transactional: true,
-      handlerTimeoutMs: 100,
+      handlerTimeoutMs: TRANSACTIONAL_TIMEOUT_MS,
       errorPolicy: { maxAttempts: 2, ...policy },
       handler: async (event, ctx) => {
         calls.push(event.id);
@@ -334,7 +340,7 @@ async function projecting(
   const { hangs, ...rest } = options;
   const c = recordingConsumer('projection', {
     transactional: true,
-    handlerTimeoutMs: 100,
+    handlerTimeoutMs: TRANSACTIONAL_TIMEOUT_MS,
     handler: async (event, ctx) => {
       calls.push(event.id);
       await ctx.tx!`insert into ${ctx.tx!(`${schema}.projection`)} values (${event.id.toString()})`;
@@ -441,7 +447,7 @@ test.each([true, false])(
     await first.dispatcher.stop();
     const c = recordingConsumer('projection', {
       transactional: true,
-      handlerTimeoutMs: 100,
+      handlerTimeoutMs: TRANSACTIONAL_TIMEOUT_MS,
       errorPolicy: { maxAttempts: 1 },
       handler: async (event) => {
         if (event.id === 2n) await new Promise(() => undefined);
@@ -488,7 +494,7 @@ test('replayed dead letters go to a transactional handler one by one: a batchHan
   const batches: bigint[][] = [];
   const c = recordingConsumer('projection', {
     transactional: true,
-    handlerTimeoutMs: 100,
+    handlerTimeoutMs: TRANSACTIONAL_TIMEOUT_MS,
     errorPolicy: { maxAttempts: 1 },
     handler: async (event) => {
       if (event.id === 3n) await new Promise(() => undefined);
@@ -550,7 +556,7 @@ test('a timed-out attempt that did not use up maxAttempts, then a lower maxAttem
   const calls: bigint[] = [];
   const c = recordingConsumer('projection', {
     transactional: true,
-    handlerTimeoutMs: 100,
+    handlerTimeoutMs: TRANSACTIONAL_TIMEOUT_MS,
     errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
     handler: async (event) => {
       calls.push(event.id);
