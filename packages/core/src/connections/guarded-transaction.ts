@@ -22,12 +22,7 @@ import { readFileSync } from 'node:fs';
 import { isConnectionLoss } from '../dispatcher/classify-failure.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { TransactionAbandonedError, TransactionControlError } from '../errors.js';
-import {
-  CONNECTION_GONE,
-  PIPELINED,
-  TransactionConnectionClosedError,
-  type Pipelined,
-} from './pipelined-begin.js';
+import { PIPELINED, TransactionConnectionClosedError, type Pipelined } from './pipelined-begin.js';
 import { transactionEndIn } from './transaction-end.js';
 
 /** Whether a guarded transaction may still run statements; `ended` settles when it may not. */
@@ -220,6 +215,8 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness, readText: b
     return Array.isArray(first) && 'raw' in first ? templateText(first, args.slice(1)) : undefined;
   });
   Object.assign(wrapper, tx, {
+    // The reserved connection stays the guard's: a handler's ctx.tx does not carry it.
+    [PIPELINED]: undefined,
     unsafe: statements(Reflect.get(tx, 'unsafe') as AnyFunction, tx, (args) => args[0]),
     file: statements(Reflect.get(tx, 'file') as AnyFunction, tx, (args) => fileText(args[0])),
     savepoint(...args: unknown[]) {
@@ -296,8 +293,8 @@ function fileText(path: unknown): string | undefined {
  * driver's own begin() the code is all there is to go by.
  */
 function connectionGone(tx: TransactionSql, error: unknown): boolean {
-  const gone = (tx as { [CONNECTION_GONE]?: () => boolean })[CONNECTION_GONE];
-  return gone === undefined ? isConnectionLoss(error) : gone();
+  const pipelined = (tx as { [PIPELINED]?: Pipelined })[PIPELINED];
+  return pipelined === undefined ? isConnectionLoss(error) : pipelined.state.gone;
 }
 
 /**

@@ -36,15 +36,10 @@ export class TransactionConnectionClosedError extends Error {
 type AnyFunction = (...args: unknown[]) => unknown;
 
 /**
- * A pipelined transaction's answer to "is my connection gone?" (the pool reported its close), read
- * by the guarded transaction above it: an error with a connection error's code that the
- * transaction's code throws (a handler's own HTTP call) says nothing about this connection.
- */
-export const CONNECTION_GONE = Symbol('sluice.connectionGone');
-
-/**
- * What a guarded transaction above a pipelined one reads to make its statements on the reserved
- * connection itself (one wrapper per statement, not two): the connection, and whether it is gone.
+ * What a guarded transaction above a pipelined one reads: the reserved connection, to make its
+ * statements on it itself (one wrapper per statement, not two), and the transaction's answer to
+ * "is my connection gone?" (the pool reported its close). An error with a connection error's code
+ * that the transaction's code throws (a handler's own HTTP call) says nothing about this connection.
  */
 export const PIPELINED = Symbol('sluice.pipelined');
 
@@ -165,7 +160,6 @@ function transactionOn(connection: ReservedSql, state: { gone: boolean }): Trans
       throw new Error('a turn cannot prepare its transaction (PREPARE TRANSACTION)');
     },
     release: undefined,
-    [CONNECTION_GONE]: isGone,
     [PIPELINED]: { connection, state } satisfies Pipelined,
   });
   return tx as unknown as TransactionSql;
