@@ -5,16 +5,23 @@
 export { connectTimeoutMsOf, isNotPostgres, withinConnectTimeout } from './connect-timeout.js';
 export { guardedBegin } from './connections/guarded-transaction.js';
 export { logUnprepared, openOwnConnections } from './connections/own-connections.js';
-export { consumerStateOf } from './consumer-state/consumer-state.js';
 export {
+  type ConsumerState,
+  consumerStateOf,
+  type ConsumerStatus,
   disableConsumer,
   enableConsumer,
   fenceGap,
+  type InFlightAt,
+  type OperatorAction,
+  type OperatorChange,
   replayDeadLetters,
   restartConsumer,
+  type RestartFrom,
+  type RowChange,
   skipEvent,
   stuckEventOf,
-} from './consumer-state/operator-transitions.js';
+} from './consumer-state/consumer-state.js';
 export { unreachableBy } from './dispatcher/classify-failure.js';
 export { MAX_PARKED_KEY_BYTES } from './dispatcher/deliver.js';
 export { messageOf, sqlStateOf } from './errors.js';
@@ -58,14 +65,6 @@ export { ADMIN_DEFAULTS, MAX_AGE_MS, MAX_MS, SHARED_INSTANCE_ID } from './option
 export { wakeUpChannel } from './wake-up/channel.js';
 export { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
 
-export type { ConsumerState, ConsumerStatus } from './consumer-state/consumer-state.js';
-export type {
-  InFlightAt,
-  OperatorAction,
-  OperatorChange,
-  RestartFrom,
-  RowChange,
-} from './consumer-state/operator-transitions.js';
 export type { GapRange } from './gaps/gaps.js';
 export type { AuditEntry } from './queries/audit.js';
 export type { OwnConnections, OwnConnectionsSettings } from './connections/own-connections.js';

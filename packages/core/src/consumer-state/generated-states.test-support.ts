@@ -1,9 +1,8 @@
 // Consumer rows for the unit tests of the state machine (turn-machine.test.ts and
-// operator-transitions.test.ts): a plain idle row, the row as a turn holds it, the rules both use,
+// operator-transitions.test.ts, over consumer-state.ts): a plain idle row, the row as a turn holds it, the rules both use,
 // and generated rows of every kind.
 import fc from 'fast-check';
-import type { ConsumerState, HeldState } from './consumer-state.js';
-import type { TurnRules } from './turn-machine.js';
+import type { ConsumerState, HeldState, TurnRules } from './consumer-state.js';
 
 export const NOW = new Date('2026-12-02T12:00:00.000Z');
 export const ago = (ms: number) => new Date(NOW.getTime() - ms);

@@ -10,21 +10,22 @@ import {
   NotAGapError,
   SkipMismatchError,
 } from '../errors.js';
-import type { ConsumerState } from './consumer-state.js';
-import { held, idleState, RULES, stateArbitrary } from './generated-states.test-support.js';
 import {
+  type ConsumerState,
   disableConsumer,
   enableConsumer,
   fenceGap,
+  openTurn,
+  type OperatorChange,
+  planDelivery,
   replayDeadLetters,
   restartConsumer,
-  skipEvent,
-  stuckEventOf,
-  type OperatorChange,
   type RestartFrom,
   type RowChange,
-} from './operator-transitions.js';
-import { openTurn, planDelivery } from './turn-machine.js';
+  skipEvent,
+  stuckEventOf,
+} from './consumer-state.js';
+import { held, idleState, RULES, stateArbitrary } from './generated-states.test-support.js';
 
 /** The row as queries/operator.ts applyOperatorChange leaves it (the model of that statement). */
 function applied(state: ConsumerState, row: RowChange): ConsumerState {

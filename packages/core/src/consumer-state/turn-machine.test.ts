@@ -5,21 +5,22 @@
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
 import { deliverableIds, settleTurn, type GapRange, type TurnInput } from '../gaps/gaps.js';
-import type { ConsumerState, CrashMarker } from './consumer-state.js';
-import { ago, held, idleState, NOW, RULES, stateArbitrary } from './generated-states.test-support.js';
 import {
   choiceOvertaken,
   closeTurn,
-  fenced,
-  hasNothingToRecord,
-  openTurn,
-  planDelivery,
+  type ConsumerState,
+  type CrashMarker,
   type Delivered,
   type DeliveryPlan,
+  fenced,
   type FetchChoice,
+  hasNothingToRecord,
   type Opening,
+  openTurn,
+  planDelivery,
   type TurnRules,
-} from './turn-machine.js';
+} from './consumer-state.js';
+import { ago, held, idleState, NOW, RULES, stateArbitrary } from './generated-states.test-support.js';
 
 const open = (opening: Opening) => {
   if (opening.kind !== 'open') throw new Error(`expected an open turn, got ${opening.reason}`);

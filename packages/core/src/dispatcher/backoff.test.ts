@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'vitest';
 import { isBackingOff, nextBackoff } from './backoff.js';
-import { rearmDecision } from './rearm.js';
+import { rearmDecision } from '../consumer-state/consumer-state.js';
 
 describe('backoff', () => {
   test('starts at 1 s, doubles, and is capped at 60 s', () => {

@@ -2,8 +2,7 @@ import { lowestEnded, parseSnapshot, parseXidList, type Snapshot } from '../gaps
 import type { ResolvedConsumer } from '../options.js';
 import type { ConsumerStateRow, Precheck, PrecheckRow } from '../queries/consumers.js';
 import type { PassResult } from './pass.js';
-import { isWaitingToRetry, retryStateOf } from '../consumer-state/consumer-state.js';
-import { rearmDecision } from './rearm.js';
+import { isWaitingToRetry, rearmDecision, retryStateOf } from '../consumer-state/consumer-state.js';
 
 /**
  * Whether a consumer provably has nothing to do (docs/design.md §4.1), judged from its row, the log head

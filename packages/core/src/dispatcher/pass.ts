@@ -26,11 +26,10 @@ import {
 import type { Tables } from '../schema/tables.js';
 import type { ConsumerGauges, DispatcherMetrics } from '../telemetry/metrics.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
-import { isWaitingToRetry, retryStateOf } from '../consumer-state/consumer-state.js';
+import { isWaitingToRetry, rearmDecision, retryStateOf } from '../consumer-state/consumer-state.js';
 import { isBackingOff, nextBackoff, type BackoffState } from './backoff.js';
 import { classifyFailure, poolerHint } from './classify-failure.js';
 import { IdleKnowledge, isProvablyIdle } from './idle-check.js';
-import { rearmDecision } from './rearm.js';
 import { LaneReads } from './lane-reads.js';
 import { SharedReads } from './shared-reads.js';
 import { VersionKeeper } from './versions-step.js';

@@ -1,18 +1,20 @@
 // The steps of a turn (dispatcher/turn.ts), each carrying out what the consumer's state machine
-// (consumer-state/turn-machine.ts) decided: the lock with the early fetch behind it and the batch
+// (consumer-state/consumer-state.ts) decided: the lock with the early fetch behind it and the batch
 // the turn delivers from; the turn start recorded before the delivery (crash accounting), the
 // handler calls, the replays an operator asked for and what is recorded of them; and what the
 // turn writes (the status it opens with, the ranges, the row it ends with, a cluster change).
 import { assertLive } from '../connections/guarded-transaction.js';
 import type { Span } from '@opentelemetry/api';
-import type { ConsumerState, LaneChange, StartInFlight } from '../consumer-state/consumer-state.js';
 import type {
+  ConsumerState,
   Delivered,
   DeliveryPlan,
+  LaneChange,
   Opening,
+  StartInFlight,
   TurnClose,
   TurnRules,
-} from '../consumer-state/turn-machine.js';
+} from '../consumer-state/consumer-state.js';
 import { messageOf } from '../errors.js';
 import { PASSED_TYPE, type EventRecord } from '../events.js';
 import { type GapRange, type Settlement, type TurnInput, parseSnapshot, passedRanges } from '../gaps/gaps.js';

@@ -1,18 +1,20 @@
 import type { Span, Tracer } from '@opentelemetry/api';
 import { guardedBegin } from '../connections/guarded-transaction.js';
-import { cleanViewOf, heldStateOf, type HeldState } from '../consumer-state/consumer-state.js';
 import {
-  closeTurn,
-  fenced,
-  hasNothingToRecord,
   choiceOvertaken,
-  openTurn,
+  cleanViewOf,
+  closeTurn,
   type DeliveryPlan,
+  fenced,
   type FetchChoice,
+  hasNothingToRecord,
+  type HeldState,
+  heldStateOf,
   type Opening,
+  openTurn,
   planDelivery,
   type TurnRules,
-} from '../consumer-state/turn-machine.js';
+} from '../consumer-state/consumer-state.js';
 import { messageOf } from '../errors.js';
 import { passedStub, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
 import { deliverableIds, settleTurn, type GapRange, type TurnInput } from '../gaps/gaps.js';
@@ -307,7 +309,7 @@ interface TurnScope {
   readonly rules: TurnRules;
 }
 
-/** The row as the turn holds it, and the turn it opens (turn-machine.ts openTurn). */
+/** The row as the turn holds it, and the turn it opens (consumer-state.ts openTurn). */
 interface Hold {
   readonly skip?: undefined;
   readonly held: HeldState;
@@ -452,7 +454,7 @@ async function fetchChosen(
   return { chosen: { ...opening, ...choice }, stored, rechecked, batch, filter };
 }
 
-/** Plans the delivery by the row and the fetch (turn-machine.ts planDelivery), and carries it out. */
+/** Plans the delivery by the row and the fetch (consumer-state.ts planDelivery), and carries it out. */
 async function deliverPlanned(
   turn: TurnScope,
   { held, opening, recordedKey }: Hold,
@@ -492,7 +494,7 @@ async function deliverPlanned(
 
 /**
  * Settles the gaps by what was delivered, persists them, and sends the row's next state
- * (turn-machine.ts closeTurn) as the turn's last writes; an old lane of a change of lane count
+ * (consumer-state.ts closeTurn) as the turn's last writes; an old lane of a change of lane count
  * then takes its step (docs/design.md §11.3: barrier, switch, retire).
  */
 async function closeAndWrite(

@@ -1,7 +1,7 @@
 // What operator actions read and write (docs/design.md §6.2), inside the transaction that holds the
-// consumer's row (lockConsumerForOperator). The decisions are consumer-state/operator-transitions.ts;
+// consumer's row (lockConsumerForOperator). The decisions are in consumer-state/consumer-state.ts;
 // these statements only gather their facts and carry out what they return, with the audit row.
-import type { InFlightAt, LaneChangeFact, OperatorChange } from '../consumer-state/operator-transitions.js';
+import type { InFlightAt, LaneChangeFact, OperatorChange } from '../consumer-state/consumer-state.js';
 import { TOMBSTONE_TYPE } from '../events.js';
 import { ConsumerBusyError, GapHeldError, NotAGapError, sqlStateOf } from '../errors.js';
 import { parseSnapshot, subtransactionXid } from '../gaps/gaps.js';
