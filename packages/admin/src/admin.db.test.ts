@@ -637,6 +637,16 @@ describe('actions', () => {
     });
     expect((await admin.restart('archive', { from: 'beginning' })).cursorAfter).toBe(3n);
     expect(await auditActions(schema)).toEqual(['prune', 'restart']);
+    // Every event pruned: the head is where the floor is, and the restart the floor's refusal
+    // advises is taken.
+    await drainUntilIdle(dispatcher);
+    await prune(db.sql, { before: 6n, schema });
+    await expect(admin.restart('archive', { from: 4n })).rejects.toMatchObject({
+      code: 'SLUICE_BELOW_RETENTION_FLOOR',
+      message: expect.stringContaining('Restart from 5 or later') as unknown,
+    });
+    expect((await admin.restart('archive', { from: 5n })).cursorAfter).toBe(5n);
+    expect((await admin.restart('archive', { from: 'now' })).cursorAfter).toBe(5n);
   });
 
   test('names with SQL meta-characters are just names', async () => {

@@ -489,12 +489,20 @@ export class BelowRetentionFloorError extends SluiceError {
   }
 }
 
-/** A restart target above the log head: the cursor would claim events that do not exist yet. */
+/**
+ * A position above the log head: a restart's cursor, a prune's retention floor or a new version's
+ * rebuild start there would claim events that do not exist yet (as processed, or as pruned).
+ */
 export class BeyondHeadError extends SluiceError {
   readonly head: bigint;
 
-  constructor(requested: bigint, head: bigint) {
-    super('SLUICE_BEYOND_HEAD', `Cannot restart from ${requested}: the log head is ${head}`);
+  /** `message`: what was refused and why; a restart's by default. */
+  constructor(
+    requested: bigint,
+    head: bigint,
+    message = `Cannot restart from ${requested}: the log head is ${head}`,
+  ) {
+    super('SLUICE_BEYOND_HEAD', message);
     this.head = head;
   }
 }

@@ -114,8 +114,10 @@ export async function readRestartFacts(
   const inFlight = fenceInFlight ? target : null;
   await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
   const floor = await retentionFloor(tx, t);
+  // Once every event is pruned, the head is where the floor is.
   const [state] = await tx<{ head: string; snap: string }[]>`
-    select coalesce((select max(id) from ${t.events}), 0)::text as head, pg_current_snapshot()::text as snap`;
+    select greatest(coalesce((select max(id) from ${t.events}), 0), ${(floor - 1n).toString()}::bigint)::text as head,
+           pg_current_snapshot()::text as snap`;
   if (!state) throw new Error('the restart read returned no row');
   let fenced: InFlightAt | null = null;
   if (inFlight) {

@@ -400,6 +400,53 @@ describe('a declared version that cannot run', () => {
     );
   });
 
+  test('rebuilt from above the log head: start() refuses it, as a restart there is (its takeover would skip the events to come), and changes nothing', async () => {
+    const { schema, t } = await setup(db.sql);
+    const seen: bigint[] = [];
+    const notifier = (version: number, extra: Partial<Consumer> = {}): Consumer => ({
+      name: 'notifier',
+      version,
+      handler: (event) => {
+        seen.push(event.id);
+      },
+      ...extra,
+    });
+    const first = testDispatcher(db.sql, schema, [notifier(1)]);
+    await first.ensureRegistered();
+    await appendEvents(db.sql, 5, byStream, schema);
+    await drainUntilIdle(first);
+    await first.stop();
+    const before = await recorded(schema, t);
+
+    const ahead = testDispatcher(db.sql, schema, [
+      notifier(1),
+      notifier(2, { rebuild: { from: 1000, takeover: { withinEvents: 0 } } }),
+    ]);
+    const refused = await ahead.start().then(
+      () => null,
+      (error: unknown) => error,
+    );
+    expect(refused).toMatchObject({ code: 'SLUICE_BEYOND_HEAD', head: 5n });
+    expect((refused as Error).message).toMatch(/version 2 of "notifier".*rebuild\.from.*5 or lower/);
+    expect(await recorded(schema, t)).toEqual(before);
+
+    // At the head it is taken: it starts caught up, and takes over with nothing skipped.
+    const atHead = testDispatcher(db.sql, schema, [
+      notifier(1),
+      notifier(2, { rebuild: { from: 5, takeover: { withinEvents: 0 } } }),
+    ]);
+    await atHead.ensureRegistered();
+    await passUntil(
+      atHead,
+      async () => (await liveVersion(db.sql, 'notifier', { schema })) === 2,
+      'version 2 is live',
+    );
+    seen.length = 0;
+    await appendEvents(db.sql, 3, (n) => byStream(n + 5), schema);
+    await drainUntilIdle(atHead);
+    expect(seen).toEqual([6n, 7n, 8n]);
+  });
+
   test('below a newer version on its way, never registered itself: the process does not run it, and says so', async () => {
     const { schema, t } = await setup(db.sql);
     const notifier = (version: number): Consumer => ({ name: 'notifier', version, handler: () => {} });

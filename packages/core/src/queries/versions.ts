@@ -2,6 +2,7 @@
 // declare, rebuilt beside the live version, taken over at a barrier, paused, abandoned, dropped.
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import {
+  BeyondHeadError,
   ConsumerNotFoundError,
   InvalidOptionError,
   RebuildNotFoundError,
@@ -212,12 +213,28 @@ export async function registerVersions(
             `(startFrom: 'now')`,
         );
       }
-      if (next) await abandon(tx, t, name, next, live, actor, `version ${d.version} was declared`);
-      const state: VersionState = d.sideEffects ? 'waiting' : 'rebuilding';
       // From the beginning means from the oldest event retention kept (as a restart from the
       // beginning does): ids below it are gone, not holes to wait for.
       const floor = (await retentionFloor(tx, t)) - 1n;
       const start = d.startPosition > floor ? d.startPosition : floor;
+      // Rows that start above the head would count as caught up, and once they took over, the
+      // consumer would never receive the events still to come up to there: refused, as a restart
+      // there is. (Once every event is pruned, the head is where the floor is.)
+      if (!d.sideEffects && start > floor) {
+        const top = await head(tx, t);
+        const logHead = top > floor ? top : floor;
+        if (start > logHead) {
+          throw new BeyondHeadError(
+            start,
+            logHead,
+            `Cannot rebuild version ${d.version} of "${name}" from ${start}: the log head is ${logHead}, and its ` +
+              `rows would start above it: once it took over, the consumer would never receive the events still ` +
+              `to come up to ${start}. Nothing was registered; set rebuild.from to ${logHead} or lower (or 'beginning')`,
+          );
+        }
+      }
+      if (next) await abandon(tx, t, name, next, live, actor, `version ${d.version} was declared`);
+      const state: VersionState = d.sideEffects ? 'waiting' : 'rebuilding';
       await insertVersion(tx, t, d, state, d.sideEffects ? 0n : start, actor);
       known = (
         await tx<VersionDbRow[]>`

@@ -88,6 +88,26 @@ describe('prune', () => {
     expect(fresh.lines.filter((l) => l.level === 'error')).toEqual([]);
   });
 
+  test('refuses a before above the one after the log head: the floor would make later events look pruned', async () => {
+    const schema = await freshSchema(db.sql);
+    await appendEvents(db.sql, 5, undefined, schema); // 1..5, and no consumer to hold retention back
+    await expect(prune(db.sql, { before: 1000n, schema })).rejects.toMatchObject({
+      code: 'SLUICE_BEYOND_HEAD',
+      head: 5n,
+    });
+    expect(await eventIds(schema)).toHaveLength(5); // nothing deleted, no floor recorded
+    expect(await prune(db.sql, { before: 6n, schema })).toEqual({ deleted: 5 });
+    // Every event is gone: the head is still where the floor says, and pruning to it again is fine.
+    expect(await prune(db.sql, { before: 6n, schema })).toEqual({ deleted: 0 });
+    await expect(prune(db.sql, { before: 7n, schema })).rejects.toMatchObject({ code: 'SLUICE_BEYOND_HEAD' });
+    await appendEvents(db.sql, 3, undefined, schema); // 6..8
+    const c = recordingConsumer('late');
+    const dispatcher = testDispatcher(db.sql, schema, [c.consumer]);
+    await dispatcher.ensureRegistered();
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([6n, 7n, 8n]);
+  });
+
   test('rejects a before that is not a bigint id, a bad actor, and a schema not migrated', async () => {
     await expect(prune(db.sql, { before: 0n })).rejects.toMatchObject({
       code: 'SLUICE_INVALID_OPTION',

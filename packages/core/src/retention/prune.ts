@@ -2,6 +2,7 @@ import { takeAdvisoryLocks } from '../queries/advisory-locks.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { checkStorableName, MAX_AGE_MS } from '../options.js';
 import {
+  BeyondHeadError,
   InvalidOptionError,
   PruneBlockedError,
   raisedInFunction,
@@ -44,6 +45,7 @@ interface LaggingRow {
  * a 'now' registration still waiting for in-flight events (docs/design.md §6.3; invariant I6).
  * Holds the retention lock exclusively, so no consumer registers or restarts meanwhile.
  * @throws {PruneBlockedError} naming the lagging consumers; nothing is deleted then
+ * @throws {BeyondHeadError} when `before` is above the one after the log head (nothing is deleted)
  */
 export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResult> {
   const schema = resolveSchemaName(options.schema);
@@ -83,6 +85,22 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
           (r) =>
             `${r.name}${r.instance_id === '*' ? '' : `@${r.instance_id}`} (${r.status}, cursor ${r.cursor})`,
         ),
+      );
+    }
+    // The floor this prune records must not pass the head: events still to come below it would
+    // look pruned, and restarts and consumers from 'beginning' would skip them. Once every event
+    // is gone, the head is where the last floor left it.
+    const [{ head } = { head: '0' }] = await tx<{ head: string }[]>`
+      select greatest(coalesce((select max(id) from ${t.events}), 0),
+                      coalesce((select max((details->>'before')::bigint) from ${t.audit} where action = 'prune'), 1) - 1
+             )::text as head`;
+    if (options.before > BigInt(head) + 1n) {
+      throw new BeyondHeadError(
+        options.before,
+        BigInt(head),
+        `Cannot prune before ${options.before}: the log head is ${head}, and a retention floor above it ` +
+          `would make the events still to come below ${options.before} look pruned (restarts and new ` +
+          `consumers from 'beginning' would skip them). Nothing was deleted; prune before ${BigInt(head) + 1n} or lower`,
       );
     }
     const deleted = await tx`delete from ${t.events} where id < ${before}::bigint`;
