@@ -1,6 +1,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import postgres from 'postgres';
 import { recordNotifications, until } from '@sluice/testing';
 import { useTestDatabase } from '@sluice/testing/vitest';
 import { describe, expect, onTestFinished, test } from 'vitest';
@@ -14,7 +15,9 @@ import {
 import type { NewEvent } from './events.js';
 import { silentLogger } from './logger.js';
 import { pgArray } from './queries/pg-array.js';
+import { prune } from './retention/prune.js';
 import { migrate } from './schema/migrate.js';
+import { verifySchema } from './schema/verify-schema.js';
 import { wakeUpChannel } from './wake-up/channel.js';
 import { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
 
@@ -528,5 +531,35 @@ describe('append() after the transaction lost its connection', () => {
     await expect(appended).rejects.toMatchObject({ code: 'SLUICE_TRANSACTION_ABANDONED' });
     await app`select 1`;
     expect(await countEvents()).toBe(before);
+  });
+});
+
+describe("the application's pool renames columns (postgres.camel, postgres.pascal)", () => {
+  test('migrate(), verifySchema(), append() and prune() read their rows by position, as PostgreSQL returns them', async () => {
+    for (const transform of [postgres.camel, postgres.pascal]) {
+      const schema = `renamed_${Math.random().toString(36).slice(2, 10)}`;
+      const app = db.connect({ max: 2, transform });
+      onTestFinished(() => app.end());
+      const migrated = await migrate(app, { schema, logger: silentLogger });
+      expect(migrated.applied.length).toBeGreaterThan(0);
+      expect((await migrate(app, { schema, logger: silentLogger })).applied).toEqual([]);
+      expect((await verifySchema(app, { schema })).serverVersionNum).toBeGreaterThan(140000);
+      const small = await transaction(app, (tx) => append(tx, [order(1), order(2)], { schema }));
+      const large = await transaction(app, (tx) =>
+        append(
+          tx,
+          Array.from({ length: 70 }, (_, i) => order(i + 3)),
+          { schema },
+        ),
+      );
+      for (const event of [...small, ...large]) expect(event.createdAt).toBeInstanceOf(Date);
+      expect([...small, ...large].map((e) => e.id)).toEqual(
+        Array.from({ length: 72 }, (_, i) => BigInt(i + 1)),
+      );
+      expect(await prune(app, { before: 3n, schema })).toEqual({ deleted: 2 });
+      await expect(prune(app, { before: 100n, schema })).rejects.toMatchObject({
+        code: 'SLUICE_BEYOND_HEAD',
+      });
+    }
   });
 });

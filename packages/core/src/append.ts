@@ -13,7 +13,7 @@ import { RESERVED_TYPE_PREFIX, type EventRecord, type JsonObject, type NewEvent 
 import { resolveSchemaName, eventsTable } from './schema/tables.js';
 import { pgArray } from './queries/pg-array.js';
 import { activeTraceparent } from './telemetry/tracing.js';
-import type { Sql, TransactionSql } from './sql-types.js';
+import { type Sql, type TransactionSql, valuesOf } from './sql-types.js';
 import { wakeUpChannel } from './wake-up/channel.js';
 import { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
 
@@ -127,19 +127,19 @@ export async function append(
   // A trigger or rule of the database's that drops rows would pair the others with the wrong events.
   if (rows.length !== streamIds.length) throw new EventsNotStoredError(schema, streamIds.length, rows.length);
   // Ids were drawn in the caller's order, one row after the other: the i-th smallest is event i's.
-  let ids = rows.map((row) => BigInt(row.id));
+  let ids = rows.map(([id]) => BigInt(id));
   if (!isAscending(ids)) {
-    rows.sort((a, b) => compare(BigInt(a.id), BigInt(b.id)));
-    ids = rows.map((row) => BigInt(row.id));
+    rows.sort((a, b) => compare(BigInt(a[0]), BigInt(b[0])));
+    ids = rows.map(([id]) => BigInt(id));
   }
-  const stored = rows.map((row, i) =>
+  const stored = rows.map(([, createdAt], i) =>
     storedEvent(
       ids[i] as bigint,
       // A Date also when the pool's types read timestamptz as text (ISO 8601) or milliseconds; any
       // other object a pool makes of it (a date library's) as it is.
-      typeof row.created_at === 'string' || typeof row.created_at === 'number'
-        ? new Date(row.created_at)
-        : (row.created_at as Date),
+      typeof createdAt === 'string' || typeof createdAt === 'number'
+        ? new Date(createdAt)
+        : (createdAt as Date),
       streamIds[i] as string,
       types[i] as string,
       data[i] as string,
@@ -192,7 +192,8 @@ const VALUES_MAX_EVENTS = 64;
 const EMPTY_OBJECT_JSON = '{}';
 
 /**
- * One INSERT of every event, returning each new id and created_at. The JSON text is cast to jsonb
+ * One INSERT of every event, returning each new id and created_at (read by position: a pool that
+ * renames columns, `transform: postgres.camel`, renames nothing then). The JSON text is cast to jsonb
  * in SQL, so it is encoded exactly once: binding an already serialised string to a jsonb parameter
  * would store a JSON string scalar (docs/design.md §3.1). Ids are drawn in the caller's order: a
  * VALUES list is produced row by row in list order, and a larger batch is sorted by ordinality
@@ -209,7 +210,7 @@ function insertEvents(
   types: readonly string[],
   data: readonly string[],
   metadata: readonly string[],
-): Promise<{ id: string; created_at: unknown }[]> {
+): Promise<[id: string, createdAt: unknown][]> {
   const count = streamIds.length;
   if (count <= VALUES_MAX_EVENTS) {
     const withMetadata = metadata.some((m) => m !== EMPTY_OBJECT_JSON);
@@ -220,17 +221,15 @@ function insertEvents(
     }
     // A tagged-template call with a template made once per shape: the pool's prepare setting and
     // parameter handling apply as for any other statement, without building a fragment per row.
-    return tx(valuesTemplate(count, withMetadata), ...(params as never[])) as unknown as Promise<
-      { id: string; created_at: unknown }[]
-    >;
+    return valuesOf(tx(valuesTemplate(count, withMetadata), ...(params as never[])));
   }
-  return tx<{ id: string; created_at: unknown }[]>`
+  return valuesOf(tx`
     insert into ${events} (stream_id, type, data, metadata)
     select u.stream_id, u.type, u.data::jsonb, u.metadata::jsonb
     from unnest(${pgArray(streamIds)}::text[], ${pgArray(types)}::text[], ${pgArray(data)}::text[], ${pgArray(metadata)}::text[])
          with ordinality as u(stream_id, type, data, metadata, n)
     order by u.n
-    returning id::text as id, created_at`;
+    returning id::text, created_at`);
 }
 
 const valuesTemplates = new Map<string, TemplateStringsArray>();
@@ -249,7 +248,7 @@ function valuesTemplate(count: number, withMetadata: boolean): TemplateStringsAr
       withMetadata ? ' (stream_id, type, data, metadata) values (' : ' (stream_id, type, data) values (',
     ];
     const rowEnd = (last: boolean) =>
-      last ? '::text::jsonb) returning id::text as id, created_at' : '::text::jsonb), (';
+      last ? '::text::jsonb) returning id::text, created_at' : '::text::jsonb), (';
     for (let i = 0; i < count; i++) {
       const last = i === count - 1;
       if (withMetadata) strings.push(', ', ', ', '::text::jsonb, ', rowEnd(last));

@@ -15,3 +15,14 @@ export type Queryable = postgres.Sql | postgres.TransactionSql | postgres.Reserv
 
 /** A connection reserved from a pool (`sql.reserve()`): must be released. */
 export type ReservedSql = postgres.ReservedSql;
+
+/**
+ * The rows of `query` as arrays, in the order of its select list. What Sluice reads through a pool
+ * of the application's (`migrate()`, `prune()`, `verifySchema()`, `append()`) is read this way: a
+ * transform of column names the pool has (`transform: postgres.camel`, say) renames nothing then.
+ */
+export async function valuesOf<Row extends readonly unknown[]>(query: {
+  values(): PromiseLike<unknown>;
+}): Promise<Row[]> {
+  return (await query.values()) as Row[];
+}

@@ -1,4 +1,4 @@
-import type { TransactionSql } from '../sql-types.js';
+import { type TransactionSql, valuesOf } from '../sql-types.js';
 
 /** How long a transaction holding these locks may sit idle before the server ends it. */
 const HOLDER_IDLE_MS = 60_000;
@@ -13,8 +13,9 @@ const HOLDER_IDLE_MS = 60_000;
  * idle_in_transaction_session_timeout): a holder gone silent does not keep the others waiting.
  */
 export async function takeAdvisoryLocks(tx: TransactionSql, take: () => Promise<unknown>): Promise<void> {
-  const [saved] = await tx<{ lock_timeout: string; statement_timeout: string }[]>`
-    select current_setting('lock_timeout') as lock_timeout, current_setting('statement_timeout') as statement_timeout`;
+  const [saved] = await valuesOf<[lockTimeout: string, statementTimeout: string]>(
+    tx`select current_setting('lock_timeout'), current_setting('statement_timeout')`,
+  );
   // Waiting without a bound is safe only while every holder is working: one that went silent (a
   // frozen process, a lost network) is ended by the server once idle in its transaction this
   // long, and the same is asked of this transaction while it holds these locks.
@@ -25,7 +26,7 @@ export async function takeAdvisoryLocks(tx: TransactionSql, take: () => Promise<
                        from pg_settings where name = 'idle_in_transaction_session_timeout')::text, true)`;
   await take();
   if (saved) {
-    await tx`select set_config('lock_timeout', ${saved.lock_timeout}, true),
-                    set_config('statement_timeout', ${saved.statement_timeout}, true)`;
+    await tx`select set_config('lock_timeout', ${saved[0]}, true),
+                    set_config('statement_timeout', ${saved[1]}, true)`;
   }
 }

@@ -12,7 +12,7 @@ import {
 import { writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
 import { resolveSchemaName, tables } from '../schema/tables.js';
-import type { Sql } from '../sql-types.js';
+import { type Sql, valuesOf } from '../sql-types.js';
 
 export interface PruneOptions {
   /** Delete events with an id below this one. */
@@ -32,12 +32,8 @@ export interface PruneResult {
   readonly deleted: number;
 }
 
-interface LaggingRow {
-  name: string;
-  instance_id: string;
-  status: string;
-  cursor: string;
-}
+/** Read by position (see valuesOf): the caller's pool may rename columns. */
+type LaggingRow = [name: string, instanceId: string, status: string, cursor: string];
 
 /**
  * Deletes events below `before`, unless a registered consumer (of any status, apart from stale
@@ -68,8 +64,8 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
     );
     // A retired version's rows never run again (docs/design.md §12.4): they hold nothing back. A row
     // is its version's by its own `version` (a version with side effects takes the rows over).
-    const lagging = await tx<LaggingRow[]>`
-      select c.name, c.instance_id, c.status, c.cursor::text as cursor from ${t.consumers} c
+    const lagging = await valuesOf<LaggingRow>(tx`
+      select c.name, c.instance_id, c.status, c.cursor::text from ${t.consumers} c
       where not (left(c.instance_id, 1) <> '*' and coalesce(c.last_seen_at, c.created_at) < now() - make_interval(secs => ${ttlMs / 1000}))
         and (c.cursor < ${before}::bigint - 1
              or c.start_upto is not null
@@ -77,23 +73,23 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
                         and g.from_id < ${before}::bigint))
         and not exists (select 1 from ${t.consumerVersions} v
                         where v.row_name = c.name and v.version = c.version and v.state = 'retired')
-      order by c.name, c.instance_id`;
+      order by c.name, c.instance_id`);
     if (lagging.length > 0) {
       throw new PruneBlockedError(
         options.before,
         lagging.map(
-          (r) =>
-            `${r.name}${r.instance_id === '*' ? '' : `@${r.instance_id}`} (${r.status}, cursor ${r.cursor})`,
+          ([name, instanceId, status, cursor]) =>
+            `${name}${instanceId === '*' ? '' : `@${instanceId}`} (${status}, cursor ${cursor})`,
         ),
       );
     }
     // The floor this prune records must not pass the head: events still to come below it would
     // look pruned, and restarts and consumers from 'beginning' would skip them. Once every event
     // is gone, the head is where the last floor left it.
-    const [{ head } = { head: '0' }] = await tx<{ head: string }[]>`
+    const [[head] = ['0']] = await valuesOf<[head: string]>(tx`
       select greatest(coalesce((select max(id) from ${t.events}), 0),
                       coalesce((select max((details->>'before')::bigint) from ${t.audit} where action = 'prune'), 1) - 1
-             )::text as head`;
+             )::text`);
     if (options.before > BigInt(head) + 1n) {
       throw new BeyondHeadError(
         options.before,

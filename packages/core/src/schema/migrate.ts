@@ -2,7 +2,7 @@ import { takeAdvisoryLocks } from '../queries/advisory-locks.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { MigrationFailedError, MigrationModifiedError } from '../errors.js';
 import { consoleLogger, type Logger } from '../logger.js';
-import type { Sql, TransactionSql } from '../sql-types.js';
+import { type Sql, type TransactionSql, valuesOf } from '../sql-types.js';
 import { loadMigrations, renderMigration } from './load-migrations.js';
 import { resolveSchemaName, tables } from './tables.js';
 import { verifySchema } from './verify-schema.js';
@@ -34,14 +34,15 @@ export const MIGRATION_LOCK_CLASS = 0x534c5543;
  */
 async function appliedMigrations(tx: TransactionSql, schema: string): Promise<Map<number, string>> {
   const t = tables(tx, schema);
-  const [present] = await tx<{ schema: boolean; migrations: boolean; ours: boolean }[]>`
-    select exists (select 1 from pg_namespace where nspname = ${schema}) as schema,
-           to_regclass(format('%I.migrations', ${schema}::text)) is not null as migrations,
+  const [present] = await valuesOf<[schema: boolean, migrations: boolean, ours: boolean]>(tx`
+    select exists (select 1 from pg_namespace where nspname = ${schema}),
+           to_regclass(format('%I.migrations', ${schema}::text)) is not null,
            (select count(*) = 3 from pg_attribute
             where attrelid = to_regclass(format('%I.migrations', ${schema}::text))
-              and attname in ('version', 'name', 'checksum') and not attisdropped) as ours`;
-  if (!present?.schema) await tx`create schema if not exists ${t.schema}`;
-  if (!present?.migrations) {
+              and attname in ('version', 'name', 'checksum') and not attisdropped)`);
+  const [schemaThere, migrationsThere, ours] = present ?? [false, false, false];
+  if (!schemaThere) await tx`create schema if not exists ${t.schema}`;
+  if (!migrationsThere) {
     await tx`
       create table if not exists ${t.migrations} (
         version integer primary key,
@@ -49,16 +50,16 @@ async function appliedMigrations(tx: TransactionSql, schema: string): Promise<Ma
         checksum text not null,
         applied_at timestamptz not null default now()
       )`;
-  } else if (!present.ours) {
+  } else if (!ours) {
     throw new Error(
       `${schema}.migrations is not Sluice's migrations table (it has no version, name and checksum ` +
         'columns): give Sluice a schema of its own (the schema option)',
     );
   }
-  const rows = await tx<
-    { version: number; checksum: string }[]
-  >`select version, checksum from ${t.migrations}`;
-  return new Map(rows.map((row) => [row.version, row.checksum]));
+  const rows = await valuesOf<[version: number, checksum: string]>(
+    tx`select version, checksum from ${t.migrations}`,
+  );
+  return new Map(rows);
 }
 
 /**

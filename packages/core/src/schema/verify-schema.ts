@@ -4,7 +4,7 @@ import {
   SequenceCachedError,
   XidGuardMissingError,
 } from '../errors.js';
-import type { Queryable } from '../sql-types.js';
+import { type Queryable, valuesOf } from '../sql-types.js';
 import { loadMigrations } from './load-migrations.js';
 import { resolveSchemaName } from './tables.js';
 
@@ -19,18 +19,17 @@ export const MINIMUM_SERVER_VERSION_NUM = 140000;
  *   Sluice sends would read as the text 'NULL')
  */
 export async function refuseSessionSettings(sql: Queryable): Promise<void> {
-  const [row] = await sql<{ server_version_num: number; date_style: string; array_nulls: string }[]>`
-    select current_setting('server_version_num')::int as server_version_num,
-           current_setting('DateStyle') as date_style,
-           current_setting('array_nulls') as array_nulls`;
+  const [row] = await valuesOf<[serverVersionNum: number, dateStyle: string, arrayNulls: string]>(sql`
+    select current_setting('server_version_num')::int, current_setting('DateStyle'),
+           current_setting('array_nulls')`);
   if (row === undefined) return;
-  const setting = !/^iso\b/i.test(row.date_style)
-    ? { name: 'DateStyle' as const, value: row.date_style }
-    : row.array_nulls !== 'on'
-      ? { name: 'array_nulls' as const, value: row.array_nulls }
+  const [serverVersionNum, dateStyle, arrayNulls] = row;
+  const setting = !/^iso\b/i.test(dateStyle)
+    ? { name: 'DateStyle' as const, value: dateStyle }
+    : arrayNulls !== 'on'
+      ? { name: 'array_nulls' as const, value: arrayNulls }
       : undefined;
-  if (setting)
-    throw new PostgresUnsupportedError(row.server_version_num, MINIMUM_SERVER_VERSION_NUM, setting);
+  if (setting) throw new PostgresUnsupportedError(serverVersionNum, MINIMUM_SERVER_VERSION_NUM, setting);
 }
 
 export interface VerifySchemaOptions {
@@ -45,22 +44,15 @@ export interface VerifySchemaResult {
   readonly warnings: readonly string[];
 }
 
-interface ServerRow {
-  server_version_num: number;
-  synchronous_commit: string;
-  events_table: string | null;
-  missing_tables: string | null;
-}
-
-interface SequenceRow {
-  sequence: string;
-  cache_size: string;
-}
-
-interface TriggerRow {
-  name: string;
-  enabled: string;
-}
+// Read by position (see valuesOf): the caller's pool may rename columns.
+type ServerRow = [
+  serverVersionNum: number,
+  synchronousCommit: string,
+  eventsTable: string | null,
+  missingTables: string | null,
+];
+type SequenceRow = [sequence: string, cacheSize: string];
+type TriggerRow = [name: string, enabled: string];
 
 /**
  * Checks what the gap proof relies on (docs/design.md §3.2): the server version, the events id
@@ -74,63 +66,64 @@ export async function verifySchema(
   options: VerifySchemaOptions = {},
 ): Promise<VerifySchemaResult> {
   const schema = resolveSchemaName(options.schema);
-  const [server] = await sql<ServerRow[]>`
-    select current_setting('server_version_num')::int as server_version_num,
-           current_setting('synchronous_commit') as synchronous_commit,
-           to_regclass(format('%I.events', ${schema}::text))::text as events_table,
+  const [server] = await valuesOf<ServerRow>(sql`
+    select current_setting('server_version_num')::int,
+           current_setting('synchronous_commit'),
+           to_regclass(format('%I.events', ${schema}::text))::text,
            -- Text, not text[]: nothing depends on how the pool parses arrays (fetch_types: false).
            (select string_agg(t, ',') from unnest(array['events', 'consumers', 'dead_letters', 'audit', 'migrations']) t
-            where to_regclass(format('%I.%I', ${schema}::text, t)) is null) as missing_tables`;
+            where to_regclass(format('%I.%I', ${schema}::text, t)) is null)`);
   if (!server) throw new Error('verifySchema: the server returned no row');
-  if (server.server_version_num < MINIMUM_SERVER_VERSION_NUM) {
-    throw new PostgresUnsupportedError(server.server_version_num, MINIMUM_SERVER_VERSION_NUM);
+  const [serverVersionNum, synchronousCommit, table, missingTables] = server;
+  if (serverVersionNum < MINIMUM_SERVER_VERSION_NUM) {
+    throw new PostgresUnsupportedError(serverVersionNum, MINIMUM_SERVER_VERSION_NUM);
   }
-  if (server.events_table === null || server.missing_tables !== null) {
+  if (table === null || missingTables !== null) {
     throw new SchemaNotMigratedError(schema);
   }
-  const table = server.events_table;
   await refuseOlderSchema(sql, schema);
 
-  const [sequence] = await sql<SequenceRow[]>`
-    select s.seqrelid::regclass::text as sequence, s.seqcache::text as cache_size
+  const [sequence] = await valuesOf<SequenceRow>(sql`
+    select s.seqrelid::regclass::text, s.seqcache::text
     from pg_sequence s
-    where s.seqrelid = pg_get_serial_sequence(${table}, 'id')::regclass`;
+    where s.seqrelid = pg_get_serial_sequence(${table}, 'id')::regclass`);
   if (!sequence) throw new SchemaNotMigratedError(schema);
-  if (BigInt(sequence.cache_size) !== 1n) {
-    throw new SequenceCachedError(sequence.sequence, BigInt(sequence.cache_size));
+  const [sequenceName, cacheSize] = sequence;
+  if (BigInt(cacheSize) !== 1n) {
+    throw new SequenceCachedError(sequenceName, BigInt(cacheSize));
   }
 
   // Judge the trigger by what it does, not by its name: a statement-level BEFORE INSERT trigger
   // whose function takes the transaction id. tgtype bits: 1 = row level, 2 = before, 4 = insert.
-  const triggers = await sql<TriggerRow[]>`
-    select t.tgname as name, t.tgenabled as enabled
+  const triggers = await valuesOf<TriggerRow>(sql`
+    select t.tgname, t.tgenabled
     from pg_trigger t
     join pg_proc p on p.oid = t.tgfoid
     where t.tgrelid = ${table}::regclass
       and not t.tgisinternal
       and t.tgtype & 7 = 6
       -- No backslash: with standard_conforming_strings off, the literal would read it as an escape.
-      and p.prosrc ~ 'pg_current_xact_id[[:space:]]*[(]|txid_current[[:space:]]*[(]'`;
+      and p.prosrc ~ 'pg_current_xact_id[[:space:]]*[(]|txid_current[[:space:]]*[(]'`);
   if (triggers.length === 0) {
     throw new XidGuardMissingError(table, 'no BEFORE INSERT statement trigger assigns the transaction id');
   }
-  if (triggers.every((t) => t.enabled === 'D')) {
-    throw new XidGuardMissingError(table, `trigger ${triggers[0]?.name ?? ''} is disabled`);
+  if (triggers.every(([, enabled]) => enabled === 'D')) {
+    throw new XidGuardMissingError(table, `trigger ${triggers[0]?.[0] ?? ''} is disabled`);
   }
 
   const warnings: string[] = [];
-  if (triggers.every((t) => t.enabled !== 'A')) {
+  if (triggers.every(([, enabled]) => enabled !== 'A')) {
     warnings.push(
       `${table}: the xid trigger does not fire under session_replication_role = replica; ` +
-        `ALTER TABLE ${table} ENABLE ALWAYS TRIGGER ${triggers[0]?.name ?? ''}`,
+        `ALTER TABLE ${table} ENABLE ALWAYS TRIGGER ${triggers[0]?.[0] ?? ''}`,
     );
   }
-  if (server.synchronous_commit === 'off') {
+  if (synchronousCommit === 'off') {
     warnings.push(
       'synchronous_commit is off: a server crash can take back commits that consumers already handled',
     );
   }
-  return { schema, serverVersionNum: server.server_version_num, warnings };
+  return { schema, serverVersionNum, warnings };
 }
 
 /**
@@ -141,11 +134,13 @@ export async function verifySchema(
 async function refuseOlderSchema(sql: Queryable, schema: string): Promise<void> {
   const needed = (await loadMigrations()).at(-1)?.version ?? 0;
   // Asked first: a statement refused for want of the privilege would abort a caller's transaction.
-  const [may] = await sql<{ read: boolean }[]>`
-    select has_table_privilege(format('%I.migrations', ${schema}::text), 'select') as read`;
-  if (!may?.read) return;
-  const [row] = await sql<{ version: number | null }[]>`
-    select max(version) as version from ${sql(schema)}.migrations`;
-  const applied = row?.version ?? 0;
+  const [may] = await valuesOf<[read: boolean]>(
+    sql`select has_table_privilege(format('%I.migrations', ${schema}::text), 'select')`,
+  );
+  if (!may?.[0]) return;
+  const [row] = await valuesOf<[version: number | null]>(
+    sql`select max(version) from ${sql(schema)}.migrations`,
+  );
+  const applied = row?.[0] ?? 0;
   if (applied < needed) throw new SchemaNotMigratedError(schema, { applied, needed });
 }
