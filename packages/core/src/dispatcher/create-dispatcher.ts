@@ -1,5 +1,12 @@
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
-import { DispatcherNotRegisteredError, DispatcherStoppedError, messageOf } from '../errors.js';
+import {
+  DispatcherNotRegisteredError,
+  DispatcherStoppedError,
+  messageOf,
+  raisedInFunction,
+  SchemaNotMigratedError,
+  sqlStateOf,
+} from '../errors.js';
 import { checkConnection } from '../connect-timeout.js';
 import { logUnprepared, openOwnConnections, preparingSwitch } from '../connections/own-connections.js';
 import { TurnConnections } from './slots.js';
@@ -235,7 +242,12 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
           });
         },
       },
-    );
+    ).catch((error: unknown) => {
+      // The schema's tables are missing (never migrated, or migrated concurrently): said as start() says it.
+      if (sqlStateOf(error) === '42P01' && !raisedInFunction(error))
+        throw new SchemaNotMigratedError(options.schema);
+      throw error;
+    });
     passes.versions.set(versions);
     for (const row of prunedBehind) {
       logger.error(
@@ -367,7 +379,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       return listenConnected;
     },
     start() {
-      if (stopping) return Promise.reject(new DispatcherStoppedError());
+      if (stopAsked()) return Promise.reject(new DispatcherStoppedError());
       starting ??= doStart().catch((error: unknown) => {
         starting = undefined;
         throw error;
@@ -382,11 +394,12 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       return stoppingPromise;
     },
     async runOnce() {
-      if (stopping) throw new DispatcherStoppedError();
+      if (stopAsked()) throw new DispatcherStoppedError();
       if (!registered) throw new DispatcherNotRegisteredError();
       return scheduler.track(context.with(ROOT_CONTEXT, () => passes.run('await')));
     },
     drain,
-    ensureRegistered,
+    // Refused from the moment stop() is called, also while it first waits for start() to end.
+    ensureRegistered: () => (stopAsked() ? Promise.reject(new DispatcherStoppedError()) : ensureRegistered()),
   };
 }

@@ -510,6 +510,26 @@ describe('lifecycle', () => {
     expect(once.ids()).toEqual([]);
   });
 
+  test('from the moment stop() is called, before it has begun to stop: runOnce(), start() and ensureRegistered() are refused', async () => {
+    const once = recordingConsumer('once');
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [once.consumer]);
+    await dispatcher.start();
+    await appendEvents(db.sql, 1, undefined, schema);
+    const stopped = dispatcher.stop(); // it first waits for start() to end: nothing has stopped yet
+    await expect(dispatcher.runOnce()).rejects.toMatchObject({ code: 'SLUICE_DISPATCHER_STOPPED' });
+    await expect(dispatcher.ensureRegistered()).rejects.toMatchObject({ code: 'SLUICE_DISPATCHER_STOPPED' });
+    await expect(dispatcher.start()).rejects.toMatchObject({ code: 'SLUICE_DISPATCHER_STOPPED' });
+    await stopped;
+  });
+
+  test('ensureRegistered() on a schema never migrated: the typed error start() gives', async () => {
+    const dispatcher = testDispatcher(db.sql, 'never_migrated_here', [recordingConsumer('c').consumer]);
+    await expect(dispatcher.ensureRegistered()).rejects.toMatchObject({
+      code: 'SLUICE_SCHEMA_NOT_MIGRATED',
+      schema: 'never_migrated_here',
+    });
+  });
+
   test("a per-instance consumer's slow handler holds up no other consumer when the heartbeat falls due: the heartbeat skips the row its turn holds", async () => {
     const schema = await freshSchema(db.sql);
     const sql = db.connect({ max: 6 });
