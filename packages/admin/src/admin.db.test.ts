@@ -657,5 +657,11 @@ describe('actions', () => {
     expect((await consumerRow(db.sql, schema, name)).status).toBe('disabled');
     await expect(admin.enable('')).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION' });
     await expect(admin.enable('a\u0000b')).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION' });
+    // An empty actor would name nobody in the audit: refused, and nothing is done.
+    await expect(admin.enable(name, { actor: '' })).rejects.toMatchObject({
+      code: 'SLUICE_INVALID_OPTION',
+      option: 'actor',
+    });
+    expect((await consumerRow(db.sql, schema, name)).status).toBe('disabled');
   });
 });

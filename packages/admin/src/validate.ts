@@ -77,5 +77,11 @@ export function checkActor(
   defaultActor: string,
 ): { readonly actor: string; readonly reason: string | null } {
   const reason = checkText(options.reason, 'reason') ?? null;
-  return { actor: checkText(options.actor, 'actor', 200) ?? defaultActor, reason };
+  return { actor: checkActorName(options.actor, 'actor') ?? defaultActor, reason };
+}
+
+/** An actor as the audit records it: 1 to 200 bytes (an empty one would name nobody). */
+export function checkActorName(value: unknown, option: string): string | undefined {
+  if (value === '') throw new InvalidOptionError(option, 'must not be empty: it names who acts in the audit');
+  return checkText(value, option, 200);
 }

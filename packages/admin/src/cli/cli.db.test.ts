@@ -1027,12 +1027,18 @@ describe('failures and exit codes', () => {
       }
       expect(escape.stderr).not.toContain(password);
     }
-    for (const timeout of ['abc', '-1', '0']) {
+    // 2147484 s is beyond what a Node.js timer holds: it would fire at once ("cannot reach").
+    for (const timeout of ['abc', '-1', '0', '2147484', '99999999999']) {
       const bad = await run(['status', '--database-url', `${nowhere}?connect_timeout=${timeout}`]);
       expect(bad).toMatchObject({ code: 2, stdout: '' });
       expect(bad.stderr).toContain(
-        `connect_timeout in the URL must be a positive number of seconds, got "${timeout}"`,
+        `connect_timeout in the URL must be a positive number of seconds up to 2147483, got "${timeout}"`,
       );
+    }
+    for (const url of ['postgres://ops@127.0.0.1:99999/shop', 'postgres://ops@a:5432,[::1]:70000/shop']) {
+      const bad = await run(['status', '--database-url', url]);
+      expect(bad).toMatchObject({ code: 2, stdout: '' });
+      expect(bad.stderr).toMatch(/the database URL's port must be from 1 to 65535, got (99999|70000)/);
     }
     results.forEach((result, i) => {
       const [args, message] = cases[i]!;
@@ -1067,6 +1073,7 @@ describe('failures and exit codes', () => {
       [['enable', 'mailer', '--instance', 'i'.repeat(201)], 'Invalid option `--instance`'],
       [['enable', 'mailer', '--reason', 'r'.repeat(1001)], 'Invalid option `--reason`'],
       [['status', '--actor', 'a'.repeat(201)], 'Invalid option `--actor`'],
+      [['enable', 'mailer', '--actor', ''], 'Invalid option `--actor`: must not be empty'],
       [['audit', '--consumer', 'c'.repeat(201)], 'Invalid option `--consumer`'],
       [
         ['replay', 'mailer', '--ids', Array.from({ length: 1001 }, (_, i) => i + 1).join(',')],
@@ -1213,6 +1220,24 @@ describe('failures and exit codes', () => {
     const byEnv = await run(['status', '--database-url', silentUrl], { ...childEnv, PGCONNECT_TIMEOUT: '1' });
     expect(byEnv.code).toBe(5);
     expect(byEnv.stderr).toContain('within 1 s');
+  });
+
+  test('sslmode=require against a server that speaks no TLS exits 5, saying so', async () => {
+    // A PostgreSQL server without TLS answers the client's SSLRequest with 'N'.
+    const noTls = await listening(
+      createTcpServer((socket) => {
+        socket.once('data', () => socket.write('N'));
+      }),
+    );
+    const result = await run([
+      'status',
+      '--json',
+      '--database-url',
+      `postgres://ops:secret@127.0.0.1:${noTls.port}/shop?sslmode=require&connect_timeout=5`,
+    ]);
+    expect(result.code).toBe(5);
+    expect(JSON.parse(result.stderr)).toMatchObject({ code: 'SLUICE_DATABASE_UNREACHABLE', exitCode: 5 });
+    expect(result.stderr).toContain('SSL');
   });
 
   test('a schema that is not migrated exits 5', async () => {

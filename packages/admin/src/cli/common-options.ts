@@ -34,8 +34,21 @@ export function resolveDatabaseUrl(option: string | undefined, env: NodeJS.Proce
     ['PGCONNECT_TIMEOUT', env['PGCONNECT_TIMEOUT'] || undefined],
   ];
   for (const [where, value] of timeouts) {
-    if (value !== undefined && !(/^\d+(\.\d+)?$/.test(value) && Number(value) > 0)) {
-      throw new UsageError(`${where} must be a positive number of seconds, got "${value}"`);
+    // At most what a Node.js timer holds (2^31 - 1 ms): postgres.js times the connection with one.
+    if (
+      value !== undefined &&
+      !(/^\d+(\.\d+)?$/.test(value) && Number(value) > 0 && Number(value) <= 2_147_483)
+    ) {
+      throw new UsageError(`${where} must be a positive number of seconds up to 2147483, got "${value}"`);
+    }
+  }
+  // The port of each host (host:port, or [v6]:port, comma-separated): postgres.js would throw a
+  // RangeError of Node's for one beyond 65535 instead of trying to connect.
+  const hosts = url.replace(/^postgres(ql)?:\/\//i, '').split(/[/?#]/)[0] ?? '';
+  for (const host of hosts.slice(hosts.lastIndexOf('@') + 1).split(',')) {
+    const port = /:(\d*)$/.exec(host)?.[1];
+    if (port !== undefined && port !== '' && Number(port) > 65_535) {
+      throw new UsageError(`the database URL's port must be from 1 to 65535, got ${port}`);
     }
   }
   if (!/^postgres(ql)?:\/\//i.test(url)) {

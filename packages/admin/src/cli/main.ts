@@ -21,7 +21,7 @@ import postgres from 'postgres';
 import { checkConnection, ConnectTimeoutError, type Sql } from '@sluice/core';
 import { isNotPostgres, resolveSchemaName } from '@sluice/core/internal';
 import { createAdmin } from '../create-admin.js';
-import { checkText } from '../validate.js';
+import { checkActorName } from '../validate.js';
 import { COMMAND_LIST } from './command-list.js';
 import { COMMON_OPTIONS, defaultActor, resolveDatabaseUrl } from './common-options.js';
 import { describeFailure, type Failure } from './describe-failure.js';
@@ -161,7 +161,7 @@ async function main(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<Ex
     };
     // Everything on the command line is checked first; only then is a database looked for.
     schema = resolveSchemaName(text('schema'));
-    const actor = checkText(text('actor'), '--actor', 200) ?? defaultActor(env);
+    const actor = checkActorName(text('actor'), '--actor') ?? defaultActor(env);
     const work = command.prepare({
       args,
       options: { text, flag: (name) => values[name] === true },

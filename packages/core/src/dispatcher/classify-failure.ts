@@ -70,6 +70,7 @@ const UNREACHABLE_CODES = new Set([
   'ENETUNREACH',
   'ENOENT', // a Unix socket path that does not exist
   'EPROTO',
+  'SSL_NOT_SUPPORTED', // postgres.js: TLS required, and the server (or pooler) answered that it has none
   'SASL_SIGNATURE_MISMATCH',
   'AUTH_TYPE_NOT_IMPLEMENTED',
   'DEPTH_ZERO_SELF_SIGNED_CERT',
