@@ -12,11 +12,12 @@ import {
   recordingConsumer,
   until,
 } from '@sluice/testing';
-import { listening, useTestDatabase } from '@sluice/testing/vitest';
+import { heldTransaction, listening, useTestDatabase } from '@sluice/testing/vitest';
 import postgres from 'postgres';
 import Fastify, { type FastifyInstance, type FastifyServerOptions, type InjectOptions } from 'fastify';
 import { describe, expect, onTestFinished, test } from 'vitest';
 import sluice, { basicAuth, bearerAuth, type OpsOptions } from './index.js';
+import { HEALTH_READ_MS } from './routes/health.js';
 import { pluginApp } from './test-support.js';
 
 const db = await useTestDatabase();
@@ -947,6 +948,26 @@ describe('ops routes', () => {
       deadConsumers: ['mailer'],
       maxLagEvents: '2',
     });
+  });
+
+  test('health answers 503 once the database has not answered its read within HEALTH_READ_MS, and ok again after', async () => {
+    const { app, schema } = await build([recordingConsumer('mailer').consumer]);
+    // A lock no read of the consumers gets past: to /health, a database that does not answer.
+    const holder = await heldTransaction(db.sql);
+    await holder.sql`lock table ${holder.sql(`${schema}.consumers`)} in access exclusive mode`;
+    const startedAt = performance.now();
+    const stuck = await app.inject({ method: 'GET', url: '/sluice/health', headers: auth });
+    const waitedMs = performance.now() - startedAt;
+    expect(stuck.statusCode).toBe(503);
+    expect(stuck.json()).toMatchObject({
+      status: 'down',
+      running: true,
+      message: `the database did not answer within ${HEALTH_READ_MS} ms`,
+    });
+    expect(waitedMs).toBeGreaterThanOrEqual(HEALTH_READ_MS - 50);
+    await holder.commit();
+    const healthy = await app.inject({ method: 'GET', url: '/sluice/health', headers: auth });
+    expect(healthy.json()).toMatchObject({ status: 'ok', running: true });
   });
 });
 

@@ -6,6 +6,30 @@ import type { OpsContext } from './context.js';
 const STAGNATION_MS = 5 * 60_000;
 
 /**
+ * How long /health waits for the database: a database that does not answer at all (a pooler
+ * paused, a network gone silent) is "down" after this, not a probe left hanging until it answers.
+ */
+export const HEALTH_READ_MS = 5_000;
+
+const DID_NOT_ANSWER = Symbol('did not answer');
+
+/** `read`, or DID_NOT_ANSWER once it has not settled within `ms` (it is left to settle on its own). */
+async function within<T>(read: Promise<T>, ms: number): Promise<T | typeof DID_NOT_ANSWER> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<typeof DID_NOT_ANSWER>((resolve) => {
+    timer = setTimeout(() => {
+      resolve(DID_NOT_ANSWER);
+    }, ms);
+  });
+  read.catch(() => undefined); // a failure after the bound is nobody's to report
+  try {
+    return await Promise.race([read, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
  * Readiness and a summary for alerting: 503 when the dispatcher is not running or the database
  * cannot be read; 200 otherwise, with status 'degraded' when a consumer is dead or stagnating
  * (behind and not advancing for 5 min) or LISTEN is down (delivery falls back to polling).
@@ -20,7 +44,17 @@ export function healthRoutes(
       const running = isRunning();
       let consumers;
       try {
-        consumers = await admin.listConsumers();
+        const read = await within(admin.listConsumers(), HEALTH_READ_MS);
+        if (read === DID_NOT_ANSWER) {
+          request.log.warn({ waitedMs: HEALTH_READ_MS }, 'sluice health: the database did not answer');
+          return await reply.code(503).send({
+            status: 'down',
+            running,
+            listenConnected: dispatcher.listenConnected,
+            message: `the database did not answer within ${HEALTH_READ_MS} ms`,
+          });
+        }
+        consumers = read;
       } catch (error) {
         request.log.warn({ err: error }, 'sluice health: cannot read consumer state');
         return reply.code(503).send({
