@@ -311,7 +311,7 @@ export class PruneBlockedError extends SluiceError {
     super(
       'SLUICE_PRUNE_BLOCKED',
       `Prune before ${before} would drop events still needed by: ${lagging.join(', ')}. ` +
-        'Nothing was deleted; prune below their cursors, or repair or restart those consumers first.',
+        'Nothing was deleted; prune below their cursors and pending gaps, or repair or restart those consumers first.',
     );
     this.laggingConsumers = lagging;
   }

@@ -48,10 +48,33 @@ describe('prune', () => {
     await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema }); // id 1, in flight
     await appendEvents(db.sql, 3, undefined, schema); // 2..4
     await dispatcher.runOnce(); // cursor 4, gap {1}
-    await expect(prune(db.sql, { before: 3n, schema })).rejects.toBeInstanceOf(PruneBlockedError);
+    const blocked = await prune(db.sql, { before: 3n, schema }).catch((e: unknown) => e);
+    expect(blocked).toBeInstanceOf(PruneBlockedError);
+    // Its cursor is past 3: the refusal says what else holds the events back.
+    expect((blocked as PruneBlockedError).laggingConsumers).toEqual([
+      'careful (idle, cursor 4, a pending gap from 1)',
+    ]);
     await writer.commit();
     await drainUntilIdle(dispatcher);
     expect(c.ids()).toEqual([2n, 3n, 4n, 1n]);
+    expect(await prune(db.sql, { before: 3n, schema })).toEqual({ deleted: 2 });
+  });
+
+  test("a 'now' start still waiting for transactions in flight holds retention back, and the refusal says so", async () => {
+    const schema = await freshSchema(db.sql);
+    const writer = await heldTransaction(db.sql);
+    await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema }); // id 1, in flight
+    await appendEvents(db.sql, 3, undefined, schema); // 2..4
+    const dispatcher = testDispatcher(db.sql, schema, [
+      recordingConsumer('fresh', { startFrom: 'now' }).consumer,
+    ]);
+    await dispatcher.ensureRegistered(); // cursor 4, waiting for the writer
+    const blocked = await prune(db.sql, { before: 3n, schema }).catch((e: unknown) => e);
+    expect((blocked as PruneBlockedError).laggingConsumers).toEqual([
+      "fresh (idle, cursor 4, a 'now' start still waiting for transactions in flight at its registration)",
+    ]);
+    await writer.commit();
+    await drainUntilIdle(dispatcher);
     expect(await prune(db.sql, { before: 3n, schema })).toEqual({ deleted: 2 });
   });
 

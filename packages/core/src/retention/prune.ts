@@ -33,7 +33,14 @@ export interface PruneResult {
 }
 
 /** Read by position (see valuesOf): the caller's pool may rename columns. */
-type LaggingRow = [name: string, instanceId: string, status: string, cursor: string];
+type LaggingRow = [
+  name: string,
+  instanceId: string,
+  status: string,
+  cursor: string,
+  gapFrom: string | null,
+  nowStart: boolean,
+];
 
 /**
  * Deletes events below `before`, unless a registered consumer (of any status, apart from stale
@@ -65,7 +72,11 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
     // A retired version's rows never run again (docs/design.md §12.4): they hold nothing back. A row
     // is its version's by its own `version` (a version with side effects takes the rows over).
     const lagging = await valuesOf<LaggingRow>(tx`
-      select c.name, c.instance_id, c.status, c.cursor::text from ${t.consumers} c
+      select c.name, c.instance_id, c.status, c.cursor::text,
+             (select min(g.from_id)::text from ${t.gaps} g where g.consumer_name = c.name and g.instance_id = c.instance_id
+                and g.from_id < ${before}::bigint),
+             c.start_upto is not null
+      from ${t.consumers} c
       where not (left(c.instance_id, 1) <> '*' and coalesce(c.last_seen_at, c.created_at) < now() - make_interval(secs => ${ttlMs / 1000}))
         and (c.cursor < ${before}::bigint - 1
              or c.start_upto is not null
@@ -78,8 +89,17 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
       throw new PruneBlockedError(
         options.before,
         lagging.map(
-          ([name, instanceId, status, cursor]) =>
-            `${name}${instanceId === '*' ? '' : `@${instanceId}`} (${status}, cursor ${cursor})`,
+          ([name, instanceId, status, cursor, gapFrom, nowStart]) =>
+            `${name}${instanceId === '*' ? '' : `@${instanceId}`} (${status}, cursor ${cursor}` +
+            // Below its cursor, what else holds the events back: said, or the refusal reads as wrong.
+            (BigInt(cursor) < options.before - 1n
+              ? ''
+              : gapFrom !== null
+                ? `, a pending gap from ${gapFrom}`
+                : nowStart
+                  ? `, a 'now' start still waiting for transactions in flight at its registration`
+                  : '') +
+            ')',
         ),
       );
     }
