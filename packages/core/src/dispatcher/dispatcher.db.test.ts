@@ -755,6 +755,43 @@ describe('lifecycle', () => {
       select action, details from ${db.sql(`${schema}.audit`)}`;
     expect(audit).toMatchObject({ action: 're-register', details: { from: 'start-from' } });
   });
+
+  test("a pass re-creates a laned consumer's rows deleted under it, and the consumers declared after it go on", async () => {
+    const laned = recordingConsumer('laned', { lanes: 3 });
+    const after = recordingConsumer('after');
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [laned.consumer, after.consumer]);
+    await appendEvents(db.sql, 6, (n) => ({ streamId: `s-${n}`, type: 'Placed', data: {} }), schema);
+    await drainUntilIdle(dispatcher);
+    await db.sql`delete from ${db.sql(`${schema}.consumers`)} where name = 'laned'`;
+    await appendEvents(db.sql, 3, (n) => ({ streamId: `s-${n}`, type: 'Placed', data: {} }), schema);
+    await drainUntilIdle(dispatcher);
+    expect(after.ids()).toEqual([1n, 2n, 3n, 4n, 5n, 6n, 7n, 8n, 9n]);
+    const lanes = await db.sql<{ instance_id: string; cursor: string }[]>`
+      select instance_id, cursor::text as cursor from ${db.sql(`${schema}.consumers`)} where name = 'laned' order by 1`;
+    expect(lanes.map((l) => [l.instance_id, l.cursor])).toEqual([
+      ['*0/3', '9'],
+      ['*1/3', '9'],
+      ['*2/3', '9'],
+    ]);
+    // startFrom 'beginning': the six before the delete come again, at least once.
+    expect([...laned.ids()].sort((a, b) => Number(a - b))).toEqual([
+      1n,
+      1n,
+      2n,
+      2n,
+      3n,
+      3n,
+      4n,
+      4n,
+      5n,
+      5n,
+      6n,
+      6n,
+      7n,
+      8n,
+      9n,
+    ]);
+  });
 });
 
 describe('startFrom, feature gate, transactional consumers', () => {

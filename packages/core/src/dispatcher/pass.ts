@@ -593,17 +593,22 @@ export class PassRunner {
    * lived on (its heartbeats could not reach the database), or it was deleted. Re-creates it (where
    * the collected row was, see reregisterConsumer) and says so; false when that failed.
    */
-  async #reregister(consumer: ResolvedConsumer): Promise<boolean> {
-    if (consumer.lane !== null && consumer.lanes > 1) {
-      // A laned consumer with no row at all: its lanes, as at start.
-      let all = true;
-      for (const instanceId of laneInstanceIds(consumer.lanes))
-        all = (await this.#reregister(laneOf(consumer, instanceId))) && all;
-      return all;
+  async #reregister(
+    consumer: ResolvedConsumer,
+    alongside: readonly ResolvedConsumer[] = [],
+  ): Promise<boolean> {
+    // A laned consumer with no row at all: its lanes, as at start, in one transaction (a lane is
+    // created only while the consumer has no row of another lane). The consumer as configured is
+    // its '*' unit; a lane keeps the configured count in `lanes` (and recursed here for ever).
+    if (consumer.lanes > 1 && consumer.instanceId === SHARED_INSTANCE_ID) {
+      const [first, ...rest] = laneInstanceIds(consumer.lanes).map((instanceId) =>
+        laneOf(consumer, instanceId),
+      );
+      return first ? this.#reregister(first, rest) : false;
     }
     const { options, tables, logger, metrics } = this.#env;
     const where = { consumer: consumer.name, instanceId: consumer.instanceId };
-    this.#known.forget(consumer.unit);
+    for (const unit of [consumer, ...alongside]) this.#known.forget(unit.unit);
     if (consumer.version !== null) {
       // An operator may have abandoned or dropped the version since: its rows stay gone.
       await this.versions.refresh().catch(() => undefined);
@@ -613,16 +618,23 @@ export class PassRunner {
     try {
       // A version's row keeps its version; a rebuild's starts where the rebuild started.
       const version = this.versions.rowOf(consumer);
-      done = await reregisterConsumer(options.sql, tables, options.schema, {
-        name: consumer.name,
-        instanceId: consumer.instanceId,
-        startFrom: consumer.startFrom,
-        perInstance: consumer.lane === null,
-        version: consumer.version,
+      const rowOf = (unit: ResolvedConsumer) => ({
+        name: unit.name,
+        instanceId: unit.instanceId,
+        startFrom: unit.startFrom,
+        perInstance: unit.lane === null,
+        version: unit.version,
         ...(version && version.state !== 'live' && !version.sideEffects
           ? { startAt: version.startPosition }
           : {}),
       });
+      done = await reregisterConsumer(
+        options.sql,
+        tables,
+        options.schema,
+        rowOf(consumer),
+        alongside.map(rowOf),
+      );
     } catch (error) {
       logger.error(
         { ...where, error: messageOf(error) },

@@ -437,6 +437,8 @@ export async function reregisterConsumer(
   t: Tables,
   schema: string,
   consumer: RegisterRow,
+  /** The other lanes of a laned consumer that has no row at all: created with it. */
+  alongside: readonly RegisterRow[] = [],
 ): Promise<Reregistration | undefined> {
   return guardedBegin(sql, async (tx) => {
     // Shared retention lock: no prune deletes what the restored cursor needs meanwhile.
@@ -448,18 +450,21 @@ export async function reregisterConsumer(
       { name: consumer.name, instance_id: consumer.instanceId },
     ]);
     if (!last || last.action !== 'collect-stale-instance' || last.cursor_before === null) {
-      const [row] = await insertRegistrations(tx, t, [consumer]);
+      const created = await insertRegistrations(tx, t, [consumer, ...alongside]);
+      for (const made of created) {
+        await writeAudit(tx, t, {
+          actor: 'sluice-dispatcher',
+          action: 're-register',
+          consumerName: made.name,
+          instanceId: made.instance_id,
+          cursorBefore: null,
+          cursorAfter: BigInt(made.cursor),
+          details: { from: 'start-from', startFrom: consumer.startFrom },
+        });
+      }
+      const row = created.find((r) => r.instance_id === consumer.instanceId);
       if (!row) return undefined;
       const cursor = BigInt(row.cursor);
-      await writeAudit(tx, t, {
-        actor: 'sluice-dispatcher',
-        action: 're-register',
-        consumerName: consumer.name,
-        instanceId: consumer.instanceId,
-        cursorBefore: null,
-        cursorAfter: cursor,
-        details: { from: 'start-from', startFrom: consumer.startFrom },
-      });
       return { from: 'start-from', cursor, collectedAt: null, collectedBy: null, prunedThrough: null };
     }
     const lowestPending = last.details.lowestPendingId ? BigInt(last.details.lowestPendingId) : null;
