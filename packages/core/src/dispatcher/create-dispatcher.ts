@@ -237,6 +237,10 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
               );
               return [];
             }
+            // A version with side effects waiting to take the rows over registers none, but is
+            // refused now when it keeps them by another key than theirs (docs/design.md §11.1).
+            if (v.state === 'waiting' && c.sideEffects)
+              return rowsOf(c).map((r) => ({ ...r, keyCheckOnly: true }));
             if (!RUNNING_STATES.has(v.state) && v.state !== 'paused') return [];
             return rowsOf(c, v.state === 'live' ? undefined : v.startPosition);
           });

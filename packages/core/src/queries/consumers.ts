@@ -89,6 +89,12 @@ export interface RegisterRow {
    * rows refuse the start (their later events would go before them).
    */
   notParking?: { readonly option: string };
+  /**
+   * A version with side effects still waiting to take the consumer's rows over: nothing is
+   * registered or recorded for it, but its laneKey is checked against the one the rows were kept
+   * by (once live, it would leave every lane to processes of the recorded key, and there are none).
+   */
+  keyCheckOnly?: boolean;
 }
 
 // Second key: hashtext(schema). prune() takes it exclusively; registration and operator restarts
@@ -120,10 +126,14 @@ export async function registerConsumers(
       await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
       await tx`select pg_advisory_xact_lock(${LANES_LOCK_CLASS}, hashtext(${schema}))`;
     });
+    let checked: readonly RegisterRow[] = [];
     if (versions && versions.declared.length > 0) {
-      rows = versions.filter(await registerVersions(tx, t, versions.declared, versions.actor));
+      const filtered = versions.filter(await registerVersions(tx, t, versions.declared, versions.actor));
+      rows = filtered.filter((r) => r.keyCheckOnly !== true);
+      checked = filtered.filter((r) => r.keyCheckOnly === true);
     }
     const created = await insertRegistrations(tx, t, rows);
+    await refuseAnotherKey(tx, t, checked);
     await recordLaneKeys(tx, t, rows);
     await refuseParkedKeysUnparked(tx, t, rows);
     await supersedeCollections(tx, t, created);
@@ -174,6 +184,18 @@ async function recordLaneKeys(tx: TransactionSql, t: Tables, rows: readonly Regi
   for (const { name, keyed } of await keptKeys(tx, t, [...moving.keys()])) {
     const key = declared.get(name);
     const other = moving.get(name);
+    if (key && other !== undefined && keyed) throw keptByAnotherKey(key, name, other);
+  }
+}
+
+/** Refuses (InvalidOptionError) a key of `rows` other than the one their consumer's rows were kept by; records nothing. */
+async function refuseAnotherKey(tx: TransactionSql, t: Tables, rows: readonly RegisterRow[]): Promise<void> {
+  const declared = new Map<string, NonNullable<RegisterRow['laneKey']>>();
+  for (const row of rows) if (row.laneKey && !row.perInstance) declared.set(row.name, row.laneKey);
+  if (declared.size === 0) return;
+  for (const { name, keys, keyed } of await keptKeys(tx, t, [...declared.keys()])) {
+    const key = declared.get(name);
+    const other = keys.find((k) => k !== key?.text);
     if (key && other !== undefined && keyed) throw keptByAnotherKey(key, name, other);
   }
 }

@@ -400,6 +400,40 @@ describe('a declared version that cannot run', () => {
     );
   });
 
+  test('with side effects and another laneKey than the lanes it would take over: start() refuses it, and the live version goes on', async () => {
+    const { schema } = await setup(db.sql);
+    const seen: string[] = [];
+    const mailer = (version: number, extra: Partial<Consumer> = {}): Consumer => ({
+      name: 'mailer',
+      version,
+      sideEffects: true,
+      lanes: 2,
+      handler: (event) => {
+        seen.push(`v${version}:${event.id}`);
+      },
+      ...extra,
+    });
+    const live = testDispatcher(db.sql, schema, [mailer(1)]);
+    await live.ensureRegistered();
+    await appendEvents(db.sql, 4, byStream, schema);
+    await drainUntilIdle(live);
+    const before =
+      await db.sql`select version, state from ${db.sql(schema)}.consumer_versions order by version`;
+
+    const otherKey = testDispatcher(db.sql, schema, [mailer(2, { laneKey: { data: 'n' } })]);
+    const refused = await otherKey.start().then(
+      () => null,
+      (error: unknown) => error,
+    );
+    expect(refused).toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'consumers[0].laneKey' });
+    expect(
+      await db.sql`select version, state from ${db.sql(schema)}.consumer_versions order by version`,
+    ).toEqual(before);
+    await appendEvents(db.sql, 2, (n) => byStream(n + 4), schema);
+    await drainUntilIdle(live);
+    expect(seen.filter((s) => s.startsWith('v1:')).length).toBe(6);
+  });
+
   test('rebuilt from above the log head: start() refuses it, as a restart there is (its takeover would skip the events to come), and changes nothing', async () => {
     const { schema, t } = await setup(db.sql);
     const seen: bigint[] = [];
