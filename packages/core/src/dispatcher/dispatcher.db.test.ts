@@ -792,6 +792,29 @@ describe('lifecycle', () => {
       9n,
     ]);
   });
+
+  test('a pass re-creates one lane whose row was deleted while the others run, and its keys are delivered again', async () => {
+    const laned = recordingConsumer('laned', { lanes: 3 });
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [laned.consumer]);
+    const byKey = (n: number) => ({ streamId: `s-${n}`, type: 'Placed', data: {} });
+    await appendEvents(db.sql, 9, byKey, schema);
+    await drainUntilIdle(dispatcher);
+    await db.sql`delete from ${db.sql(`${schema}.consumers`)} where name = 'laned' and instance_id = '*1/3'`;
+    await appendEvents(db.sql, 9, (n) => byKey(n + 9), schema);
+    await drainUntilIdle(dispatcher);
+    const lanes = await db.sql<{ instance_id: string; cursor: string }[]>`
+      select instance_id, cursor::text as cursor from ${db.sql(`${schema}.consumers`)} where name = 'laned' order by 1`;
+    expect(lanes.map((l) => [l.instance_id, l.cursor])).toEqual([
+      ['*0/3', '18'],
+      ['*1/3', '18'],
+      ['*2/3', '18'],
+    ]);
+    // Every event at least once; the re-created lane's keys from the beginning again.
+    expect(new Set(laned.ids())).toEqual(new Set(Array.from({ length: 18 }, (_, i) => BigInt(i + 1))));
+    const [audit] = await db.sql<{ instance_id: string }[]>`
+      select instance_id from ${db.sql(`${schema}.audit`)} where action = 're-register'`;
+    expect(audit?.instance_id).toBe('*1/3');
+  });
 });
 
 describe('startFrom, feature gate, transactional consumers', () => {

@@ -9,7 +9,13 @@ import {
   type ResolvedConsumer,
   type ResolvedOptions,
 } from '../options.js';
-import { keptByAnotherKey, laneInstanceIds, laneKeyOption, laneKeyText } from '../lanes/lanes.js';
+import {
+  keptByAnotherKey,
+  laneInstanceIds,
+  laneKeyOption,
+  laneKeyText,
+  parseLaneInstanceId,
+} from '../lanes/lanes.js';
 import {
   currentSnapshot,
   heartbeat,
@@ -22,6 +28,7 @@ import {
   type PrecheckKeys,
   type PrecheckRow,
   type FailedTurn,
+  unitKey,
 } from '../queries/consumers.js';
 import type { Tables } from '../schema/tables.js';
 import type { ConsumerGauges, DispatcherMetrics } from '../telemetry/metrics.js';
@@ -542,7 +549,12 @@ export class PassRunner {
         units.push(consumer);
         continue;
       }
-      for (const instanceId of ids) {
+      // A lane whose row was deleted while the others run: re-created by the pass, as a whole
+      // consumer's row is. Not during a change of lanes, whose old lanes go once handed over.
+      const changing = ids.some(
+        (id) => precheck?.rows.get(unitKey(consumer.name, id))?.lane_changing === true,
+      );
+      for (const instanceId of [...ids, ...(precheck && !changing ? missingLanes(ids) : [])]) {
         // By version too: a version with side effects takes the live version's rows (one name)
         // over, and its lanes must be its own units (its handler, its version), not the old one's.
         const key = `${consumer.name}\u0000${consumer.version ?? ''}\u0000${instanceId}`;
@@ -991,4 +1003,12 @@ export class PassScheduler {
       this.#running = false;
     }
   }
+}
+
+/** The lanes missing from `ids`, when they are all lanes of one count: the rest of that count. */
+function missingLanes(ids: readonly string[]): string[] {
+  const counts = new Set(ids.map((id) => parseLaneInstanceId(id)?.count ?? 0));
+  const [count] = counts;
+  if (counts.size !== 1 || count === undefined || count < 2 || ids.length >= count) return [];
+  return laneInstanceIds(count).filter((id) => !ids.includes(id));
 }

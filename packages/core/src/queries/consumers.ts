@@ -342,10 +342,17 @@ async function insertRegistrations(
         select coalesce((select max(id) from ${t.events}), 0) as head, pg_current_snapshot() as snap
       ) h
       -- A shared consumer's rows are created only when it has none: rows of another lane count
-      -- are changed by a change of lanes (docs/design.md section 11.3), never added to.
+      -- are changed by a change of lanes (docs/design.md section 11.3), never added to. But for
+      -- a lane missing among lanes of its own count while no change of lanes is under way (a
+      -- change makes all its new lanes at once): its row was deleted.
       where r.per_instance = 'true'
          or not exists (select 1 from ${t.consumers} f
                         where f.name = r.name and left(f.instance_id, 1) = '*' and f.instance_id <> r.instance_id)
+         or (r.instance_id like '*%/%'
+             and not exists (select 1 from ${t.laneChanges} lc where lc.consumer_name = r.name)
+             and not exists (select 1 from ${t.consumers} f
+                             where f.name = r.name and left(f.instance_id, 1) = '*'
+                               and split_part(f.instance_id, '/', 2) <> split_part(r.instance_id, '/', 2)))
       on conflict (name, instance_id) do nothing
       returning c.name, c.instance_id, c.cursor::text as cursor, c.xmin::text as sub,
                 pg_current_xact_id()::text as top, c.start_snapshot::text as snap`,
@@ -463,11 +470,12 @@ export async function reregisterConsumer(
   alongside: readonly RegisterRow[] = [],
 ): Promise<Reregistration | undefined> {
   return guardedBegin(sql, async (tx) => {
-    // Shared retention lock: no prune deletes what the restored cursor needs meanwhile.
-    await takeAdvisoryLocks(
-      tx,
-      () => tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`,
-    );
+    // Shared retention lock: no prune deletes what the restored cursor needs meanwhile. The lanes
+    // lock, as a registration takes it: no change of lanes begins while a lane is re-created.
+    await takeAdvisoryLocks(tx, async () => {
+      await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
+      await tx`select pg_advisory_xact_lock(${LANES_LOCK_CLASS}, hashtext(${schema}))`;
+    });
     const [last] = await lastCollectionWords(tx, t, [
       { name: consumer.name, instance_id: consumer.instanceId },
     ]);
