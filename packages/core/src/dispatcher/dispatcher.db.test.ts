@@ -814,6 +814,12 @@ describe('lifecycle', () => {
     const [audit] = await db.sql<{ instance_id: string }[]>`
       select instance_id from ${db.sql(`${schema}.audit`)} where action = 're-register'`;
     expect(audit?.instance_id).toBe('*1/3');
+    // A start re-creates it too.
+    await db.sql`delete from ${db.sql(`${schema}.consumers`)} where name = 'laned' and instance_id = '*2/3'`;
+    await dispatcher.ensureRegistered();
+    const [again] = await db.sql<{ cursor: string }[]>`
+      select cursor::text as cursor from ${db.sql(`${schema}.consumers`)} where name = 'laned' and instance_id = '*2/3'`;
+    expect(again?.cursor).toBe('0');
   });
 });
 
