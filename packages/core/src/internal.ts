@@ -27,6 +27,7 @@ export { MAX_PARKED_KEY_BYTES } from './dispatcher/deliver.js';
 export { messageOf, sqlStateOf } from './errors.js';
 export { neverThrowing } from './logger.js';
 export { MAX_SHOWN_DEPTH, toShownJson } from './json-shown.js';
+export { settleWithin, TIMED_OUT } from './time-limit.js';
 export { parseSnapshot } from './gaps/gaps.js';
 export { retentionFloor, writeAudit } from './queries/audit.js';
 export { lockConsumer, lockConsumerForOperator, RETENTION_LOCK_CLASS } from './queries/consumers.js';

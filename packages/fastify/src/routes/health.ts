@@ -1,3 +1,4 @@
+import { settleWithin, TIMED_OUT } from '@sluice/core/internal';
 import type { FastifyInstance } from 'fastify';
 import { NO_PARAMETERS } from '../json.js';
 import { errorResponses, health } from '../schemas.js';
@@ -10,24 +11,6 @@ const STAGNATION_MS = 5 * 60_000;
  * paused, a network gone silent) is "down" after this, not a probe left hanging until it answers.
  */
 export const HEALTH_READ_MS = 5_000;
-
-const DID_NOT_ANSWER = Symbol('did not answer');
-
-/** `read`, or DID_NOT_ANSWER once it has not settled within `ms` (it is left to settle on its own). */
-async function within<T>(read: Promise<T>, ms: number): Promise<T | typeof DID_NOT_ANSWER> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<typeof DID_NOT_ANSWER>((resolve) => {
-    timer = setTimeout(() => {
-      resolve(DID_NOT_ANSWER);
-    }, ms);
-  });
-  read.catch(() => undefined); // a failure after the bound is nobody's to report
-  try {
-    return await Promise.race([read, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /**
  * Readiness and a summary for alerting: 503 when the dispatcher is not running or the database
@@ -44,8 +27,9 @@ export function healthRoutes(
       const running = isRunning();
       let consumers;
       try {
-        const read = await within(admin.listConsumers(), HEALTH_READ_MS);
-        if (read === DID_NOT_ANSWER) {
+        // The read is left to settle on its own (a late failure is nobody's to report).
+        const read = await settleWithin(admin.listConsumers(), HEALTH_READ_MS);
+        if (read === TIMED_OUT) {
           request.log.warn({ waitedMs: HEALTH_READ_MS }, 'sluice health: the database did not answer');
           return await reply.code(503).send({
             status: 'down',
