@@ -1,5 +1,5 @@
 import type { Tables } from '../schema/tables.js';
-import type { Queryable, TransactionSql } from '../sql-types.js';
+import { type Queryable, type TransactionSql, valuesOf } from '../sql-types.js';
 
 export interface AuditEntry {
   readonly actor: string;
@@ -27,7 +27,21 @@ export async function writeAudit(tx: TransactionSql, t: Tables, entry: AuditEntr
  * 1 when nothing was ever pruned.
  */
 export async function retentionFloor(tx: Queryable, t: Tables): Promise<bigint> {
-  const [row] = await tx<{ floor: string | null }[]>`
-    select max((details->>'before')::bigint)::text as floor from ${t.audit} where action = 'prune'`;
-  return row?.floor ? BigInt(row.floor) : 1n;
+  // By position (see valuesOf): prune() reads it through the application's pool.
+  const [[floor] = [null]] = await valuesOf<[floor: string | null]>(
+    tx`select max((details->>'before')::bigint)::text from ${t.audit} where action = 'prune'`,
+  );
+  return floor ? BigInt(floor) : 1n;
+}
+
+/**
+ * The log head: the newest event's id, or, once every event is pruned, the last one `floor` (the
+ * retention floor) says was there. Nothing may claim a position above it.
+ */
+export async function logHead(tx: Queryable, t: Tables, floor: bigint): Promise<bigint> {
+  const [[newest] = ['0']] = await valuesOf<[newest: string]>(
+    tx`select coalesce(max(id), 0)::text from ${t.events}`,
+  );
+  const head = BigInt(newest);
+  return head > floor - 1n ? head : floor - 1n;
 }

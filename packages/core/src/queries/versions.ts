@@ -11,7 +11,7 @@ import {
 } from '../errors.js';
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
-import { retentionFloor, writeAudit } from './audit.js';
+import { logHead, retentionFloor, writeAudit } from './audit.js';
 import { LANES_LOCK_CLASS } from './lanes.js';
 import { pgArray } from './pg-array.js';
 
@@ -219,17 +219,16 @@ export async function registerVersions(
       const start = d.startPosition > floor ? d.startPosition : floor;
       // Rows that start above the head would count as caught up, and once they took over, the
       // consumer would never receive the events still to come up to there: refused, as a restart
-      // there is. (Once every event is pruned, the head is where the floor is.)
+      // there is.
       if (!d.sideEffects && start > floor) {
-        const top = await head(tx, t);
-        const logHead = top > floor ? top : floor;
-        if (start > logHead) {
+        const last = await logHead(tx, t, floor + 1n);
+        if (start > last) {
           throw new BeyondHeadError(
             start,
-            logHead,
-            `Cannot rebuild version ${d.version} of "${name}" from ${start}: the log head is ${logHead}, and its ` +
+            last,
+            `Cannot rebuild version ${d.version} of "${name}" from ${start}: the log head is ${last}, and its ` +
               `rows would start above it: once it took over, the consumer would never receive the events still ` +
-              `to come up to ${start}. Nothing was registered; set rebuild.from to ${logHead} or lower (or 'beginning')`,
+              `to come up to ${start}. Nothing was registered; set rebuild.from to ${last} or lower (or 'beginning')`,
           );
         }
       }

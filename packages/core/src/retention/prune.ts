@@ -9,7 +9,7 @@ import {
   SchemaNotMigratedError,
   sqlStateOf,
 } from '../errors.js';
-import { writeAudit } from '../queries/audit.js';
+import { logHead, retentionFloor, writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
 import { resolveSchemaName, tables } from '../schema/tables.js';
 import { type Sql, valuesOf } from '../sql-types.js';
@@ -104,19 +104,15 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
       );
     }
     // The floor this prune records must not pass the head: events still to come below it would
-    // look pruned, and restarts and consumers from 'beginning' would skip them. Once every event
-    // is gone, the head is where the last floor left it.
-    const [[head] = ['0']] = await valuesOf<[head: string]>(tx`
-      select greatest(coalesce((select max(id) from ${t.events}), 0),
-                      coalesce((select max((details->>'before')::bigint) from ${t.audit} where action = 'prune'), 1) - 1
-             )::text`);
-    if (options.before > BigInt(head) + 1n) {
+    // look pruned, and restarts and consumers from 'beginning' would skip them.
+    const head = await logHead(tx, t, await retentionFloor(tx, t));
+    if (options.before > head + 1n) {
       throw new BeyondHeadError(
         options.before,
-        BigInt(head),
+        head,
         `Cannot prune before ${options.before}: the log head is ${head}, and a retention floor above it ` +
           `would make the events still to come below ${options.before} look pruned (restarts and new ` +
-          `consumers from 'beginning' would skip them). Nothing was deleted; prune before ${BigInt(head) + 1n} or lower`,
+          `consumers from 'beginning' would skip them). Nothing was deleted; prune before ${head + 1n} or lower`,
       );
     }
     const deleted = await tx`delete from ${t.events} where id < ${before}::bigint`;
