@@ -133,7 +133,8 @@ export async function registerConsumers(
       checked = filtered.filter((r) => r.keyCheckOnly === true);
     }
     const created = await insertRegistrations(tx, t, rows);
-    await refuseAnotherKey(tx, t, checked);
+    // A version waiting to take the rows over records nothing, but is refused their key's way.
+    await refuseKeptByAnother(tx, t, declaredKeys(checked));
     await recordLaneKeys(tx, t, rows);
     await refuseParkedKeysUnparked(tx, t, rows);
     await supersedeCollections(tx, t, created);
@@ -159,19 +160,10 @@ export async function registerConsumers(
  * lane already past it would be skipped). Rows without one (from an earlier release) take it.
  */
 async function recordLaneKeys(tx: TransactionSql, t: Tables, rows: readonly RegisterRow[]): Promise<void> {
-  const declared = new Map<string, NonNullable<RegisterRow['laneKey']>>();
-  for (const row of rows) if (row.laneKey && !row.perInstance) declared.set(row.name, row.laneKey);
+  const declared = declaredKeys(rows);
   if (declared.size === 0) return;
   const names = [...declared.keys()];
-  // The consumers whose rows hold another key than the declared one, with that key.
-  const moving = new Map<string, string>();
-  for (const { name, keys, keyed } of await keptKeys(tx, t, names)) {
-    const key = declared.get(name);
-    const other = keys.find((k) => k !== key?.text);
-    if (!key || other === undefined) continue;
-    if (keyed) throw keptByAnotherKey(key, name, other);
-    moving.set(name, other);
-  }
+  const moving = await refuseKeptByAnother(tx, t, declared);
   await tx`
     update ${t.consumers} c set lane_key = r.lane_key
     from unnest(${pgArray(names)}::text[], ${pgArray(names.map((n) => declared.get(n)?.text ?? null))}::text[])
@@ -188,16 +180,33 @@ async function recordLaneKeys(tx: TransactionSql, t: Tables, rows: readonly Regi
   }
 }
 
-/** Refuses (InvalidOptionError) a key of `rows` other than the one their consumer's rows were kept by; records nothing. */
-async function refuseAnotherKey(tx: TransactionSql, t: Tables, rows: readonly RegisterRow[]): Promise<void> {
+/** The key each shared consumer of `rows` declares, by name. */
+function declaredKeys(rows: readonly RegisterRow[]): Map<string, NonNullable<RegisterRow['laneKey']>> {
   const declared = new Map<string, NonNullable<RegisterRow['laneKey']>>();
   for (const row of rows) if (row.laneKey && !row.perInstance) declared.set(row.name, row.laneKey);
-  if (declared.size === 0) return;
+  return declared;
+}
+
+/**
+ * Refuses (InvalidOptionError) a declared key other than the one recorded with rows kept by it.
+ * Returns the consumers whose rows hold another key than the declared one but keep nothing by it,
+ * with that key.
+ */
+async function refuseKeptByAnother(
+  tx: TransactionSql,
+  t: Tables,
+  declared: ReadonlyMap<string, NonNullable<RegisterRow['laneKey']>>,
+): Promise<Map<string, string>> {
+  const moving = new Map<string, string>();
+  if (declared.size === 0) return moving;
   for (const { name, keys, keyed } of await keptKeys(tx, t, [...declared.keys()])) {
     const key = declared.get(name);
     const other = keys.find((k) => k !== key?.text);
-    if (key && other !== undefined && keyed) throw keptByAnotherKey(key, name, other);
+    if (!key || other === undefined) continue;
+    if (keyed) throw keptByAnotherKey(key, name, other);
+    moving.set(name, other);
   }
+  return moving;
 }
 
 /**
