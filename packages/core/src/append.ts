@@ -4,9 +4,7 @@ import {
   InvalidEventError,
   InvalidOptionError,
   messageOf,
-  raisedInFunction,
-  SchemaNotMigratedError,
-  sqlStateOf,
+  notMigratedOr,
 } from './errors.js';
 import { compare } from './gaps/gaps.js';
 import { RESERVED_TYPE_PREFIX, type EventRecord, type JsonObject, type NewEvent } from './events.js';
@@ -119,10 +117,7 @@ export async function append(
   try {
     rows = await insertEvents(tx, eventsTable(tx, schema), streamIds, types, data, metadata);
   } catch (error) {
-    // undefined_table raised by the insert itself; one with a context (`where`) came from a
-    // function or trigger of the user's, which the error itself describes better.
-    if (sqlStateOf(error) === '42P01' && !raisedInFunction(error)) throw new SchemaNotMigratedError(schema);
-    throw error;
+    throw notMigratedOr(error, schema);
   }
   // A trigger or rule of the database's that drops rows would pair the others with the wrong events.
   if (rows.length !== streamIds.length) throw new EventsNotStoredError(schema, streamIds.length, rows.length);

@@ -267,6 +267,17 @@ export function raisedInFunction(error: unknown): boolean {
   }
 }
 
+/**
+ * What a statement of Sluice's on `schema` failed with, said as a missing migration when it is an
+ * undefined_table raised by the statement itself; one with a context (`where`) came from a
+ * function or trigger of the database's, which the error itself describes better.
+ */
+export function notMigratedOr(error: unknown, schema: string): unknown {
+  return sqlStateOf(error) === '42P01' && !raisedInFunction(error)
+    ? new SchemaNotMigratedError(schema)
+    : error;
+}
+
 export function sqlStateOf(error: unknown): string | undefined {
   try {
     if (typeof error === 'object' && error !== null && 'code' in error && typeof error.code === 'string') {

@@ -1,12 +1,5 @@
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
-import {
-  DispatcherNotRegisteredError,
-  DispatcherStoppedError,
-  messageOf,
-  raisedInFunction,
-  SchemaNotMigratedError,
-  sqlStateOf,
-} from '../errors.js';
+import { DispatcherNotRegisteredError, DispatcherStoppedError, messageOf, notMigratedOr } from '../errors.js';
 import { checkConnection } from '../connect-timeout.js';
 import { logUnprepared, openOwnConnections, preparingSwitch } from '../connections/own-connections.js';
 import { TurnConnections } from './slots.js';
@@ -248,9 +241,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       },
     ).catch((error: unknown) => {
       // The schema's tables are missing (never migrated, or migrated concurrently): said as start() says it.
-      if (sqlStateOf(error) === '42P01' && !raisedInFunction(error))
-        throw new SchemaNotMigratedError(options.schema);
-      throw error;
+      throw notMigratedOr(error, options.schema);
     });
     passes.versions.set(versions);
     for (const row of prunedBehind) {

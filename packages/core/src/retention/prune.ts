@@ -1,14 +1,7 @@
 import { takeAdvisoryLocks } from '../queries/advisory-locks.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { checkStorableName, MAX_AGE_MS } from '../options.js';
-import {
-  BeyondHeadError,
-  InvalidOptionError,
-  PruneBlockedError,
-  raisedInFunction,
-  SchemaNotMigratedError,
-  sqlStateOf,
-} from '../errors.js';
+import { BeyondHeadError, InvalidOptionError, PruneBlockedError, notMigratedOr } from '../errors.js';
 import { logHead, retentionFloor, writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
 import { resolveSchemaName, tables } from '../schema/tables.js';
@@ -128,8 +121,7 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
     });
     return { deleted: deleted.count };
   }).catch((error: unknown) => {
-    if (sqlStateOf(error) === '42P01' && !raisedInFunction(error)) throw new SchemaNotMigratedError(schema);
-    throw error;
+    throw notMigratedOr(error, schema);
   });
 }
 
