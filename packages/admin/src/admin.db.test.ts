@@ -6,6 +6,7 @@ import {
   drainUntilIdle,
   failingOn,
   gate,
+  freshSchema,
   holdGap,
   recordingConsumer,
   until,
@@ -90,6 +91,41 @@ test('createAdmin refuses durations a timer or PostgreSQL cannot take, naming th
       expect.objectContaining({ code: 'SLUICE_INVALID_OPTION', option }),
     );
   }
+});
+
+test('createAdmin refuses options that are not an object and an empty defaultActor (the audit names who acts)', () => {
+  expect(() => createAdmin(undefined as never)).toThrow(
+    expect.objectContaining({ code: 'SLUICE_INVALID_OPTION', option: 'sql' }),
+  );
+  expect(() => createAdmin('x' as never)).toThrow(
+    expect.objectContaining({ code: 'SLUICE_INVALID_OPTION', option: 'options' }),
+  );
+  expect(() => createAdmin({ sql: db.sql, defaultActor: '' })).toThrow(
+    expect.objectContaining({ code: 'SLUICE_INVALID_OPTION', option: 'defaultActor' }),
+  );
+});
+
+test('every action given null for its options answers a typed error or its defaults, never a TypeError', async () => {
+  const schema = await freshSchema(db.sql, 'adm');
+  const admin = createAdmin({ sql: db.sql, schema }) as unknown as Record<
+    string,
+    (...args: unknown[]) => Promise<unknown>
+  >;
+  for (const [name, action] of Object.entries(admin)) {
+    if (typeof action !== 'function') continue;
+    for (const args of [['c', null], ['c', undefined], [null], ['c', 5]]) {
+      const error = await action(...args).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      if (error === undefined) continue;
+      expect(error, `${name}(${args.map(String).join(', ')})`).not.toBeInstanceOf(TypeError);
+      expect((error as { code?: unknown }).code, `${name}(${args.map(String).join(', ')})`).toMatch(
+        /^SLUICE_/,
+      );
+    }
+  }
+  expect(await auditActions(schema)).toEqual([]);
 });
 
 describe('read models', () => {

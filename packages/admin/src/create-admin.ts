@@ -2,7 +2,8 @@ import { InvalidOptionError, SchemaNotMigratedError, type Sql } from '@sluice/co
 import {
   ADMIN_DEFAULTS,
   MAX_AGE_MS,
-  MAX_MS,
+  MAX_LOCK_TIMEOUT_MS,
+  optionsObject,
   resolveSchemaName,
   sqlStateOf,
   tables,
@@ -34,7 +35,7 @@ import {
   showDeadLetter,
   showEvent,
 } from './read-models.js';
-import { checkText } from './validate.js';
+import { checkActorName } from './validate.js';
 
 export interface AdminOptions {
   /** A postgres.js pool on the primary. */
@@ -57,7 +58,8 @@ export interface AdminOptions {
  * changes nothing.
  * @throws {InvalidOptionError}
  */
-export function createAdmin(options: AdminOptions) {
+export function createAdmin(adminOptions: AdminOptions) {
+  const options = optionsObject(adminOptions);
   if (typeof (options.sql as unknown) !== 'function')
     throw new InvalidOptionError('sql', 'must be a postgres.js pool');
   // The read models and actions read columns by the names PostgreSQL gives them.
@@ -87,13 +89,12 @@ export function createAdmin(options: AdminOptions) {
     sql: options.sql,
     schema,
     tables: tables(options.sql, schema),
-    // The plugin retires an admin pool lockTimeoutMs + 30 s after its last action: a timer's delay.
     lockTimeoutMs: integer(
       options.lockTimeoutMs,
       ADMIN_DEFAULTS.lockTimeoutMs,
       'lockTimeoutMs',
       1,
-      MAX_MS - 30_000,
+      MAX_LOCK_TIMEOUT_MS,
     ),
     rearmCooldownMs: integer(
       options.rearmCooldownMs,
@@ -103,7 +104,7 @@ export function createAdmin(options: AdminOptions) {
       MAX_AGE_MS,
     ),
     maxRearmCount: integer(options.maxRearmCount, ADMIN_DEFAULTS.maxRearmCount, 'maxRearmCount', 0),
-    defaultActor: checkText(options.defaultActor, 'defaultActor', 200) ?? ADMIN_DEFAULTS.defaultActor,
+    defaultActor: checkActorName(options.defaultActor, 'defaultActor') ?? ADMIN_DEFAULTS.defaultActor,
   };
   // A missing table or schema means this database was never migrated: say so in Sluice's terms.
   const explained =
@@ -121,56 +122,68 @@ export function createAdmin(options: AdminOptions) {
     schema,
     listConsumers: explained(() => listConsumers(ctx)),
     showConsumer: explained((name: string, o?: Parameters<typeof showConsumer>[2]) =>
-      showConsumer(ctx, name, o),
+      showConsumer(ctx, name, optionsObject(o)),
     ),
-    diagnose: explained((name: string, o?: Parameters<typeof diagnose>[2]) => diagnose(ctx, name, o)),
-    restart: explained((name: string, o: Parameters<typeof restart>[2]) => restart(ctx, name, o)),
-    disable: explained((name: string, o?: Parameters<typeof disable>[2]) => disable(ctx, name, o)),
-    enable: explained((name: string, o?: Parameters<typeof enable>[2]) => enable(ctx, name, o)),
-    skip: explained((name: string, o: Parameters<typeof skip>[2]) => skip(ctx, name, o)),
-    showEvent: explained((name: string, o: Parameters<typeof showEvent>[2]) => showEvent(ctx, name, o)),
+    diagnose: explained((name: string, o?: Parameters<typeof diagnose>[2]) =>
+      diagnose(ctx, name, optionsObject(o)),
+    ),
+    restart: explained((name: string, o: Parameters<typeof restart>[2]) =>
+      restart(ctx, name, optionsObject(o)),
+    ),
+    disable: explained((name: string, o?: Parameters<typeof disable>[2]) =>
+      disable(ctx, name, optionsObject(o)),
+    ),
+    enable: explained((name: string, o?: Parameters<typeof enable>[2]) =>
+      enable(ctx, name, optionsObject(o)),
+    ),
+    skip: explained((name: string, o: Parameters<typeof skip>[2]) => skip(ctx, name, optionsObject(o))),
+    showEvent: explained((name: string, o: Parameters<typeof showEvent>[2]) =>
+      showEvent(ctx, name, optionsObject(o)),
+    ),
     listDeadLetters: explained((name: string, o?: Parameters<typeof listDeadLetters>[2]) =>
-      listDeadLetters(ctx, name, o),
+      listDeadLetters(ctx, name, optionsObject(o)),
     ),
     showDeadLetter: explained((name: string, o: Parameters<typeof showDeadLetter>[2]) =>
-      showDeadLetter(ctx, name, o),
+      showDeadLetter(ctx, name, optionsObject(o)),
     ),
     replayDeadLetters: explained((name: string, o?: Parameters<typeof replayDeadLetters>[2]) =>
-      replayDeadLetters(ctx, name, o),
+      replayDeadLetters(ctx, name, optionsObject(o)),
     ),
-    fenceGap: explained((name: string, o: Parameters<typeof fenceGap>[2]) => fenceGap(ctx, name, o)),
+    fenceGap: explained((name: string, o: Parameters<typeof fenceGap>[2]) =>
+      fenceGap(ctx, name, optionsObject(o)),
+    ),
     collectStaleInstances: explained((o: Parameters<typeof collectStaleInstances>[1]) =>
-      collectStaleInstances(ctx, o),
+      collectStaleInstances(ctx, optionsObject(o)),
     ),
-    listAudit: explained((o?: Parameters<typeof listAudit>[1]) => listAudit(ctx, o)),
+    listAudit: explained((o?: Parameters<typeof listAudit>[1]) => listAudit(ctx, optionsObject(o))),
     listParkedKeys: explained((name: string, o?: Parameters<typeof listParkedKeys>[2]) =>
-      listParkedKeys(ctx, name, o),
+      listParkedKeys(ctx, name, optionsObject(o)),
     ),
     listParkedEvents: explained((name: string, o: Parameters<typeof listParkedEvents>[2]) =>
-      listParkedEvents(ctx, name, o),
+      listParkedEvents(ctx, name, optionsObject(o)),
     ),
     replayParkedKey: explained((name: string, o: Parameters<typeof replayParkedKey>[2]) =>
-      replayParkedKey(ctx, name, o),
+      replayParkedKey(ctx, name, optionsObject(o)),
     ),
     dropParkedKey: explained((name: string, o: Parameters<typeof dropParkedKey>[2]) =>
-      dropParkedKey(ctx, name, o),
+      dropParkedKey(ctx, name, optionsObject(o)),
     ),
-    relane: explained((name: string, o: Parameters<typeof relane>[2]) => relane(ctx, name, o)),
+    relane: explained((name: string, o: Parameters<typeof relane>[2]) => relane(ctx, name, optionsObject(o))),
     rebuildStatus: explained((name?: string) => rebuildStatus(ctx, name)),
     approveRebuild: explained((name: string, o?: Parameters<typeof approveRebuild>[2]) =>
-      approveRebuild(ctx, name, o),
+      approveRebuild(ctx, name, optionsObject(o)),
     ),
     pauseRebuild: explained((name: string, o?: Parameters<typeof pauseRebuild>[2]) =>
-      pauseRebuild(ctx, name, o),
+      pauseRebuild(ctx, name, optionsObject(o)),
     ),
     resumeRebuild: explained((name: string, o?: Parameters<typeof resumeRebuild>[2]) =>
-      resumeRebuild(ctx, name, o),
+      resumeRebuild(ctx, name, optionsObject(o)),
     ),
     abandonRebuild: explained((name: string, o?: Parameters<typeof abandonRebuild>[2]) =>
-      abandonRebuild(ctx, name, o),
+      abandonRebuild(ctx, name, optionsObject(o)),
     ),
     dropVersion: explained((name: string, version: number, o?: Parameters<typeof dropVersion>[3]) =>
-      dropVersion(ctx, name, version, o),
+      dropVersion(ctx, name, version, optionsObject(o)),
     ),
   };
 }

@@ -9,6 +9,7 @@ import {
 import { compare } from './gaps/gaps.js';
 import { RESERVED_TYPE_PREFIX, type EventRecord, type JsonObject, type NewEvent } from './events.js';
 import { resolveSchemaName, eventsTable } from './schema/tables.js';
+import { optionsObject, requirePool } from './options.js';
 import { pgArray } from './queries/pg-array.js';
 import { activeTraceparent } from './telemetry/tracing.js';
 import { type Sql, type TransactionSql, valuesOf } from './sql-types.js';
@@ -38,6 +39,8 @@ const MAX_NAME_BYTES = 1000;
 const DEFAULT_MAX_EVENT_BYTES = 1_048_576;
 /** PostgreSQL refuses a longer jsonb string (2^28 - 1 bytes): a larger limit would let one through. */
 const MAX_JSONB_BYTES = 268_435_455;
+/** The smallest event: `{}` as its data and `{}` as its metadata. */
+const MIN_EVENT_BYTES = 4;
 
 /** Schemas appended to inside each transaction() call, keyed by its transaction and its savepoints. */
 const wakeUpsAfterCommit = new WeakMap<TransactionSql, Set<string>>();
@@ -54,22 +57,30 @@ const wakeUpsAfterCommit = new WeakMap<TransactionSql, Set<string>>();
 export async function append(
   tx: TransactionSql,
   events: readonly NewEvent<object>[],
-  options: AppendOptions = {},
+  options?: AppendOptions,
 ): Promise<EventRecord[]> {
+  const given = optionsObject(options);
+  const wakeUp = given.wakeUp ?? 'auto';
+  const maxEventBytes = given.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
   if (typeof tx !== 'function') {
     throw new InvalidOptionError(
       'tx',
       'must be a postgres.js transaction: append(tx, events) inside sql.begin()',
     );
   }
-  const schema = resolveSchemaName(options.schema);
-  const wakeUp = options.wakeUp ?? 'auto';
+  const schema = resolveSchemaName(given.schema);
   if (!['auto', 'in-transaction', 'none'].includes(wakeUp)) {
     throw new InvalidOptionError('wakeUp', "must be 'auto', 'in-transaction' or 'none'");
   }
-  const maxEventBytes = options.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
-  if (!Number.isSafeInteger(maxEventBytes) || maxEventBytes < 2 || maxEventBytes > MAX_JSONB_BYTES) {
-    throw new InvalidOptionError('maxEventBytes', `must be an integer from 2 to ${MAX_JSONB_BYTES}`);
+  if (
+    !Number.isSafeInteger(maxEventBytes) ||
+    maxEventBytes < MIN_EVENT_BYTES ||
+    maxEventBytes > MAX_JSONB_BYTES
+  ) {
+    throw new InvalidOptionError(
+      'maxEventBytes',
+      `must be an integer from ${MIN_EVENT_BYTES} to ${MAX_JSONB_BYTES}`,
+    );
   }
   if (!Array.isArray(events)) throw new InvalidOptionError('events', 'must be an array of events');
   if (events.length === 0) return [];
@@ -268,6 +279,8 @@ function valuesTemplate(count: number, withMetadata: boolean): TemplateStringsAr
  * ROLLBACK or COMMIT go out (connections/guarded-transaction.ts).
  */
 export async function transaction<T>(sql: Sql, fn: (tx: TransactionSql) => Promise<T>): Promise<T> {
+  requirePool(sql);
+  if (typeof fn !== 'function') throw new InvalidOptionError('fn', 'must be a function of the transaction');
   const schemas = new Set<string>();
   const result = await guardedBegin(
     sql,

@@ -1,4 +1,5 @@
-import { ConnectTimeoutError } from './errors.js';
+import { ConnectTimeoutError, InvalidOptionError } from './errors.js';
+import { MAX_MS, requirePool } from './options.js';
 import type { Sql } from './sql-types.js';
 import { settleWithin, TIMED_OUT } from './time-limit.js';
 
@@ -54,12 +55,22 @@ export async function withinConnectTimeout<T>(
  * Waits until `sql` has completed PostgreSQL's startup on a connection and answered `select 1`, at
  * most `timeoutMs` (the pool's `connect_timeout` by default). Call it once at boot to fail fast on a
  * `DATABASE_URL` that points at something other than PostgreSQL.
+ * A server that refuses the connection at once (nothing listens on the port: ECONNREFUSED) or
+ * refuses its credentials fails it with the driver's own error, which says so.
  * @throws {ConnectTimeoutError} when no answer came in time; end the pool then
+ * @throws {InvalidOptionError} when `timeoutMs` is not a whole number of milliseconds, 1 to 2³¹ − 1
  */
-export async function checkConnection(sql: Sql, timeoutMs: number = connectTimeoutMsOf(sql)): Promise<void> {
+export async function checkConnection(sql: Sql, timeoutMs?: number): Promise<void> {
+  requirePool(sql);
+  if (
+    timeoutMs !== undefined &&
+    (typeof timeoutMs !== 'number' || !Number.isSafeInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_MS)
+  ) {
+    throw new InvalidOptionError('timeoutMs', `must be an integer from 1 to ${MAX_MS} (ms)`);
+  }
   await withinConnectTimeout(
     sql,
     sql`select 1`.then(() => undefined),
-    timeoutMs,
+    timeoutMs ?? connectTimeoutMsOf(sql),
   );
 }

@@ -62,7 +62,14 @@ export {
 export { resolveSchemaName } from './schema/tables.js';
 export { tables } from './schema/tables.js';
 export { MINIMUM_SERVER_VERSION_NUM } from './schema/verify-schema.js';
-export { ADMIN_DEFAULTS, MAX_AGE_MS, MAX_MS, SHARED_INSTANCE_ID } from './options.js';
+export {
+  ADMIN_DEFAULTS,
+  MAX_AGE_MS,
+  MAX_LOCK_TIMEOUT_MS,
+  MAX_MS,
+  optionsObject,
+  SHARED_INSTANCE_ID,
+} from './options.js';
 export { wakeUpChannel } from './wake-up/channel.js';
 export { wakeUpNotifierFor } from './wake-up/wake-up-notifier.js';
 

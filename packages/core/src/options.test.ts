@@ -126,6 +126,41 @@ describe('resolveOptions', () => {
       { consumers: [consumer('a', { errorPolicy: { ordering: 'strict' } as never })] },
       'consumers[0].errorPolicy.ordering',
     ],
+    // The attempts columns are PostgreSQL integers: every turn of such a consumer failed on them.
+    ['maxAttempts above 2^31 - 1', { maxAttempts: 2 ** 31 }, 'maxAttempts'],
+    [
+      "a consumer's maxAttempts above 2^31 - 1",
+      { consumers: [consumer('a', { errorPolicy: { maxAttempts: 3_000_000_000 } })] },
+      'consumers[0].errorPolicy.maxAttempts',
+    ],
+    // Refused as what was given, not as the maxBatchSize derived from it.
+    ['a batchSize whose default maxBatchSize passes 2^53', { batchSize: 1e15 }, 'batchSize'],
+    [
+      "a consumer's batchSize above the largest",
+      { consumers: [consumer('a', { batchSize: 1_000_000_001 })] },
+      'consumers[0].batchSize',
+    ],
+    [
+      'a misspelt rebuild option (form for from)',
+      { consumers: [consumer('a', { version: 2, rebuild: { form: 5 } as never })] },
+      'consumers[0].rebuild.form',
+    ],
+    [
+      'an unknown field beside withinEvents',
+      {
+        consumers: [
+          consumer('a', { version: 2, rebuild: { takeover: { withinEvents: 5, after: 1 } as never } }),
+        ],
+      },
+      'consumers[0].rebuild.takeover',
+    ],
+    [
+      'an unknown field in liveView',
+      {
+        consumers: [consumer('a', { version: 2, liveView: { view: 'v', source: 's', sorce: 't' } as never })],
+      },
+      'consumers[0].liveView',
+    ],
     // eslint-disable-next-line no-sparse-arrays -- the hole is the case
     ['a hole in the consumers', { consumers: [, consumer('a')] as Consumer[] }, 'consumers[0]'],
   ])('rejects %s, naming the option', (_label, options, option) => {
@@ -147,6 +182,23 @@ describe('resolveOptions', () => {
     }
     const options = resolveOptions({ sql, consumers: [new Projection({})] });
     expect(options.consumers[0]?.name).toBe('orders');
+  });
+
+  test('takes the largest attempts and batch sizes the tables and numbers hold, and null as the default', () => {
+    const options = resolveOptions({
+      sql,
+      maxAttempts: 2 ** 31 - 1,
+      batchSize: 1_000_000_000,
+      listen: null as never,
+      countCrashedAttempts: null as never,
+      consumers: [consumer('a', { errorPolicy: { maxAttempts: 2 ** 31 - 1 } })],
+    });
+    expect(options.consumers[0]).toMatchObject({
+      maxAttempts: 2 ** 31 - 1,
+      batchSize: 1_000_000_000,
+      maxBatchSize: 10_000_000_000,
+    });
+    expect(options).toMatchObject({ listen: true, countCrashedAttempts: true });
   });
 
   test('says where a misplaced error-policy option belongs', () => {

@@ -1,5 +1,5 @@
 import type { MeterProvider, TracerProvider } from '@opentelemetry/api';
-import type { Consumer, ErrorPolicy } from './consumers/consumer.js';
+import type { Consumer, ErrorPolicy, RebuildOptions } from './consumers/consumer.js';
 import type { EventRecord } from './events.js';
 import { InvalidOptionError } from './errors.js';
 import {
@@ -104,6 +104,18 @@ export interface DispatcherOptions {
 export const MAX_MS = 2 ** 31 - 1;
 /** The longest age option, only compared with times (a re-arm cooldown, an instance's silence): ten years. */
 export const MAX_AGE_MS = 315_360_000_000;
+/**
+ * The longest lockTimeoutMs of an admin: the Fastify plugin retires an admin's pool that long plus
+ * 30 s after its last action, and that delay is a timer's.
+ */
+export const MAX_LOCK_TIMEOUT_MS = MAX_MS - 30_000;
+/** The most attempts an error policy may allow: attempts are PostgreSQL integers in the tables. */
+export const MAX_ATTEMPTS = 2 ** 31 - 1;
+/**
+ * The largest batchSize (maxBatchSize: ten times it). A batch is read into memory at once; the
+ * bound keeps a lane's batch (batchSize × lanes) and the default maxBatchSize exact numbers.
+ */
+export const MAX_BATCH_SIZE = 1_000_000_000;
 
 export const DEFAULTS = {
   batchSize: 100,
@@ -231,7 +243,16 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
       throw new InvalidOptionError(name, `must be an integer of at least ${min}, got ${String(value)}`);
     }
-    const max = name === 'rearmCooldownMs' ? MAX_AGE_MS : name.endsWith('Ms') ? MAX_MS : Infinity;
+    const max =
+      name === 'rearmCooldownMs'
+        ? MAX_AGE_MS
+        : name.endsWith('Ms')
+          ? MAX_MS
+          : name === 'maxAttempts'
+            ? MAX_ATTEMPTS
+            : name === 'batchSize'
+              ? MAX_BATCH_SIZE
+              : Infinity;
     if (value > max) throw new InvalidOptionError(name, `must be at most ${max} (ms), got ${value}`);
     return value;
   };
@@ -240,7 +261,11 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     schema,
     instanceId,
     batchSize: positive('batchSize'),
-    maxBatchSize: input.maxBatchSize === undefined ? undefined : integer(input.maxBatchSize, 'maxBatchSize'),
+    maxBatchSize:
+      // null as undefined: the default (10 × each consumer's batchSize).
+      (input.maxBatchSize as number | null | undefined) == null
+        ? undefined
+        : integer(input.maxBatchSize, 'maxBatchSize', 1, MAX_BATCH_SIZE * 10),
     maxTurnMs: positive('maxTurnMs'),
     pollIntervalMs: positive('pollIntervalMs'),
     maxAttempts: positive('maxAttempts'),
@@ -270,14 +295,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
   if (typeof options.isFeatureEnabled !== 'function') {
     throw new InvalidOptionError('isFeatureEnabled', 'must be a function of a feature name');
   }
-  const logger = options.logger as unknown as Record<string, unknown> | null;
-  if (
-    (typeof logger !== 'object' && typeof logger !== 'function') ||
-    logger === null ||
-    !(['debug', 'info', 'warn', 'error'] as const).every((level) => typeof logger[level] === 'function')
-  ) {
-    throw new InvalidOptionError('logger', 'must have debug, info, warn and error methods (pino does)');
-  }
+  requireLogger(options.logger);
   for (const [option, method] of [
     ['meterProvider', 'getMeter'],
     ['tracerProvider', 'getTracer'],
@@ -368,6 +386,8 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     const maxAttempts = integer(
       policyFields['maxAttempts'] ?? options.maxAttempts,
       `${where}.errorPolicy.maxAttempts`,
+      1,
+      MAX_ATTEMPTS,
     );
     const skipApplyErrors = policyFields['skipApplyErrors'] ?? false;
     if (typeof skipApplyErrors !== 'boolean') {
@@ -398,10 +418,12 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     const transactional = c['transactional'] ?? false;
     if (typeof transactional !== 'boolean')
       throw new InvalidOptionError(`${where}.transactional`, 'must be a boolean');
-    const batchSize = integer(c['batchSize'] ?? options.batchSize, `${where}.batchSize`);
+    const batchSize = integer(c['batchSize'] ?? options.batchSize, `${where}.batchSize`, 1, MAX_BATCH_SIZE);
     const maxBatchSize = integer(
       c['maxBatchSize'] ?? options.maxBatchSize ?? batchSize * 10,
       `${where}.maxBatchSize`,
+      1,
+      MAX_BATCH_SIZE * 10,
     );
     if (maxBatchSize < batchSize) {
       throw new InvalidOptionError(
@@ -496,6 +518,7 @@ function resolveVersioning(
     throw new InvalidOptionError(`${where}.rebuild`, 'must be an object');
   }
   const r = (rebuild ?? {}) as Record<string, unknown>;
+  refuseUnknownFields(r, REBUILD_FIELDS, `${where}.rebuild`, 'rebuild');
   const from = r['from'] ?? 'beginning';
   let rebuildFrom = 0n;
   if (from !== 'beginning') {
@@ -519,11 +542,15 @@ function resolveVersioning(
   const takeover: unknown = r['takeover'] ?? 'manual';
   let takeoverWithin: bigint | null = null;
   if (takeover !== 'manual') {
-    const within =
-      typeof takeover === 'object' && takeover !== null
-        ? (takeover as Record<string, unknown>)['withinEvents']
-        : undefined;
-    if (typeof within !== 'number' || !Number.isSafeInteger(within) || within < 0) {
+    const fields =
+      typeof takeover === 'object' && takeover !== null ? (takeover as Record<string, unknown>) : {};
+    const within = fields['withinEvents'];
+    if (
+      typeof within !== 'number' ||
+      !Number.isSafeInteger(within) ||
+      within < 0 ||
+      Object.keys(fields).some((k) => k !== 'withinEvents')
+    ) {
       throw new InvalidOptionError(
         `${where}.rebuild.takeover`,
         "must be 'manual' or { withinEvents: <an integer of at least 0> }",
@@ -536,7 +563,11 @@ function resolveVersioning(
     const v = (typeof liveView === 'object' && liveView !== null ? liveView : {}) as Record<string, unknown>;
     const valid = (x: unknown): x is string =>
       typeof x === 'string' && RELATION_NAME.test(x) && x.length <= 127;
-    if (!valid(v['view']) || !valid(v['source'])) {
+    if (
+      !valid(v['view']) ||
+      !valid(v['source']) ||
+      Object.keys(v).some((k) => k !== 'view' && k !== 'source')
+    ) {
       throw new InvalidOptionError(
         `${where}.liveView`,
         "must be { view, source }: names of the form 'name' or 'schema.name' (lower-case letters, digits, _ and $)",
@@ -696,6 +727,9 @@ const POLICY_FIELDS: ReadonlySet<string> = new Set(
     parkKey: true,
   } satisfies Record<keyof ErrorPolicy, true>),
 );
+const REBUILD_FIELDS: ReadonlySet<string> = new Set(
+  Object.keys({ from: true, takeover: true } satisfies Record<keyof RebuildOptions, true>),
+);
 
 /**
  * Refuses a field `object` (a consumer, an error policy) does not know: a misspelt or misplaced
@@ -728,6 +762,42 @@ function refuseUnknownFields(
     where === '' ? field : `${where}.${field}`,
     `is not an option of ${what}${hint}`,
   );
+}
+
+/**
+ * The options object a public function was given: `{}` when it was left out (`undefined`, or `null`
+ * as JavaScript and JSON callers write "nothing").
+ * @throws {InvalidOptionError} when it is something other than an object
+ */
+export function optionsObject<T extends object>(value: T | null | undefined, option = 'options'): T {
+  if (value === undefined || value === null) return {} as T;
+  if (typeof value !== 'object') throw new InvalidOptionError(option, 'must be an object');
+  return value;
+}
+
+/**
+ * `value` as a logger: an object with debug, info, warn and error methods.
+ * @throws {InvalidOptionError} when it is not one
+ */
+export function requireLogger(value: unknown): Logger {
+  const logger = value as Record<string, unknown> | null;
+  if (
+    (typeof logger !== 'object' && typeof logger !== 'function') ||
+    logger === null ||
+    !(['debug', 'info', 'warn', 'error'] as const).every((level) => typeof logger[level] === 'function')
+  ) {
+    throw new InvalidOptionError('logger', 'must have debug, info, warn and error methods (pino does)');
+  }
+  return value as Logger;
+}
+
+/**
+ * `value` as a postgres.js pool (or transaction): the function its statements are made with.
+ * @throws {InvalidOptionError} naming `option` when it is not one
+ */
+export function requirePool<T>(value: T, option = 'sql'): T {
+  if (typeof value !== 'function') throw new InvalidOptionError(option, 'must be a postgres.js pool');
+  return value;
 }
 
 /**
@@ -769,7 +839,8 @@ function integer(value: unknown, option: string, min = 1, max = Number.MAX_SAFE_
 }
 
 function boolean(option: string, value: unknown, fallback: boolean): boolean {
-  if (value === undefined) return fallback;
+  // null as undefined, as for every other option: the default.
+  if (value === undefined || value === null) return fallback;
   if (typeof value !== 'boolean') throw new InvalidOptionError(option, 'must be true or false');
   return value;
 }

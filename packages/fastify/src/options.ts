@@ -1,5 +1,5 @@
 import { InvalidOptionError, type DispatcherOptions, type Logger } from '@sluice/core';
-import { ADMIN_DEFAULTS } from '@sluice/core/internal';
+import { ADMIN_DEFAULTS, MAX_LOCK_TIMEOUT_MS } from '@sluice/core/internal';
 import type { FastifyRequest } from 'fastify';
 import { exactOriginProblem } from './write-guard.js';
 
@@ -133,13 +133,21 @@ export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined
     const problem = exactOriginProblem(origin);
     if (problem !== undefined) throw new InvalidOptionError('ops.allowedOrigins', problem);
   }
+  // Checked here, under its own name, with createAdmin()'s range.
+  const lockTimeoutMs = ops.lockTimeoutMs ?? ADMIN_DEFAULTS.lockTimeoutMs;
+  if (!Number.isSafeInteger(lockTimeoutMs) || lockTimeoutMs < 1 || lockTimeoutMs > MAX_LOCK_TIMEOUT_MS) {
+    throw new InvalidOptionError(
+      'ops.lockTimeoutMs',
+      `must be an integer from 1 to ${MAX_LOCK_TIMEOUT_MS} (ms)`,
+    );
+  }
   return {
     prefix: prefix.replace(/\/$/, '') || '/',
     auth: ops.auth,
     insecure,
     readOnly: ops.readOnly === true,
     redact: ops.redact ?? ((event) => ({ data: event.data, metadata: event.metadata })),
-    lockTimeoutMs: ops.lockTimeoutMs ?? ADMIN_DEFAULTS.lockTimeoutMs,
+    lockTimeoutMs,
     allowedOrigins: new Set(allowedOrigins),
   };
 }

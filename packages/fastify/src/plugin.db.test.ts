@@ -138,6 +138,8 @@ describe('plugin lifecycle', () => {
     ['redact that is not a function', { redact: 'x' }, 'ops.redact'],
     ["a prefix with '..'", { prefix: '/a/../b' }, 'ops.prefix'],
     ['a prefix with an empty segment', { prefix: '/a//b' }, 'ops.prefix'],
+    ['a lock timeout of 0', { lockTimeoutMs: 0 }, 'ops.lockTimeoutMs'],
+    ['a lock timeout beyond a timer', { lockTimeoutMs: 2 ** 31 }, 'ops.lockTimeoutMs'],
   ])('an ops option of the wrong shape is refused at registration: %s', async (_label, given, option) => {
     await expect(
       boot({
@@ -148,6 +150,19 @@ describe('plugin lifecycle', () => {
       code: 'SLUICE_INVALID_OPTION',
       option,
     });
+  });
+
+  test("Fastify's prefix on the registration is refused: the plugin's context would not apply it", async () => {
+    const app = Fastify();
+    onTestFinished(() => app.close());
+    await expect(
+      app.register(sluice, {
+        prefix: '/internal',
+        sql: db.sql,
+        consumers: [recordingConsumer('p').consumer],
+        ops: { insecure: true },
+      } as never),
+    ).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'prefix' });
   });
 
   test('an event nested thousands of levels deep is shown by the event route, down to a thousand levels', async () => {

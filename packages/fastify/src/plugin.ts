@@ -21,7 +21,7 @@ import { resolveOps, type SluicePluginOptions } from './options.js';
 import type { SluiceDecorator } from './type-augmentation.js';
 
 /** What Fastify reads from a registration's options itself (and passes on to the plugin). */
-const FASTIFY_REGISTER_OPTIONS: ReadonlySet<string> = new Set(['prefix', 'logLevel', 'logSerializers']);
+const FASTIFY_REGISTER_OPTIONS: ReadonlySet<string> = new Set(['logLevel', 'logSerializers']);
 
 /** Connections of the operator actions' own pool: actions are rare, the dashboard reads a few at once. */
 const ADMIN_CONNECTIONS = 3;
@@ -34,6 +34,16 @@ const ADMIN_CONNECTIONS = 3;
  */
 export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOptions): Promise<void> {
   const { migrate = true, ops: opsInput, logger: loggerInput, ...rest } = options;
+  // The plugin shares its parent's context (it decorates the app), where Fastify applies no prefix
+  // of the registration: the ops routes would be served without it, where a proxy rule for the
+  // prefix does not reach. Refused rather than ignored.
+  if ((rest as { prefix?: unknown }).prefix !== undefined) {
+    throw new InvalidOptionError(
+      'prefix',
+      "is not applied to the Sluice plugin's routes: give ops.prefix the whole path (ops: { prefix: '/internal/sluice' }), " +
+        'or register the plugin inside a prefixed plugin of your own',
+    );
+  }
   // Fastify's own options of a registration (app.register(sluice, { prefix, … })) are not Sluice's.
   const dispatcherOptions = Object.fromEntries(
     Object.entries(rest).filter(([key]) => !FASTIFY_REGISTER_OPTIONS.has(key)),

@@ -1122,6 +1122,14 @@ describe('failures and exit codes', () => {
       [['frobnicate', '--json'], { code: 'SLUICE_USAGE', exitCode: 2 }],
       [['audit', '--json', '--limit', 'all'], { code: 'SLUICE_USAGE', exitCode: 2 }],
       [['skip', 'mailer', '--event', '0', '--json'], { code: 'SLUICE_INVALID_OPTION', exitCode: 2 }],
+      // A malformed id is the command line's mistake; a well-formed one the admin refuses (0) is not.
+      [['skip', 'mailer', '--event', 'abc', '--json'], { code: 'SLUICE_USAGE', exitCode: 2 }],
+      [
+        ['skip', 'mailer', '--event', '99999999999999999999', '--json'],
+        { code: 'SLUICE_USAGE', exitCode: 2 },
+      ],
+      [['fence', 'mailer', '1x', '--json'], { code: 'SLUICE_USAGE', exitCode: 2 }],
+      [['restart', 'mailer', '--from', '12a', '--json'], { code: 'SLUICE_USAGE', exitCode: 2 }],
     ];
     for (const [args, expected] of cases) {
       const result = await sluice(schema, ...args);

@@ -73,13 +73,24 @@ export function parseLaneCount(text: string, option = '--lanes'): number {
   return lanes;
 }
 
+/**
+ * An event id typed on the command line: anything but 1 to 19 digits is a usage error (malformed);
+ * an id of that form the admin API refuses (0, beyond a bigint) is its SLUICE_INVALID_OPTION.
+ */
+export function parseEventIdText(text: string | undefined, option: string): bigint {
+  if (text === undefined || !/^[0-9]{1,19}$/.test(text)) {
+    throw new UsageError(`${option} must be an event id (1 to 19 digits), got "${text ?? ''}"`);
+  }
+  return parseEventId(text, option);
+}
+
 /** A comma-separated list of ids (`--ids 1,2,3`). */
 export function parseIdList(text: string, option: string): bigint[] {
   const parts = text.split(',').map((part) => part.trim());
   if (parts.some((part) => part === '')) {
     throw new UsageError(`${option} must be a comma-separated list of ids like 1,2,3, got "${text}"`);
   }
-  return parts.map((part) => parseEventId(part, option));
+  return parts.map((part) => parseEventIdText(part, option));
 }
 
 /** `--from` of restart: 'beginning', 'now', or the id after which to continue (0 or more). */
@@ -91,7 +102,7 @@ export function parseRestartFrom(text: string): 'beginning' | 'now' | bigint {
       `--from must be 'beginning', 'now' or an event id (digits, 0 or more), got "${text}"`,
     );
   }
-  return parseEventId(text, '--from');
+  return parseEventIdText(text, '--from');
 }
 
 const UNIT_MS = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;

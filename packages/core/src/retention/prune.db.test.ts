@@ -131,6 +131,18 @@ describe('prune', () => {
     expect(c.ids()).toEqual([6n, 7n, 8n]);
   });
 
+  test('says beyond the head, not blocked, when consumers at the head are below such a before', async () => {
+    const c = recordingConsumer('caught-up');
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer]);
+    await appendEvents(db.sql, 5, undefined, schema);
+    await drainUntilIdle(dispatcher); // cursor 5: at the head
+    await expect(prune(db.sql, { before: 100n, schema })).rejects.toMatchObject({
+      code: 'SLUICE_BEYOND_HEAD',
+      head: 5n,
+    });
+    expect(await eventIds(schema)).toHaveLength(5);
+  });
+
   test('rejects a before that is not a bigint id, a bad actor, and a schema not migrated', async () => {
     await expect(prune(db.sql, { before: 0n })).rejects.toMatchObject({
       code: 'SLUICE_INVALID_OPTION',

@@ -1,6 +1,6 @@
 import { takeAdvisoryLocks } from '../queries/advisory-locks.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
-import { checkStorableName, MAX_AGE_MS } from '../options.js';
+import { checkStorableName, MAX_AGE_MS, optionsObject, requirePool } from '../options.js';
 import { BeyondHeadError, InvalidOptionError, PruneBlockedError, notMigratedOr } from '../errors.js';
 import { logHead, retentionFloor, writeAudit } from '../queries/audit.js';
 import { RETENTION_LOCK_CLASS } from '../queries/consumers.js';
@@ -43,7 +43,9 @@ type LaggingRow = [
  * @throws {PruneBlockedError} naming the lagging consumers; nothing is deleted then
  * @throws {BeyondHeadError} when `before` is above the one after the log head (nothing is deleted)
  */
-export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResult> {
+export async function prune(sql: Sql, pruneOptions: PruneOptions): Promise<PruneResult> {
+  requirePool(sql);
+  const options = optionsObject(pruneOptions);
   const schema = resolveSchemaName(options.schema);
   if (typeof options.before !== 'bigint' || options.before < 1n || options.before > MAX_EVENT_ID) {
     throw new InvalidOptionError('before', `must be a bigint event id from 1 to ${MAX_EVENT_ID}`);
@@ -62,6 +64,19 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
       tx,
       () => tx`select pg_advisory_xact_lock(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`,
     );
+    // The floor this prune records must not pass the head: events still to come below it would
+    // look pruned, and restarts and consumers from 'beginning' would skip them. Checked first: a
+    // consumer at the head is below such a `before` too, and is not what is wrong.
+    const head = await logHead(tx, t, await retentionFloor(tx, t));
+    if (options.before > head + 1n) {
+      throw new BeyondHeadError(
+        options.before,
+        head,
+        `Cannot prune before ${options.before}: the log head is ${head}, and a retention floor above it ` +
+          `would make the events still to come below ${options.before} look pruned (restarts and new ` +
+          `consumers from 'beginning' would skip them). Nothing was deleted; prune before ${head + 1n} or lower`,
+      );
+    }
     // A retired version's rows never run again (docs/design.md §12.4): they hold nothing back. A row
     // is its version's by its own `version` (a version with side effects takes the rows over).
     const lagging = await valuesOf<LaggingRow>(tx`
@@ -94,18 +109,6 @@ export async function prune(sql: Sql, options: PruneOptions): Promise<PruneResul
                   : '') +
             ')',
         ),
-      );
-    }
-    // The floor this prune records must not pass the head: events still to come below it would
-    // look pruned, and restarts and consumers from 'beginning' would skip them.
-    const head = await logHead(tx, t, await retentionFloor(tx, t));
-    if (options.before > head + 1n) {
-      throw new BeyondHeadError(
-        options.before,
-        head,
-        `Cannot prune before ${options.before}: the log head is ${head}, and a retention floor above it ` +
-          `would make the events still to come below ${options.before} look pruned (restarts and new ` +
-          `consumers from 'beginning' would skip them). Nothing was deleted; prune before ${head + 1n} or lower`,
       );
     }
     const deleted = await tx`delete from ${t.events} where id < ${before}::bigint`;

@@ -2,6 +2,7 @@ import { takeAdvisoryLocks } from '../queries/advisory-locks.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { MigrationFailedError, MigrationModifiedError } from '../errors.js';
 import { consoleLogger, type Logger } from '../logger.js';
+import { optionsObject, requireLogger, requirePool } from '../options.js';
 import { type Sql, type TransactionSql, valuesOf } from '../sql-types.js';
 import { loadMigrations, renderMigration } from './load-migrations.js';
 import { resolveSchemaName, tables } from './tables.js';
@@ -67,9 +68,11 @@ async function appliedMigrations(tx: TransactionSql, schema: string): Promise<Ma
  * lock, then runs verifySchema(). Safe to call from every process at boot.
  * @throws {MigrationFailedError} @throws {MigrationModifiedError} and whatever verifySchema() throws
  */
-export async function migrate(sql: Sql, options: MigrateOptions = {}): Promise<MigrateResult> {
+export async function migrate(sql: Sql, migrateOptions?: MigrateOptions): Promise<MigrateResult> {
+  requirePool(sql);
+  const options = optionsObject(migrateOptions);
   const schema = resolveSchemaName(options.schema);
-  const logger = options.logger ?? consoleLogger;
+  const logger = requireLogger(options.logger ?? consoleLogger);
   const migrations = await loadMigrations();
 
   const applied = await guardedBegin(sql, async (tx) => {

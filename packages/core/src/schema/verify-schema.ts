@@ -6,6 +6,7 @@ import {
 } from '../errors.js';
 import { type Queryable, valuesOf } from '../sql-types.js';
 import { loadMigrations } from './load-migrations.js';
+import { optionsObject, requirePool } from '../options.js';
 import { resolveSchemaName } from './tables.js';
 
 /** PostgreSQL 14 is the oldest release Sluice supports (xid8 functions, multiranges). */
@@ -63,9 +64,10 @@ type TriggerRow = [name: string, enabled: string];
  */
 export async function verifySchema(
   sql: Queryable,
-  options: VerifySchemaOptions = {},
+  options?: VerifySchemaOptions,
 ): Promise<VerifySchemaResult> {
-  const schema = resolveSchemaName(options.schema);
+  requirePool(sql);
+  const schema = resolveSchemaName(optionsObject(options).schema);
   const [server] = await valuesOf<ServerRow>(sql`
     select current_setting('server_version_num')::int,
            current_setting('synchronous_commit'),

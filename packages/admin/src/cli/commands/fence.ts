@@ -1,8 +1,7 @@
-import { parseEventId } from '../../validate.js';
 import { defineCommand } from '../command.js';
 import { INSTANCE_OPTION, JSON_OPTION, REASON_OPTION } from '../common-options.js';
 import { consumerLabel } from '../format-action.js';
-import { optionalName, parseName, parseReason } from '../parse-values.js';
+import { optionalName, parseEventIdText, parseName, parseReason } from '../parse-values.js';
 import { toJson } from '../to-json.js';
 import { withoutUndefined } from '../without-undefined.js';
 
@@ -25,7 +24,7 @@ export const fenceCommand = defineCommand({
   prepare({ args: [nameText = '', idText = ''], options, actor }) {
     const name = parseName(nameText, '<name>');
     const request = {
-      eventId: parseEventId(idText, '<event-id>'),
+      eventId: parseEventIdText(idText, '<event-id>'),
       actor,
       ...withoutUndefined({
         instanceId: optionalName(options.text('instance'), '--instance'),

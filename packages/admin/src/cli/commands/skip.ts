@@ -1,8 +1,7 @@
-import { parseEventId } from '../../validate.js';
 import { defineCommand } from '../command.js';
 import { INSTANCE_OPTION, JSON_OPTION, REASON_OPTION } from '../common-options.js';
 import { consumerLabel, statusChange } from '../format-action.js';
-import { optionalName, parseName, parseReason } from '../parse-values.js';
+import { optionalName, parseEventIdText, parseName, parseReason } from '../parse-values.js';
 import { toJson } from '../to-json.js';
 import { withoutUndefined } from '../without-undefined.js';
 
@@ -25,7 +24,7 @@ export const skipCommand = defineCommand({
   prepare({ args: [nameText = ''], options, actor }) {
     const name = parseName(nameText, '<name>');
     const request = {
-      eventId: parseEventId(options.text('event'), '--event'),
+      eventId: parseEventIdText(options.text('event'), '--event'),
       actor,
       ...withoutUndefined({
         instanceId: optionalName(options.text('instance'), '--instance'),
