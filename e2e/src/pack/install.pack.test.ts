@@ -430,6 +430,13 @@ test("@sluice/testing/vitest: the README's vitest example passes once vitest is 
   expect(`${stdout}${stderr}`).toMatch(/Tests\s+1 passed/);
 }, 300_000);
 
+test('the declarations built on postgres.js 4 type-check in an app that installs postgres.js 3.4', async () => {
+  // The peer range takes 3.4, and a declaration inferred from 4's types names what 3's lack
+  // (`import("postgres").default.Helper`): every public type must be written in names both have.
+  await timed('npm install postgres@3.4.10', () => npm(['install', 'postgres@3.4.10']));
+  await timed('tsc (Bundler resolution, on postgres.js 3.4)', () => tsc('tsconfig.bundler.json'));
+}, 300_000);
+
 test('the PostgreSQL of startPostgres() stops when its script is done', async () => {
   const program = server;
   if (!program) throw new Error('no server was started');

@@ -8,6 +8,7 @@ import {
   gate,
   freshSchema,
   holdGap,
+  openTransaction,
   recordingConsumer,
   until,
   untilWaitingForConsumerRow,
@@ -659,7 +660,7 @@ describe('actions', () => {
     await expect(admin.listParkedKeys('nobody')).rejects.toMatchObject({ code: 'SLUICE_CONSUMER_NOT_FOUND' });
   });
 
-  test('restart below the retention floor is refused; beginning starts at the oldest kept event', async () => {
+  test('restart below the retention floor is refused; beginning starts at 0, before every kept event', async () => {
     const c = recordingConsumer('archive');
     const { dispatcher, admin, schema } = await setup([c.consumer]);
     await appendEvents(db.sql, 5, undefined, schema);
@@ -671,8 +672,11 @@ describe('actions', () => {
     await expect(admin.restart('archive', { from: 99n })).rejects.toMatchObject({
       code: 'SLUICE_BEYOND_HEAD',
     });
-    expect((await admin.restart('archive', { from: 'beginning' })).cursorAfter).toBe(3n);
+    // 'beginning' is 0, as for a new consumer: the pruned ids are a range its turns burn.
+    expect((await admin.restart('archive', { from: 'beginning' })).cursorAfter).toBe(0n);
     expect(await auditActions(schema)).toEqual(['prune', 'restart']);
+    await drainUntilIdle(dispatcher);
+    expect(c.ids()).toEqual([1n, 2n, 3n, 4n, 5n, 4n, 5n]);
     // Every event pruned: the head is where the floor is, and the restart the floor's refusal
     // advises is taken.
     await drainUntilIdle(dispatcher);
@@ -683,6 +687,43 @@ describe('actions', () => {
     });
     expect((await admin.restart('archive', { from: 5n })).cursorAfter).toBe(5n);
     expect((await admin.restart('archive', { from: 'now' })).cursorAfter).toBe(5n);
+  });
+
+  test('an event that a transaction in flight at a prune commits below the floor reaches a restart from the beginning and a rebuild', async () => {
+    const schema = await freshSchema(db.sql, 'adm');
+    await appendEvents(db.sql, 1, undefined, schema); // 1
+    const writer = await openTransaction(db.sql);
+    onTestFinished(() => writer.rollback());
+    await writer.append([{ type: 'Late', streamId: 'late', data: {} }], { schema }); // 2, in flight
+    await appendEvents(db.sql, 2, undefined, schema); // 3, 4
+    // No consumer yet: nothing holds the writer's id, and the prune passes it.
+    expect(await prune(db.sql, { before: 4n, schema })).toEqual({ deleted: 2 });
+    const seen: bigint[][] = [];
+    const version = (v: number, extra: Partial<Consumer> = {}): Consumer => ({
+      name: 'proj',
+      version: v,
+      handler: (event) => {
+        (seen[v] ??= []).push(event.id);
+      },
+      ...extra,
+    });
+    const one = testDispatcher(db.sql, schema, [version(1)]);
+    await one.ensureRegistered();
+    await one.runOnce(); // 4; 1 to 3 one pending range, 2 still in flight
+    const admin = createAdmin({ sql: db.sql, schema });
+    // Restarted from the beginning while the writer is in flight: 0, not the floor (3).
+    expect((await admin.restart('proj', { from: 'beginning' })).cursorAfter).toBe(0n);
+    await one.runOnce();
+    await writer.commit();
+    await drainUntilIdle(one);
+    expect(seen[1]).toEqual([4n, 4n, 2n]); // the writer's event, late, after the restart
+    // Committed below the floor, it is kept: a rebuild from the beginning starts before it.
+    await one.stop();
+    const both = testDispatcher(db.sql, schema, [version(1), version(2)]);
+    await both.ensureRegistered();
+    await drainUntilIdle(both);
+    expect(seen[2]).toEqual([2n, 4n]);
+    await both.stop();
   });
 
   test('names with SQL meta-characters are just names', async () => {

@@ -494,7 +494,7 @@ export class BelowRetentionFloorError extends SluiceError {
     super(
       'SLUICE_BELOW_RETENTION_FLOOR',
       `Events below ${floor} were pruned; a restart from ${requested} would skip them silently. ` +
-        `Restart from ${floor - 1n} or later (or from 'beginning', which starts at the oldest kept event).`,
+        `Restart from ${floor - 1n} or later (or from 'beginning', which starts before every kept event).`,
     );
     this.floor = floor;
   }

@@ -16,6 +16,14 @@ export type Queryable = postgres.Sql | postgres.TransactionSql | postgres.Reserv
 /** A connection reserved from a pool (`sql.reserve()`): must be released. */
 export type ReservedSql = postgres.ReservedSql;
 
+// Declared return types use these names, which postgres.js 3 and 4 both have: a type the compiler
+// infers is written into the shipped declarations against the release Sluice is built with
+// (`import("postgres").default.Helper`, which 3.4's types do not have).
+/** An escaped identifier: `sql('schema.table')`. */
+export type Identifier = postgres.Helper<string, []>;
+/** A piece of a statement, interpolated into another: `sql\`…\``. */
+export type Fragment = postgres.Fragment;
+
 /**
  * The rows of `query` as arrays, in the order of its select list. What Sluice reads through a pool
  * of the application's (`migrate()`, `prune()`, `verifySchema()`, `append()`) is read this way: a

@@ -218,7 +218,7 @@ describe('plugin lifecycle', () => {
       code: 'SLUICE_INVALID_OPTION',
       option: 'pollInterval',
     });
-    const app = await boot(undefined, { prefix: '/shop', logLevel: 'warn', pollIntervalMs: 100 });
+    const app = await boot(undefined, { logLevel: 'warn', pollIntervalMs: 100 });
     expect(app.sluice.dispatcher.consumers.map((c) => c.name)).toEqual(['a']);
   });
 

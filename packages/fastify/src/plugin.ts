@@ -44,7 +44,7 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
         'or register the plugin inside a prefixed plugin of your own',
     );
   }
-  // Fastify's own options of a registration (app.register(sluice, { prefix, … })) are not Sluice's.
+  // Fastify's own options of a registration (app.register(sluice, { logLevel, … })) are not Sluice's.
   const dispatcherOptions = Object.fromEntries(
     Object.entries(rest).filter(([key]) => !FASTIFY_REGISTER_OPTIONS.has(key)),
   ) as typeof rest;

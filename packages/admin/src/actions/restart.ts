@@ -16,7 +16,7 @@ import {
 import { checkActor, checkEventId, checkName, optionalName } from '../validate.js';
 
 export interface RestartOptions extends ActionOptions {
-  /** 'beginning' (the oldest kept event), 'now' (the log head), or the id after which to continue. */
+  /** 'beginning' (before every kept event), 'now' (the log head), or the id after which to continue. */
   readonly from: RestartFrom;
 }
 

@@ -741,12 +741,12 @@ function change(
   };
 }
 
-/** Where a restart puts the cursor: the oldest kept event, the log head, or after a given id. */
+/** Where a restart puts the cursor: before every kept event, the log head, or after a given id. */
 export type RestartFrom = 'beginning' | 'now' | bigint;
 
 /**
- * Restart: the cursor moves (to just below the retention floor, to the head, or to an id between
- * them) and everything about the old position goes: attempts, stuck and skipped events, errors,
+ * Restart: the cursor moves (to 0, to the head, or to an id from just below the retention floor to
+ * the head) and everything about the old position goes: attempts, stuck and skipped events, errors,
  * pending gaps, crash records and the re-arm budget. A dead consumer becomes idle, a disabled one
  * stays disabled. 'now' keeps the events in flight at its snapshot, as a 'now' registration does.
  * @throws {BelowRetentionFloorError} @throws {BeyondHeadError}
@@ -762,7 +762,11 @@ export function restartConsumer(
   },
 ): OperatorChange {
   let cursor: bigint;
-  if (from === 'beginning') cursor = facts.floor - 1n;
+  // 'beginning' starts where a new consumer from the beginning does, at 0: the pruned ids are one
+  // pending range its turns burn by the gap proof (docs/design.md §5.3), not a position taken for
+  // granted. An event a transaction in flight at a prune commits below the floor afterwards is
+  // delivered then; a cursor at the floor would pass it for good.
+  if (from === 'beginning') cursor = 0n;
   else if (from === 'now') cursor = facts.head;
   else {
     if (from < facts.floor - 1n) throw new BelowRetentionFloorError(from, facts.floor);

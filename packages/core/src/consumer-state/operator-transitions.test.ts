@@ -66,9 +66,9 @@ const fromArbitrary: fc.Arbitrary<RestartFrom> = fc.oneof(
 describe('restart', () => {
   const facts = { floor: 5n, head: 40n, inFlight: null };
 
-  test('beginning is just below the retention floor, now is the head, an id is that id', () => {
+  test('beginning is 0 (the pruned ids a range to burn), now is the head, an id is that id', () => {
     const state = idleState({ cursor: 20n });
-    expect(restartConsumer(state, 'beginning', facts).cursorAfter).toBe(4n);
+    expect(restartConsumer(state, 'beginning', facts).cursorAfter).toBe(0n);
     expect(restartConsumer(state, 'now', facts).cursorAfter).toBe(40n);
     expect(restartConsumer(state, 12n, facts).cursorAfter).toBe(12n);
     expect(() => restartConsumer(state, 3n, facts)).toThrow(BelowRetentionFloorError);
@@ -83,7 +83,7 @@ describe('restart', () => {
     expect(restartConsumer(state, 'now', facts).row.start).toBeNull();
   });
 
-  test('properties: the cursor lands between the floor and the head, and nothing of the old position survives', () => {
+  test('properties: the cursor lands at 0 or between the floor and the head, and nothing of the old position survives', () => {
     fc.assert(
       fc.property(
         stateArbitrary,
@@ -102,7 +102,9 @@ describe('restart', () => {
             return;
           }
           const after = applied(state, restarted.row);
-          expect(after.cursor >= floor - 1n && after.cursor <= head).toBe(true);
+          expect(
+            from === 'beginning' ? after.cursor === 0n : after.cursor >= floor - 1n && after.cursor <= head,
+          ).toBe(true);
           expect(after.status).toBe(state.status === 'disabled' ? 'disabled' : 'idle');
           expect(after).toMatchObject({
             attempts: 0,

@@ -245,15 +245,26 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     });
     passes.versions.set(versions);
     for (const row of prunedBehind) {
+      const lost = [
+        row.cursor < row.prunedThrough ? `ids ${row.cursor + 1n} to ${row.prunedThrough}` : null,
+        row.pendingFrom === null
+          ? null
+          : `the ids from ${row.pendingFrom} to ${row.prunedThrough} it was still waiting for (written by transactions in flight when it passed them)`,
+        row.stragglers
+          ? `the events up to ${row.prunedThrough} that were in flight at its 'now' registration`
+          : null,
+      ].filter((part) => part !== null);
       logger.error(
         {
           consumer: row.name,
           instanceId: row.instanceId,
           cursor: row.cursor,
           prunedThrough: row.prunedThrough,
+          pendingFrom: row.pendingFrom,
+          stragglers: row.stragglers,
         },
         'retention pruned events this per-instance consumer had not received while its process was away ' +
-          `(prune passed its row over as stale): ids ${row.cursor + 1n} to ${row.prunedThrough} are not delivered to it`,
+          `(prune passed its row over as stale): ${lost.join('; ')} are not delivered to it`,
       );
     }
     // A consumer registered with another lane count: change it to the configured one (nothing is

@@ -1,7 +1,7 @@
 import { takeAdvisoryLocks } from './advisory-locks.js';
 import type { Tables } from '../schema/tables.js';
 import { InvalidOptionError } from '../errors.js';
-import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
+import { type Queryable, type Sql, type TransactionSql, valuesOf } from '../sql-types.js';
 import { SHARED_INSTANCE_ID } from '../options.js';
 import { isSharedInstanceId, laneKeyOption } from '../lanes/lanes.js';
 import { LANES_LOCK_CLASS } from './lanes.js';
@@ -276,19 +276,27 @@ export interface Registered {
   /** Each shared consumer's row instance ids (its lanes), by name. */
   readonly families: Map<string, string[]>;
   /**
-   * This process's per-instance rows that were there before and whose cursor is below ids
-   * retention has pruned: prune() passed them over as stale (not seen for staleInstanceTtlMs) while
-   * their process was away, and the events between their cursor and `prunedThrough` are gone.
+   * This process's per-instance rows that were there before and still needed ids retention has
+   * pruned: prune() passed them over as stale (not seen for staleInstanceTtlMs) while their process
+   * was away, and the events between their cursor and `prunedThrough`, in their pending ranges up
+   * to it, or among their 'now' stragglers up to it, are gone.
    */
   readonly prunedBehind: readonly {
     name: string;
     instanceId: string;
     cursor: bigint;
     prunedThrough: bigint;
+    /** The lowest id of its pending ranges (ids it passed while a writer was in flight) that was pruned. */
+    pendingFrom: bigint | null;
+    /** Whether its 'now' start still waited for events in flight at its registration, some of them pruned. */
+    stragglers: boolean;
   }[];
 }
 
-/** See {@link Registered.prunedBehind}: rows created now are not (they start at what is kept). */
+/**
+ * See {@link Registered.prunedBehind}: rows created now are not (they start at what is kept), nor
+ * rows restarted or re-registered since the last prune (they were placed after it, knowing it).
+ */
 async function prunedBehindOf(
   tx: TransactionSql,
   t: Tables,
@@ -301,17 +309,35 @@ async function prunedBehindOf(
   if (existing.length === 0) return [];
   const floor = await retentionFloor(tx, t);
   if (floor <= 1n) return [];
-  const behind = await tx<{ name: string; instance_id: string; cursor: string }[]>`
-    select c.name, c.instance_id, c.cursor::text as cursor from ${t.consumers} c
+  const last = (floor - 1n).toString();
+  // Below the floor, a row that prune did not pass over holds nothing: a cursor below it, a pending
+  // range below it or a 'now' start still waiting for its stragglers each block a prune.
+  const behind = await valuesOf<
+    [name: string, instanceId: string, cursor: string, pendingFrom: string | null, stragglers: boolean]
+  >(tx`
+    select c.name, c.instance_id, c.cursor::text,
+           (select min(g.from_id)::text from ${t.gaps} g
+            where g.consumer_name = c.name and g.instance_id = c.instance_id and g.from_id <= ${last}::bigint),
+           c.start_upto is not null
+    from ${t.consumers} c
     join unnest(${pgArray(existing.map((r) => r.name))}::text[], ${pgArray(existing.map((r) => r.instanceId))}::text[])
       as r(name, instance_id) on c.name = r.name and c.instance_id = r.instance_id
-    where c.cursor < ${(floor - 1n).toString()}::bigint
-    order by c.name`;
-  return behind.map((r) => ({
-    name: r.name,
-    instanceId: r.instance_id,
-    cursor: BigInt(r.cursor),
+    where (c.cursor < ${last}::bigint
+           or c.start_upto is not null
+           or exists (select 1 from ${t.gaps} g where g.consumer_name = c.name and g.instance_id = c.instance_id
+                      and g.from_id <= ${last}::bigint))
+      and not exists (select 1 from ${t.audit} a
+                      where a.consumer_name = c.name and a.instance_id = c.instance_id
+                        and a.action in ('restart', 're-register')
+                        and a.id > (select max(p.id) from ${t.audit} p where p.action = 'prune'))
+    order by c.name`);
+  return behind.map(([name, instanceId, cursor, pendingFrom, stragglers]) => ({
+    name,
+    instanceId,
+    cursor: BigInt(cursor),
     prunedThrough: floor - 1n,
+    pendingFrom: pendingFrom === null ? null : BigInt(pendingFrom),
+    stragglers,
   }));
 }
 
@@ -512,11 +538,10 @@ export async function reregisterConsumer(
     // Its 'now' stragglers not delivered yet (if any) come back with their registration snapshot.
     const start = last.details.start ?? null;
     const floor = await retentionFloor(tx, t);
-    let prunedThrough: bigint | null = null;
-    if (cursor < floor - 1n) {
-      prunedThrough = floor - 1n;
-      cursor = floor - 1n;
-    }
+    // Left where it was, below the floor too: the pruned ids are a pending range its turns burn by
+    // the gap proof (docs/design.md §5.3), and an event a transaction in flight at the prune
+    // commits below the floor afterwards is still delivered.
+    const prunedThrough = cursor < floor - 1n ? floor - 1n : null;
     const inserted = await tx`
       insert into ${t.consumers} (name, instance_id, cursor, last_seen_at, start_snapshot, start_fence, start_upto, start_after)
       values (${consumer.name}, ${consumer.instanceId}, ${cursor.toString()}::bigint,

@@ -1,6 +1,6 @@
 import type { EventRecord, JsonObject } from '../events.js';
 import type { Tables } from '../schema/tables.js';
-import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
+import type { Fragment, Queryable, Sql, TransactionSql } from '../sql-types.js';
 import { settleWithin } from '../time-limit.js';
 import { pgArray } from './pg-array.js';
 import { answeredWithin } from './turn-starts.js';
@@ -141,13 +141,13 @@ export async function askReplaysAgain(
 }
 
 /** The error column without the note (null when nothing else was there). */
-export function unnoted(sql: Queryable) {
+export function unnoted(sql: Queryable): Fragment {
   return sql`case when starts_with(error, ${REPLAY_CRASH_NOTE})
                   then nullif(substr(error, ${REPLAY_CRASH_NOTE.length + 1}), '') else error end`;
 }
 
 /** The error column with the note ahead of it, once (a replay that did not finish twice has it once). */
-function noted(sql: Sql) {
+function noted(sql: Sql): Fragment {
   return sql`case when starts_with(coalesce(error, ''), ${REPLAY_CRASH_NOTE}) then error
                   else ${REPLAY_CRASH_NOTE} || coalesce(error, '') end`;
 }

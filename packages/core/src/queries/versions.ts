@@ -213,15 +213,16 @@ export async function registerVersions(
             `(startFrom: 'now')`,
         );
       }
-      // From the beginning means from the oldest event retention kept (as a restart from the
-      // beginning does): ids below it are gone, not holes to wait for.
-      const floor = (await retentionFloor(tx, t)) - 1n;
-      const start = d.startPosition > floor ? d.startPosition : floor;
+      // The rows start where they were told, 'beginning' at 0, as a new consumer's do: pruned ids
+      // are a pending range their turns burn by the gap proof (docs/design.md §5.3). Started at the
+      // retention floor instead, they would pass for good an event that a transaction in flight at
+      // a prune commits below it afterwards.
+      const start = d.startPosition;
       // Rows that start above the head would count as caught up, and once they took over, the
       // consumer would never receive the events still to come up to there: refused, as a restart
       // there is.
-      if (!d.sideEffects && start > floor) {
-        const last = await logHead(tx, t, floor + 1n);
+      if (!d.sideEffects && start > 0n) {
+        const last = await logHead(tx, t, await retentionFloor(tx, t));
         if (start > last) {
           throw new BeyondHeadError(
             start,

@@ -99,6 +99,8 @@ describe('prune', () => {
       instanceId: 'gone-instance',
       cursor: 0n,
       prunedThrough: 2n,
+      pendingFrom: null,
+      stragglers: false,
     });
     await drainUntilIdle(back);
     expect(c.ids()).toEqual([3n, 4n]);
@@ -109,6 +111,51 @@ describe('prune', () => {
       logger: fresh,
     }).ensureRegistered();
     expect(fresh.lines.filter((l) => l.level === 'error')).toEqual([]);
+  });
+
+  test("a stale per-instance row's pending range and 'now' stragglers that were pruned are said at its start", async () => {
+    const schema = await freshSchema(db.sql);
+    await appendEvents(db.sql, 2, undefined, schema); // 1, 2
+    const early = await heldTransaction(db.sql);
+    await early.append([{ streamId: 's', type: 'Late', data: {} }], { schema }); // 3, in flight
+    await appendEvents(db.sql, 1, undefined, schema); // 4
+    const nowFeed = recordingConsumer('now-feed', { delivery: 'per-instance', startFrom: 'now' });
+    const gapFeed = recordingConsumer('gap-feed', { delivery: 'per-instance' });
+    const first = testDispatcher(db.sql, schema, [nowFeed.consumer, gapFeed.consumer], { instanceId: 'i1' });
+    await first.ensureRegistered(); // now-feed: cursor 4, waiting for 3
+    await first.runOnce(); // gap-feed: 1, 2, 4 delivered; 3 pending
+    await first.stop();
+    await early.commit(); // 3 commits while the process is away
+    await db.sql`update ${db.sql(`${schema}.consumers`)} set last_seen_at = now() - interval '2 days'`;
+    expect(await prune(db.sql, { before: 5n, schema })).toEqual({ deleted: 4 }); // 3 among them
+    const logger = capturingLogger();
+    const back = testDispatcher(db.sql, schema, [nowFeed.consumer, gapFeed.consumer], {
+      instanceId: 'i1',
+      logger,
+    });
+    await back.ensureRegistered();
+    const errors = logger.lines.filter((l) => l.level === 'error');
+    expect(errors.map((e) => e.fields)).toEqual([
+      {
+        consumer: 'gap-feed',
+        instanceId: 'i1',
+        cursor: 4n,
+        prunedThrough: 4n,
+        pendingFrom: 3n,
+        stragglers: false,
+      },
+      {
+        consumer: 'now-feed',
+        instanceId: 'i1',
+        cursor: 4n,
+        prunedThrough: 4n,
+        pendingFrom: null,
+        stragglers: true,
+      },
+    ]);
+    expect(errors[0]?.message).toContain('the ids from 3 to 4 it was still waiting for');
+    expect(errors[1]?.message).toContain("the events up to 4 that were in flight at its 'now' registration");
+    await back.stop();
   });
 
   test('refuses a before above the one after the log head: the floor would make later events look pruned', async () => {

@@ -1,11 +1,27 @@
 import { InvalidOptionError } from '../errors.js';
-import type { Queryable } from '../sql-types.js';
+import type { Identifier, Queryable } from '../sql-types.js';
+
+/** Escaped identifiers for every Sluice table in one schema. */
+export interface Tables {
+  readonly schema: Identifier;
+  readonly events: Identifier;
+  readonly consumers: Identifier;
+  readonly gaps: Identifier;
+  readonly turnStarts: Identifier;
+  readonly deadLetters: Identifier;
+  readonly audit: Identifier;
+  readonly laneChanges: Identifier;
+  readonly parkedKeys: Identifier;
+  readonly parkedEvents: Identifier;
+  readonly consumerVersions: Identifier;
+  readonly migrations: Identifier;
+}
 
 /**
  * Escaped identifiers for every Sluice table in `schema` (CONVENTIONS.md#sql-and-migrations):
  * queries interpolate these, never strings. postgres.js quotes `schema.table` part by part.
  */
-export function tables(sql: Queryable, schema: string) {
+export function tables(sql: Queryable, schema: string): Tables {
   return {
     schema: sql(schema),
     events: eventsTable(sql, schema),
@@ -22,10 +38,8 @@ export function tables(sql: Queryable, schema: string) {
   };
 }
 
-export type Tables = ReturnType<typeof tables>;
-
 /** The events table alone: what append() needs, without building every other identifier per call. */
-export function eventsTable(sql: Queryable, schema: string) {
+export function eventsTable(sql: Queryable, schema: string): Identifier {
   return sql(`${schema}.events`);
 }
 

@@ -28,7 +28,7 @@ export function useLoginRole(db: TestDatabase, prefix: string, options: { max?: 
       return pool;
     },
     /** Lets the role use `schema`: read and write its tables, draw from its sequences. */
-    grant: (schema: string) =>
+    grant: (schema: string): Promise<unknown> =>
       db.sql.unsafe(`
         grant usage on schema "${schema}" to "${name}";
         grant select, insert, update, delete on all tables in schema "${schema}" to "${name}";
