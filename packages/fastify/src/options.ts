@@ -1,5 +1,5 @@
 import { InvalidOptionError, type DispatcherOptions, type Logger } from '@sluice/core';
-import { ADMIN_DEFAULTS, MAX_LOCK_TIMEOUT_MS } from '@sluice/core/internal';
+import { ADMIN_DEFAULTS, MAX_LOCK_TIMEOUT_MS, MAX_MS } from '@sluice/core/internal';
 import type { FastifyRequest } from 'fastify';
 import { exactOriginProblem } from './write-guard.js';
 
@@ -32,6 +32,13 @@ export interface OpsOptions {
   /** How long an action waits for a consumer row a turn holds. @defaultValue 2_000 */
   lockTimeoutMs?: number;
   /**
+   * How long an ops request waits for the database before it answers 503
+   * (`SLUICE_DATABASE_UNAVAILABLE`): a database that stopped answering (a network that drops
+   * packets) otherwise leaves the request without an answer. Longer than `lockTimeoutMs`.
+   * @defaultValue lockTimeoutMs + 10_000
+   */
+  requestTimeoutMs?: number;
+  /**
    * Other origins whose pages may send writes (e.g. `['https://console.example.com']`): exact
    * origins as browsers send them in `Origin`, no wildcards. Writes from any other site are
    * refused with 403 (docs/operating.md, "Cross-site requests").
@@ -56,8 +63,12 @@ export interface ResolvedOps {
   readonly readOnly: boolean;
   readonly redact: NonNullable<OpsOptions['redact']>;
   readonly lockTimeoutMs: number;
+  readonly requestTimeoutMs: number;
   readonly allowedOrigins: ReadonlySet<string>;
 }
+
+/** By default an ops request waits this much longer than lockTimeoutMs for the database. */
+const REQUEST_TIMEOUT_MARGIN_MS = 10_000;
 
 const OPS_KEYS: readonly string[] = [
   'prefix',
@@ -66,6 +77,7 @@ const OPS_KEYS: readonly string[] = [
   'readOnly',
   'redact',
   'lockTimeoutMs',
+  'requestTimeoutMs',
   'allowedOrigins',
 ] satisfies readonly (keyof OpsOptions)[];
 
@@ -141,6 +153,18 @@ export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined
       `must be an integer from 1 to ${MAX_LOCK_TIMEOUT_MS} (ms)`,
     );
   }
+  // Longer than an action's wait for a row: a busy row is its 409, not this 503.
+  const requestTimeoutMs = ops.requestTimeoutMs ?? lockTimeoutMs + REQUEST_TIMEOUT_MARGIN_MS;
+  if (
+    !Number.isSafeInteger(requestTimeoutMs) ||
+    requestTimeoutMs <= lockTimeoutMs ||
+    requestTimeoutMs > MAX_MS
+  ) {
+    throw new InvalidOptionError(
+      'ops.requestTimeoutMs',
+      `must be an integer above ops.lockTimeoutMs (${lockTimeoutMs}) and at most ${MAX_MS} (ms)`,
+    );
+  }
   return {
     prefix: prefix.replace(/\/$/, '') || '/',
     auth: ops.auth,
@@ -148,6 +172,7 @@ export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined
     readOnly: ops.readOnly === true,
     redact: ops.redact ?? ((event) => ({ data: event.data, metadata: event.metadata })),
     lockTimeoutMs,
+    requestTimeoutMs,
     allowedOrigins: new Set(allowedOrigins),
   };
 }

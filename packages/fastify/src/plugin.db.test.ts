@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { createServer as createHttpServer } from 'node:http';
-import { createServer as createTcpServer, type AddressInfo } from 'node:net';
+import { connect, createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
 import { silentLogger, type Consumer, type Sql } from '@sluice/core';
 import {
   appendEvents,
   drainUntilIdle,
   failingOn,
+  freshSchema,
   gate,
   holdGap,
   passUntil,
@@ -324,6 +325,75 @@ describe('plugin lifecycle', () => {
       address: `127.0.0.1:${port}`,
       timeoutMs: 2_000,
     });
+  });
+
+  test('an ops request whose database stops answering (a network that drops packets) gets its 503 after ops.requestTimeoutMs', async () => {
+    // A TCP relay to the test server that, once cut, keeps every connection open and forwards nothing.
+    const target = new URL(db.url);
+    let cut = false;
+    const sockets = new Set<Socket>();
+    const relay = await listening(
+      createTcpServer((client) => {
+        const upstream = connect(Number(target.port || 5432), target.hostname);
+        sockets.add(client).add(upstream);
+        client.on('data', (chunk) => {
+          if (!cut) upstream.write(chunk);
+        });
+        upstream.on('data', (chunk) => {
+          if (!cut) client.write(chunk);
+        });
+        client.on('error', () => undefined);
+        upstream.on('error', () => undefined);
+        client.on('close', () => upstream.destroy());
+        upstream.on('close', () => client.destroy());
+      }),
+    );
+    onTestFinished(() => {
+      for (const socket of sockets) socket.destroy();
+    });
+    const url = new URL(db.url);
+    url.host = `127.0.0.1:${relay.port}`;
+    const sql = postgres(url.toString(), { max: 2, onnotice: () => undefined }) as unknown as Sql;
+    onTestFinished(() => sql.end({ timeout: 0 }));
+    const app = Fastify({ logger: false });
+    onTestFinished(async () => {
+      for (const socket of sockets) socket.destroy();
+      await app.close();
+    });
+    const schema = await freshSchema(db.sql, 'silent');
+    await app.register(sluice, {
+      sql,
+      schema,
+      consumers: [recordingConsumer('c').consumer],
+      listen: false,
+      pollIntervalMs: 3_600_000,
+      logger: silentLogger,
+      ops: { auth: bearerAuth(TOKEN, 'alice'), lockTimeoutMs: 100, requestTimeoutMs: 700 },
+    });
+    await app.ready();
+    expect((await authed(app, 'GET', '/sluice/consumers')).statusCode).toBe(200);
+    cut = true;
+    for (const [method, url] of [
+      ['GET', '/sluice/consumers'],
+      ['GET', '/sluice/consumers/c/diagnose'],
+      ['POST', '/sluice/consumers/c/disable'],
+    ] as const) {
+      const startedAt = performance.now();
+      const answer = await authed(app, method, url, method === 'POST' ? {} : undefined);
+      expect(performance.now() - startedAt).toBeLessThan(5_000);
+      expect(answer.statusCode, `${method} ${url}`).toBe(503);
+      expect(answer.headers['cache-control']).toBe('no-store');
+      expect(answer.json()).toMatchObject({
+        code: 'SLUICE_DATABASE_UNAVAILABLE',
+        message: expect.stringContaining('did not answer within 700 ms') as unknown,
+      });
+    }
+  });
+
+  test('ops.requestTimeoutMs must be longer than ops.lockTimeoutMs (a busy row is a 409, not a 503)', async () => {
+    await expect(
+      boot({ auth: bearerAuth(TOKEN, 'alice'), lockTimeoutMs: 1_000, requestTimeoutMs: 1_000 }),
+    ).rejects.toMatchObject({ code: 'SLUICE_INVALID_OPTION', option: 'ops.requestTimeoutMs' });
   });
 
   test('operator actions run on connections of their own (sluice-admin), not on the application pool, and never take the last of them from /health', async () => {

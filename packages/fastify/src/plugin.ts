@@ -16,6 +16,7 @@ import {
   resolveSchemaName,
 } from '@sluice/core/internal';
 import type { FastifyInstance } from 'fastify';
+import { boundedAdmin } from './bounded-admin.js';
 import { opsRoutes } from './ops-routes.js';
 import { resolveOps, type SluicePluginOptions } from './options.js';
 import type { SluiceDecorator } from './type-augmentation.js';
@@ -128,7 +129,7 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
     }
     await app.register(opsRoutes, {
       prefix: ops.prefix,
-      admin,
+      admin: boundedAdmin(admin, ops.requestTimeoutMs),
       dispatcher,
       ops,
       isRunning: () => running,
