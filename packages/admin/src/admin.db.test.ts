@@ -147,6 +147,17 @@ describe('read models', () => {
     expect(dead.lagSeconds).toBeGreaterThanOrEqual(0);
   });
 
+  test('a consumer stuck on its first event stagnates since its registration, whatever its failed attempts wrote', async () => {
+    const first = failingOn('first', () => true, { errorPolicy: { maxAttempts: 1000 } });
+    const { dispatcher, admin, schema } = await setup([first.consumer]);
+    await appendEvents(db.sql, 1, undefined, schema);
+    await db.sql`update ${db.sql(`${schema}.consumers`)} set created_at = now() - interval '1 hour'`;
+    await stuck(dispatcher, 2); // failed attempts write the row (updated_at), never its progress
+    const [row] = await admin.listConsumers();
+    expect(row?.attempts).toBeGreaterThan(0);
+    expect(row?.stagnationSeconds).toBeGreaterThanOrEqual(3_600);
+  });
+
   test('diagnose names the backend whose open transaction keeps the oldest gap pending', async () => {
     const c = recordingConsumer('waiting');
     const { dispatcher, admin, schema } = await setup([c.consumer]);

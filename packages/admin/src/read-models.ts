@@ -121,7 +121,7 @@ async function summaries(ctx: AdminContext, name?: string): Promise<ConsumerSumm
            case when r.resolved then coalesce(o.at, c.last_progress_at) end as last_error_resolved_at,
            case when r.resolved then o.action || ' by ' || o.actor end as last_error_resolved_by,
            case when c.cursor < h.head then
-             extract(epoch from now() - coalesce(c.last_progress_at, c.updated_at))::float8
+             extract(epoch from now() - coalesce(c.last_progress_at, c.created_at))::float8
            end as stagnation_seconds,
            (select count(*)::int from ${t.deadLetters} d
             where d.consumer_name = c.name and d.instance_id = c.instance_id

@@ -42,6 +42,7 @@ export interface ConsumerStateRow {
   start_after: string | null;
   start_snapshot: string | null;
   system_identifier: string | null;
+  /** When the cursor last advanced, or the row was created if it never has (its stagnation counts from there). */
   last_progress_at: Date | null;
   /** The version of the consumer that may turn this row (docs/design.md §12); null: any. */
   version: number | null;
@@ -56,7 +57,7 @@ const STATE_COLUMNS = (q: Queryable, t: Tables) => q`
   c.gap_min_fence::text as gap_min_fence, array_to_string(c.gap_watch, ',') as gap_watch, c.gaps_recheck, c.oldest_gap_at,
   c.start_fence::text as start_fence, c.start_upto::text as start_upto, c.start_after::text as start_after,
   c.start_snapshot::text as start_snapshot,
-  c.system_identifier, c.last_progress_at, c.version, c.lane_key,
+  c.system_identifier, coalesce(c.last_progress_at, c.created_at) as last_progress_at, c.version, c.lane_key,
   exists (select 1 from ${t.deadLetters} d
           where d.consumer_name = c.name and d.instance_id = c.instance_id
             and d.replay_requested_at is not null and d.replayed_at is null) as replays_pending`;

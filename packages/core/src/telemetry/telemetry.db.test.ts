@@ -218,6 +218,23 @@ describe('telemetry', () => {
     expect(m.value(METRIC.eventsProcessed)).toBeUndefined();
   });
 
+  test('a consumer that never advanced stagnates from its registration, not from its last failed attempt', async () => {
+    const t = telemetry();
+    const c = failingOn('stuck-first', () => true, { errorPolicy: { maxAttempts: 1000 } });
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+      meterProvider: t.meterProvider,
+      retryDelayMs: 0,
+    });
+    await appendEvents(db.sql, 1, event, schema);
+    // Registered an hour ago, by the database's clock; every failed attempt since writes the row.
+    await db.sql`update ${db.sql(`${schema}.consumers`)} set created_at = now() - interval '1 hour'`;
+    await dispatcher.runOnce(); // fails
+    await dispatcher.runOnce(); // its pre-check reads the row
+    const m = await t.metrics();
+    expect(m.value(METRIC.consumerLag, of('stuck-first'))).toBe(1);
+    expect(m.value(METRIC.consumerStagnation, of('stuck-first'))).toBeGreaterThanOrEqual(3_600);
+  });
+
   test('a pending gap shows in sluice.gaps.pending, and a rolled-back id counts in sluice.gaps.burnt', async () => {
     const t = telemetry();
     const c = recordingConsumer('burning');
