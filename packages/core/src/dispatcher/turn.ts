@@ -16,7 +16,7 @@ import {
   type TurnRules,
 } from '../consumer-state/consumer-state.js';
 import { messageOf } from '../errors.js';
-import { passedStub, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
+import { PASSED_TYPE, passedStub, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
 import { deliverableIds, settleTurn, type GapRange, type TurnInput } from '../gaps/gaps.js';
 import { isAnotherKey, keptByAnotherKey } from '../lanes/lanes.js';
 import type { Logger } from '../logger.js';
@@ -521,7 +521,10 @@ async function closeAndWrite(
   const cap = filter?.cap ?? null;
   const turnHead = cap !== null && batch.head > cap ? cap : batch.head;
   const resolvedIds = result.resolved.map((e) => e.id);
-  let settlement = settleTurn(input, resolvedIds);
+  // Another lane's events and types the consumer does not take are resolved without a handler:
+  // not late deliveries of this row, whatever their ids.
+  const passedOver = new Set(result.resolved.filter((e) => e.type === PASSED_TYPE).map((e) => e.id));
+  let settlement = settleTurn(input, resolvedIds, passedOver);
   if (opening.clusterChanged) settlement = await clusterChanged(env, consumer, tx, state, settlement);
   const gapDelta = await persistRanges(tx, env.tables, consumer, stored, settlement.ranges, held.now);
   const pendingGaps = state.gapCount + gapDelta;

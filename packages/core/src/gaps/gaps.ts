@@ -45,7 +45,10 @@ export interface Settlement {
   /** Ids given up for good, as ranges (for metrics and logs). */
   readonly burnt: readonly GapRange[];
   readonly burntIdCount: bigint;
-  /** Delivered ids that came from a pending range (committed late, below the high mark). */
+  /**
+   * Delivered ids that came from a pending range (committed late, below the high mark), but for
+   * those only passed over (another lane's, or a type the consumer does not take).
+   */
   readonly lateDeliveries: number;
   /** Some rechecked id stays pending although it was visible or not examined: recheck next turn. */
   readonly needsRecheck: boolean;
@@ -79,12 +82,25 @@ export function deliverableIds(input: TurnInput): bigint[] {
  * The state after delivering `delivered`, a prefix of deliverableIds(input) (shorter when a handler
  * failed). Delivered ids are carved out of their ranges (never merged over), holes between newly
  * delivered ids become unfenced ranges, and rechecked ranges that can be proven empty are burnt.
+ * `passedOver`: the delivered ids that no handler was given (not counted as late deliveries).
  */
-export function settleTurn(input: TurnInput, delivered: readonly bigint[]): Settlement {
-  return input.ordering === 'fast' ? settleFast(input, delivered) : settleStrict(input, delivered);
+export function settleTurn(
+  input: TurnInput,
+  delivered: readonly bigint[],
+  passedOver: ReadonlySet<bigint> = NONE,
+): Settlement {
+  return input.ordering === 'fast'
+    ? settleFast(input, delivered, passedOver)
+    : settleStrict(input, delivered, passedOver);
 }
 
-function settleFast(input: TurnInput, delivered: readonly bigint[]): Settlement {
+const NONE: ReadonlySet<bigint> = new Set();
+
+function settleFast(
+  input: TurnInput,
+  delivered: readonly bigint[],
+  passedOver: ReadonlySet<bigint>,
+): Settlement {
   const { cursor, rechecked, fetch } = input;
   const deliveredSorted = sortedForCarving(rechecked, delivered);
   const kept: GapRange[] = [];
@@ -103,7 +119,7 @@ function settleFast(input: TurnInput, delivered: readonly bigint[]): Settlement 
   let lateDeliveries = 0;
   for (const id of delivered) {
     if (id > newCursor) newCursor = id;
-    else if (id <= cursor) lateDeliveries += 1;
+    else if (id <= cursor && !passedOver.has(id)) lateDeliveries += 1;
   }
   // Holes between the ids delivered above the old cursor: passed without being seen.
   let expected = cursor + 1n;
@@ -116,7 +132,11 @@ function settleFast(input: TurnInput, delivered: readonly bigint[]): Settlement 
   return finish(newCursor, kept, burnt, lateDeliveries, needsRecheck);
 }
 
-function settleStrict(input: TurnInput, delivered: readonly bigint[]): Settlement {
+function settleStrict(
+  input: TurnInput,
+  delivered: readonly bigint[],
+  passedOver: ReadonlySet<bigint>,
+): Settlement {
   const { cursor, rechecked, fetch } = input;
   const newCursor = delivered.length > 0 ? max(cursor, delivered[delivered.length - 1] ?? cursor) : cursor;
   const deliveredSorted = sortedForCarving(rechecked, delivered);
@@ -125,7 +145,9 @@ function settleStrict(input: TurnInput, delivered: readonly bigint[]): Settlemen
   let passedNeedRecheck = false;
   const passed = passedRanges(input);
   const lateDeliveries =
-    passed.length === 0 ? 0 : delivered.filter((id) => id <= cursor && inRanges(passed, id)).length;
+    passed.length === 0
+      ? 0
+      : delivered.filter((id) => id <= cursor && !passedOver.has(id) && inRanges(passed, id)).length;
   for (const range of rechecked) {
     if (range.from <= cursor) {
       // Left by fast ordering (strict ordering keeps only ranges ahead of its cursor): its ids may

@@ -285,6 +285,22 @@ describe('telemetry', () => {
     expect(m.value(METRIC.gapsBurnt)).toBeUndefined();
   });
 
+  test('a late event counts once in sluice.events.late, on its own lane: the lanes that pass over it count nothing', async () => {
+    const t = telemetry();
+    const c = recordingConsumer('laned', { lanes: 4 });
+    const { schema, dispatcher } = await registeredDispatcher(db.sql, [c.consumer], {
+      meterProvider: t.meterProvider,
+    });
+    const holder = await heldTransaction(db.sql);
+    const [held] = await holder.append([event(1)], { schema });
+    await appendEvents(db.sql, 8, event, schema);
+    await dispatcher.runOnce(); // every lane passes the hole
+    await holder.commit();
+    await passUntil(dispatcher, () => c.ids().includes(held!.id), 'the late event');
+    await drainUntilIdle(dispatcher);
+    expect((await t.metrics()).value(METRIC.eventsLate, { [ATTR.consumer]: 'laned' })).toBe(1);
+  });
+
   test('sluice.listen.connected is 1 while LISTEN is connected and 0 once the dispatcher stops', async () => {
     const schema = await freshSchema(db.sql);
     const t = telemetry();
