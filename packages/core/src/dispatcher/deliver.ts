@@ -6,7 +6,7 @@ import { attemptsCharged, type ResolvedConsumer } from '../options.js';
 import type { DeadLetterInput } from '../queries/dead-letters.js';
 import type { TransactionSql } from '../sql-types.js';
 import type { DispatcherMetrics } from '../telemetry/metrics.js';
-import { endSpanWithError, startHandlerSpan } from '../telemetry/tracing.js';
+import { endSpanWithError, startHandlerSpan, withinSpan } from '../telemetry/tracing.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 import { assertLive, isEnded, refusedStatements } from '../connections/guarded-transaction.js';
 
@@ -438,7 +438,7 @@ async function inOneSavepoint(
         const refusedBefore = refusedStatements(input.tx).count;
         let run: Promise<unknown>;
         try {
-          run = Promise.resolve(callHandler(consumer, [event], undefined, context));
+          run = Promise.resolve(callHandler(consumer, [event], undefined, context, span));
         } catch (error) {
           // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the handler's own throw, passed on
           run = Promise.reject(error);
@@ -574,7 +574,7 @@ function invoke(
     const run = input.tx.savepoint(async (savepoint) => {
       context = new CallContext(consumer, attempt, savepoint);
       const refusedBefore = refusedStatements(input.tx).count;
-      const result = await callHandler(consumer, events, batchHandler, context);
+      const result = await callHandler(consumer, events, batchHandler, context, span);
       await checkStillUsable(input.tx, savepoint, refusedBefore);
       return result;
     });
@@ -583,7 +583,7 @@ function invoke(
   const context = new CallContext(consumer, attempt, undefined);
   let result: unknown;
   try {
-    result = callHandler(consumer, events, batchHandler, context);
+    result = callHandler(consumer, events, batchHandler, context, span);
   } catch (error) {
     return callFailed(input, events, attempt, span, started, readable(error), context, undefined);
   }
@@ -597,10 +597,14 @@ function callHandler(
   events: readonly EventRecord[],
   batchHandler: NonNullable<ResolvedConsumer['definition']['batchHandler']> | undefined,
   context: HandlerContext,
+  span: Span,
 ): unknown {
-  return batchHandler
-    ? batchHandler(events, context)
-    : consumer.definition.handler(events[0] as EventRecord, context);
+  // Under its handler span: the handler's own spans, and the traceparent of what it appends, follow.
+  return withinSpan(span, () =>
+    batchHandler
+      ? batchHandler(events, context)
+      : consumer.definition.handler(events[0] as EventRecord, context),
+  );
 }
 
 /** Waits for a handler's promise within handlerTimeoutMs. */

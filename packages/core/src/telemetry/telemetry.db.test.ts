@@ -374,6 +374,45 @@ describe('telemetry', () => {
     expect(second!.links).toEqual([]);
   });
 
+  test("a handler runs under its span: its own spans are children, and an event it appends carries the handler span's traceparent", async () => {
+    const t = telemetry();
+    const tracer = t.tracerProvider.getTracer('test-app');
+    const seen: { consumer: string; active: string | undefined }[] = [];
+    const reacting = (name: string, transactional: boolean) => ({
+      name,
+      transactional,
+      types: ['TelemetryTest'],
+      handler: async (e: { id: bigint }, ctx: { tx?: unknown }) => {
+        seen.push({ consumer: name, active: trace.getActiveSpan()?.spanContext().spanId });
+        tracer.startSpan(`work ${name}`).end();
+        const reaction = [{ streamId: `r-${e.id}`, type: `Reaction-${name}`, data: {} }];
+        if (transactional) await append(ctx.tx as never, reaction, { schema: schemaOf.name });
+        else await transaction(db.sql, (tx) => append(tx, reaction, { schema: schemaOf.name }));
+      },
+    });
+    const schemaOf = { name: '' };
+    const { schema, dispatcher } = await registeredDispatcher(
+      db.sql,
+      [reacting('plain', false), reacting('in-tx', true)],
+      { tracerProvider: t.tracerProvider },
+    );
+    schemaOf.name = schema;
+    await appendEvents(db.sql, 1, event, schema);
+    await drainUntilIdle(dispatcher);
+    const spans = await t.spans();
+    for (const name of ['plain', 'in-tx']) {
+      const handler = spans.find((s) => s.name === `process ${name}`);
+      expect(handler, name).toBeDefined();
+      const { spanId, traceId } = handler!.spanContext();
+      expect(seen.find((s) => s.consumer === name)?.active).toBe(spanId);
+      const work = spans.find((s) => s.name === `work ${name}`);
+      expect(work?.parentSpanContext?.spanId).toBe(spanId);
+      const [reaction] = await db.sql<{ metadata: { traceparent?: string } }[]>`
+        select metadata from ${db.sql(`${schema}.events`)} where type = ${`Reaction-${name}`}`;
+      expect(reaction?.metadata.traceparent).toBe(`00-${traceId}-${spanId}-01`);
+    }
+  });
+
   test('a pass woken by a commit inside a request runs outside the request: the turn has no parent, the turn and the handler link to the request', async () => {
     const schema = await freshSchema(db.sql);
     const t = telemetry();

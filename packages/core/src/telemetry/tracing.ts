@@ -1,4 +1,5 @@
 import {
+  context as otelContext,
   INVALID_SPAN_CONTEXT,
   ROOT_CONTEXT,
   SpanKind,
@@ -102,6 +103,15 @@ export function startHandlerSpan(
 }
 
 const NO_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+
+/**
+ * Runs `fn` with `span` as the active span: a handler's own spans are its children, and an event it
+ * appends carries its traceparent. Without a tracing SDK (no valid span) `fn` just runs.
+ */
+export function withinSpan<T>(span: Span, fn: () => T): T {
+  if (span === NO_SPAN || !trace.isSpanContextValid(span.spanContext())) return fn();
+  return otelContext.with(trace.setSpan(otelContext.active(), span), fn);
+}
 
 /**
  * The context holding a turn span, made once per turn rather than once per handler call;
