@@ -102,7 +102,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     }),
   );
   const t = tables(sql, options.schema);
-  const metrics = createMetrics(options.meterProvider);
+  const metrics = createMetrics(options.meterProvider, options.schema);
   const tracer = createTracer(options.tracerProvider);
   const notifier = wakeUpNotifierFor(appSql, options.schema, { logger });
   /** Who asks for what this dispatcher asks for (a change of lanes), in the audit. */

@@ -3,6 +3,7 @@
  * (CONVENTIONS.md#comments-logs-and-telemetry-names).
  */
 export const ATTR = {
+  schema: 'sluice.schema',
   consumer: 'sluice.consumer.name',
   instance: 'sluice.consumer.instance_id',
   processed: 'sluice.turn.processed',

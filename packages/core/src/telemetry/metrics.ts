@@ -56,8 +56,12 @@ export const HANDLER_DURATION_BOUNDARIES_SECONDS: readonly number[] = Object.fre
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 ]);
 
-/** Instruments from `meterProvider` (or the global one: a no-op without an SDK). */
-export function createMetrics(meterProvider: MeterProvider | undefined): DispatcherMetrics {
+/**
+ * Instruments from `meterProvider` (or the global one: a no-op without an SDK). Every series
+ * carries `schema`: two dispatchers of one process on two schemas (two plugin instances, say) may
+ * run consumers of one name, and their series must not overwrite or add up into each other.
+ */
+export function createMetrics(meterProvider: MeterProvider | undefined, schema: string): DispatcherMetrics {
   const meter = (meterProvider ?? metrics.getMeterProvider()).getMeter('@sluice/core');
   const processed = meter.createCounter(METRIC.eventsProcessed, {
     description: 'Events handled successfully',
@@ -150,7 +154,7 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
       unit: '{connection}',
     })
     .addCallback((result) => {
-      if (listenConnected !== undefined) result.observe(listenConnected);
+      if (listenConnected !== undefined) result.observe(listenConnected, { [ATTR.schema]: schema });
     });
 
   // Recorded for every handler call: the attributes are made once per consumer, instance and outcome.
@@ -165,6 +169,7 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
     return attributes;
   };
   const attrs = (consumer: string, instance: string): Attributes => ({
+    [ATTR.schema]: schema,
     [ATTR.consumer]: consumer,
     [ATTR.instance]: instance,
   });
@@ -185,7 +190,7 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
       handlerDuration.record(seconds, durationAttributes(c, i, outcome));
     },
     pass(outcome) {
-      passes.add(1, { [ATTR.passOutcome]: outcome });
+      passes.add(1, { [ATTR.schema]: schema, [ATTR.passOutcome]: outcome });
     },
     rearmExhausted(c, i) {
       rearmExhausted.add(1, attrs(c, i));
@@ -209,7 +214,7 @@ export function createMetrics(meterProvider: MeterProvider | undefined): Dispatc
       if (rebuild === null) rebuilds.delete(c);
       else {
         rebuilds.set(c, {
-          attributes: { [ATTR.consumer]: c, [ATTR.version]: rebuild.version },
+          attributes: { [ATTR.schema]: schema, [ATTR.consumer]: c, [ATTR.version]: rebuild.version },
           lag: Number(rebuild.lagEvents),
         });
       }

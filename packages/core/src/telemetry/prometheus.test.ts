@@ -82,7 +82,7 @@ const gauges: ConsumerGauges = {
 
 /** One value on every instrument, so each shows in an exposition. */
 function recordEverything(provider: MeterProvider): void {
-  const m = createMetrics(provider);
+  const m = createMetrics(provider, 'sluice');
   m.processed('mailer', '*', 2);
   m.failed('mailer', '*', 1);
   m.late('mailer', '*', 1);
@@ -100,7 +100,7 @@ function recordEverything(provider: MeterProvider): void {
 describe('Sluice metrics as Prometheus sees them', () => {
   test('every instrument follows the naming rules: seconds end in _seconds, counts carry a {…} unit, no total', () => {
     const { provider, created } = recordingProvider();
-    createMetrics(provider);
+    createMetrics(provider, 'sluice');
     expect(created.map((c) => c.name).sort()).toEqual(Object.values(METRIC).sort());
     for (const { kind, name, options } of created) {
       expect(name, 'dotted lower-case words').toMatch(/^sluice(\.[a-z][a-z0-9_]*)+$/);
@@ -152,7 +152,7 @@ describe('Sluice metrics as Prometheus sees them', () => {
         removeCallback: () => undefined,
       }),
     });
-    const m = createMetrics({ getMeter: () => meter });
+    const m = createMetrics({ getMeter: () => meter }, 'sluice');
     const lanesOfLag = () => {
       const lanes: unknown[] = [];
       void callbacks.get(METRIC.consumerLag)?.({

@@ -235,6 +235,25 @@ describe('telemetry', () => {
     expect(m.value(METRIC.consumerStagnation, of('stuck-first'))).toBeGreaterThanOrEqual(3_600);
   });
 
+  test('two dispatchers of one process on two schemas keep their series apart, a consumer name in both', async () => {
+    const t = telemetry();
+    const healthy = recordingConsumer('mailer');
+    const failing = failingOn('mailer', () => true, { errorPolicy: { maxAttempts: 1 } });
+    const one = await registeredDispatcher(db.sql, [healthy.consumer], { meterProvider: t.meterProvider });
+    const two = await registeredDispatcher(db.sql, [failing.consumer], { meterProvider: t.meterProvider });
+    await appendEvents(db.sql, 2, event, one.schema);
+    await appendEvents(db.sql, 2, event, two.schema);
+    await drainUntilIdle(one.dispatcher);
+    await drainUntilIdle(two.dispatcher);
+    const m = await t.metrics();
+    const in1 = { [ATTR.schema]: one.schema, [ATTR.consumer]: 'mailer' };
+    const in2 = { [ATTR.schema]: two.schema, [ATTR.consumer]: 'mailer' };
+    expect([m.value(METRIC.consumerLag, in1), m.value(METRIC.consumerDead, in1)]).toEqual([0, 0]);
+    expect([m.value(METRIC.consumerLag, in2), m.value(METRIC.consumerDead, in2)]).toEqual([2, 1]);
+    expect(m.value(METRIC.eventsProcessed, in1)).toBe(2);
+    expect(m.value(METRIC.eventsProcessed, in2)).toBeUndefined();
+  });
+
   test('a pending gap shows in sluice.gaps.pending, and a rolled-back id counts in sluice.gaps.burnt', async () => {
     const t = telemetry();
     const c = recordingConsumer('burning');
