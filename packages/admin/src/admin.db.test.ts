@@ -401,6 +401,38 @@ describe('actions', () => {
     expect(await auditActions(schema)).toEqual([]);
   });
 
+  test('a restart that waits longer than lockTimeoutMs for a prune says the prune held it, not a turn', async () => {
+    const c = recordingConsumer('waits');
+    const { dispatcher, schema } = await setup([c.consumer]);
+    await appendEvents(db.sql, 3, undefined, schema);
+    await drainUntilIdle(dispatcher);
+    // The prune parks in its delete, holding the retention lock, until the test's session lets go.
+    const key = 4_242_001;
+    const events = db.sql(`${schema}.events`);
+    await db.sql.unsafe(`create function ${schema}.park_prune() returns trigger language plpgsql as
+      $$ begin perform pg_advisory_lock_shared(${key}); perform pg_advisory_unlock_shared(${key}); return null; end $$`);
+    await db.sql`create trigger park_prune before delete on ${events} for each statement execute function ${db.sql(`${schema}.park_prune`)}()`;
+    const holder = await db.sql.reserve();
+    onTestFinished(() => holder.release());
+    await holder`select pg_advisory_lock(${key})`;
+    const pruning = prune(db.sql, { before: 3n, schema });
+    await until(async () => {
+      const [row] = await db.sql<{ n: number }[]>`
+        select count(*)::int as n from pg_locks where locktype = 'advisory' and objid = ${key} and not granted`;
+      return (row?.n ?? 0) > 0;
+    });
+    const impatient = createAdmin({ sql: db.sql, schema, lockTimeoutMs: 200 });
+    const refused = await impatient.restart('waits', { from: 'beginning' }).catch((e: unknown) => e);
+    expect(refused).toMatchObject({
+      code: 'SLUICE_CONSUMER_BUSY',
+      message: expect.stringContaining('A prune of the log held the retention lock') as unknown,
+    });
+    await holder`select pg_advisory_unlock(${key})`;
+    expect(await pruning).toEqual({ deleted: 2 });
+    expect((await consumerRow(db.sql, schema, 'waits')).cursor).toBe(3n);
+    expect(await auditActions(schema)).toEqual(['prune']);
+  });
+
   test('skip refuses any event but the one the consumer is stuck on, and changes nothing then', async () => {
     const c = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 2 } });
     const { dispatcher, admin, schema } = await setup([c.consumer]);

@@ -373,20 +373,23 @@ export class ConsumerBusyError extends SluiceError {
   /**
    * `why`: true when its rows kept changing under the action (a change of its lane count under
    * way); `{ sharedGap }` when a fence of that id waited for another consumer's row, which has a
-   * pending gap there too (its turn, or another action, held it).
+   * pending gap there too (its turn, or another action, held it); 'prune' when a prune of the log
+   * held the retention lock the action waits for (a restart's).
    */
   constructor(
     consumer: string,
     lockTimeoutMs: number,
-    why: boolean | { readonly sharedGap: bigint } = false,
+    why: boolean | { readonly sharedGap: bigint } | 'prune' = false,
   ) {
     super(
       'SLUICE_CONSUMER_BUSY',
       why === true
         ? `Consumer "${consumer}" is changing its lanes: they moved while the action held them; nothing was changed. Try again.`
-        : typeof why === 'object'
-          ? `Another consumer with a pending gap at ${why.sharedGap} was held by its turn or by another action (the fence tells it to look again); nothing was changed for "${consumer}". Try again.`
-          : `Consumer "${consumer}" is in a turn that held its row for more than ${lockTimeoutMs} ms; nothing was changed. Try again.`,
+        : why === 'prune'
+          ? `A prune of the log held the retention lock for more than ${lockTimeoutMs} ms while the action on "${consumer}" waited for it; nothing was changed. Try again once the prune is done.`
+          : typeof why === 'object'
+            ? `Another consumer with a pending gap at ${why.sharedGap} was held by its turn or by another action (the fence tells it to look again); nothing was changed for "${consumer}". Try again.`
+            : `Consumer "${consumer}" is in a turn that held its row for more than ${lockTimeoutMs} ms; nothing was changed. Try again.`,
     );
     this.consumer = consumer;
   }

@@ -48,7 +48,14 @@ export async function restart(
     name,
     optionalName(options.instanceId),
     async ({ tx, state, instanceId }) => {
-      const facts = await readRestartFacts(tx, ctx.tables, ctx.schema, { name, instanceId }, from === 'now');
+      const facts = await readRestartFacts(
+        tx,
+        ctx.tables,
+        ctx.schema,
+        { name, instanceId },
+        from === 'now',
+        ctx.lockTimeoutMs,
+      );
       const change = restartConsumer(state, from, facts);
       await applyOperatorChange(tx, ctx.tables, { name, instanceId, ...who }, change);
       return resultOf(name, instanceId, change);

@@ -110,9 +110,17 @@ export async function readRestartFacts(
   schema: string,
   target: ConsumerKey,
   fenceInFlight: boolean,
+  lockTimeoutMs: number,
 ): Promise<RestartFacts> {
   const inFlight = fenceInFlight ? target : null;
-  await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`;
+  // Waited for under the action's lock_timeout (`lockTimeoutMs`), as its row was: a prune holds it
+  // meanwhile. Said as what it is, not as a turn holding the row.
+  await tx`select pg_advisory_xact_lock_shared(${RETENTION_LOCK_CLASS}, hashtext(${schema}))`.catch(
+    (error: unknown) => {
+      if (sqlStateOf(error) !== '55P03') throw error;
+      throw new ConsumerBusyError(target.name, lockTimeoutMs, 'prune');
+    },
+  );
   const floor = await retentionFloor(tx, t);
   // Once every event is pruned, the head is where the floor is.
   const [state] = await tx<{ head: string; snap: string }[]>`
