@@ -27,3 +27,13 @@ export type {
   ParkedEvent,
   ParkedKey,
 } from './read-models.js';
+// Types the actions above return or take, defined in core's plumbing: named here so an application
+// can import them from the package it calls.
+export type {
+  ConsumerState,
+  DroppedVersion,
+  LaneChangeRequest,
+  RestartFrom,
+  StoredRange,
+  VersionChange,
+} from '@sluice/core/internal';

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
+import { MigrationFailedError } from '../errors.js';
 
 export interface Migration {
   readonly version: number;
@@ -59,7 +60,17 @@ export function loadMigrations(): Promise<readonly Migration[]> {
 }
 
 async function readMigrations(): Promise<readonly Migration[]> {
-  const files = (await readdir(MIGRATIONS_DIR)).filter((file) => FILE_NAME.test(file)).sort();
+  const listed = await readdir(MIGRATIONS_DIR).catch((error: unknown) => {
+    // Found beside the module: a bundler that copied the code into another folder leaves them behind.
+    cached = undefined;
+    throw new MigrationFailedError(
+      0,
+      'files (the migrations/ folder of @sluice/core, read beside its code: run it from node_modules, ' +
+        'a bundler must keep @sluice/* external)',
+      error,
+    );
+  });
+  const files = listed.filter((file) => FILE_NAME.test(file)).sort();
   const migrations: Migration[] = [];
   for (const file of files) {
     const text = await readFile(new URL(file, MIGRATIONS_DIR), 'utf8');

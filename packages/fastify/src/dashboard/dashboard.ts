@@ -43,8 +43,9 @@ function readAsset(file: string, contentType: string): Asset {
     return { body: readFileSync(url), contentType };
   } catch (error) {
     throw new Error(
-      `@sluice/fastify: cannot read the ops dashboard file ${fileURLToPath(url)}; ` +
-        'the package build must copy src/dashboard/static/ to dist/dashboard/static/',
+      `@sluice/fastify: cannot read the ops dashboard file ${fileURLToPath(url)}; it ships in the ` +
+        "package's dist/dashboard/static/ and is read beside the plugin's code: run @sluice/fastify " +
+        'from node_modules (a bundler must keep @sluice/* external)',
       { cause: error },
     );
   }
@@ -56,9 +57,13 @@ function assetPaths(): string[] {
   try {
     entries = readdirSync(STATIC_DIR, { recursive: true, encoding: 'utf8' });
   } catch (error) {
-    throw new Error(`@sluice/fastify: cannot list the ops dashboard files in ${fileURLToPath(STATIC_DIR)}`, {
-      cause: error,
-    });
+    throw new Error(
+      `@sluice/fastify: cannot list the ops dashboard files in ${fileURLToPath(STATIC_DIR)} (run the ` +
+        'plugin from node_modules: a bundler must keep @sluice/* external)',
+      {
+        cause: error,
+      },
+    );
   }
   return entries
     .map((entry) => entry.split('\\').join('/'))
