@@ -703,7 +703,7 @@ describe('actions', () => {
     await expect(admin.listParkedKeys('nobody')).rejects.toMatchObject({ code: 'SLUICE_CONSUMER_NOT_FOUND' });
   });
 
-  test('restart below the retention floor is refused; beginning starts at 0, before every kept event', async () => {
+  test('restart below the retention floor is refused; beginning starts before the oldest kept event', async () => {
     const c = recordingConsumer('archive');
     const { dispatcher, admin, schema } = await setup([c.consumer]);
     await appendEvents(db.sql, 5, undefined, schema);
@@ -715,8 +715,7 @@ describe('actions', () => {
     await expect(admin.restart('archive', { from: 99n })).rejects.toMatchObject({
       code: 'SLUICE_BEYOND_HEAD',
     });
-    // 'beginning' is 0, as for a new consumer: the pruned ids are a range its turns burn.
-    expect((await admin.restart('archive', { from: 'beginning' })).cursorAfter).toBe(0n);
+    expect((await admin.restart('archive', { from: 'beginning' })).cursorAfter).toBe(3n);
     expect(await auditActions(schema)).toEqual(['prune', 'restart']);
     await drainUntilIdle(dispatcher);
     expect(c.ids()).toEqual([1n, 2n, 3n, 4n, 5n, 4n, 5n]);
@@ -754,12 +753,17 @@ describe('actions', () => {
     await one.ensureRegistered();
     await one.runOnce(); // 4; 1 to 3 one pending range, 2 still in flight
     const admin = createAdmin({ sql: db.sql, schema });
-    // Restarted from the beginning while the writer is in flight: 0, not the floor (3).
-    expect((await admin.restart('proj', { from: 'beginning' })).cursorAfter).toBe(0n);
+    // Restarted from the beginning while the writer is in flight: at the floor (3), with the
+    // writer's event among the stragglers it waits for.
+    expect((await admin.restart('proj', { from: 'beginning' })).cursorAfter).toBe(3n);
     await one.runOnce();
     await writer.commit();
     await drainUntilIdle(one);
     expect(seen[1]).toEqual([4n, 4n, 2n]); // the writer's event, late, after the restart
+    // Committed below the floor, it is kept: a restart from the beginning starts below it.
+    expect((await admin.restart('proj', { from: 'beginning' })).cursorAfter).toBe(1n);
+    await drainUntilIdle(one);
+    expect(seen[1]).toEqual([4n, 4n, 2n, 2n, 4n]);
     // Committed below the floor, it is kept: a rebuild from the beginning starts before it.
     await one.stop();
     const both = testDispatcher(db.sql, schema, [version(1), version(2)]);

@@ -253,7 +253,12 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
             : name === 'batchSize'
               ? MAX_BATCH_SIZE
               : Infinity;
-    if (value > max) throw new InvalidOptionError(name, `must be at most ${max} (ms), got ${value}`);
+    if (value > max) {
+      throw new InvalidOptionError(
+        name,
+        `must be at most ${max}${name.endsWith('Ms') ? ' (ms)' : ''}, got ${value}`,
+      );
+    }
     return value;
   };
   const options = {

@@ -1,5 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { dashboardRoutes, shellIsPublic } from './dashboard/dashboard.js';
+import { settleWithin, TIMED_OUT } from '@sluice/core/internal';
+import { DatabaseSilentError } from './bounded-admin.js';
 import { OpsRequestError, sendOpsCode, sendOpsError } from './http-errors.js';
 import { malformedEscape } from './json.js';
 import { findBodyProblem, findStrictProblem, NO_PARAMETERS } from './json.js';
@@ -142,13 +144,28 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
     }
   });
 
-  // Write actions run at most writeSlots at once; the others wait here, holding no connection.
+  // Write actions run at most writeSlots at once; the others wait here, holding no connection, at
+  // most ops.requestTimeoutMs (the slots of actions the database does not answer stay taken).
   const writes = slots(context.writeSlots);
   app.addHook('onRoute', (route) => {
     if ((route.config as { write?: boolean } | undefined)?.write !== true) return;
     const handler = route.handler;
     route.handler = async function (this: FastifyInstance, request, reply) {
-      const release = await writes();
+      const acquiring = writes();
+      const acquired = await settleWithin(acquiring, ops.requestTimeoutMs);
+      if (acquired === TIMED_OUT) {
+        void acquiring.then((release) => {
+          release();
+        });
+        request.log.warn('sluice ops: no write slot within ops.requestTimeoutMs; not carried out');
+        return sendOpsCode(
+          reply,
+          'SLUICE_DATABASE_UNAVAILABLE',
+          `earlier actions still wait for the database after ${ops.requestTimeoutMs} ms (ops.requestTimeoutMs); ` +
+            'this one was not carried out: try again once it answers',
+        );
+      }
+      let release: (() => void) | undefined = acquired;
       try {
         // Its client went away while it waited for a slot: nobody would learn what it did.
         if (reply.raw.destroyed) {
@@ -160,8 +177,16 @@ export async function opsRoutes(app: FastifyInstance, context: OpsContext): Prom
           );
         }
         return await handler.call(this, request, reply);
+      } catch (error) {
+        // Answered 503 while its action runs on: the slot (and the connection) stay its own.
+        if (error instanceof DatabaseSilentError) {
+          const held = release;
+          void error.running.finally(held);
+          release = undefined;
+        }
+        throw error;
       } finally {
-        release();
+        release?.();
       }
     };
   });

@@ -100,7 +100,8 @@ export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined
     }
   }
   for (const key of ['insecure', 'readOnly'] as const) {
-    if (ops[key] !== undefined && typeof ops[key] !== 'boolean') {
+    // null as left out (false), as for every other option.
+    if (ops[key] !== undefined && ops[key] !== null && typeof ops[key] !== 'boolean') {
       throw new InvalidOptionError(`ops.${key}`, 'must be true or false (a boolean, not a string)');
     }
   }

@@ -357,6 +357,8 @@ describe('plugin lifecycle', () => {
     onTestFinished(() => sql.end({ timeout: 0 }));
     const app = Fastify({ logger: false });
     onTestFinished(async () => {
+      // The network back (new connections get through), the silent ones cut: the app can close.
+      cut = false;
       for (const socket of sockets) socket.destroy();
       await app.close();
     });
@@ -388,6 +390,21 @@ describe('plugin lifecycle', () => {
         message: expect.stringContaining('did not answer within 700 ms') as unknown,
       });
     }
+    // The disable still holds its write slot (its action runs on): of two more writes, one waits
+    // for the database and one for a slot, each at most requestTimeoutMs.
+    const startedAt = performance.now();
+    const more = await Promise.all([
+      authed(app, 'POST', '/sluice/consumers/c/enable', {}),
+      authed(app, 'POST', '/sluice/consumers/c/restart', { from: 'now' }),
+    ]);
+    expect(performance.now() - startedAt).toBeLessThan(5_000);
+    expect(more.map((r) => [r.statusCode, r.json<{ code: string }>().code])).toEqual([
+      [503, 'SLUICE_DATABASE_UNAVAILABLE'],
+      [503, 'SLUICE_DATABASE_UNAVAILABLE'],
+    ]);
+    expect(more.map((r) => r.json<{ message: string }>().message).join('\n')).toContain(
+      'earlier actions still wait for the database',
+    );
   });
 
   test('ops.requestTimeoutMs must be longer than ops.lockTimeoutMs (a busy row is a 409, not a 503)', async () => {

@@ -129,7 +129,7 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
     }
     await app.register(opsRoutes, {
       prefix: ops.prefix,
-      admin: boundedAdmin(admin, ops.requestTimeoutMs),
+      admin: boundedAdmin(admin, ops.requestTimeoutMs, logger),
       dispatcher,
       ops,
       isRunning: () => running,

@@ -53,7 +53,7 @@ export async function restart(
         ctx.tables,
         ctx.schema,
         { name, instanceId },
-        from === 'now',
+        from === 'now' || from === 'beginning',
         ctx.lockTimeoutMs,
       );
       const change = restartConsumer(state, from, facts);

@@ -1061,9 +1061,12 @@ describe('failures and exit codes', () => {
 
   test('every argument error is reported before a missing database: the whole line is checked first', async () => {
     const cases: [string[], string][] = [
-      [['skip', 'mailer', '--event', 'abc'], 'Invalid option `--event`'],
+      [
+        ['skip', 'mailer', '--event', 'abc'],
+        '--event must be a positive integer id (digits only), got "abc"',
+      ],
       [['fence', 'mailer'], 'missing <event-id>'],
-      [['fence', 'mailer', '1.5'], 'Invalid option `<event-id>`'],
+      [['fence', 'mailer', '1.5'], '<event-id> must be a positive integer id (digits only), got "1.5"'],
       [['audit', '--limit', '5000'], '--limit must be between 1 and 1000'],
       [['dead-letters', 'mailer', '--limit', '0'], '--limit must be between 1 and 1000'],
       [['status', '--schema', 'Bad-Name'], 'Invalid option `schema`'],

@@ -74,12 +74,13 @@ export function parseLaneCount(text: string, option = '--lanes'): number {
 }
 
 /**
- * An event id typed on the command line: anything but 1 to 19 digits is a usage error (malformed);
- * an id of that form the admin API refuses (0, beyond a bigint) is its SLUICE_INVALID_OPTION.
+ * An id typed on the command line (an event's, a dead letter's): anything but 1 to 19 digits is a
+ * usage error (malformed); an id of that form the admin API refuses (0, beyond a bigint) is its
+ * SLUICE_INVALID_OPTION.
  */
 export function parseEventIdText(text: string | undefined, option: string): bigint {
   if (text === undefined || !/^[0-9]{1,19}$/.test(text)) {
-    throw new UsageError(`${option} must be an event id (1 to 19 digits), got "${text ?? ''}"`);
+    throw new UsageError(`${option} must be a positive integer id (digits only), got "${text ?? ''}"`);
   }
   return parseEventId(text, option);
 }

@@ -745,10 +745,11 @@ function change(
 export type RestartFrom = 'beginning' | 'now' | bigint;
 
 /**
- * Restart: the cursor moves (to 0, to the head, or to an id from just below the retention floor to
- * the head) and everything about the old position goes: attempts, stuck and skipped events, errors,
+ * Restart: the cursor moves (before every kept event, to the head, or to an id between them) and
+ * everything about the old position goes: attempts, stuck and skipped events, errors,
  * pending gaps, crash records and the re-arm budget. A dead consumer becomes idle, a disabled one
- * stays disabled. 'now' keeps the events in flight at its snapshot, as a 'now' registration does.
+ * stays disabled. 'now' keeps the events in flight at its snapshot, as a 'now' registration does;
+ * 'beginning' those at or below its cursor.
  * @throws {BelowRetentionFloorError} @throws {BeyondHeadError}
  */
 export function restartConsumer(
@@ -757,17 +758,22 @@ export function restartConsumer(
   facts: {
     readonly floor: bigint;
     readonly head: bigint;
+    /** The lowest id of the events kept (null: none). */
+    readonly oldestKept?: bigint | null;
     readonly inFlight: InFlightAt | null;
     readonly laneChange?: LaneChangeFact | null;
   },
 ): OperatorChange {
   let cursor: bigint;
-  // 'beginning' starts where a new consumer from the beginning does, at 0: the pruned ids are one
-  // pending range its turns burn by the gap proof (docs/design.md §5.3), not a position taken for
-  // granted. An event a transaction in flight at a prune commits below the floor afterwards is
-  // delivered then; a cursor at the floor would pass it for good.
-  if (from === 'beginning') cursor = 0n;
-  else if (from === 'now') cursor = facts.head;
+  // 'beginning' starts before every kept event: below the retention floor, unless an event a
+  // transaction in flight at a prune committed below it afterwards (the prune could not see it) is
+  // kept there; and the events in flight at the restart's snapshot at or below it are its
+  // stragglers (docs/design.md §6.3).
+  if (from === 'beginning') {
+    const floor = facts.floor - 1n;
+    const oldest = facts.oldestKept ?? null;
+    cursor = oldest !== null && oldest - 1n < floor ? oldest - 1n : floor;
+  } else if (from === 'now') cursor = facts.head;
   else {
     if (from < facts.floor - 1n) throw new BelowRetentionFloorError(from, facts.floor);
     if (from > facts.head) throw new BeyondHeadError(from, facts.head);
@@ -792,7 +798,12 @@ export function restartConsumer(
       clearError: true,
       clearGaps: true,
       clearTurnStarts: true,
-      start: from === 'now' ? facts.inFlight : null,
+      start:
+        from === 'now'
+          ? facts.inFlight
+          : from === 'beginning' && facts.inFlight !== null && cursor > 0n
+            ? { ...facts.inFlight, upto: cursor }
+            : null,
     },
     { from: typeof from === 'bigint' ? from.toString() : from, statusBefore: state.status },
   );

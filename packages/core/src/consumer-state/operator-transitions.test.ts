@@ -66,24 +66,32 @@ const fromArbitrary: fc.Arbitrary<RestartFrom> = fc.oneof(
 describe('restart', () => {
   const facts = { floor: 5n, head: 40n, inFlight: null };
 
-  test('beginning is 0 (the pruned ids a range to burn), now is the head, an id is that id', () => {
+  test('beginning is just below the retention floor (or below a kept event under it), now is the head, an id is that id', () => {
     const state = idleState({ cursor: 20n });
-    expect(restartConsumer(state, 'beginning', facts).cursorAfter).toBe(0n);
+    expect(restartConsumer(state, 'beginning', facts).cursorAfter).toBe(4n);
+    expect(restartConsumer(state, 'beginning', { ...facts, oldestKept: 9n }).cursorAfter).toBe(4n);
+    // An event a transaction in flight at a prune committed below the floor afterwards.
+    expect(restartConsumer(state, 'beginning', { ...facts, oldestKept: 2n }).cursorAfter).toBe(1n);
     expect(restartConsumer(state, 'now', facts).cursorAfter).toBe(40n);
     expect(restartConsumer(state, 12n, facts).cursorAfter).toBe(12n);
     expect(() => restartConsumer(state, 3n, facts)).toThrow(BelowRetentionFloorError);
     expect(() => restartConsumer(state, 41n, facts)).toThrow(BeyondHeadError);
   });
 
-  test("'now' keeps the events in flight at its snapshot; the other targets keep none", () => {
+  test("'now' keeps the events in flight at its snapshot, 'beginning' those at or below its cursor; an id keeps none", () => {
     const inFlight = { snapshot: '90:95:91', fence: 96n, upto: 40n };
     const state = idleState({ start: { snapshot: '1:2:', fence: 3n, upto: 1n, after: 0n } });
     expect(restartConsumer(state, 'now', { ...facts, inFlight }).row.start).toEqual(inFlight);
-    expect(restartConsumer(state, 'beginning', { ...facts, inFlight }).row.start).toBeNull();
+    expect(restartConsumer(state, 'beginning', { ...facts, inFlight }).row.start).toEqual({
+      ...inFlight,
+      upto: 4n,
+    });
+    expect(restartConsumer(state, 'beginning', { ...facts, floor: 1n, inFlight }).row.start).toBeNull();
+    expect(restartConsumer(state, 12n, { ...facts, inFlight }).row.start).toBeNull();
     expect(restartConsumer(state, 'now', facts).row.start).toBeNull();
   });
 
-  test('properties: the cursor lands at 0 or between the floor and the head, and nothing of the old position survives', () => {
+  test('properties: the cursor lands between the floor and the head, and nothing of the old position survives', () => {
     fc.assert(
       fc.property(
         stateArbitrary,
@@ -102,9 +110,7 @@ describe('restart', () => {
             return;
           }
           const after = applied(state, restarted.row);
-          expect(
-            from === 'beginning' ? after.cursor === 0n : after.cursor >= floor - 1n && after.cursor <= head,
-          ).toBe(true);
+          expect(after.cursor >= floor - 1n && after.cursor <= head).toBe(true);
           expect(after.status).toBe(state.status === 'disabled' ? 'disabled' : 'idle');
           expect(after).toMatchObject({
             attempts: 0,

@@ -35,6 +35,18 @@ export async function retentionFloor(tx: Queryable, t: Tables): Promise<bigint> 
 }
 
 /**
+ * Where a position "from the beginning" is: just below the retention floor `floor`, or below the
+ * oldest event kept when one is under the floor (a transaction in flight at a prune committed it
+ * afterwards: the prune could not see it). Ids below it are pruned, not holes to wait for.
+ */
+export async function beginningOf(tx: Queryable, t: Tables, floor: bigint): Promise<bigint> {
+  const [[oldest] = [null]] = await valuesOf<[oldest: string | null]>(
+    tx`select min(id)::text from ${t.events}`,
+  );
+  return oldest !== null && BigInt(oldest) - 1n < floor - 1n ? BigInt(oldest) - 1n : floor - 1n;
+}
+
+/**
  * The log head: the newest event's id, or, once every event is pruned, the last one `floor` (the
  * retention floor) says was there. Nothing may claim a position above it.
  */

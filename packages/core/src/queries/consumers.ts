@@ -7,7 +7,7 @@ import { isSharedInstanceId, laneKeyOption } from '../lanes/lanes.js';
 import { LANES_LOCK_CLASS } from './lanes.js';
 import { registerVersions, type DeclaredVersion, type VersionRow } from './versions.js';
 import { guardedBegin } from '../connections/guarded-transaction.js';
-import { retentionFloor, writeAudit } from './audit.js';
+import { beginningOf, retentionFloor, writeAudit } from './audit.js';
 import { pgArray } from './pg-array.js';
 import { othersMayCommit, parseSnapshot, subtransactionXid } from '../gaps/gaps.js';
 
@@ -296,7 +296,8 @@ export interface Registered {
 
 /**
  * See {@link Registered.prunedBehind}: rows created now are not (they start at what is kept), nor
- * rows restarted or re-registered since the last prune (they were placed after it, knowing it).
+ * rows created, restarted or re-registered since the last prune (they were placed after it,
+ * knowing it: what they wait for below the floor was not pruned under them).
  */
 async function prunedBehindOf(
   tx: TransactionSql,
@@ -327,6 +328,7 @@ async function prunedBehindOf(
            or c.start_upto is not null
            or exists (select 1 from ${t.gaps} g where g.consumer_name = c.name and g.instance_id = c.instance_id
                       and g.from_id <= ${last}::bigint))
+      and c.created_at < (select max(p.at) from ${t.audit} p where p.action = 'prune')
       and not exists (select 1 from ${t.audit} a
                       where a.consumer_name = c.name and a.instance_id = c.instance_id
                         and a.action in ('restart', 're-register')
@@ -539,10 +541,13 @@ export async function reregisterConsumer(
     // Its 'now' stragglers not delivered yet (if any) come back with their registration snapshot.
     const start = last.details.start ?? null;
     const floor = await retentionFloor(tx, t);
-    // Left where it was, below the floor too: the pruned ids are a pending range its turns burn by
-    // the gap proof (docs/design.md §5.3), and an event a transaction in flight at the prune
-    // commits below the floor afterwards is still delivered.
-    const prunedThrough = cursor < floor - 1n ? floor - 1n : null;
+    // Below the floor, it goes on from the beginning of what is kept (beginningOf).
+    let prunedThrough: bigint | null = null;
+    if (cursor < floor - 1n) {
+      prunedThrough = floor - 1n;
+      const beginning = await beginningOf(tx, t, floor);
+      if (cursor < beginning) cursor = beginning;
+    }
     const inserted = await tx`
       insert into ${t.consumers} (name, instance_id, cursor, last_seen_at, start_snapshot, start_fence, start_upto, start_after)
       values (${consumer.name}, ${consumer.instanceId}, ${cursor.toString()}::bigint,

@@ -89,6 +89,8 @@ export async function applyOperatorChange(
 export interface RestartFacts {
   readonly floor: bigint;
   readonly head: bigint;
+  /** The lowest id of the events kept (null: none). */
+  readonly oldestKept: bigint | null;
   readonly inFlight: InFlightAt | null;
   /** A change of the consumer's lane count under way (docs/design.md §11.3), for a shared row. */
   readonly laneChange?: LaneChangeFact | null;
@@ -123,8 +125,9 @@ export async function readRestartFacts(
   );
   const floor = await retentionFloor(tx, t);
   // Once every event is pruned, the head is where the floor is.
-  const [state] = await tx<{ head: string; snap: string }[]>`
+  const [state] = await tx<{ head: string; oldest: string | null; snap: string }[]>`
     select greatest(coalesce((select max(id) from ${t.events}), 0), ${(floor - 1n).toString()}::bigint)::text as head,
+           (select min(id) from ${t.events})::text as oldest,
            pg_current_snapshot()::text as snap`;
   if (!state) throw new Error('the restart read returned no row');
   let fenced: InFlightAt | null = null;
@@ -149,7 +152,13 @@ export async function readRestartFacts(
         switched: change.switched,
       }
     : null;
-  return { floor, head: BigInt(state.head), inFlight: fenced, laneChange };
+  return {
+    floor,
+    head: BigInt(state.head),
+    oldestKept: state.oldest === null ? null : BigInt(state.oldest),
+    inFlight: fenced,
+    laneChange,
+  };
 }
 
 /**

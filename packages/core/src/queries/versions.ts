@@ -11,7 +11,7 @@ import {
 } from '../errors.js';
 import type { Tables } from '../schema/tables.js';
 import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
-import { logHead, retentionFloor, writeAudit } from './audit.js';
+import { beginningOf, logHead, retentionFloor, writeAudit } from './audit.js';
 import { LANES_LOCK_CLASS } from './lanes.js';
 import { pgArray } from './pg-array.js';
 
@@ -213,16 +213,16 @@ export async function registerVersions(
             `(startFrom: 'now')`,
         );
       }
-      // The rows start where they were told, 'beginning' at 0, as a new consumer's do: pruned ids
-      // are a pending range their turns burn by the gap proof (docs/design.md §5.3). Started at the
-      // retention floor instead, they would pass for good an event that a transaction in flight at
-      // a prune commits below it afterwards.
-      const start = d.startPosition;
+      // From the beginning means from before the oldest event retention kept (as a restart from
+      // the beginning does): ids below it are gone, not holes to wait for.
+      const floor = await retentionFloor(tx, t);
+      const beginning = await beginningOf(tx, t, floor);
+      const start = d.startPosition > beginning ? d.startPosition : beginning;
       // Rows that start above the head would count as caught up, and once they took over, the
       // consumer would never receive the events still to come up to there: refused, as a restart
       // there is.
-      if (!d.sideEffects && start > 0n) {
-        const last = await logHead(tx, t, await retentionFloor(tx, t));
+      if (!d.sideEffects && start > beginning) {
+        const last = await logHead(tx, t, floor);
         if (start > last) {
           throw new BeyondHeadError(
             start,

@@ -158,6 +158,27 @@ describe('prune', () => {
     await back.stop();
   });
 
+  test('a per-instance row registered after the last prune is not said to have lost what it waits for below the floor', async () => {
+    const schema = await freshSchema(db.sql);
+    await appendEvents(db.sql, 3, undefined, schema); // 1..3
+    expect(await prune(db.sql, { before: 4n, schema })).toEqual({ deleted: 3 });
+    const writer = await heldTransaction(db.sql);
+    await writer.append([{ streamId: 's', type: 'Late', data: {} }], { schema }); // 4, in flight
+    await appendEvents(db.sql, 1, undefined, schema); // 5
+    const feed = recordingConsumer('feed', { delivery: 'per-instance', startFrom: 'now' });
+    const first = testDispatcher(db.sql, schema, [feed.consumer], { instanceId: 'i1' });
+    await first.ensureRegistered(); // cursor 5, waiting for 4
+    await first.stop();
+    const logger = capturingLogger();
+    const again = testDispatcher(db.sql, schema, [feed.consumer], { instanceId: 'i1', logger });
+    await again.ensureRegistered();
+    expect(logger.lines.filter((l) => l.level === 'error')).toEqual([]);
+    await writer.commit();
+    await drainUntilIdle(again);
+    expect(feed.ids()).toEqual([4n]);
+    await again.stop();
+  });
+
   test('refuses a before above the one after the log head: the floor would make later events look pruned', async () => {
     const schema = await freshSchema(db.sql);
     await appendEvents(db.sql, 5, undefined, schema); // 1..5, and no consumer to hold retention back
