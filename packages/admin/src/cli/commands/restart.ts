@@ -15,7 +15,7 @@ export const restartCommand = defineCommand({
       type: 'string',
       value: 'beginning|now|id',
       description:
-        "'beginning' (every kept event), 'now' (the log head) or the event id after which to continue (0 = all)",
+        "'beginning' (every kept event), 'now' (the log head) or the event id after which to continue (0: all, if nothing was pruned)",
       required: true,
     },
     instance: INSTANCE_OPTION,
