@@ -45,7 +45,9 @@ describe('the public functions refuse bad input with a typed error', () => {
     await expect(verifySchema(notAPool)).rejects.toMatchObject(invalid('sql'));
     await expect(liveVersion(notAPool, 'a')).rejects.toMatchObject(invalid('sql'));
     await expect(checkConnection(notAPool)).rejects.toMatchObject(invalid('sql'));
-    await expect(transaction(undefined as never, () => Promise.resolve(1))).rejects.toMatchObject(invalid('sql'));
+    await expect(transaction(undefined as never, () => Promise.resolve(1))).rejects.toMatchObject(
+      invalid('sql'),
+    );
   });
 
   test('transaction() without a function opens no transaction', async () => {

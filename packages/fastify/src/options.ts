@@ -101,7 +101,8 @@ export function resolveOps(ops: OpsOptions | undefined): ResolvedOps | undefined
   }
   for (const key of ['insecure', 'readOnly'] as const) {
     // null as left out (false), as for every other option.
-    if (ops[key] !== undefined && ops[key] !== null && typeof ops[key] !== 'boolean') {
+    const value: unknown = ops[key];
+    if (value !== undefined && value !== null && typeof value !== 'boolean') {
       throw new InvalidOptionError(`ops.${key}`, 'must be true or false (a boolean, not a string)');
     }
   }
