@@ -413,7 +413,9 @@ describe('actions', () => {
       $$ begin perform pg_advisory_lock_shared(${key}); perform pg_advisory_unlock_shared(${key}); return null; end $$`);
     await db.sql`create trigger park_prune before delete on ${events} for each statement execute function ${db.sql(`${schema}.park_prune`)}()`;
     const holder = await db.sql.reserve();
-    onTestFinished(() => { holder.release(); });
+    onTestFinished(() => {
+      holder.release();
+    });
     await holder`select pg_advisory_lock(${key})`;
     const pruning = prune(db.sql, { before: 3n, schema });
     await until(async () => {
