@@ -9,6 +9,7 @@ import {
   createDispatcher,
   migrate,
   prune,
+  BeyondHeadError,
   PruneBlockedError,
   SkipMismatchError,
   ConsumerBusyError,
@@ -203,6 +204,7 @@ describe('races', () => {
         const gapTable = db.sql(`${schema}.gaps`);
         let succeeded = 0;
         let blocked = 0;
+        let beyondHead = 0;
         let deletedEvents = 0;
         let deletedUnprocessed = 0;
         let floor = 1n;
@@ -253,13 +255,16 @@ describe('races', () => {
             }
             unverified = keep;
           } catch (error) {
-            if (!(error instanceof PruneBlockedError)) throw error;
-            blocked++;
+            // Refused either way: a consumer still needs an event below `before`, or `before` is
+            // beyond the head ("anywhere" may draw up to head + 1, and the head read above is old).
+            if (error instanceof BeyondHeadError) beyondHead++;
+            else if (error instanceof PruneBlockedError) blocked++;
+            else throw error;
           }
           await sleep(15);
         }
         const pruneSeconds = (performance.now() - started) / 1000;
-        return { succeeded, blocked, deletedEvents, deletedUnprocessed, pruneSeconds };
+        return { succeeded, blocked, beyondHead, deletedEvents, deletedUnprocessed, pruneSeconds };
       });
 
       await phase('quiesce', async () => {
@@ -277,7 +282,7 @@ describe('races', () => {
       });
 
       await phase('verdict', () => {
-        const { succeeded, blocked, deletedEvents, deletedUnprocessed, pruneSeconds } = prunes;
+        const { succeeded, blocked, beyondHead, deletedEvents, deletedUnprocessed, pruneSeconds } = prunes;
         const committed = new Set(acked);
         const lost: string[] = [];
         let phantoms = 0;
@@ -306,7 +311,7 @@ describe('races', () => {
         };
         recorder.faults['prune runs'] = PRUNES;
         recorder.faults['operator skips'] = operated.skips;
-        figures['prunes succeeded/blocked'] = `${succeeded}/${blocked}`;
+        figures['prunes succeeded/blocked/beyond head'] = `${succeeded}/${blocked}/${beyondHead}`;
         figures['events deleted'] = deletedEvents;
         figures['deleted-unprocessed'] = deletedUnprocessed;
         figures['events committed/aborted'] = `${acked.length}/${aborted.size}`;
