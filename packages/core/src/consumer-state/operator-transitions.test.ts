@@ -91,18 +91,23 @@ describe('restart', () => {
     expect(restartConsumer(state, 'now', facts).row.start).toBeNull();
   });
 
-  test('properties: the cursor lands between the floor and the head, and nothing of the old position survives', () => {
+  test('properties: the cursor lands between the floor (or a kept event below it) and the head, its stragglers at or below it, and nothing of the old position survives', () => {
     fc.assert(
       fc.property(
         stateArbitrary,
         fromArbitrary,
         fc.bigInt({ min: 1n, max: 30n }),
         fc.bigInt({ min: 0n, max: 60n }),
-        (state, from, floor, headAbove) => {
+        fc.option(fc.bigInt({ min: 1n, max: 90n })),
+        fc.boolean(),
+        (state, from, floor, headAbove, kept, inFlightThen) => {
           const head = floor - 1n + headAbove;
+          // The oldest kept event: above the floor, or below it (a late commit), never above the head.
+          const oldestKept = kept !== null && kept <= head ? kept : null;
+          const inFlight = inFlightThen ? { snapshot: '90:95:91', fence: 96n, upto: head } : null;
           let restarted: OperatorChange;
           try {
-            restarted = restartConsumer(state, from, { floor, head, inFlight: null });
+            restarted = restartConsumer(state, from, { floor, head, oldestKept, inFlight });
           } catch {
             // Only an id outside [floor - 1, head] is refused.
             expect(typeof from).toBe('bigint');
@@ -110,7 +115,14 @@ describe('restart', () => {
             return;
           }
           const after = applied(state, restarted.row);
-          expect(after.cursor >= floor - 1n && after.cursor <= head).toBe(true);
+          const lowest = oldestKept !== null && oldestKept - 1n < floor - 1n ? oldestKept - 1n : floor - 1n;
+          expect(after.cursor >= lowest && after.cursor <= head).toBe(true);
+          if (from === 'beginning') {
+            expect(after.cursor).toBe(lowest);
+            expect(restarted.row.start ?? null).toEqual(
+              inFlight !== null && lowest > 0n ? { ...inFlight, upto: lowest } : null,
+            );
+          }
           expect(after.status).toBe(state.status === 'disabled' ? 'disabled' : 'idle');
           expect(after).toMatchObject({
             attempts: 0,

@@ -71,7 +71,7 @@ describe('prune', () => {
     await dispatcher.ensureRegistered(); // cursor 4, waiting for the writer
     const blocked = await prune(db.sql, { before: 3n, schema }).catch((e: unknown) => e);
     expect((blocked as PruneBlockedError).laggingConsumers).toEqual([
-      "fresh (idle, cursor 4, a 'now' start still waiting for transactions in flight at its registration)",
+      'fresh (idle, cursor 4, a start still waiting for transactions in flight at its registration or restart)',
     ]);
     await writer.commit();
     await drainUntilIdle(dispatcher);

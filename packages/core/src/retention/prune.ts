@@ -38,7 +38,8 @@ type LaggingRow = [
 /**
  * Deletes events below `before`, unless a registered consumer (of any status, apart from stale
  * per-instance rows) still needs one: a cursor below before - 1, a pending gap below before, or
- * a 'now' registration still waiting for in-flight events (docs/design.md §6.3; invariant I6).
+ * a start still waiting for its stragglers, the events in flight at a 'now' registration or at a
+ * restart (docs/design.md §6.3; invariant I6).
  * Holds the retention lock exclusively, so no consumer registers or restarts meanwhile.
  * @throws {PruneBlockedError} naming the lagging consumers; nothing is deleted then
  * @throws {BeyondHeadError} when `before` is above the one after the log head (nothing is deleted)
@@ -105,7 +106,7 @@ export async function prune(sql: Sql, pruneOptions: PruneOptions): Promise<Prune
               : gapFrom !== null
                 ? `, a pending gap from ${gapFrom}`
                 : nowStart
-                  ? `, a 'now' start still waiting for transactions in flight at its registration`
+                  ? `, a start still waiting for transactions in flight at its registration or restart`
                   : '') +
             ')',
         ),
