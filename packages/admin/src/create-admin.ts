@@ -4,6 +4,7 @@ import {
   MAX_AGE_MS,
   MAX_LOCK_TIMEOUT_MS,
   optionsObject,
+  requirePool,
   resolveSchemaName,
   sqlStateOf,
   tables,
@@ -60,8 +61,7 @@ export interface AdminOptions {
  */
 export function createAdmin(adminOptions: AdminOptions) {
   const options = optionsObject(adminOptions);
-  if (typeof (options.sql as unknown) !== 'function')
-    throw new InvalidOptionError('sql', 'must be a postgres.js pool');
+  requirePool(options.sql);
   // The read models and actions read columns by the names PostgreSQL gives them.
   const transform = (options.sql.options as unknown as { transform?: Record<string, { from?: unknown }> })
     .transform;

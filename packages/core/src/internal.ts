@@ -68,6 +68,7 @@ export {
   MAX_LOCK_TIMEOUT_MS,
   MAX_MS,
   optionsObject,
+  requirePool,
   SHARED_INSTANCE_ID,
 } from './options.js';
 export { wakeUpChannel } from './wake-up/channel.js';

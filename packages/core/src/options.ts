@@ -117,6 +117,13 @@ export const MAX_ATTEMPTS = 2 ** 31 - 1;
  */
 export const MAX_BATCH_SIZE = 1_000_000_000;
 
+/** The dispatcher's numeric options bounded otherwise than a duration (MAX_MS) or not at all. */
+const LARGEST: Partial<Record<string, number>> = {
+  rearmCooldownMs: MAX_AGE_MS,
+  maxAttempts: MAX_ATTEMPTS,
+  batchSize: MAX_BATCH_SIZE,
+};
+
 export const DEFAULTS = {
   batchSize: 100,
   maxTurnMs: 5 * SECOND_MS,
@@ -223,10 +230,8 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     throw new InvalidOptionError('options', 'must be an object');
   }
   refuseUnknownFields(input as unknown as Record<string, unknown>, DISPATCHER_FIELDS, '', 'the dispatcher');
-  if (typeof (input.sql as unknown) !== 'function')
-    throw new InvalidOptionError('sql', 'must be a postgres.js pool');
-  if (input.listenSql !== undefined && typeof (input.listenSql as unknown) !== 'function')
-    throw new InvalidOptionError('listenSql', 'must be a postgres.js pool');
+  requirePool(input.sql);
+  if (input.listenSql !== undefined) requirePool(input.listenSql, 'listenSql');
   const schema = resolveSchemaName(input.schema);
   const instanceId = input.instanceId;
   if (instanceId !== undefined) {
@@ -243,16 +248,7 @@ export function resolveOptions(input: DispatcherOptions): ResolvedOptions {
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min) {
       throw new InvalidOptionError(name, `must be an integer of at least ${min}, got ${String(value)}`);
     }
-    const max =
-      name === 'rearmCooldownMs'
-        ? MAX_AGE_MS
-        : name.endsWith('Ms')
-          ? MAX_MS
-          : name === 'maxAttempts'
-            ? MAX_ATTEMPTS
-            : name === 'batchSize'
-              ? MAX_BATCH_SIZE
-              : Infinity;
+    const max = LARGEST[name] ?? (name.endsWith('Ms') ? MAX_MS : Infinity);
     if (value > max) {
       throw new InvalidOptionError(
         name,

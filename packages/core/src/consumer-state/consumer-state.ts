@@ -741,6 +741,15 @@ function change(
   };
 }
 
+/**
+ * Where "from the beginning" is: just below the retention floor, or below the oldest event kept
+ * when one is under the floor (a transaction in flight at a prune committed it afterwards: the
+ * prune could not see it). Ids below it are pruned, not holes to wait for.
+ */
+export function beginningPosition(floor: bigint, oldestKept: bigint | null): bigint {
+  return oldestKept !== null && oldestKept < floor ? oldestKept - 1n : floor - 1n;
+}
+
 /** Where a restart puts the cursor: before every kept event, the log head, or after a given id. */
 export type RestartFrom = 'beginning' | 'now' | bigint;
 
@@ -769,11 +778,8 @@ export function restartConsumer(
   // transaction in flight at a prune committed below it afterwards (the prune could not see it) is
   // kept there; and the events in flight at the restart's snapshot at or below it are its
   // stragglers (docs/design.md §6.3).
-  if (from === 'beginning') {
-    const floor = facts.floor - 1n;
-    const oldest = facts.oldestKept ?? null;
-    cursor = oldest !== null && oldest - 1n < floor ? oldest - 1n : floor;
-  } else if (from === 'now') cursor = facts.head;
+  if (from === 'beginning') cursor = beginningPosition(facts.floor, facts.oldestKept ?? null);
+  else if (from === 'now') cursor = facts.head;
   else {
     if (from < facts.floor - 1n) throw new BelowRetentionFloorError(from, facts.floor);
     if (from > facts.head) throw new BeyondHeadError(from, facts.head);

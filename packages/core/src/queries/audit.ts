@@ -1,5 +1,6 @@
 import type { Tables } from '../schema/tables.js';
 import { type Queryable, type TransactionSql, valuesOf } from '../sql-types.js';
+import { beginningPosition } from '../consumer-state/consumer-state.js';
 
 export interface AuditEntry {
   readonly actor: string;
@@ -34,16 +35,12 @@ export async function retentionFloor(tx: Queryable, t: Tables): Promise<bigint> 
   return floor ? BigInt(floor) : 1n;
 }
 
-/**
- * Where a position "from the beginning" is: just below the retention floor `floor`, or below the
- * oldest event kept when one is under the floor (a transaction in flight at a prune committed it
- * afterwards: the prune could not see it). Ids below it are pruned, not holes to wait for.
- */
+/** Where "from the beginning" is, with `floor` the retention floor (see beginningPosition). */
 export async function beginningOf(tx: Queryable, t: Tables, floor: bigint): Promise<bigint> {
   const [[oldest] = [null]] = await valuesOf<[oldest: string | null]>(
     tx`select min(id)::text from ${t.events}`,
   );
-  return oldest !== null && BigInt(oldest) - 1n < floor - 1n ? BigInt(oldest) - 1n : floor - 1n;
+  return beginningPosition(floor, oldest === null ? null : BigInt(oldest));
 }
 
 /**
