@@ -534,6 +534,29 @@ describe('append() after the transaction lost its connection', () => {
   });
 });
 
+describe("the application's pool writes times in another DateStyle", () => {
+  test('append() returns the time the row holds, in either form of its insert', async () => {
+    const app = db.connect({ max: 1, connection: { DateStyle: 'SQL, DMY', TimeZone: 'Asia/Kolkata' } });
+    onTestFinished(() => app.end());
+    const small = await transaction(app, (tx) => append(tx, [order(1)]));
+    const large = await transaction(app, (tx) =>
+      append(
+        tx,
+        Array.from({ length: 70 }, (_, i) => order(i + 2)),
+      ),
+    );
+    const ids = [...small, ...large].map((e) => e.id.toString());
+    const rows = await db.sql<{ id: string; ms: string }[]>`
+      select id::text, (extract(epoch from created_at) * 1000)::bigint::text as ms
+      from sluice.events where id = any(${pgArray(ids)}::bigint[])`;
+    const stored = new Map(rows.map((r) => [r.id, Number(r.ms)]));
+    for (const event of [...small, ...large]) {
+      expect(event.createdAt).toBeInstanceOf(Date);
+      expect(Math.abs(event.createdAt.getTime() - stored.get(event.id.toString())!)).toBeLessThanOrEqual(1);
+    }
+  });
+});
+
 describe("the application's pool renames columns (postgres.camel, postgres.pascal)", () => {
   test('migrate(), verifySchema(), append() and prune() read their rows by position, as PostgreSQL returns them', async () => {
     for (const transform of [postgres.camel, postgres.pascal]) {

@@ -141,11 +141,7 @@ export async function append(
   const stored = rows.map(([, createdAt], i) =>
     storedEvent(
       ids[i] as bigint,
-      // A Date also when the pool's types read timestamptz as text (ISO 8601) or milliseconds; any
-      // other object a pool makes of it (a date library's) as it is.
-      typeof createdAt === 'string' || typeof createdAt === 'number'
-        ? new Date(createdAt)
-        : (createdAt as Date),
+      new Date(createdAt),
       streamIds[i] as string,
       types[i] as string,
       data[i] as string,
@@ -199,7 +195,8 @@ const EMPTY_OBJECT_JSON = '{}';
 
 /**
  * One INSERT of every event, returning each new id and created_at (read by position: a pool that
- * renames columns, `transform: postgres.camel`, renames nothing then). The JSON text is cast to jsonb
+ * renames columns, `transform: postgres.camel`, renames nothing then; created_at as the ISO 8601
+ * text of its JSON form, which no DateStyle and no pool's `types` change). The JSON text is cast to jsonb
  * in SQL, so it is encoded exactly once: binding an already serialised string to a jsonb parameter
  * would store a JSON string scalar (docs/design.md §3.1). Ids are drawn in the caller's order: a
  * VALUES list is produced row by row in list order, and a larger batch is sorted by ordinality
@@ -216,7 +213,7 @@ function insertEvents(
   types: readonly string[],
   data: readonly string[],
   metadata: readonly string[],
-): Promise<[id: string, createdAt: unknown][]> {
+): Promise<[id: string, createdAt: string][]> {
   const count = streamIds.length;
   if (count <= VALUES_MAX_EVENTS) {
     const withMetadata = metadata.some((m) => m !== EMPTY_OBJECT_JSON);
@@ -235,10 +232,13 @@ function insertEvents(
     from unnest(${pgArray(streamIds)}::text[], ${pgArray(types)}::text[], ${pgArray(data)}::text[], ${pgArray(metadata)}::text[])
          with ordinality as u(stream_id, type, data, metadata, n)
     order by u.n
-    returning id::text, created_at`);
+    returning id::text, to_json(created_at) #>> '{}'`);
 }
 
 const valuesTemplates = new Map<string, TemplateStringsArray>();
+
+/** created_at as ISO 8601 text whatever the session's DateStyle, TimeZone or the pool's types. */
+const CREATED_AT = "to_json(created_at) #>> '{}'";
 
 /**
  * The strings of `insert into ${events} (stream_id, type, data, metadata) values (${s}, ${t},
@@ -254,7 +254,7 @@ function valuesTemplate(count: number, withMetadata: boolean): TemplateStringsAr
       withMetadata ? ' (stream_id, type, data, metadata) values (' : ' (stream_id, type, data) values (',
     ];
     const rowEnd = (last: boolean) =>
-      last ? '::text::jsonb) returning id::text, created_at' : '::text::jsonb), (';
+      last ? `::text::jsonb) returning id::text, ${CREATED_AT}` : '::text::jsonb), (';
     for (let i = 0; i < count; i++) {
       const last = i === count - 1;
       if (withMetadata) strings.push(', ', ', ', '::text::jsonb, ', rowEnd(last));
