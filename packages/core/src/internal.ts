@@ -22,7 +22,7 @@ export {
   skipEvent,
   stuckEventOf,
 } from './consumer-state/consumer-state.js';
-export { unreachableBy } from './dispatcher/classify-failure.js';
+export { poolerHint, unreachableBy } from './dispatcher/classify-failure.js';
 export { MAX_PARKED_KEY_BYTES } from './dispatcher/deliver.js';
 export { messageOf, sqlStateOf } from './errors.js';
 export { neverThrowing } from './logger.js';

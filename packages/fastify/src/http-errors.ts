@@ -1,5 +1,5 @@
 import { SluiceError, type OpsRouteErrorCode, type SluiceErrorCode } from '@sluice/core';
-import { unreachableBy } from '@sluice/core/internal';
+import { poolerHint, unreachableBy } from '@sluice/core/internal';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 
 /** The one place where core error codes meet HTTP statuses (CONVENTIONS.md#errors). */
@@ -103,6 +103,14 @@ export function sendOpsError(error: FastifyError | Error, request: FastifyReques
   const status = fastifyError.statusCode;
   if (status !== undefined && status >= 400 && status < 500) {
     return reply.code(status).send(errorBody(status, fastifyError.code, fastifyError.message));
+  }
+  // A prepared statement lost between two transactions: the pool is behind a transaction pooler.
+  // Sluice's own connections stop preparing on it (logged once), so the same request goes through
+  // when tried again; one the application's pool answers the same until it has prepare: false.
+  const hint = poolerHint(error);
+  if (hint !== undefined) {
+    request.log.warn({ err: error }, 'sluice ops request: a prepared statement was lost');
+    return sendOpsCode(reply, 'SLUICE_DATABASE_UNAVAILABLE', `${hint}; try again`);
   }
   // The database is down, refuses the login, or the connection went during the request: not a
   // failure of the request, and not one of Sluice's.

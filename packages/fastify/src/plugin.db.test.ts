@@ -835,6 +835,27 @@ describe('ops routes', () => {
     expect(response.body).not.toContain('actor'); // no SQL or column name reaches the client
   });
 
+  test('a prepared statement lost behind a transaction pooler is a 503 that says what to set, and changes nothing', async () => {
+    const { app, schema } = await build([
+      failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } }).consumer,
+    ]);
+    await deadMailer(app, schema);
+    const before = await stateOf(schema);
+    // What a transaction pooler's next server connection answers a statement prepared on another one.
+    await db.sql.unsafe(`
+      create function ${schema}.lost_statement() returns trigger language plpgsql as $$
+      begin raise exception 'prepared statement "s1" does not exist' using errcode = '26000'; end $$;
+      create trigger lost_statement before insert on ${schema}.audit
+      for each row execute function ${schema}.lost_statement()`);
+    const response = await authed(app, 'POST', '/sluice/consumers/mailer/skip', { eventId: '2' });
+    expect(response.statusCode).toBe(503);
+    const body = response.json<{ code: string; message: string }>();
+    expect(body.code).toBe('SLUICE_DATABASE_UNAVAILABLE');
+    expect(body.message).toContain('create the pool with prepare: false');
+    expect(await stateOf(schema)).toEqual(before);
+    expect(await auditCount(schema)).toBe(0);
+  });
+
   test('dead-letter payloads pass through the redaction option', async () => {
     const c = failingOn('mailer', (e) => e.id === 1n, {
       errorPolicy: { maxAttempts: 1, skipApplyErrors: true },
