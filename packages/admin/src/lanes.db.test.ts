@@ -18,7 +18,7 @@ import { createAdmin } from './create-admin.js';
 const db = await useTestDatabase();
 const byStream = (n: number) => ({ streamId: `s-${n % 6}`, type: 'Placed', data: { n } });
 
-async function setup(fails: (event: EventRecord) => boolean, parkKey = false) {
+async function setup(fails: (event: EventRecord) => boolean, parkKey = false, lanes = 3) {
   const schema = await freshSchema(db.sql, 'admlanes');
   const seen: EventRecord[] = [];
   const dispatcher = testDispatcher(
@@ -27,7 +27,7 @@ async function setup(fails: (event: EventRecord) => boolean, parkKey = false) {
     [
       {
         name: 'reactor',
-        lanes: 3,
+        lanes,
         errorPolicy: parkKey ? { maxAttempts: 1, parkKey: true } : { maxAttempts: 1 },
         handler: (event) => {
           if (fails(event)) throw new Error(`cannot handle ${event.streamId}`);
@@ -203,6 +203,39 @@ describe('parked keys', () => {
 });
 
 describe('changing the lane count', () => {
+  test.each(['skip, then relane', 'relane, then skip'])(
+    'a lane dead on the event after the barrier: %s, and the change switches; nothing else is lost',
+    async (order) => {
+      const { schema, dispatcher, admin, seen } = await setup((e) => e.id === 3n, false, 1);
+      await appendEvents(db.sql, 6, byStream, schema);
+      await dispatcher.runOnce();
+      expect(await admin.showConsumer('reactor')).toMatchObject({ status: 'dead', cursor: 2n });
+      if (order === 'skip, then relane') await admin.skip('reactor', { eventId: 3n });
+      expect(await admin.relane('reactor', { lanes: 2 })).toMatchObject({ outcome: 'started', barrier: 2n });
+      if (order === 'relane, then skip') await admin.skip('reactor', { eventId: 3n });
+      await appendEvents(db.sql, 3, (n) => byStream(n + 6), schema);
+      await passUntil(
+        dispatcher,
+        async () =>
+          (await admin.listConsumers()).every((c) => c.instanceId.endsWith('/2')) && seen.length >= 8,
+        'the change to switch and the old lane to go',
+      );
+      await drainUntilIdle(dispatcher);
+      expect((await admin.listConsumers()).map((c) => c.instanceId)).toEqual(['*0/2', '*1/2']);
+      expect(seen.map((e) => e.id).sort((a, b) => (a < b ? -1 : 1))).toEqual([
+        1n,
+        2n,
+        4n,
+        5n,
+        6n,
+        7n,
+        8n,
+        9n,
+      ]);
+      expect((await admin.listDeadLetters('reactor')).map((d) => d.eventId)).toEqual([3n]);
+    },
+  );
+
   test('asked for by an operator, retargeted before it switches, refused while a switched one drains', async () => {
     const { schema, dispatcher, admin } = await setup(() => false);
     const gap = await holdGap(db.sql, undefined, { schema });

@@ -855,6 +855,19 @@ export function stuckEventOf(state: ConsumerState): bigint | null {
 }
 
 /**
+ * The highest event the row still has to resolve itself: the one it is stuck on, or an operator's
+ * skip of it. An old lane of a change of lane count reads up to it even above the barrier (see
+ * fetchFilterOf): standing at the barrier, it could neither retry nor skip it, and the change,
+ * which waits for every old lane to be free of both, would never switch.
+ */
+export function unresolvedEventOf(state: ConsumerState): bigint | null {
+  const stuck = stuckEventOf(state);
+  const skip = state.skipEventId;
+  if (stuck === null) return skip;
+  return skip !== null && skip > stuck ? skip : stuck;
+}
+
+/**
  * Skip: only the event the consumer is stuck on (compare-and-set), which its next turn resolves
  * without calling the handler; a dead consumer becomes idle with a fresh re-arm budget. The event
  * is copied into the dead letters by the caller.

@@ -24,6 +24,7 @@ import {
   type RowChange,
   skipEvent,
   stuckEventOf,
+  unresolvedEventOf,
 } from './consumer-state.js';
 import { held, idleState, RULES, stateArbitrary } from './generated-states.test-support.js';
 
@@ -206,6 +207,21 @@ describe('skip', () => {
         expect(after.skipEventId).toBe(eventId);
         expect(after.status).toBe(state.status === 'dead' ? 'idle' : state.status);
         expect(after.attempts).toBe(0);
+      }),
+    );
+  });
+
+  test('properties: the event a row still has to resolve is its stuck event, then its skip; an old lane reads up to it past its barrier', () => {
+    fc.assert(
+      fc.property(stateArbitrary, (state) => {
+        const stuck = stuckEventOf(state);
+        const unresolved = unresolvedEventOf(state);
+        for (const id of [stuck, state.skipEventId]) {
+          if (id !== null) expect(unresolved !== null && unresolved >= id).toBe(true);
+        }
+        if (stuck === null && state.skipEventId === null) expect(unresolved).toBeNull();
+        if (stuck !== null)
+          expect(unresolvedEventOf(applied(state, skipEvent('c', state, stuck).row))).toBe(stuck);
       }),
     );
   });

@@ -323,7 +323,9 @@ export function parkedReplayLane(consumer: ResolvedConsumer, change: LaneChange 
 
 /**
  * What a consumer's fetch keeps (docs/design.md §11): one lane's events, the handled types, parked
- * keys; an old lane of a change of lane count reads nothing above its barrier. Undefined for a
+ * keys; an old lane of a change of lane count reads nothing above its barrier but, before the
+ * switch, the event its row still has to resolve (`unresolved`: unresolvedEventOf), whose delivery
+ * or skip then raises the barrier. Undefined for a
  * consumer that keeps every event (the plain fetch). Parked keys are read by a parking consumer,
  * and by any other once the held row says some are parked (`parkedKeys`): a process of a rolling
  * deployment without errorPolicy.parkKey still sets aside the later events of a key another one
@@ -334,9 +336,11 @@ export function fetchFilterOf(
   change: LaneChange | null,
   limit: number,
   parkedKeys = false,
+  unresolved: bigint | null = null,
 ): FetchFilter | undefined {
   const lane = consumer.lane ?? { index: 0, count: 1 };
-  const cap = consumer.lane !== null && change !== null && lane.count === change.from ? change.barrier : null;
+  let cap = consumer.lane !== null && change !== null && lane.count === change.from ? change.barrier : null;
+  if (cap !== null && !change?.switched && unresolved !== null && unresolved > cap) cap = unresolved;
   const parking = consumer.parkKey || parkedKeys;
   if (lane.count === 1 && consumer.types === null && !parking && cap === null) return undefined;
   return {

@@ -14,6 +14,7 @@ import {
   openTurn,
   planDelivery,
   type TurnRules,
+  unresolvedEventOf,
 } from '../consumer-state/consumer-state.js';
 import { messageOf } from '../errors.js';
 import { PASSED_TYPE, passedStub, TOMBSTONE_TYPE, type EventRecord } from '../events.js';
@@ -404,7 +405,7 @@ async function fetchChosen(
   let choice: FetchChoice = opening;
   let stored = await rangesChosen(env, consumer, tx, choice, state.cursor);
   let rechecked = fenced(stored, held.xid);
-  const filter = fetchFilterOf(consumer, held.laneChange, limit, held.parkedKeys);
+  const filter = fetchFilterOf(consumer, held.laneChange, limit, held.parkedKeys, unresolvedEventOf(state));
   let batch = await fetchTurnBatch(env, consumer, tx, {
     cursor: state.cursor,
     limit,

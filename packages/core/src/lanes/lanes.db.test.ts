@@ -888,6 +888,74 @@ describe('changing the lane count', () => {
     expectOrderedPerStream(seen);
   });
 
+  test.each([false, true])(
+    'a change asked for while a lane at the barrier retries its next event (transactional: %s): the lane delivers it once it goes through, raises the barrier, and the change switches',
+    async (transactional) => {
+      const seen: EventRecord[] = [];
+      let failing = true;
+      const consumer = (lanes: number): Consumer => ({
+        name: 'proj',
+        lanes,
+        transactional,
+        errorPolicy: { maxAttempts: 1_000 },
+        handler: (event) => {
+          if (failing && event.id === 4n) throw new Error('not yet');
+          seen.push(event);
+        },
+      });
+      const schema = await freshSchema(db.sql, 'relane');
+      const one = testDispatcher(db.sql, schema, [consumer(1)], { retryDelayMs: 1, retryMaxDelayMs: 1 });
+      await one.ensureRegistered();
+      await appendEvents(db.sql, 6, byStream, schema);
+      await one.runOnce();
+      await one.stop();
+      // Not transactional, 1 to 3 are delivered; transactional, the batch is rolled back to 0.
+      const [row] = await db.sql<{ cursor: string; attempts: number; stuck: string }[]>`
+        select cursor::text, attempts, stuck_event_id::text as stuck from ${db.sql(`${schema}.consumers`)}`;
+      expect(row).toMatchObject({ attempts: 1, stuck: '4' });
+
+      const two = testDispatcher(db.sql, schema, [consumer(2)], { retryDelayMs: 1, retryMaxDelayMs: 1 });
+      await two.ensureRegistered();
+      const [change] = await db.sql<{ barrier: string }[]>`
+        select barrier::text from ${db.sql(`${schema}.lane_changes`)}`;
+      expect(change?.barrier).toBe(row?.cursor);
+      // Still failing: the lane goes on retrying its event, above the barrier, and switches nothing.
+      for (let i = 0; i < 3; i++) await two.runOnce();
+      expect(
+        await db.sql`select 1 from ${db.sql(`${schema}.lane_changes`)} where switched_at is null`,
+      ).toHaveLength(1);
+      const [retrying] = await db.sql<{ attempts: number }[]>`
+        select attempts from ${db.sql(`${schema}.consumers`)}`;
+      expect(retrying?.attempts).toBeGreaterThan(1);
+
+      failing = false;
+      await appendEvents(db.sql, 6, (n) => byStream(n + 6), schema);
+      await until(
+        async () => {
+          await two.runOnce();
+          return (
+            (await db.sql`select 1 from ${db.sql(`${schema}.lane_changes`)}`).length === 0 &&
+            seen.length >= 12
+          );
+        },
+        20_000,
+        'the change switched and drained, every event delivered',
+      );
+      await drainUntilIdle(two);
+      await two.stop();
+      expect((await rows(schema, 'proj')).map((r) => r.instance_id)).toEqual(laneInstanceIds(2).sort());
+      // A transactional handler's calls in rolled-back attempts (1 to 3 with 4) count for nothing.
+      const ids = seen.map((e) => e.id);
+      expect([...new Set(ids)].sort((a, b) => (a < b ? -1 : 1))).toEqual(
+        Array.from({ length: 12 }, (_, i) => BigInt(i + 1)),
+      );
+      if (!transactional) {
+        expect(new Set(ids).size).toBe(ids.length); // nothing twice
+        expectOrderedPerStream(seen);
+      }
+    },
+  );
+
   /**
    * Two lanes at the barrier of a change to one lane, their turns overlapping for sure: an old
    * lane's turn holds its row from its start, writes it, then tries the switch in the same
