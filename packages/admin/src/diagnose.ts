@@ -40,8 +40,25 @@ interface BackendRow {
   application_name: string | null;
   state: string | null;
   xact_start: Date | null;
-  xid8: string | null;
+  /** The 32-bit xid (pg_stat_activity and pg_prepared_xacts show no other). */
+  xid: string | null;
+  /** The xmax of the statement's snapshot, epoch and all. */
+  xmax8: string;
   gid: string | null;
+}
+
+const XID_SPAN = 2n ** 32n;
+const HALF_XID_SPAN = 2n ** 31n;
+
+/**
+ * The full (epoch-qualified) form of a 32-bit xid read beside `xmax8`, a snapshot's xmax: the one
+ * nearest to it, as every running xid is within 2³¹ of it. Such an xid may come after the
+ * snapshot (a backend that drew one since); taking it for an earlier epoch's made it 2³² too low,
+ * negative before the first wraparound.
+ */
+export function widenXid(xid32: bigint, xmax8: bigint): bigint {
+  const distance = (((xid32 - (xmax8 % XID_SPAN)) % XID_SPAN) + XID_SPAN + HALF_XID_SPAN) % XID_SPAN;
+  return xmax8 + distance - HALF_XID_SPAN;
 }
 
 /**
@@ -132,20 +149,15 @@ async function diagnoseRow(ctx: AdminContext, name: string, instanceId: string):
   const [clock] = await ctx.sql<{ now: Date }[]>`select statement_timestamp() as now`;
   const now = (clock?.now ?? new Date(Number.NaN)).getTime();
 
-  // xid8 of every backend with an xid, and of prepared transactions: 32-bit xids widened with
-  // the current epoch (one less for those past the wrap point).
+  // Every backend with an xid, and every prepared transaction: their 32-bit xids, widened below
+  // (widenXid) from the xmax of a snapshot of the same statement.
   const holders = await ctx.sql<BackendRow[]>`
-    with s as (select pg_snapshot_xmax(pg_current_snapshot())::text::bigint as xmax8)
+    with s as (select pg_snapshot_xmax(pg_current_snapshot())::text as xmax8)
     select a.pid, a.datname, a.application_name, a.state, a.xact_start,
-           (((s.xmax8 >> 32) - case when a.backend_xid::text::bigint > (s.xmax8 & 4294967295) then 1 else 0 end) * 4294967296
-             + a.backend_xid::text::bigint)::text as xid8,
-           null::text as gid
+           a.backend_xid::text as xid, s.xmax8, null::text as gid
     from pg_stat_activity a, s where a.backend_xid is not null
     union all
-    select null, p.database, null, 'prepared', p.prepared,
-           (((s.xmax8 >> 32) - case when p.transaction::text::bigint > (s.xmax8 & 4294967295) then 1 else 0 end) * 4294967296
-             + p.transaction::text::bigint)::text,
-           p.gid
+    select null, p.database, null, 'prepared', p.prepared, p.transaction::text, s.xmax8, p.gid
     from pg_prepared_xacts p, s`;
   const backend = (r: BackendRow): Backend => ({
     pid: r.pid,
@@ -153,17 +165,16 @@ async function diagnoseRow(ctx: AdminContext, name: string, instanceId: string):
     applicationName: r.application_name,
     state: r.state,
     xactStart: r.xact_start,
-    xid: r.xid8 === null ? null : BigInt(r.xid8),
+    xid: r.xid === null ? null : widenXid(BigInt(r.xid), BigInt(r.xmax8)),
     preparedGid: r.gid,
   });
 
+  const backends = holders.map(backend);
   let oldestGap: Diagnosis['oldestGap'] = null;
   const oldest = [...ranges].sort((a, b) => ((a.fence ?? 2n ** 63n) < (b.fence ?? 2n ** 63n) ? -1 : 1))[0];
   if (oldest) {
     const heldBy =
-      oldest.fence === null
-        ? []
-        : holders.filter((h) => h.xid8 !== null && BigInt(h.xid8) < (oldest.fence as bigint)).map(backend);
+      oldest.fence === null ? [] : backends.filter((b) => b.xid !== null && b.xid < (oldest.fence as bigint));
     oldestGap = { ...oldest, ageSeconds: (now - oldest.observedAt.getTime()) / 1000, heldBy };
   }
 
@@ -172,9 +183,7 @@ async function diagnoseRow(ctx: AdminContext, name: string, instanceId: string):
     from ${ctx.tables.consumers} c where c.name = ${name} and c.instance_id = ${instanceId}`;
   const lockerXid = lock?.locker ? BigInt(lock.locker) : null;
   const lockerRow =
-    lockerXid === null
-      ? undefined
-      : holders.find((h) => h.xid8 !== null && (BigInt(h.xid8) & 0xffffffffn) === lockerXid);
+    lockerXid === null ? undefined : holders.find((h) => h.xid !== null && BigInt(h.xid) === lockerXid);
   const rowLockedBy = lockerRow ? backend(lockerRow) : null;
 
   const nextRearmAt =
