@@ -12,7 +12,8 @@ export class PoolExhaustedError extends Error {
   constructor(waitedMs: number, what = 'the turn start was not recorded') {
     super(
       `${what} within ${waitedMs} ms (statementTimeoutMs): ` +
-        "no connection of Sluice's pool came free, or the database did not answer",
+        "no connection of Sluice's pool came free, or the database did not answer (behind a pooler: " +
+        "its pool needs more server connections than the turns running at once, docs/operating.md 'Behind a pooler')",
     );
     this.name = 'PoolExhaustedError';
   }
