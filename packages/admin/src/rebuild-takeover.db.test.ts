@@ -178,7 +178,9 @@ test('the live view keeps its owner and grants across the swap; a view other vie
     await drainUntilIdle(both);
     const refused = await admin.approveRebuild('stats').catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(RebuildStateError);
-    expect((refused as Error).message).toMatch(/other views are built on its liveView/);
+    expect((refused as Error).message).toMatch(
+      /^.*rule _RETURN on view .*stats_report depends on its liveView/,
+    );
     expect(await rows(schema, 'stats')).toEqual([{ status: 'idle', disabled_reason: null }]);
 
     await db.sql`drop view ${db.sql(`${schema}.stats_report`)}`;
@@ -192,6 +194,119 @@ test('the live view keeps its owner and grants across the swap; a view other vie
     await db.sql`drop owned by ${db.sql(reader)}`;
     await db.sql`drop role ${db.sql(reader)}`;
   }
+});
+
+test("the swap keeps the view's column grants, options and comment: a reader has the same access after; a function or trigger on the view is refused before anything stops", async () => {
+  const { schema, admin } = await setup();
+  const reader = `${schema}_reader`;
+  const view = `${schema}.stats`;
+  await db.sql`create role ${db.sql(reader)} nologin`;
+  try {
+    await db.sql`create view ${db.sql(view)} with (security_invoker = true, security_barrier = true)
+                 as select * from ${db.sql(`${schema}.proj_v1`)}`;
+    await db.sql`grant usage on schema ${db.sql(schema)} to ${db.sql(reader)}`;
+    await db.sql`grant select (id) on ${db.sql(view)} to ${db.sql(reader)}`;
+    await db.sql.unsafe(`comment on view ${view} is 'the stats, as the live version keeps them'`);
+    const liveView = (v: number) => ({ liveView: { view, source: `${schema}.proj_v${v}` } });
+    const both = testDispatcher(db.sql, schema, [
+      projection(schema, 1, liveView(1)),
+      projection(schema, 2, liveView(2)),
+    ]);
+    await both.ensureRegistered();
+    await drainUntilIdle(both);
+
+    // A SQL function whose body reads the view, and a trigger of the view: the drop would fail on
+    // the first and take the second along.
+    await db.sql.unsafe(`create function ${schema}.stats_count() returns bigint language sql
+                         begin atomic select count(*) from ${view}; end`);
+    const refused = await admin.approveRebuild('stats', { force: true }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(RebuildStateError);
+    expect((refused as Error).message).toMatch(/function .*stats_count\(\) depends on its liveView/);
+    await db.sql.unsafe(`drop function ${schema}.stats_count()`);
+    await db.sql.unsafe(`
+      create function ${schema}.refuse() returns trigger language plpgsql as $$ begin return null; end $$;
+      create trigger no_writes instead of insert on ${view} for each row execute function ${schema}.refuse()`);
+    const refusedAgain = await admin.approveRebuild('stats').catch((e: unknown) => e);
+    expect((refusedAgain as Error).message).toMatch(/has a trigger no_writes, which the switch cannot carry/);
+    expect(await rows(schema, 'stats')).toEqual([{ status: 'idle', disabled_reason: null }]);
+    await db.sql.unsafe(`drop trigger no_writes on ${view}`);
+
+    const access = async () => {
+      const [row] = await db.sql<
+        { options: string[]; comment: string | null; column: boolean; table: boolean }[]
+      >`
+        select c.reloptions as options, obj_description(c.oid, 'pg_class') as comment,
+               has_column_privilege(${reader}, c.oid, 'id', 'select') as column,
+               has_table_privilege(${reader}, c.oid, 'select') as table
+        from pg_class c where c.oid = to_regclass(${view})`;
+      return row;
+    };
+    const before = await access();
+    expect(before).toEqual({
+      options: ['security_invoker=true', 'security_barrier=true'],
+      comment: 'the stats, as the live version keeps them',
+      column: true,
+      table: false,
+    });
+    expect((await admin.approveRebuild('stats')).state).toBe('live');
+    expect(await ids(schema, 'stats')).toEqual(await ids(schema, 'proj_v2'));
+    expect(await access()).toEqual(before);
+    // security_invoker kept: the reader, who may not read the version's table, still cannot.
+    const denied = await db.sql
+      .begin(async (tx) => {
+        await tx`set local role ${tx(reader)}`;
+        return tx`select id from ${tx(view)}`;
+      })
+      .catch((e: unknown) => e);
+    expect((denied as { code?: string }).code).toBe('42501');
+    await both.stop();
+  } finally {
+    await db.sql`drop owned by ${db.sql(reader)}`;
+    await db.sql`drop role ${db.sql(reader)}`;
+  }
+});
+
+test("dropping a retired version's source is refused, typed and changing nothing, while another table's foreign key needs it or a version not retired declares it", async () => {
+  const { schema, admin } = await setup();
+  const liveView = (v: number, source = v) => ({
+    liveView: { view: `${schema}.stats`, source: `${schema}.proj_v${source}` },
+  });
+  const both = testDispatcher(db.sql, schema, [
+    projection(schema, 1, liveView(1)),
+    projection(schema, 2, liveView(2)),
+  ]);
+  await both.ensureRegistered();
+  await drainUntilIdle(both);
+  expect((await admin.approveRebuild('stats')).state).toBe('live');
+  await both.stop();
+  const versions = async () =>
+    (await admin.rebuildStatus('stats'))[0]?.versions.map((v) => `${v.version}:${v.state}`);
+  const source = `${schema}.proj_v1`;
+  const exists = async () => (await db.sql`select to_regclass(${source}) as r`)[0]?.r !== null;
+
+  await db.sql`create table ${db.sql(`${schema}.refs`)} (id bigint references ${db.sql(source)} (id))`;
+  const byKey = await admin.dropVersion('stats', 1, { dropSource: true }).catch((e: unknown) => e);
+  expect(byKey).toBeInstanceOf(RebuildStateError);
+  expect((byKey as Error).message).toMatch(/constraint refs_id_fkey on table .*refs depends on its source/);
+  expect(await versions()).toEqual(['1:retired', '2:live']);
+  expect(await exists()).toBe(true);
+  await db.sql`drop table ${db.sql(`${schema}.refs`)}`;
+
+  // Blue and green: version 3 is rebuilt into version 1's table.
+  await db.sql`create table ${db.sql(`${schema}.proj_v3`)} (id bigint primary key)`;
+  const next = testDispatcher(db.sql, schema, [
+    projection(schema, 2, liveView(2)),
+    projection(schema, 3, liveView(3, 1)),
+  ]);
+  await next.ensureRegistered();
+  const shared = await admin.dropVersion('stats', 1, { dropSource: true }).catch((e: unknown) => e);
+  expect(shared).toBeInstanceOf(RebuildStateError);
+  expect((shared as Error).message).toMatch(/version 3, which is not retired, declares the same source/);
+  expect(await versions()).toEqual(['1:retired', '2:live', '3:rebuilding']);
+  expect(await exists()).toBe(true);
+  expect(await admin.dropVersion('stats', 1)).toMatchObject({ version: 1, dropped: null });
+  expect(await exists()).toBe(true);
+  await next.stop();
 });
 
 test('a takeover waits for an event the rebuild set aside under a parked key at or below the barrier, also a late one below its key’s first failure', async () => {

@@ -606,10 +606,20 @@ const quoteName = (name: string): string =>
     .map((part) => `"${part.replaceAll('"', '""')}"`)
     .join('.');
 
-/** Whether other views are built on the relation `c` (of pg_class) of the statement it is part of. */
-const viewsBuiltOnC = (tx: TransactionSql) => tx`
-  exists (select 1 from pg_depend d join pg_rewrite r on r.oid = d.objid
-          where d.classid = 'pg_rewrite'::regclass and d.refobjid = c.oid and r.ev_class <> c.oid)`;
+/**
+ * An object that a DROP of the relation `c` (of pg_class) of the statement it is part of would fail
+ * on, described by PostgreSQL (a view built on it, a SQL function with a BEGIN ATOMIC body that
+ * reads it, another table's foreign key); null when there is none. The relation's own parts (a
+ * view's rule, a table's constraints, indexes and triggers) go with it and do not count.
+ */
+const dependentOfC = (tx: TransactionSql) => tx`
+  (select pg_describe_object(d.classid, d.objid, d.objsubid) from pg_depend d
+   where d.refclassid = 'pg_class'::regclass and d.refobjid = c.oid and d.deptype = 'n'
+     and not exists (select 1 from pg_depend own
+                     where own.classid = d.classid and own.objid = d.objid
+                       and own.refclassid = 'pg_class'::regclass and own.refobjid = c.oid
+                       and own.deptype in ('a', 'i'))
+   order by 1 limit 1)`;
 
 /** How long the view swap waits for readers of the view before it tries again on a later pass. */
 const VIEW_LOCK_TIMEOUT_MS = 1_000;
@@ -627,7 +637,8 @@ const VIEW_PRIVILEGES = new Set([
 /**
  * Why the version's liveView cannot be swapped by this role, or null when it can (or it has none):
  * its source must exist; the view, if it exists, must be a view, owned by a role this one is a
- * member of, with no other view built on it.
+ * member of, that nothing else depends on (the DROP would fail on it), and with no trigger or rule
+ * of its own (the DROP would take them along, and the new view would have none).
  */
 async function liveViewProblem(tx: TransactionSql, v: VersionRow): Promise<string | null> {
   if (v.viewName === null || v.viewSource === null) return null;
@@ -636,13 +647,19 @@ async function liveViewProblem(tx: TransactionSql, v: VersionRow): Promise<strin
       source: boolean;
       kind: string | null;
       owned: boolean | null;
-      dependents: boolean | null;
+      dependent: string | null;
+      own: string | null;
     }[]
   >`
     select to_regclass(${v.viewSource}) is not null as source,
            c.relkind::text as kind,
            pg_has_role(c.relowner, 'MEMBER') as owned,
-           ${viewsBuiltOnC(tx)} as dependents
+           ${dependentOfC(tx)} as dependent,
+           coalesce(
+             (select 'trigger ' || quote_ident(g.tgname) from pg_trigger g
+              where g.tgrelid = c.oid and not g.tgisinternal order by g.tgname limit 1),
+             (select 'rule ' || quote_ident(r.rulename) from pg_rewrite r
+              where r.ev_class = c.oid and r.rulename <> '_RETURN' order by r.rulename limit 1)) as own
     from (select 1) one
     left join pg_class c on c.oid = to_regclass(${v.viewName})`;
   if (!row?.source) return `its liveView source ${v.viewSource} does not exist`;
@@ -650,40 +667,83 @@ async function liveViewProblem(tx: TransactionSql, v: VersionRow): Promise<strin
   if (row.kind !== 'v') return `its liveView ${v.viewName} exists and is not a view`;
   if (!row.owned)
     return `its liveView ${v.viewName} is owned by a role the dispatcher's role is not a member of`;
-  if (row.dependents)
-    return `other views are built on its liveView ${v.viewName}: drop them or read the source`;
+  if (row.dependent !== null)
+    return `${row.dependent} depends on its liveView ${v.viewName}, which the switch drops and creates again: drop it or read the source`;
+  if (row.own !== null)
+    return `its liveView ${v.viewName} has a ${row.own}, which the switch cannot carry to the new view: drop it or read the source`;
   return null;
 }
 
+/** The options of a view (its reloptions) that its swap carries over, with the values they take. */
+const VIEW_OPTIONS: Record<string, RegExp> = {
+  check_option: /^(local|cascaded)$/,
+  security_barrier: /^(true|false|on|off)$/,
+  security_invoker: /^(true|false|on|off)$/,
+};
+
 /**
  * Points the view at the new source (drop and create, in the takeover's transaction: readers see
- * one version's relation or the other's), keeping its owner and its grants. Waits at most
+ * one version's relation or the other's), keeping its owner, its grants (on the view and on each
+ * of its columns the new view still has), its options (security_invoker, security_barrier,
+ * check_option) and its comment: a reader has the same access before and after. Waits at most
  * VIEW_LOCK_TIMEOUT_MS for readers holding the view; false when that ran out (tried again later).
  */
 async function swapView(tx: TransactionSql, view: string, source: string): Promise<boolean> {
-  const grants = await tx<{ grantee: string; privilege: string; grantable: boolean }[]>`
+  const grants = await tx<
+    { grantee: string; privilege: string; grantable: boolean; column: string | null }[]
+  >`
     select case when a.grantee = 0 then 'public' else quote_ident(r.rolname) end as grantee,
-           a.privilege_type as privilege, a.is_grantable as grantable
+           a.privilege_type as privilege, a.is_grantable as grantable, null::text as column
     from pg_class c cross join lateral aclexplode(c.relacl) a
     left join pg_roles r on r.oid = a.grantee
+    where c.oid = to_regclass(${view}) and a.grantee <> c.relowner
+    union all
+    select case when a.grantee = 0 then 'public' else quote_ident(r.rolname) end,
+           a.privilege_type, a.is_grantable, quote_ident(att.attname)
+    from pg_class c join pg_attribute att on att.attrelid = c.oid and att.attnum > 0 and not att.attisdropped
+    cross join lateral aclexplode(att.attacl) a
+    left join pg_roles r on r.oid = a.grantee
     where c.oid = to_regclass(${view}) and a.grantee <> c.relowner`;
-  const [owner] = await tx<{ owner: string | null; me: boolean }[]>`
-    select quote_ident(r.rolname) as owner, r.rolname = current_user as me
+  const [kept] = await tx<
+    { owner: string | null; me: boolean; options: string | null; comment: string | null }[]
+  >`
+    select quote_ident(r.rolname) as owner, r.rolname = current_user as me,
+           array_to_string(c.reloptions, chr(1)) as options,
+           format('%L', obj_description(c.oid, 'pg_class')) as comment
     from pg_class c join pg_roles r on r.oid = c.relowner where c.oid = to_regclass(${view})`;
+  const options = (kept?.options ?? '')
+    .split('\u0001')
+    .map((o) => o.split('='))
+    .filter(([key, value]) => key !== undefined && value !== undefined && VIEW_OPTIONS[key]?.test(value));
   try {
     await tx.savepoint(async (sp) => {
       await sp`select set_config('lock_timeout', ${String(VIEW_LOCK_TIMEOUT_MS)}, true)`;
       await sp`drop view if exists ${sp(view)}`;
       await sp`create view ${sp(view)} as select * from ${sp(source)}`;
-      // Role names come quoted by quote_ident, privileges from the fixed list, the view's name
-      // from quoteName (validated names: letters, digits, _ and $).
-      if (owner && !owner.me && owner.owner !== null) {
-        await sp.unsafe(`alter view ${quoteName(view)} owner to ${owner.owner}`);
+      // Role and column names come quoted by quote_ident, privileges and options from the fixed
+      // lists, the comment quoted by format('%L'), the view's name from quoteName (validated
+      // names: letters, digits, _ and $).
+      const name = quoteName(view);
+      if (options.length > 0) {
+        await sp.unsafe(`alter view ${name} set (${options.map(([k, v]) => `${k} = ${v}`).join(', ')})`);
       }
+      if (kept && !kept.me && kept.owner !== null)
+        await sp.unsafe(`alter view ${name} owner to ${kept.owner}`);
+      if (kept?.comment && kept.comment !== 'NULL')
+        await sp.unsafe(`comment on view ${name} is ${kept.comment}`);
+      const [columns] = await sp<{ names: string }[]>`
+        select coalesce(string_agg(quote_ident(attname), chr(1)), '') as names from pg_attribute
+        where attrelid = to_regclass(${view}) and attnum > 0 and not attisdropped`;
+      const now = new Set((columns?.names ?? '').split('\u0001'));
       for (const g of grants) {
         if (!VIEW_PRIVILEGES.has(g.privilege)) continue;
+        // A column the new source no longer has takes its grant along.
+        if (g.column !== null && !now.has(g.column)) continue;
+        const on = g.column === null ? name : `(${g.column}) on ${name}`;
         await sp.unsafe(
-          `grant ${g.privilege} on ${quoteName(view)} to ${g.grantee}${g.grantable ? ' with grant option' : ''}`,
+          g.column === null
+            ? `grant ${g.privilege} on ${on} to ${g.grantee}${g.grantable ? ' with grant option' : ''}`
+            : `grant ${g.privilege} ${on} to ${g.grantee}${g.grantable ? ' with grant option' : ''}`,
         );
       }
     });
@@ -853,16 +913,28 @@ export async function dropVersion(
     let dropped: string | null = null;
     if (options.dropSource && target.viewSource !== null) {
       const source = target.viewSource;
-      const [rel] = await tx<{ kind: string; used: boolean }[]>`
+      const [rel] = await tx<{ kind: string; dependent: string | null; sharedBy: number | null }[]>`
         select c.relkind::text as kind,
-               ${viewsBuiltOnC(tx)} as used
+               ${dependentOfC(tx)} as dependent,
+               (select min(v.version) from ${t.consumerVersions} v
+                where v.consumer_name = ${name} and v.version <> ${version}
+                  and v.state not in ('retired', 'dropped', 'abandoned')
+                  and to_regclass(v.view_source) = c.oid) as "sharedBy"
         from pg_class c where c.oid = to_regclass(${source})`;
-      if (rel?.used) {
+      if (rel?.sharedBy != null) {
         throw new RebuildStateError(
           name,
           version,
           target.state,
-          `views are built on its source ${source} (the live view?): it is not dropped`,
+          `version ${rel.sharedBy}, which is not retired, declares the same source ${source}: it is not dropped`,
+        );
+      }
+      if (rel?.dependent != null) {
+        throw new RebuildStateError(
+          name,
+          version,
+          target.state,
+          `${rel.dependent} depends on its source ${source} (the live view?): it is not dropped`,
         );
       }
       if (rel) {
