@@ -129,6 +129,42 @@ test('every action given null for its options answers a typed error or its defau
   expect(await auditActions(schema)).toEqual([]);
 });
 
+test('a misspelt option of createAdmin or of an action is refused, naming it, and changes nothing', async () => {
+  const failing = failingOn('mailer', (e) => e.id === 2n, { errorPolicy: { maxAttempts: 1 } });
+  const { dispatcher, admin, schema } = await setup([failing.consumer]);
+  await appendEvents(db.sql, 3, undefined, schema);
+  await stuck(dispatcher, 2);
+  expect(() => createAdmin({ sql: db.sql, schema, lockTimeoutMS: 5 } as never)).toThrow(
+    expect.objectContaining({ code: 'SLUICE_INVALID_OPTION', option: 'lockTimeoutMS' }),
+  );
+  const row = async () => {
+    const { status, cursor, attempts, stuckEventId, disabledUntil } = await admin.showConsumer('mailer');
+    return { status, cursor, attempts, stuckEventId, disabledUntil };
+  };
+  const before = await row();
+  // A disable for 5 s that would have been a disable with no end.
+  await expect(admin.disable('mailer', { formMs: 5_000 } as never)).rejects.toMatchObject({
+    code: 'SLUICE_INVALID_OPTION',
+    option: 'formMs',
+    message: expect.stringContaining('is not an option of admin.disable()'),
+  });
+  await expect(admin.skip('mailer', { eventId: 2n, instanceID: '*' } as never)).rejects.toMatchObject({
+    option: 'instanceID',
+  });
+  await expect(admin.relane('mailer', { lanes: 2, instanceId: '*' } as never)).rejects.toMatchObject({
+    option: 'instanceId',
+  });
+  await expect(admin.listAudit({ consumers: 'mailer' } as never)).rejects.toMatchObject({
+    option: 'consumers',
+  });
+  expect(await row()).toEqual(before);
+  expect(await auditActions(schema)).toEqual([]);
+  // What each action does know passes.
+  expect(await admin.disable('mailer', { forMs: 5_000, reason: 'maintenance', actor: 'bob' })).toMatchObject({
+    action: 'disable',
+  });
+});
+
 describe('read models', () => {
   test('listConsumers shows status, cursor, head, lag and errors of every row', async () => {
     const healthy = recordingConsumer('healthy');

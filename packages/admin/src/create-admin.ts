@@ -60,7 +60,10 @@ export interface AdminOptions {
  * @throws {InvalidOptionError}
  */
 export function createAdmin(adminOptions: AdminOptions) {
-  const options = optionsObject(adminOptions);
+  const options = optionsObject(adminOptions, {
+    fields: ['sql', 'schema', 'lockTimeoutMs', 'rearmCooldownMs', 'maxRearmCount', 'defaultActor'],
+    of: 'createAdmin()',
+  });
   requirePool(options.sql);
   // The read models and actions read columns by the names PostgreSQL gives them.
   const transform = (options.sql.options as unknown as { transform?: Record<string, { from?: unknown }> })
@@ -118,72 +121,101 @@ export function createAdmin(adminOptions: AdminOptions) {
         throw error;
       }
     };
+  // Each action's options, checked for fields it does not know (a misspelt `forMs` would disable a
+  // consumer with no end) before it runs.
+  const act = (action: string, fields: readonly string[]) => {
+    const known = { fields, of: `admin.${action}()` };
+    return <O extends object>(o: O | null | undefined): O => optionsObject(o, known as never);
+  };
+  const acting = ['instanceId', 'actor', 'reason'];
+  const audited = ['actor', 'reason'];
+  const by = {
+    showConsumer: act('showConsumer', ['instanceId']),
+    diagnose: act('diagnose', ['instanceId']),
+    restart: act('restart', [...acting, 'from']),
+    disable: act('disable', [...acting, 'until', 'forMs']),
+    enable: act('enable', acting),
+    skip: act('skip', [...acting, 'eventId']),
+    showEvent: act('showEvent', ['eventId', 'instanceId']),
+    listDeadLetters: act('listDeadLetters', ['instanceId', 'limit']),
+    showDeadLetter: act('showDeadLetter', ['id', 'instanceId']),
+    replayDeadLetters: act('replayDeadLetters', [...acting, 'ids', 'limit', 'dryRun']),
+    fenceGap: act('fenceGap', [...acting, 'eventId']),
+    collectStaleInstances: act('collectStaleInstances', ['olderThanMs', 'actor']),
+    listAudit: act('listAudit', ['consumer', 'limit']),
+    listParkedKeys: act('listParkedKeys', ['limit']),
+    listParkedEvents: act('listParkedEvents', ['key', 'limit']),
+    replayParkedKey: act('replayParkedKey', [...audited, 'key']),
+    dropParkedKey: act('dropParkedKey', [...audited, 'key']),
+    relane: act('relane', [...audited, 'lanes']),
+    approveRebuild: act('approveRebuild', [...audited, 'version', 'force']),
+    pauseRebuild: act('pauseRebuild', [...audited, 'version']),
+    resumeRebuild: act('resumeRebuild', [...audited, 'version']),
+    abandonRebuild: act('abandonRebuild', [...audited, 'version']),
+    dropVersion: act('dropVersion', [...audited, 'dropSource']),
+  };
   return {
     schema,
     listConsumers: explained(() => listConsumers(ctx)),
     showConsumer: explained((name: string, o?: Parameters<typeof showConsumer>[2]) =>
-      showConsumer(ctx, name, optionsObject(o)),
+      showConsumer(ctx, name, by.showConsumer(o)),
     ),
     diagnose: explained((name: string, o?: Parameters<typeof diagnose>[2]) =>
-      diagnose(ctx, name, optionsObject(o)),
+      diagnose(ctx, name, by.diagnose(o)),
     ),
-    restart: explained((name: string, o: Parameters<typeof restart>[2]) =>
-      restart(ctx, name, optionsObject(o)),
-    ),
+    restart: explained((name: string, o: Parameters<typeof restart>[2]) => restart(ctx, name, by.restart(o))),
     disable: explained((name: string, o?: Parameters<typeof disable>[2]) =>
-      disable(ctx, name, optionsObject(o)),
+      disable(ctx, name, by.disable(o)),
     ),
-    enable: explained((name: string, o?: Parameters<typeof enable>[2]) =>
-      enable(ctx, name, optionsObject(o)),
-    ),
-    skip: explained((name: string, o: Parameters<typeof skip>[2]) => skip(ctx, name, optionsObject(o))),
+    enable: explained((name: string, o?: Parameters<typeof enable>[2]) => enable(ctx, name, by.enable(o))),
+    skip: explained((name: string, o: Parameters<typeof skip>[2]) => skip(ctx, name, by.skip(o))),
     showEvent: explained((name: string, o: Parameters<typeof showEvent>[2]) =>
-      showEvent(ctx, name, optionsObject(o)),
+      showEvent(ctx, name, by.showEvent(o)),
     ),
     listDeadLetters: explained((name: string, o?: Parameters<typeof listDeadLetters>[2]) =>
-      listDeadLetters(ctx, name, optionsObject(o)),
+      listDeadLetters(ctx, name, by.listDeadLetters(o)),
     ),
     showDeadLetter: explained((name: string, o: Parameters<typeof showDeadLetter>[2]) =>
-      showDeadLetter(ctx, name, optionsObject(o)),
+      showDeadLetter(ctx, name, by.showDeadLetter(o)),
     ),
     replayDeadLetters: explained((name: string, o?: Parameters<typeof replayDeadLetters>[2]) =>
-      replayDeadLetters(ctx, name, optionsObject(o)),
+      replayDeadLetters(ctx, name, by.replayDeadLetters(o)),
     ),
     fenceGap: explained((name: string, o: Parameters<typeof fenceGap>[2]) =>
-      fenceGap(ctx, name, optionsObject(o)),
+      fenceGap(ctx, name, by.fenceGap(o)),
     ),
     collectStaleInstances: explained((o: Parameters<typeof collectStaleInstances>[1]) =>
-      collectStaleInstances(ctx, optionsObject(o)),
+      collectStaleInstances(ctx, by.collectStaleInstances(o)),
     ),
-    listAudit: explained((o?: Parameters<typeof listAudit>[1]) => listAudit(ctx, optionsObject(o))),
+    listAudit: explained((o?: Parameters<typeof listAudit>[1]) => listAudit(ctx, by.listAudit(o))),
     listParkedKeys: explained((name: string, o?: Parameters<typeof listParkedKeys>[2]) =>
-      listParkedKeys(ctx, name, optionsObject(o)),
+      listParkedKeys(ctx, name, by.listParkedKeys(o)),
     ),
     listParkedEvents: explained((name: string, o: Parameters<typeof listParkedEvents>[2]) =>
-      listParkedEvents(ctx, name, optionsObject(o)),
+      listParkedEvents(ctx, name, by.listParkedEvents(o)),
     ),
     replayParkedKey: explained((name: string, o: Parameters<typeof replayParkedKey>[2]) =>
-      replayParkedKey(ctx, name, optionsObject(o)),
+      replayParkedKey(ctx, name, by.replayParkedKey(o)),
     ),
     dropParkedKey: explained((name: string, o: Parameters<typeof dropParkedKey>[2]) =>
-      dropParkedKey(ctx, name, optionsObject(o)),
+      dropParkedKey(ctx, name, by.dropParkedKey(o)),
     ),
-    relane: explained((name: string, o: Parameters<typeof relane>[2]) => relane(ctx, name, optionsObject(o))),
+    relane: explained((name: string, o: Parameters<typeof relane>[2]) => relane(ctx, name, by.relane(o))),
     rebuildStatus: explained((name?: string) => rebuildStatus(ctx, name)),
     approveRebuild: explained((name: string, o?: Parameters<typeof approveRebuild>[2]) =>
-      approveRebuild(ctx, name, optionsObject(o)),
+      approveRebuild(ctx, name, by.approveRebuild(o)),
     ),
     pauseRebuild: explained((name: string, o?: Parameters<typeof pauseRebuild>[2]) =>
-      pauseRebuild(ctx, name, optionsObject(o)),
+      pauseRebuild(ctx, name, by.pauseRebuild(o)),
     ),
     resumeRebuild: explained((name: string, o?: Parameters<typeof resumeRebuild>[2]) =>
-      resumeRebuild(ctx, name, optionsObject(o)),
+      resumeRebuild(ctx, name, by.resumeRebuild(o)),
     ),
     abandonRebuild: explained((name: string, o?: Parameters<typeof abandonRebuild>[2]) =>
-      abandonRebuild(ctx, name, optionsObject(o)),
+      abandonRebuild(ctx, name, by.abandonRebuild(o)),
     ),
     dropVersion: explained((name: string, version: number, o?: Parameters<typeof dropVersion>[3]) =>
-      dropVersion(ctx, name, version, optionsObject(o)),
+      dropVersion(ctx, name, version, by.dropVersion(o)),
     ),
   };
 }

@@ -59,7 +59,7 @@ export async function append(
   events: readonly NewEvent<object>[],
   options?: AppendOptions,
 ): Promise<EventRecord[]> {
-  const given = optionsObject(options);
+  const given = optionsObject(options, { fields: ['schema', 'wakeUp', 'maxEventBytes'], of: 'append()' });
   const wakeUp = given.wakeUp ?? 'auto';
   const maxEventBytes = given.maxEventBytes ?? DEFAULT_MAX_EVENT_BYTES;
   if (typeof tx !== 'function') {

@@ -20,7 +20,9 @@ export async function liveVersion(
 ): Promise<number | null> {
   requirePool(sql);
   checkStorableName(name, 'name');
-  const schema = resolveSchemaName(optionsObject(options).schema);
+  const schema = resolveSchemaName(
+    optionsObject(options, { fields: ['schema'], of: 'liveVersion()' }).schema,
+  );
   return liveVersionOf(sql, tables(sql, schema), name).catch((error: unknown) => {
     throw notMigratedOr(error, schema);
   });

@@ -767,12 +767,18 @@ function refuseUnknownFields(
 
 /**
  * The options object a public function was given: `{}` when it was left out (`undefined`, or `null`
- * as JavaScript and JSON callers write "nothing").
- * @throws {InvalidOptionError} when it is something other than an object
+ * as JavaScript and JSON callers write "nothing"). With `known`, a field of a plain object that is
+ * none of `known.fields` is refused: a misspelt option (`{ schem: 'tenant' }`, `{ formMs: 5000 }`)
+ * would otherwise be ignored, and the call would do something else than asked.
+ * @throws {InvalidOptionError} when it is something other than an object, or has an unknown field
  */
-export function optionsObject<T extends object>(value: T | null | undefined, option = 'options'): T {
+export function optionsObject<T extends object>(
+  value: T | null | undefined,
+  known?: { readonly fields: readonly (keyof T & string)[]; readonly of: string },
+): T {
   if (value === undefined || value === null) return {} as T;
-  if (typeof value !== 'object') throw new InvalidOptionError(option, 'must be an object');
+  if (typeof value !== 'object') throw new InvalidOptionError('options', 'must be an object');
+  if (known) refuseUnknownFields(value as Record<string, unknown>, new Set(known.fields), '', known.of);
   return value;
 }
 

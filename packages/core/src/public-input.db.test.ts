@@ -39,6 +39,36 @@ describe('the public functions refuse bad input with a typed error', () => {
     await expect(liveVersion(db.sql, 'anyone', null as never)).resolves.toBeNull();
   });
 
+  test('a misspelt option is refused, naming it, and nothing is written where it was not meant to go', async () => {
+    const schema = await freshSchema(db.sql, 'input');
+    const events = async () =>
+      (await db.sql<{ n: number }[]>`select count(*)::int as n from sluice.events`)[0]?.n ?? -1;
+    await migrate(db.sql, { logger: silentLogger });
+    const before = await events();
+    await expect(
+      transaction(db.sql, (tx) =>
+        append(tx, [{ streamId: 's', type: 'T', data: {} }], { schem: schema } as never),
+      ),
+    ).rejects.toMatchObject({
+      ...invalid('schem'),
+      message: expect.stringContaining('is not an option of append()'),
+    });
+    expect(await events()).toBe(before); // not in the default schema either
+    await expect(prune(db.sql, { before: 1n, shcema: schema } as never)).rejects.toMatchObject(
+      invalid('shcema'),
+    );
+    await expect(
+      migrate(db.sql, { schema: `${schema}_never`, loger: silentLogger } as never),
+    ).rejects.toMatchObject(invalid('loger'));
+    expect(await schemaExists(`${schema}_never`)).toBe(false);
+    await expect(verifySchema(db.sql, { schemaName: schema } as never)).rejects.toMatchObject(
+      invalid('schemaName'),
+    );
+    await expect(liveVersion(db.sql, 'a', { shema: schema } as never)).rejects.toMatchObject(
+      invalid('shema'),
+    );
+  });
+
   test('a pool that is not one is named, before anything is sent', async () => {
     await expect(prune(notAPool, { before: 1n })).rejects.toMatchObject(invalid('sql'));
     await expect(migrate(notAPool, { schema: 'input_never' })).rejects.toMatchObject(invalid('sql'));

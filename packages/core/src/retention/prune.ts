@@ -46,7 +46,10 @@ type LaggingRow = [
  */
 export async function prune(sql: Sql, pruneOptions: PruneOptions): Promise<PruneResult> {
   requirePool(sql);
-  const options = optionsObject(pruneOptions);
+  const options = optionsObject(pruneOptions, {
+    fields: ['before', 'schema', 'staleInstanceTtlMs', 'actor'],
+    of: 'prune()',
+  });
   const schema = resolveSchemaName(options.schema);
   if (typeof options.before !== 'bigint' || options.before < 1n || options.before > MAX_EVENT_ID) {
     throw new InvalidOptionError('before', `must be a bigint event id from 1 to ${MAX_EVENT_ID}`);

@@ -70,7 +70,7 @@ async function appliedMigrations(tx: TransactionSql, schema: string): Promise<Ma
  */
 export async function migrate(sql: Sql, migrateOptions?: MigrateOptions): Promise<MigrateResult> {
   requirePool(sql);
-  const options = optionsObject(migrateOptions);
+  const options = optionsObject(migrateOptions, { fields: ['schema', 'logger'], of: 'migrate()' });
   const schema = resolveSchemaName(options.schema);
   const logger = requireLogger(options.logger ?? consoleLogger);
   const migrations = await loadMigrations();

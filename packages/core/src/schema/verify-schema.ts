@@ -67,7 +67,9 @@ export async function verifySchema(
   options?: VerifySchemaOptions,
 ): Promise<VerifySchemaResult> {
   requirePool(sql);
-  const schema = resolveSchemaName(optionsObject(options).schema);
+  const schema = resolveSchemaName(
+    optionsObject(options, { fields: ['schema'], of: 'verifySchema()' }).schema,
+  );
   const [server] = await valuesOf<ServerRow>(sql`
     select current_setting('server_version_num')::int,
            current_setting('synchronous_commit'),
