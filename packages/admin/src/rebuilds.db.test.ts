@@ -102,9 +102,9 @@ test('status shows the live version and the rebuild with its progress; an approv
   }
   expect(await audited(schema)).toHaveLength(3);
   expect((await admin.enable('stats@v2')).consumer).toBe('stats@v2');
-  const [takeover] = await db.sql<{ details: { reason?: string } }[]>`
+  const [takeover] = await db.sql<{ details: { reason?: string; force?: boolean } }[]>`
     select details from ${db.sql(schema)}.audit where action = 'rebuild-takeover'`;
-  expect(takeover?.details.reason).toBe('go');
+  expect(takeover?.details).toMatchObject({ reason: 'go', force: true });
   await expect(admin.rebuildStatus('nope')).rejects.toBeInstanceOf(ConsumerNotFoundError);
 });
 

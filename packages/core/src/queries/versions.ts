@@ -488,6 +488,7 @@ export async function beginTakeover(
         version: next.version,
         from: live.version,
         behind,
+        force: within === null,
         ...(options.reason === undefined ? {} : { reason: options.reason }),
       },
     });
