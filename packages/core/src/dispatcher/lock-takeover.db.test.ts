@@ -284,4 +284,58 @@ describe('a failure recorded after its turn ended lands only on the row that tur
     await b.runOnce();
     expect(atB.ids()).toEqual([1n]);
   });
+
+  test("a transactional handler times out while another instance takes the row over: that instance counts no crash, and a later event's one failure is its first attempt", async () => {
+    const schema = await freshSchema(db.sql);
+    await installParking(schema, 'failure-record');
+    const hanging = gate();
+    onTestFinished(hanging.open);
+    const policy = { transactional: true, errorPolicy: { maxAttempts: 2 } } as const;
+    // A's handler overruns its time on event 3: its turn (events 1 to 5) is rolled back, and the
+    // record of its attempt parks before it reaches the row.
+    const a = testDispatcher(parked.sql(), schema, [
+      {
+        name: 'projection',
+        ...policy,
+        handlerTimeoutMs: 200,
+        handler: (event) => (event.id === 3n ? hanging.promise : undefined),
+      },
+    ]);
+    // B's handler fails once on event 4, for a reason of its own.
+    const delivered: bigint[] = [];
+    const attempts: number[] = [];
+    const b = testDispatcher(db.sql, schema, [
+      {
+        name: 'projection',
+        ...policy,
+        handler: (event, ctx) => {
+          if (event.id === 4n) {
+            attempts.push(ctx.attempt);
+            if (attempts.length === 1) throw new Error('not yet');
+          }
+          delivered.push(event.id);
+        },
+      },
+    ]);
+    await a.ensureRegistered();
+    await b.ensureRegistered();
+    await appendEvents(db.sql, 5, undefined, schema);
+
+    await whileParked(
+      () => a.runOnce(),
+      "A's failure record to park",
+      async () => {
+        // A's turn has rolled back: B takes the row. A's turn start must not read as a crash.
+        await passUntil(b, () => attempts.length >= 1, "event 4's failure at B");
+      },
+    );
+    await passUntil(b, () => delivered.includes(5n), 'B delivers up to 5');
+    expect(attempts).toEqual([1, 2]);
+    expect(await consumerRow(db.sql, schema, 'projection')).toMatchObject({
+      status: 'idle',
+      cursor: 5n,
+      attempts: 0,
+    });
+    expect([...new Set(delivered)].sort((x, y) => (x < y ? -1 : 1))).toEqual([1n, 2n, 3n, 4n, 5n]);
+  });
 });

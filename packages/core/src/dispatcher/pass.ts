@@ -785,7 +785,7 @@ export class PassRunner {
         this.#env.logger.info(
           { consumer: consumer.name, eventId: failure.event.id },
           'the timed-out attempt is not recorded: the consumer row was written since (another instance ' +
-            'took it over, and delivered the event or counted the attempt as a crashed start)',
+            'took it over): the attempt is not counted',
         );
       }
     } catch (error) {

@@ -24,6 +24,7 @@ import type { Logger } from '../logger.js';
 import type { ResolvedConsumer, ResolvedOptions } from '../options.js';
 import { selectRangesToRecheck, type StoredRange } from '../queries/gaps.js';
 import { askReplaysAgain, replayTimedOut, type ReplayClaim } from '../queries/replays.js';
+import { takeBackTurnStart } from '../queries/turn-starts.js';
 import type { Tables } from '../schema/tables.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { ATTR } from '../telemetry/attributes.js';
@@ -149,6 +150,35 @@ export interface TurnProgress {
 }
 
 /**
+ * A transactional handler's timeout, still inside its turn's transaction: the turn's start is taken
+ * back before the rollback frees the row (takeBackTurnStart), and the attempt is recorded once it
+ * has (recordFailedAttempt, which then takes nothing back). Rethrows `error` in every case; when the
+ * start cannot be taken back in time, recordFailedAttempt does it as before.
+ */
+async function timedOutStartTakenBack(
+  env: TurnEnvironment,
+  consumer: ResolvedConsumer,
+  progress: TurnProgress,
+  error: unknown,
+): Promise<never> {
+  if (error instanceof TransactionalHandlerTimeout && progress.startSent) {
+    try {
+      await takeBackTurnStart(
+        env.options.sql,
+        env.tables,
+        consumer.name,
+        consumer.instanceId,
+        env.options.statementTimeoutMs,
+      );
+      progress.startSent = false;
+    } catch {
+      // Left to recordFailedAttempt (progress.startSent stays true).
+    }
+  }
+  throw error;
+}
+
+/**
  * One consumer turn in one transaction (docs/design.md §4.3): lock the cursor row (SKIP LOCKED), re-fetch
  * the gap ranges that may have changed and the events above the cursor in one statement, deliver in
  * id order, and persist cursor, gaps, attempts and status before COMMIT.
@@ -172,7 +202,9 @@ export async function runTurn(
       endTurn = () => {
         live.end();
       };
-      body = turnInTransaction(env, consumer, tx, span, limit, expectedCursor, lastWrites, progress);
+      body = turnInTransaction(env, consumer, tx, span, limit, expectedCursor, lastWrites, progress).catch(
+        (error: unknown) => timedOutStartTakenBack(env, consumer, progress, error),
+      );
       return body;
     });
     // A failed last write aborted the transaction, and the COMMIT behind it rolled it back.

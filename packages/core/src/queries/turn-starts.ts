@@ -82,6 +82,31 @@ export async function recordTurnStart(
 }
 
 /**
+ * Takes a turn's start back (it was no crash) in its own committed statement on Sluice's pool,
+ * waited for at most `waitMs`: a transactional handler's turn that timed out does so before its
+ * transaction ends, while it still holds the consumer row. An instance that takes the row over the
+ * moment it is free must not count that start as a crash: it would charge the batch's isolation,
+ * and an event after the one that timed out would meet its first failure with one attempt already
+ * spent (docs/design.md §4.7).
+ * @throws {PoolExhaustedError}
+ */
+export async function takeBackTurnStart(
+  sql: Sql,
+  t: Tables,
+  name: string,
+  instanceId: string,
+  waitMs: number,
+): Promise<void> {
+  await answeredWithin(
+    sql`
+      update ${t.turnStarts} set started_count = greatest(started_count - 1, 0), updated_at = now()
+      where consumer_name = ${name} and instance_id = ${instanceId}`,
+    waitMs,
+    'the timed-out turn start was not taken back',
+  );
+}
+
+/**
  * At the turn's commit: the start finished. Outside isolation the row goes. While isolating a
  * crashed batch one event at a time, the row stays, and so do the crashes this start was charged
  * with (minus the start itself): the event just delivered did not cause them, so they travel on to
