@@ -202,7 +202,7 @@ test("the swap keeps the view's column grants, options and comment: a reader has
   const view = `${schema}.stats`;
   await db.sql`create role ${db.sql(reader)} nologin`;
   try {
-    await db.sql`create view ${db.sql(view)} with (security_invoker = true, security_barrier = true)
+    await db.sql`create view ${db.sql(view)} with (security_invoker = yes, security_barrier = true)
                  as select * from ${db.sql(`${schema}.proj_v1`)}`;
     await db.sql`grant usage on schema ${db.sql(schema)} to ${db.sql(reader)}`;
     await db.sql`grant select (id) on ${db.sql(view)} to ${db.sql(reader)}`;
@@ -223,6 +223,12 @@ test("the swap keeps the view's column grants, options and comment: a reader has
     expect(refused).toBeInstanceOf(RebuildStateError);
     expect((refused as Error).message).toMatch(/function .*stats_count\(\) depends on its liveView/);
     await db.sql.unsafe(`drop function ${schema}.stats_count()`);
+    // A function of the view's row type: the drop would fail on it too.
+    await db.sql.unsafe(`create function ${schema}.stats_rows() returns setof ${view} language sql
+                         as 'select * from ${view}'`);
+    const ofRowType = await admin.approveRebuild('stats', { force: true }).catch((e: unknown) => e);
+    expect((ofRowType as Error).message).toMatch(/function .*stats_rows\(\) depends on its liveView/);
+    await db.sql.unsafe(`drop function ${schema}.stats_rows()`);
     await db.sql.unsafe(`
       create function ${schema}.refuse() returns trigger language plpgsql as $$ begin return null; end $$;
       create trigger no_writes instead of insert on ${view} for each row execute function ${schema}.refuse()`);
@@ -243,7 +249,7 @@ test("the swap keeps the view's column grants, options and comment: a reader has
     };
     const before = await access();
     expect(before).toEqual({
-      options: ['security_invoker=true', 'security_barrier=true'],
+      options: ['security_invoker=yes', 'security_barrier=true'],
       comment: 'the stats, as the live version keeps them',
       column: true,
       table: false,

@@ -195,8 +195,8 @@ const EMPTY_OBJECT_JSON = '{}';
 
 /**
  * One INSERT of every event, returning each new id and created_at (read by position: a pool that
- * renames columns, `transform: postgres.camel`, renames nothing then; created_at as the ISO 8601
- * text of its JSON form, which no DateStyle and no pool's `types` change). The JSON text is cast to jsonb
+ * renames columns, `transform: postgres.camel`, renames nothing then; created_at as ISO 8601 text in
+ * UTC, which no DateStyle, TimeZone or pool's `types` change). The JSON text is cast to jsonb
  * in SQL, so it is encoded exactly once: binding an already serialised string to a jsonb parameter
  * would store a JSON string scalar (docs/design.md §3.1). Ids are drawn in the caller's order: a
  * VALUES list is produced row by row in list order, and a larger batch is sorted by ordinality
@@ -232,13 +232,16 @@ function insertEvents(
     from unnest(${pgArray(streamIds)}::text[], ${pgArray(types)}::text[], ${pgArray(data)}::text[], ${pgArray(metadata)}::text[])
          with ordinality as u(stream_id, type, data, metadata, n)
     order by u.n
-    returning id::text, to_json(created_at) #>> '{}'`);
+    returning id::text, to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`);
 }
 
 const valuesTemplates = new Map<string, TemplateStringsArray>();
 
-/** created_at as ISO 8601 text whatever the session's DateStyle, TimeZone or the pool's types. */
-const CREATED_AT = "to_json(created_at) #>> '{}'";
+/**
+ * created_at as ISO 8601 text in UTC, whatever the session's DateStyle, TimeZone or the pool's types
+ * (its JSON form would carry the session's offset, which may have seconds: no Date reads that).
+ */
+const CREATED_AT = `to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
 /**
  * The strings of `insert into ${events} (stream_id, type, data, metadata) values (${s}, ${t},

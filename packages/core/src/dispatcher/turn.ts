@@ -152,8 +152,10 @@ export interface TurnProgress {
 /**
  * A transactional handler's timeout, still inside its turn's transaction: the turn's start is taken
  * back before the rollback frees the row (takeBackTurnStart), and the attempt is recorded once it
- * has (recordFailedAttempt, which then takes nothing back). Rethrows `error` in every case; when the
- * start cannot be taken back in time, recordFailedAttempt does it as before.
+ * has (recordFailedAttempt, which then takes nothing back). Rethrows `error` in every case. Once the
+ * statement is sent nothing else takes the start back, even when its answer comes too late: a
+ * statement that waited for a connection still runs, and a second decrement would take off another
+ * start's crash. (One that never runs leaves the start counted as a crash, as before.)
  */
 async function timedOutStartTakenBack(
   env: TurnEnvironment,
@@ -162,18 +164,14 @@ async function timedOutStartTakenBack(
   error: unknown,
 ): Promise<never> {
   if (error instanceof TransactionalHandlerTimeout && progress.startSent) {
-    try {
-      await takeBackTurnStart(
-        env.options.sql,
-        env.tables,
-        consumer.name,
-        consumer.instanceId,
-        env.options.statementTimeoutMs,
-      );
-      progress.startSent = false;
-    } catch {
-      // Left to recordFailedAttempt (progress.startSent stays true).
-    }
+    progress.startSent = false;
+    await takeBackTurnStart(
+      env.options.sql,
+      env.tables,
+      consumer.name,
+      consumer.instanceId,
+      env.options.statementTimeoutMs,
+    ).catch(() => undefined);
   }
   throw error;
 }

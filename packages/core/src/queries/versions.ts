@@ -610,12 +610,15 @@ const quoteName = (name: string): string =>
 /**
  * An object that a DROP of the relation `c` (of pg_class) of the statement it is part of would fail
  * on, described by PostgreSQL (a view built on it, a SQL function with a BEGIN ATOMIC body that
- * reads it, another table's foreign key); null when there is none. The relation's own parts (a
+ * reads it, another table's foreign key, a function or column of its row type); null when there is
+ * none. The relation's own parts (a
  * view's rule, a table's constraints, indexes and triggers) go with it and do not count.
  */
 const dependentOfC = (tx: TransactionSql) => tx`
   (select pg_describe_object(d.classid, d.objid, d.objsubid) from pg_depend d
-   where d.refclassid = 'pg_class'::regclass and d.refobjid = c.oid and d.deptype = 'n'
+   where ((d.refclassid = 'pg_class'::regclass and d.refobjid = c.oid)
+          or (d.refclassid = 'pg_type'::regclass and d.refobjid = c.reltype))
+     and d.deptype = 'n'
      and not exists (select 1 from pg_depend own
                      where own.classid = d.classid and own.objid = d.objid
                        and own.refclassid = 'pg_class'::regclass and own.refobjid = c.oid
@@ -675,12 +678,8 @@ async function liveViewProblem(tx: TransactionSql, v: VersionRow): Promise<strin
   return null;
 }
 
-/** The options of a view (its reloptions) that its swap carries over, with the values they take. */
-const VIEW_OPTIONS: Record<string, RegExp> = {
-  check_option: /^(local|cascaded)$/,
-  security_barrier: /^(true|false|on|off)$/,
-  security_invoker: /^(true|false|on|off)$/,
-};
+/** The options of a view (its reloptions) that its swap carries over. */
+const VIEW_OPTIONS: ReadonlySet<string> = new Set(['check_option', 'security_barrier', 'security_invoker']);
 
 /**
  * Points the view at the new source (drop and create, in the takeover's transaction: readers see
@@ -690,43 +689,47 @@ const VIEW_OPTIONS: Record<string, RegExp> = {
  * VIEW_LOCK_TIMEOUT_MS for readers holding the view; false when that ran out (tried again later).
  */
 async function swapView(tx: TransactionSql, view: string, source: string): Promise<boolean> {
-  const grants = await tx<
-    { grantee: string; privilege: string; grantable: boolean; column: string | null }[]
-  >`
-    select case when a.grantee = 0 then 'public' else quote_ident(r.rolname) end as grantee,
-           a.privilege_type as privilege, a.is_grantable as grantable, null::text as column
-    from pg_class c cross join lateral aclexplode(c.relacl) a
-    left join pg_roles r on r.oid = a.grantee
-    where c.oid = to_regclass(${view}) and a.grantee <> c.relowner
-    union all
-    select case when a.grantee = 0 then 'public' else quote_ident(r.rolname) end,
-           a.privilege_type, a.is_grantable, quote_ident(att.attname)
-    from pg_class c join pg_attribute att on att.attrelid = c.oid and att.attnum > 0 and not att.attisdropped
-    cross join lateral aclexplode(att.attacl) a
-    left join pg_roles r on r.oid = a.grantee
-    where c.oid = to_regclass(${view}) and a.grantee <> c.relowner`;
-  const [kept] = await tx<
-    { owner: string | null; me: boolean; options: string | null; comment: string | null }[]
-  >`
-    select quote_ident(r.rolname) as owner, r.rolname = current_user as me,
-           array_to_string(c.reloptions, chr(1)) as options,
-           format('%L', obj_description(c.oid, 'pg_class')) as comment
-    from pg_class c join pg_roles r on r.oid = c.relowner where c.oid = to_regclass(${view})`;
-  const options = (kept?.options ?? '')
-    .split('\u0001')
-    .map((o) => o.split('='))
-    .filter(([key, value]) => key !== undefined && value !== undefined && VIEW_OPTIONS[key]?.test(value));
   try {
     await tx.savepoint(async (sp) => {
       await sp`select set_config('lock_timeout', ${String(VIEW_LOCK_TIMEOUT_MS)}, true)`;
+      // What is carried over is read once the view is held: a grant, comment or option committed
+      // while the swap waited for its lock is not lost.
+      const [found] = await sp<{ exists: boolean }[]>`select to_regclass(${view}) is not null as exists`;
+      if (found?.exists) await sp`lock table ${sp(view)} in access exclusive mode`;
+      const grants = await sp<
+        { grantee: string; privilege: string; grantable: boolean; column: string | null }[]
+      >`
+        select case when a.grantee = 0 then 'public' else quote_ident(r.rolname) end as grantee,
+               a.privilege_type as privilege, a.is_grantable as grantable, null::text as column
+        from pg_class c cross join lateral aclexplode(c.relacl) a
+        left join pg_roles r on r.oid = a.grantee
+        where c.oid = to_regclass(${view}) and a.grantee <> c.relowner
+        union all
+        select case when a.grantee = 0 then 'public' else quote_ident(r.rolname) end,
+               a.privilege_type, a.is_grantable, quote_ident(att.attname)
+        from pg_class c join pg_attribute att on att.attrelid = c.oid and att.attnum > 0 and not att.attisdropped
+        cross join lateral aclexplode(att.attacl) a
+        left join pg_roles r on r.oid = a.grantee
+        where c.oid = to_regclass(${view}) and a.grantee <> c.relowner`;
+      const [kept] = await sp<{ owner: string | null; me: boolean; comment: string | null }[]>`
+        select quote_ident(r.rolname) as owner, r.rolname = current_user as me,
+               format('%L', obj_description(c.oid, 'pg_class')) as comment
+        from pg_class c join pg_roles r on r.oid = c.relowner where c.oid = to_regclass(${view})`;
+      // Each option as it was written (PostgreSQL keeps `security_invoker = yes` as 'yes'), quoted.
+      const options = (
+        await sp<{ key: string; value: string }[]>`
+          select split_part(o, '=', 1) as key, format('%L', substr(o, strpos(o, '=') + 1)) as value
+          from pg_class c cross join lateral unnest(c.reloptions) o
+          where c.oid = to_regclass(${view})`
+      ).filter((o) => VIEW_OPTIONS.has(o.key));
       await sp`drop view if exists ${sp(view)}`;
       await sp`create view ${sp(view)} as select * from ${sp(source)}`;
-      // Role and column names come quoted by quote_ident, privileges and options from the fixed
-      // lists, the comment quoted by format('%L'), the view's name from quoteName (validated
+      // Role and column names come quoted by quote_ident, option names from the fixed list, their
+      // values and the comment quoted by format('%L'), the view's name from quoteName (validated
       // names: letters, digits, _ and $).
       const name = quoteName(view);
       if (options.length > 0) {
-        await sp.unsafe(`alter view ${name} set (${options.map(([k, v]) => `${k} = ${v}`).join(', ')})`);
+        await sp.unsafe(`alter view ${name} set (${options.map((o) => `${o.key} = ${o.value}`).join(', ')})`);
       }
       if (kept && !kept.me && kept.owner !== null)
         await sp.unsafe(`alter view ${name} owner to ${kept.owner}`);
