@@ -314,7 +314,13 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
         // unused: a connection of the dispatcher soon runs a statement it prepared on a server
         // connection that is gone. (Through the shared pooler, that waited on other clients' traffic
         // handing it another server connection, and once did not happen within a minute.)
-        const recycling = await startPgBouncer(db.url, 'transaction', ['server_lifetime = 1']);
+        // Server connections handed out in turn rather than the last one used first: a client's
+        // next transaction rarely lands on the one it prepared on, whatever the load (CI once saw
+        // no missing prepared statement within a minute, each client getting its server back).
+        const recycling = await startPgBouncer(db.url, 'transaction', [
+          'server_lifetime = 1',
+          'server_round_robin = 1',
+        ]);
         onTestFinished(() => recycling.stop());
         const fixed = poolThrough(recycling); // prepare: false, as the hint says
         const misconfigured = postgres(recycling.url, {
@@ -386,7 +392,9 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
         onTestFinished(() => before.stop());
         await before.start();
 
-        // Writers keep the pooler handing each transaction another server connection.
+        // Writers keep the pooler handing each transaction another server connection, and another
+        // client deallocates every prepared statement of the server connection it is handed (what a
+        // pooler's next server connection has of them: none).
         let writing = true;
         const writers = Array.from({ length: 4 }, async (_, w) => {
           for (let n = 0; writing; n++) await appendAsTheApp(`w${w}`, { n });
@@ -395,6 +403,12 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
           first.lines.findIndex((l) =>
             l.message.startsWith('a prepared statement did not survive to the next transaction'),
           );
+        const deallocating = (async () => {
+          while (writing && switched() < 0) {
+            await fixed.unsafe('deallocate all');
+            await new Promise((resolve) => setTimeout(resolve, 20));
+          }
+        })();
         /** The log's last event once the first consumer has seen it, else undefined. */
         const deliveredHead = async () => {
           const [head] = await look<
@@ -410,7 +424,7 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
           await until(delivered, 30_000, 'a delivery after the switch');
         } finally {
           writing = false;
-          await Promise.all(writers);
+          await Promise.all([...writers, deallocating]);
         }
         const unprepared = first.lines.filter((l) =>
           l.message.startsWith('a prepared statement did not survive to the next transaction'),
