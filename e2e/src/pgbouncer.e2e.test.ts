@@ -403,12 +403,13 @@ describe.skipIf(!available).each(['transaction', 'session'] as const)(
           first.lines.findIndex((l) =>
             l.message.startsWith('a prepared statement did not survive to the next transaction'),
           );
-        const deallocating = (async () => {
+        const deallocate = async () => {
           while (writing && switched() < 0) {
             await fixed.unsafe('deallocate all');
             await new Promise((resolve) => setTimeout(resolve, 20));
           }
-        })();
+        };
+        const deallocating = deallocate();
         /** The log's last event once the first consumer has seen it, else undefined. */
         const deliveredHead = async () => {
           const [head] = await look<
