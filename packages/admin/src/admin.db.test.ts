@@ -155,6 +155,10 @@ test('a misspelt option of createAdmin or of an action is refused, naming it, an
   await expect(admin.listAudit({ consumers: 'mailer' } as never)).rejects.toMatchObject({
     option: 'consumers',
   });
+  // The options of dropVersion come third.
+  await expect(admin.dropVersion('mailer', 1, { dropsource: true } as never)).rejects.toMatchObject({
+    option: 'dropsource',
+  });
   expect(await row()).toEqual(before);
   expect(await auditActions(schema)).toEqual([]);
   // What each action does know passes.

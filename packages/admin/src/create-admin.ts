@@ -121,102 +121,55 @@ export function createAdmin(adminOptions: AdminOptions) {
         throw error;
       }
     };
-  // Each action's options, checked for fields it does not know (a misspelt `forMs` would disable a
-  // consumer with no end) before it runs.
-  const act = (action: string, fields: readonly string[]) => {
-    const known = { fields, of: `admin.${action}()` };
-    return <O extends object>(o: O | null | undefined): O => optionsObject(o, known as never);
-  };
+  // Each method once: its options (argument `at`) are checked for fields it does not know (a
+  // misspelt `forMs` would disable a consumer with no end) before the action runs.
+  const method =
+    <A extends unknown[], R>(
+      of: string,
+      action: (context: AdminContext, ...args: A) => Promise<R>,
+      fields: readonly string[],
+      at = 1,
+    ) =>
+    async (...args: A): Promise<R> => {
+      // Inside the promise: a bad option rejects it, as every other failure of an action does.
+      const checked: unknown[] = [...args];
+      checked[at] = optionsObject(args[at] as object | undefined, { fields, of: `admin.${of}()` } as never);
+      return explained(action)(ctx, ...(checked as A));
+    };
   const acting = ['instanceId', 'actor', 'reason'];
   const audited = ['actor', 'reason'];
-  const by = {
-    showConsumer: act('showConsumer', ['instanceId']),
-    diagnose: act('diagnose', ['instanceId']),
-    restart: act('restart', [...acting, 'from']),
-    disable: act('disable', [...acting, 'until', 'forMs']),
-    enable: act('enable', acting),
-    skip: act('skip', [...acting, 'eventId']),
-    showEvent: act('showEvent', ['eventId', 'instanceId']),
-    listDeadLetters: act('listDeadLetters', ['instanceId', 'limit']),
-    showDeadLetter: act('showDeadLetter', ['id', 'instanceId']),
-    replayDeadLetters: act('replayDeadLetters', [...acting, 'ids', 'limit', 'dryRun']),
-    fenceGap: act('fenceGap', [...acting, 'eventId']),
-    collectStaleInstances: act('collectStaleInstances', ['olderThanMs', 'actor']),
-    listAudit: act('listAudit', ['consumer', 'limit']),
-    listParkedKeys: act('listParkedKeys', ['limit']),
-    listParkedEvents: act('listParkedEvents', ['key', 'limit']),
-    replayParkedKey: act('replayParkedKey', [...audited, 'key']),
-    dropParkedKey: act('dropParkedKey', [...audited, 'key']),
-    relane: act('relane', [...audited, 'lanes']),
-    approveRebuild: act('approveRebuild', [...audited, 'version', 'force']),
-    pauseRebuild: act('pauseRebuild', [...audited, 'version']),
-    resumeRebuild: act('resumeRebuild', [...audited, 'version']),
-    abandonRebuild: act('abandonRebuild', [...audited, 'version']),
-    dropVersion: act('dropVersion', [...audited, 'dropSource']),
-  };
   return {
     schema,
     listConsumers: explained(() => listConsumers(ctx)),
-    showConsumer: explained((name: string, o?: Parameters<typeof showConsumer>[2]) =>
-      showConsumer(ctx, name, by.showConsumer(o)),
+    showConsumer: method('showConsumer', showConsumer, ['instanceId']),
+    diagnose: method('diagnose', diagnose, ['instanceId']),
+    restart: method('restart', restart, [...acting, 'from']),
+    disable: method('disable', disable, [...acting, 'until', 'forMs']),
+    enable: method('enable', enable, acting),
+    skip: method('skip', skip, [...acting, 'eventId']),
+    showEvent: method('showEvent', showEvent, ['eventId', 'instanceId']),
+    listDeadLetters: method('listDeadLetters', listDeadLetters, ['instanceId', 'limit']),
+    showDeadLetter: method('showDeadLetter', showDeadLetter, ['id', 'instanceId']),
+    replayDeadLetters: method('replayDeadLetters', replayDeadLetters, [...acting, 'ids', 'limit', 'dryRun']),
+    fenceGap: method('fenceGap', fenceGap, [...acting, 'eventId']),
+    collectStaleInstances: method(
+      'collectStaleInstances',
+      collectStaleInstances,
+      ['olderThanMs', 'actor'],
+      0,
     ),
-    diagnose: explained((name: string, o?: Parameters<typeof diagnose>[2]) =>
-      diagnose(ctx, name, by.diagnose(o)),
-    ),
-    restart: explained((name: string, o: Parameters<typeof restart>[2]) => restart(ctx, name, by.restart(o))),
-    disable: explained((name: string, o?: Parameters<typeof disable>[2]) =>
-      disable(ctx, name, by.disable(o)),
-    ),
-    enable: explained((name: string, o?: Parameters<typeof enable>[2]) => enable(ctx, name, by.enable(o))),
-    skip: explained((name: string, o: Parameters<typeof skip>[2]) => skip(ctx, name, by.skip(o))),
-    showEvent: explained((name: string, o: Parameters<typeof showEvent>[2]) =>
-      showEvent(ctx, name, by.showEvent(o)),
-    ),
-    listDeadLetters: explained((name: string, o?: Parameters<typeof listDeadLetters>[2]) =>
-      listDeadLetters(ctx, name, by.listDeadLetters(o)),
-    ),
-    showDeadLetter: explained((name: string, o: Parameters<typeof showDeadLetter>[2]) =>
-      showDeadLetter(ctx, name, by.showDeadLetter(o)),
-    ),
-    replayDeadLetters: explained((name: string, o?: Parameters<typeof replayDeadLetters>[2]) =>
-      replayDeadLetters(ctx, name, by.replayDeadLetters(o)),
-    ),
-    fenceGap: explained((name: string, o: Parameters<typeof fenceGap>[2]) =>
-      fenceGap(ctx, name, by.fenceGap(o)),
-    ),
-    collectStaleInstances: explained((o: Parameters<typeof collectStaleInstances>[1]) =>
-      collectStaleInstances(ctx, by.collectStaleInstances(o)),
-    ),
-    listAudit: explained((o?: Parameters<typeof listAudit>[1]) => listAudit(ctx, by.listAudit(o))),
-    listParkedKeys: explained((name: string, o?: Parameters<typeof listParkedKeys>[2]) =>
-      listParkedKeys(ctx, name, by.listParkedKeys(o)),
-    ),
-    listParkedEvents: explained((name: string, o: Parameters<typeof listParkedEvents>[2]) =>
-      listParkedEvents(ctx, name, by.listParkedEvents(o)),
-    ),
-    replayParkedKey: explained((name: string, o: Parameters<typeof replayParkedKey>[2]) =>
-      replayParkedKey(ctx, name, by.replayParkedKey(o)),
-    ),
-    dropParkedKey: explained((name: string, o: Parameters<typeof dropParkedKey>[2]) =>
-      dropParkedKey(ctx, name, by.dropParkedKey(o)),
-    ),
-    relane: explained((name: string, o: Parameters<typeof relane>[2]) => relane(ctx, name, by.relane(o))),
+    listAudit: method('listAudit', listAudit, ['consumer', 'limit'], 0),
+    listParkedKeys: method('listParkedKeys', listParkedKeys, ['limit']),
+    listParkedEvents: method('listParkedEvents', listParkedEvents, ['key', 'limit']),
+    replayParkedKey: method('replayParkedKey', replayParkedKey, [...audited, 'key']),
+    dropParkedKey: method('dropParkedKey', dropParkedKey, [...audited, 'key']),
+    relane: method('relane', relane, [...audited, 'lanes']),
     rebuildStatus: explained((name?: string) => rebuildStatus(ctx, name)),
-    approveRebuild: explained((name: string, o?: Parameters<typeof approveRebuild>[2]) =>
-      approveRebuild(ctx, name, by.approveRebuild(o)),
-    ),
-    pauseRebuild: explained((name: string, o?: Parameters<typeof pauseRebuild>[2]) =>
-      pauseRebuild(ctx, name, by.pauseRebuild(o)),
-    ),
-    resumeRebuild: explained((name: string, o?: Parameters<typeof resumeRebuild>[2]) =>
-      resumeRebuild(ctx, name, by.resumeRebuild(o)),
-    ),
-    abandonRebuild: explained((name: string, o?: Parameters<typeof abandonRebuild>[2]) =>
-      abandonRebuild(ctx, name, by.abandonRebuild(o)),
-    ),
-    dropVersion: explained((name: string, version: number, o?: Parameters<typeof dropVersion>[3]) =>
-      dropVersion(ctx, name, version, by.dropVersion(o)),
-    ),
+    approveRebuild: method('approveRebuild', approveRebuild, [...audited, 'version', 'force']),
+    pauseRebuild: method('pauseRebuild', pauseRebuild, [...audited, 'version']),
+    resumeRebuild: method('resumeRebuild', resumeRebuild, [...audited, 'version']),
+    abandonRebuild: method('abandonRebuild', abandonRebuild, [...audited, 'version']),
+    dropVersion: method('dropVersion', dropVersion, [...audited, 'dropSource'], 2),
   };
 }
 

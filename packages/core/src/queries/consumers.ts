@@ -9,6 +9,7 @@ import { registerVersions, type DeclaredVersion, type VersionRow } from './versi
 import { guardedBegin } from '../connections/guarded-transaction.js';
 import { beginningOf, retentionFloor, writeAudit } from './audit.js';
 import { pgArray } from './pg-array.js';
+import { startTakenBack } from './turn-starts.js';
 import { othersMayCommit, parseSnapshot, subtransactionXid } from '../gaps/gaps.js';
 
 /** A consumer row as the idle pre-check and the turn read it (ids and xids as text: exact). */
@@ -1015,9 +1016,7 @@ export async function recordInfraFailure(
         last_error_at = now(), updated_at = now()
       where name = ${name} and instance_id = ${instanceId} and ${unchanged}`;
     if (failure.undoTurnStart && failure.turn.startSent && updated.count === 1) {
-      await tx`
-        update ${t.turnStarts} set started_count = greatest(started_count - 1, 0)
-        where consumer_name = ${name} and instance_id = ${instanceId}`;
+      await startTakenBack(tx, t, name, instanceId);
     }
   });
 }
@@ -1083,9 +1082,7 @@ export async function recordFailedAttempt(
     if (updated.count === 0) return false;
     if (failure.turn.startSent) {
       // The attempt is counted now: its start must not count again as a crash.
-      await tx`
-        update ${t.turnStarts} set started_count = greatest(started_count - 1, 0)
-        where consumer_name = ${name} and instance_id = ${instanceId}`;
+      await startTakenBack(tx, t, name, instanceId);
     }
     return true;
   });

@@ -1,5 +1,5 @@
 import type { Tables } from '../schema/tables.js';
-import type { Sql, TransactionSql } from '../sql-types.js';
+import type { Queryable, Sql, TransactionSql } from '../sql-types.js';
 import { settleWithin, TIMED_OUT } from '../time-limit.js';
 
 /**
@@ -98,12 +98,21 @@ export async function takeBackTurnStart(
   waitMs: number,
 ): Promise<void> {
   await answeredWithin(
-    sql`
-      update ${t.turnStarts} set started_count = greatest(started_count - 1, 0), updated_at = now()
-      where consumer_name = ${name} and instance_id = ${instanceId}`,
+    startTakenBack(sql, t, name, instanceId),
     waitMs,
     'the timed-out turn start was not taken back',
   );
+}
+
+/**
+ * The one statement that takes one recorded turn start back: the turn ended without a crash (an
+ * attempt recorded, an infrastructure failure, a timed-out turn rolled back), so that start must
+ * not count as one. Never below zero: another instance may have judged the start already.
+ */
+export function startTakenBack(q: Queryable, t: Tables, name: string, instanceId: string) {
+  return q`
+    update ${t.turnStarts} set started_count = greatest(started_count - 1, 0), updated_at = now()
+    where consumer_name = ${name} and instance_id = ${instanceId}`;
 }
 
 /**
