@@ -209,6 +209,22 @@ describe('read models', () => {
     expect(diagnosis.findings.join('\n')).toContain(`pid ${holder.pid} (forgotten-batch-job`);
   });
 
+  test('diagnose names the backend that holds the consumer row, and nobody once it is free', async () => {
+    const c = recordingConsumer('held');
+    const { admin, schema } = await setup([c.consumer]);
+    expect((await admin.diagnose('held')).rowLockedBy).toBeNull();
+    const holder = await heldTransaction(db.sql);
+    await holder.sql`set local application_name = 'row-holder'`;
+    await holder.sql`select 1 from ${holder.sql(schema)}.consumers where name = 'held' for update`;
+    const diagnosis = await admin.diagnose('held');
+    expect(diagnosis.rowLockedBy).toMatchObject({ pid: holder.pid, applicationName: 'row-holder' });
+    expect(diagnosis.findings.join('\n')).toContain(
+      `a turn holds its row now: pid ${holder.pid} (row-holder)`,
+    );
+    await holder.rollback();
+    expect((await admin.diagnose('held')).rowLockedBy).toBeNull();
+  });
+
   test('diagnose of a dead consumer gives its error and what to do', async () => {
     const c = failingOn('mailer', () => true, { errorPolicy: { maxAttempts: 1 } });
     const { dispatcher, admin, schema } = await setup([c.consumer]);

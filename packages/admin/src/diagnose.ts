@@ -159,7 +159,7 @@ async function diagnoseRow(ctx: AdminContext, name: string, instanceId: string):
     union all
     select null, p.database, null, 'prepared', p.prepared, p.transaction::text, s.xmax8, p.gid
     from pg_prepared_xacts p, s`;
-  const backend = (r: BackendRow): Backend => ({
+  const backends = holders.map((r): Backend => ({
     pid: r.pid,
     database: r.datname,
     applicationName: r.application_name,
@@ -167,9 +167,7 @@ async function diagnoseRow(ctx: AdminContext, name: string, instanceId: string):
     xactStart: r.xact_start,
     xid: r.xid === null ? null : widenXid(BigInt(r.xid), BigInt(r.xmax8)),
     preparedGid: r.gid,
-  });
-
-  const backends = holders.map(backend);
+  }));
   let oldestGap: Diagnosis['oldestGap'] = null;
   const oldest = [...ranges].sort((a, b) => ((a.fence ?? 2n ** 63n) < (b.fence ?? 2n ** 63n) ? -1 : 1))[0];
   if (oldest) {
@@ -181,10 +179,10 @@ async function diagnoseRow(ctx: AdminContext, name: string, instanceId: string):
   const [lock] = await ctx.sql<{ locker: string | null }[]>`
     select case when c.xmax::text <> '0' then c.xmax::text end as locker
     from ${ctx.tables.consumers} c where c.name = ${name} and c.instance_id = ${instanceId}`;
+  // xmax is a 32-bit xid: it names the backend whose widened xid has the same low 32 bits.
   const lockerXid = lock?.locker ? BigInt(lock.locker) : null;
-  const lockerRow =
-    lockerXid === null ? undefined : holders.find((h) => h.xid !== null && BigInt(h.xid) === lockerXid);
-  const rowLockedBy = lockerRow ? backend(lockerRow) : null;
+  const rowLockedBy =
+    (lockerXid !== null && backends.find((b) => b.xid !== null && b.xid % 2n ** 32n === lockerXid)) || null;
 
   const nextRearmAt =
     consumer.status === 'dead' && consumer.rearmCount < ctx.maxRearmCount
