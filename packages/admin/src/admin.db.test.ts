@@ -829,6 +829,68 @@ describe('actions', () => {
     await both.stop();
   });
 
+  test('a rebuild registered while a transaction in flight at a prune has not committed yet waits for its event below the floor', async () => {
+    const schema = await freshSchema(db.sql, 'adm');
+    await appendEvents(db.sql, 1, undefined, schema); // 1
+    const writer = await openTransaction(db.sql);
+    onTestFinished(() => writer.rollback());
+    await writer.append([{ type: 'Late', streamId: 'late', data: {} }], { schema }); // 2, in flight
+    await appendEvents(db.sql, 2, undefined, schema); // 3, 4
+    expect(await prune(db.sql, { before: 4n, schema })).toEqual({ deleted: 2 });
+    const seen: bigint[][] = [];
+    const version = (v: number): Consumer => ({
+      name: 'proj',
+      version: v,
+      handler: (event) => {
+        (seen[v] ??= []).push(event.id);
+      },
+    });
+    // Version 2 starts at the beginning of what is kept (3) while the writer of 2 is in flight.
+    const both = testDispatcher(db.sql, schema, [version(1), version(2)]);
+    await both.ensureRegistered();
+    await both.runOnce();
+    expect(seen[2]).toEqual([4n]);
+    await writer.commit();
+    await drainUntilIdle(both);
+    expect(seen[2]).toEqual([4n, 2n]);
+    expect(seen[1]).toEqual([4n, 2n]);
+    // Delivered, the rebuild's start is over: nothing holds a prune back for it.
+    const [row] = await db.sql<{ start_upto: string | null }[]>`
+      select start_upto::text from ${db.sql(schema)}.consumers where name = 'proj@v2'`;
+    expect(row).toEqual({ start_upto: null });
+    await both.stop();
+  });
+
+  test('a rebuild from an id, registered while a transaction holds a lower id open, gets that event when it commits', async () => {
+    const schema = await freshSchema(db.sql, 'adm');
+    const seen: bigint[][] = [];
+    const version = (v: number, extra: Partial<Consumer> = {}): Consumer => ({
+      name: 'proj',
+      version: v,
+      handler: (event) => {
+        (seen[v] ??= []).push(event.id);
+      },
+      ...extra,
+    });
+    const one = testDispatcher(db.sql, schema, [version(1)]);
+    await one.ensureRegistered();
+    await appendEvents(db.sql, 1, undefined, schema); // 1
+    const writer = await openTransaction(db.sql);
+    onTestFinished(() => writer.rollback());
+    await writer.append([{ type: 'Late', streamId: 'late', data: {} }], { schema }); // 2, in flight
+    await appendEvents(db.sql, 2, undefined, schema); // 3, 4
+    await one.stop();
+    const both = testDispatcher(db.sql, schema, [version(1), version(2, { rebuild: { from: 3n } })]);
+    await both.ensureRegistered();
+    await both.runOnce();
+    expect(seen[2]).toEqual([4n]);
+    await writer.commit();
+    await drainUntilIdle(both);
+    // 2 committed after the rebuild was declared: it was in no state the rebuild started from.
+    expect(seen[2]).toEqual([4n, 2n]);
+    await both.stop();
+  });
+
   test('names with SQL meta-characters are just names', async () => {
     const name = `x'; drop table events; --"`;
     const c = recordingConsumer(name);

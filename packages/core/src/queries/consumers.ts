@@ -129,12 +129,19 @@ export async function registerConsumers(
       await tx`select pg_advisory_xact_lock(${LANES_LOCK_CLASS}, hashtext(${schema}))`;
     });
     let checked: readonly RegisterRow[] = [];
+    let rebuildSnapshot: string | null = null;
     if (versions && versions.declared.length > 0) {
+      // Taken before the versions' registration reads where a rebuild starts (the beginning of what
+      // retention kept): an event at or below that start that this snapshot does not show was in
+      // flight then, and is delivered to the rebuild's rows when it commits (insertRegistrations).
+      [[rebuildSnapshot = null] = []] = await valuesOf<[snapshot: string]>(
+        tx`select pg_current_snapshot()::text`,
+      );
       const filtered = versions.filter(await registerVersions(tx, t, versions.declared, versions.actor));
       rows = filtered.filter((r) => r.keyCheckOnly !== true);
       checked = filtered.filter((r) => r.keyCheckOnly === true);
     }
-    const created = await insertRegistrations(tx, t, rows);
+    const created = await insertRegistrations(tx, t, rows, rebuildSnapshot);
     // A version waiting to take the rows over records nothing, but is refused their key's way.
     await refuseKeptByAnother(tx, t, declaredKeys(checked));
     await recordLaneKeys(tx, t, rows);
@@ -358,6 +365,7 @@ async function insertRegistrations(
   tx: TransactionSql,
   t: Tables,
   rows: readonly RegisterRow[],
+  rebuildSnapshot: string | null,
 ): Promise<{ name: string; instance_id: string; cursor: string }[]> {
   const created = await tx.savepoint(
     (sp) => sp<
@@ -369,8 +377,13 @@ async function insertRegistrations(
              -- A row given its start (a rebuild's rows) starts there, whatever startFrom says.
              case when r.start_at is null and r.start_from = 'now' then h.head else coalesce(r.start_at, 0) end,
              case when r.per_instance = 'true' then now() end,
-             case when r.start_at is null and r.start_from = 'now' then h.snap end,
-             case when r.start_at is null and r.start_from = 'now' then h.head end,
+             -- A rebuild's rows wait as a 'now' row does for the events in flight at or below
+             -- their start: one may commit there later (below the retention floor, or below
+             -- rebuild.from), and the version it rebuilds would otherwise never see it.
+             case when r.start_at is null and r.start_from = 'now' then h.snap
+                  when r.start_at > 0 then coalesce(${rebuildSnapshot}::pg_snapshot, h.snap) end,
+             case when r.start_at is null and r.start_from = 'now' then h.head
+                  when r.start_at > 0 then r.start_at end,
              r.version
       from unnest(${pgArray(rows.map((r) => r.name))}::text[], ${pgArray(rows.map((r) => r.instanceId))}::text[],
                   ${pgArray(rows.map((r) => r.startFrom))}::text[], ${pgArray(rows.map((r) => String(r.perInstance)))}::text[],
@@ -396,21 +409,23 @@ async function insertRegistrations(
       returning c.name, c.instance_id, c.cursor::text as cursor, c.xmin::text as sub,
                 pg_current_xact_id()::text as top, c.start_snapshot::text as snap`,
   );
-  const starting = created.filter((r) => r.snap !== null);
+  const starting = created.flatMap((r) => (r.snap === null ? [] : [{ ...r, snap: r.snap }]));
   const first = starting[0];
-  if (first?.snap != null) {
-    // Something may still commit an id at or below the head: an xid the snapshot lists, or one
-    // between its xmax and the fence. Else the start columns are not needed.
+  if (first) {
+    // Something may still commit an id at or below the start: an xid the row's snapshot lists, or
+    // one between its xmax and the fence. Else its start columns are not needed. (Every row drew
+    // the same fence; a rebuild's rows have an earlier snapshot than a 'now' row's.)
     const top = BigInt(first.top);
     const fence = subtransactionXid(BigInt(first.sub), top);
-    const inFlight = othersMayCommit(parseSnapshot(first.snap), top, fence);
+    const inFlight = starting.map((r) => String(othersMayCommit(parseSnapshot(r.snap), top, fence)));
     await tx`
       update ${t.consumers} c set
-        start_fence = case when ${inFlight} then ${fence.toString()}::xid8 end,
-        start_snapshot = case when ${inFlight} then c.start_snapshot end,
-        start_upto = case when ${inFlight} then c.start_upto end
-      from unnest(${pgArray(starting.map((r) => r.name))}::text[], ${pgArray(starting.map((r) => r.instance_id))}::text[])
-           as r(name, instance_id)
+        start_fence = case when r.waits then ${fence.toString()}::xid8 end,
+        start_snapshot = case when r.waits then c.start_snapshot end,
+        start_upto = case when r.waits then c.start_upto end
+      from unnest(${pgArray(starting.map((r) => r.name))}::text[], ${pgArray(starting.map((r) => r.instance_id))}::text[],
+                  ${pgArray(inFlight)}::bool[])
+           as r(name, instance_id, waits)
       where c.name = r.name and c.instance_id = r.instance_id`;
   }
   return created.map(({ name, instance_id, cursor }) => ({ name, instance_id, cursor }));
@@ -519,7 +534,7 @@ export async function reregisterConsumer(
       { name: consumer.name, instance_id: consumer.instanceId },
     ]);
     if (!last || last.action !== 'collect-stale-instance' || last.cursor_before === null) {
-      const created = await insertRegistrations(tx, t, [consumer, ...alongside]);
+      const created = await insertRegistrations(tx, t, [consumer, ...alongside], null);
       for (const made of created) {
         await writeAudit(tx, t, {
           actor: 'sluice-dispatcher',
