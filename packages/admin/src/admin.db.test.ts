@@ -787,7 +787,8 @@ describe('actions', () => {
     expect((await admin.restart('archive', { from: 'now' })).cursorAfter).toBe(5n);
   });
 
-  test('an event that a transaction in flight at a prune commits below the floor reaches a restart from the beginning and a rebuild', async () => {
+  /** Events 1 to 4 in a fresh schema, 2 written by a transaction still open; with `pruned`, 1 and 3 are pruned. */
+  async function lateWriter({ pruned }: { pruned: boolean }) {
     const schema = await freshSchema(db.sql, 'adm');
     await appendEvents(db.sql, 1, undefined, schema); // 1
     const writer = await openTransaction(db.sql);
@@ -795,7 +796,8 @@ describe('actions', () => {
     await writer.append([{ type: 'Late', streamId: 'late', data: {} }], { schema }); // 2, in flight
     await appendEvents(db.sql, 2, undefined, schema); // 3, 4
     // No consumer yet: nothing holds the writer's id, and the prune passes it.
-    expect(await prune(db.sql, { before: 4n, schema })).toEqual({ deleted: 2 });
+    if (pruned) expect(await prune(db.sql, { before: 4n, schema })).toEqual({ deleted: 2 });
+    /** Version `v` of consumer 'proj', recording the ids it is given in seen[v]. */
     const seen: bigint[][] = [];
     const version = (v: number, extra: Partial<Consumer> = {}): Consumer => ({
       name: 'proj',
@@ -805,6 +807,11 @@ describe('actions', () => {
       },
       ...extra,
     });
+    return { schema, writer, seen, version };
+  }
+
+  test('an event that a transaction in flight at a prune commits below the floor reaches a restart from the beginning and a rebuild', async () => {
+    const { schema, writer, seen, version } = await lateWriter({ pruned: true });
     const one = testDispatcher(db.sql, schema, [version(1)]);
     await one.ensureRegistered();
     await one.runOnce(); // 4; 1 to 3 one pending range, 2 still in flight
@@ -829,67 +836,29 @@ describe('actions', () => {
     await both.stop();
   });
 
-  test('a rebuild registered while a transaction in flight at a prune has not committed yet waits for its event below the floor', async () => {
-    const schema = await freshSchema(db.sql, 'adm');
-    await appendEvents(db.sql, 1, undefined, schema); // 1
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
-    await writer.append([{ type: 'Late', streamId: 'late', data: {} }], { schema }); // 2, in flight
-    await appendEvents(db.sql, 2, undefined, schema); // 3, 4
-    expect(await prune(db.sql, { before: 4n, schema })).toEqual({ deleted: 2 });
-    const seen: bigint[][] = [];
-    const version = (v: number): Consumer => ({
-      name: 'proj',
-      version: v,
-      handler: (event) => {
-        (seen[v] ??= []).push(event.id);
-      },
-    });
-    // Version 2 starts at the beginning of what is kept (3) while the writer of 2 is in flight.
-    const both = testDispatcher(db.sql, schema, [version(1), version(2)]);
-    await both.ensureRegistered();
-    await both.runOnce();
-    expect(seen[2]).toEqual([4n]);
-    await writer.commit();
-    await drainUntilIdle(both);
-    expect(seen[2]).toEqual([4n, 2n]);
-    expect(seen[1]).toEqual([4n, 2n]);
-    // Delivered, the rebuild's start is over: nothing holds a prune back for it.
-    const [row] = await db.sql<{ start_upto: string | null }[]>`
-      select start_upto::text from ${db.sql(schema)}.consumers where name = 'proj@v2'`;
-    expect(row).toEqual({ start_upto: null });
-    await both.stop();
-  });
-
-  test('a rebuild from an id, registered while a transaction holds a lower id open, gets that event when it commits', async () => {
-    const schema = await freshSchema(db.sql, 'adm');
-    const seen: bigint[][] = [];
-    const version = (v: number, extra: Partial<Consumer> = {}): Consumer => ({
-      name: 'proj',
-      version: v,
-      handler: (event) => {
-        (seen[v] ??= []).push(event.id);
-      },
-      ...extra,
-    });
-    const one = testDispatcher(db.sql, schema, [version(1)]);
-    await one.ensureRegistered();
-    await appendEvents(db.sql, 1, undefined, schema); // 1
-    const writer = await openTransaction(db.sql);
-    onTestFinished(() => writer.rollback());
-    await writer.append([{ type: 'Late', streamId: 'late', data: {} }], { schema }); // 2, in flight
-    await appendEvents(db.sql, 2, undefined, schema); // 3, 4
-    await one.stop();
-    const both = testDispatcher(db.sql, schema, [version(1), version(2, { rebuild: { from: 3n } })]);
-    await both.ensureRegistered();
-    await both.runOnce();
-    expect(seen[2]).toEqual([4n]);
-    await writer.commit();
-    await drainUntilIdle(both);
-    // 2 committed after the rebuild was declared: it was in no state the rebuild started from.
-    expect(seen[2]).toEqual([4n, 2n]);
-    await both.stop();
-  });
+  test.each([
+    ['from the beginning, below the retention floor', true, {}],
+    ['from an id', false, { rebuild: { from: 3n } }],
+  ])(
+    'a rebuild %s, registered while a transaction holds a lower id open, gets that event when it commits',
+    async (_, pruned, extra) => {
+      const { schema, writer, seen, version } = await lateWriter({ pruned });
+      // Version 2 starts at 3 (where the beginning of what was kept is, or where it is told to).
+      const both = testDispatcher(db.sql, schema, [version(1), version(2, extra)]);
+      await both.ensureRegistered();
+      await both.runOnce();
+      expect(seen[2]).toEqual([4n]);
+      await writer.commit();
+      await drainUntilIdle(both);
+      // 2 committed after the rebuild was declared: it was in no state the rebuild started from.
+      expect(seen[2]).toEqual([4n, 2n]);
+      // Delivered, the rebuild's start is over: nothing holds a prune back for it.
+      const [row] = await db.sql<{ start_upto: string | null }[]>`
+        select start_upto::text from ${db.sql(schema)}.consumers where name = 'proj@v2'`;
+      expect(row).toEqual({ start_upto: null });
+      await both.stop();
+    },
+  );
 
   test('names with SQL meta-characters are just names', async () => {
     const name = `x'; drop table events; --"`;
