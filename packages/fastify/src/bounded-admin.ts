@@ -24,10 +24,10 @@ export class DatabaseSilentError extends OpsRequestError {
 /**
  * `admin` with every action bounded by `ms` (ops.requestTimeoutMs): one whose database does not
  * answer by then (a network that drops packets: neither an error nor an answer ever comes) fails
- * with a {@link DatabaseSilentError}, and the ops request gets its 503. How the action ends after
- * that is logged.
+ * with a {@link DatabaseSilentError}, and the ops request gets its 503, and `onSilent` is told
+ * (the admin's connections are replaced). How the action ends after that is logged.
  */
-export function boundedAdmin(admin: Admin, ms: number, logger: Logger): Admin {
+export function boundedAdmin(admin: Admin, ms: number, logger: Logger, onSilent: () => void): Admin {
   const bounded: Record<string, unknown> = { ...admin };
   for (const [name, action] of Object.entries(admin)) {
     if (typeof action !== 'function') continue;
@@ -39,6 +39,9 @@ export function boundedAdmin(admin: Admin, ms: number, logger: Logger): Admin {
         { action: name, waitedMs: ms },
         'sluice ops: the database did not answer in time; answered 503',
       );
+      // Its connection may be gone silent (packets dropped without a close): the next requests go
+      // to fresh connections, and this one is cut once it has had its time.
+      onSilent();
       const ended = running.then(
         () => {
           logger.warn(

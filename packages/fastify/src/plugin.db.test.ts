@@ -89,6 +89,66 @@ async function build(
   return { app, schema, routes };
 }
 
+/**
+ * A TCP relay to the test server that can go silent as a network that drops packets does: it keeps
+ * the connections open and forwards nothing, on every connection (silenceAll) or only on those open
+ * now (silenceExisting: later ones get through). `heal` cuts the silent ones and lets all through.
+ */
+async function silentRelay() {
+  const target = new URL(db.url);
+  let all = false;
+  const silent = new Set<Socket>();
+  const sockets = new Set<Socket>();
+  const relay = await listening(
+    createTcpServer((client) => {
+      const upstream = connect(Number(target.port || 5432), target.hostname);
+      sockets.add(client).add(upstream);
+      const through = () => !all && !silent.has(client);
+      client.on('data', (chunk) => {
+        if (through()) upstream.write(chunk);
+      });
+      upstream.on('data', (chunk) => {
+        if (through()) client.write(chunk);
+      });
+      client.on('error', () => undefined);
+      upstream.on('error', () => undefined);
+      client.on('close', () => upstream.destroy());
+      upstream.on('close', () => client.destroy());
+    }),
+  );
+  const heal = () => {
+    all = false;
+    for (const socket of silent) socket.destroy();
+    silent.clear();
+  };
+  onTestFinished(() => {
+    for (const socket of sockets) socket.destroy();
+  });
+  return {
+    pool(options: postgres.Options<Record<string, postgres.PostgresType>> = {}) {
+      const url = new URL(db.url);
+      url.host = `127.0.0.1:${relay.port}`;
+      const sql = postgres(url.toString(), {
+        max: 2,
+        onnotice: () => undefined,
+        ...options,
+      }) as unknown as Sql;
+      onTestFinished(() => sql.end({ timeout: 0 }));
+      return sql;
+    },
+    silenceAll() {
+      all = true;
+    },
+    silenceExisting() {
+      for (const socket of sockets) if (!socket.destroyed) silent.add(socket);
+    },
+    heal() {
+      heal();
+      for (const socket of sockets) socket.destroy();
+    },
+  };
+}
+
 /** A request with the operator's bearer token. */
 const authed = (
   app: FastifyInstance,
@@ -328,38 +388,12 @@ describe('plugin lifecycle', () => {
   });
 
   test('an ops request whose database stops answering (a network that drops packets) gets its 503 after ops.requestTimeoutMs', async () => {
-    // A TCP relay to the test server that, once cut, keeps every connection open and forwards nothing.
-    const target = new URL(db.url);
-    let cut = false;
-    const sockets = new Set<Socket>();
-    const relay = await listening(
-      createTcpServer((client) => {
-        const upstream = connect(Number(target.port || 5432), target.hostname);
-        sockets.add(client).add(upstream);
-        client.on('data', (chunk) => {
-          if (!cut) upstream.write(chunk);
-        });
-        upstream.on('data', (chunk) => {
-          if (!cut) client.write(chunk);
-        });
-        client.on('error', () => undefined);
-        upstream.on('error', () => undefined);
-        client.on('close', () => upstream.destroy());
-        upstream.on('close', () => client.destroy());
-      }),
-    );
-    onTestFinished(() => {
-      for (const socket of sockets) socket.destroy();
-    });
-    const url = new URL(db.url);
-    url.host = `127.0.0.1:${relay.port}`;
-    const sql = postgres(url.toString(), { max: 2, onnotice: () => undefined }) as unknown as Sql;
-    onTestFinished(() => sql.end({ timeout: 0 }));
+    const relay = await silentRelay();
+    const sql = relay.pool();
     const app = Fastify({ logger: false });
     onTestFinished(async () => {
-      // The network back (new connections get through), the silent ones cut: the app can close.
-      cut = false;
-      for (const socket of sockets) socket.destroy();
+      // The network back, the silent connections cut: the app can close.
+      relay.heal();
       await app.close();
     });
     const schema = await freshSchema(db.sql, 'silent');
@@ -374,7 +408,7 @@ describe('plugin lifecycle', () => {
     });
     await app.ready();
     expect((await authed(app, 'GET', '/sluice/consumers')).statusCode).toBe(200);
-    cut = true;
+    relay.silenceAll();
     for (const [method, url] of [
       ['GET', '/sluice/consumers'],
       ['GET', '/sluice/consumers/c/diagnose'],
@@ -405,6 +439,50 @@ describe('plugin lifecycle', () => {
     expect(more.map((r) => r.json<{ message: string }>().message).join('\n')).toContain(
       'earlier actions still wait for the database',
     );
+  });
+
+  test('connections gone silent while new ones get through: the request that met one gets its 503, the next ones are answered on fresh connections, and delivery goes on', async () => {
+    const relay = await silentRelay();
+    const sql = relay.pool({ max: 4 });
+    const app = Fastify({ logger: false });
+    onTestFinished(async () => {
+      relay.heal();
+      await app.close();
+    });
+    const schema = await freshSchema(db.sql, 'silent');
+    const c = recordingConsumer('c');
+    await app.register(sluice, {
+      sql,
+      schema,
+      consumers: [c.consumer],
+      listen: false,
+      pollIntervalMs: 100,
+      maxTurnMs: 200,
+      handlerTimeoutMs: 300,
+      statementTimeoutMs: 800,
+      logger: silentLogger,
+      ops: { auth: bearerAuth(TOKEN, 'alice'), lockTimeoutMs: 100, requestTimeoutMs: 700 },
+    });
+    await app.ready();
+    await appendEvents(db.sql, 1, undefined, schema);
+    await until(() => c.ids().length === 1, 10_000, 'the first event');
+    expect((await authed(app, 'GET', '/sluice/consumers')).statusCode).toBe(200);
+    relay.silenceExisting();
+    await appendEvents(db.sql, 3, undefined, schema);
+    // The ops request that met a silent connection: 503; the admin's connections are replaced.
+    const first = await authed(app, 'GET', '/sluice/consumers');
+    expect(first.statusCode).toBe(503);
+    const next = await authed(app, 'GET', '/sluice/consumers');
+    expect(next.statusCode, next.body).toBe(200);
+    // The dispatcher's pre-check and turn on silent connections are bounded: delivery goes on
+    // (within a turn's bounds: 200 + 300 + 5 × 800 ms). The turn that delivered 1 may have met the
+    // silence at its commit: then it is rolled back and 1 is delivered again, before 2.
+    await until(
+      () => new Set(c.ids()).size === 4,
+      20_000,
+      'the events appended once the connections went silent',
+    );
+    expect([...new Set(c.ids())]).toEqual([1n, 2n, 3n, 4n]);
   });
 
   test('ops.requestTimeoutMs must be longer than ops.lockTimeoutMs (a busy row is a 409, not a 503)', async () => {
@@ -1071,6 +1149,26 @@ describe('ops routes', () => {
       deadConsumers: ['mailer'],
       maxLagEvents: '2',
     });
+  });
+
+  test('health answers 503 once the application stopped the dispatcher itself; migrate given as null migrates', async () => {
+    const consumers = [recordingConsumer('mailer').consumer];
+    const { app } = await pluginApp(
+      db.sql,
+      consumers,
+      { auth: bearerAuth(TOKEN, 'alice') },
+      {
+        options: { migrate: null as unknown as boolean },
+      },
+    );
+    const running = await app.inject({ method: 'GET', url: '/sluice/health', headers: auth });
+    expect(running.json()).toMatchObject({ status: 'ok', running: true });
+    expect(app.sluice.dispatcher.running).toBe(true);
+    await app.sluice.dispatcher.stop();
+    expect(app.sluice.dispatcher.running).toBe(false);
+    const stopped = await app.inject({ method: 'GET', url: '/sluice/health', headers: auth });
+    expect(stopped.statusCode).toBe(503);
+    expect(stopped.json()).toMatchObject({ running: false });
   });
 
   test('health answers 503 once the database has not answered its read within HEALTH_READ_MS, and ok again after', async () => {

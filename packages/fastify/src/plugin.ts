@@ -34,7 +34,9 @@ const ADMIN_CONNECTIONS = 3;
  * @throws {InvalidOptionError} at registration, for bad options or ops routes without auth
  */
 export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOptions): Promise<void> {
-  const { migrate = true, ops: opsInput, logger: loggerInput, ...rest } = options;
+  const { migrate: migrateInput, ops: opsInput, logger: loggerInput, ...rest } = options;
+  // A boolean given as null is left out, as every other option's (docs/configuration.md).
+  const migrate = migrateInput ?? true;
   // The plugin shares its parent's context (it decorates the app), where Fastify applies no prefix
   // of the registration: the ops routes would be served without it, where a proxy rule for the
   // prefix does not reach. Refused rather than ignored.
@@ -129,10 +131,13 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
     }
     await app.register(opsRoutes, {
       prefix: ops.prefix,
-      admin: boundedAdmin(admin, ops.requestTimeoutMs, logger),
+      admin: boundedAdmin(admin, ops.requestTimeoutMs, logger, () => {
+        adminConnections.replace();
+      }),
       dispatcher,
       ops,
-      isRunning: () => running,
+      // Not once the application stopped the dispatcher itself (app.sluice.dispatcher.stop()).
+      isRunning: () => running && dispatcher.running,
       listenExpected: dispatcherOptions.listen !== false,
       writeSlots: ADMIN_CONNECTIONS - 1,
     });

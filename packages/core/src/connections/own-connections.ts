@@ -40,6 +40,7 @@ import { ConnectTimeoutError, messageOf, sqlStateOf } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { Sql, TransactionSql } from '../sql-types.js';
 import { pipelinedBegin, type PoolCloses } from './pipelined-begin.js';
+import { settleWithin, TIMED_OUT } from '../time-limit.js';
 
 export interface OwnConnectionsSettings {
   /** Connections at most. */
@@ -81,6 +82,23 @@ export interface OwnConnections {
    * @throws {ConnectTimeoutError}
    */
   checkConnection(timeoutMs?: number): Promise<void>;
+  /**
+   * The outcome of the statement `make` makes on the current pool, when it comes within `ms`.
+   * Else the pool is replaced (what runs on it is cut after `retireAfterMs`) and this rejects
+   * saying `what` got no answer: a connection gone silent (packets dropped without a close, a
+   * frozen server or pooler) never answers, and no server-side timeout reaches it.
+   */
+  answered<T>(ms: number, what: string, make: (sql: Sql) => Promise<T>): Promise<T>;
+  /**
+   * Replaces the pool and cuts the old one's connections now: what runs on it fails as at a
+   * connection's loss (a turn that outlived every bound it has, waiting on a connection gone silent).
+   */
+  cut(): void;
+  /**
+   * Replaces the pool: what runs on the old one gets `retireAfterMs` to settle before its
+   * connections are cut (a statement that got no answer in time: its connection may be gone silent).
+   */
+  replace(): void;
   /** Ends the current pool and every replaced one still settling. */
   end(): Promise<void>;
 }
@@ -424,6 +442,26 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
         }
         throw error;
       }
+    },
+    async answered<T>(ms: number, what: string, make: (sql: Sql) => Promise<T>): Promise<T> {
+      const pool = current;
+      const outcome = await settleWithin(make(handle), ms);
+      if (outcome !== TIMED_OUT) return outcome;
+      if (pool === current && !ended) replace();
+      throw new Error(
+        `${what} got no answer within ${ms} ms: a connection gone silent (a network that drops packets ` +
+          "without closing, a frozen server or pooler)? Sluice's connections are replaced",
+      );
+    },
+    replace() {
+      if (!ended) replace();
+    },
+    cut() {
+      if (ended) return;
+      const old = current;
+      current = create();
+      replacements += 1;
+      retire(old, 0);
     },
     async end() {
       if (!ended) {

@@ -59,6 +59,8 @@ export interface Dispatcher {
   readonly schema: string;
   /** Whether LISTEN is connected right now (false when listen is off or before start()). */
   readonly listenConnected: boolean;
+  /** Whether it dispatches: start() has succeeded and stop() has not been called. */
+  readonly running: boolean;
 }
 
 /**
@@ -134,6 +136,7 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     systemIdentifier: () => systemIdentifier ?? null,
     isStopping: stopAsked,
     listenerSnapshot: () => listener?.snapshot(),
+    own,
   });
 
   const scheduler = new PassScheduler(
@@ -383,6 +386,9 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
     schema: options.schema,
     get listenConnected() {
       return listenConnected;
+    },
+    get running() {
+      return started && !stopAsked();
     },
     start() {
       if (stopAsked()) return Promise.reject(new DispatcherStoppedError());

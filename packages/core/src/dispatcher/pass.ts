@@ -41,6 +41,7 @@ import { LaneReads } from './lane-reads.js';
 import { SharedReads } from './shared-reads.js';
 import { VersionKeeper } from './versions-step.js';
 import { TurnSlots, type TurnConnections } from './slots.js';
+import type { OwnConnections } from '../connections/own-connections.js';
 import type { Sql } from '../sql-types.js';
 import {
   runTurn,
@@ -94,6 +95,8 @@ export interface PassEnvironment {
   readonly isStopping: () => boolean;
   /** The cluster's snapshot asked on the LISTEN connection; undefined when it cannot answer now. */
   readonly listenerSnapshot: () => Promise<string> | undefined;
+  /** The pool of pre-checks, turn starts and bookkeeping (`options.sql` is its handle). */
+  readonly own: Pick<OwnConnections, 'answered'>;
 }
 
 /**
@@ -342,7 +345,7 @@ export class PassRunner {
       );
       if (answer !== TIMED_OUT && answer !== undefined) return answer;
     }
-    return currentSnapshot(options.sql);
+    return this.#env.own.answered(options.statementTimeoutMs, 'the idle pre-check', currentSnapshot);
   }
 
   async #readPrecheck(woken: boolean): Promise<{ precheck: Precheck; standing: boolean }> {
@@ -353,7 +356,10 @@ export class PassRunner {
       this.#known.precheckStands(performance.now());
       return { precheck: standing, standing: true };
     }
-    const precheck = await precheckConsumers(options.sql, tables, this.#precheckKeys);
+    // Bounded here: a pass waiting for ever on a connection gone silent would deliver nothing more.
+    const precheck = await this.#env.own.answered(options.statementTimeoutMs, 'the idle pre-check', (sql) =>
+      precheckConsumers(sql, tables, this.#precheckKeys),
+    );
     if (precheck.dispatchers !== null) this.#dispatchers = Math.max(1, precheck.dispatchers);
     const units = this.#unitsOf(precheck);
     for (const consumer of units) {
@@ -386,7 +392,7 @@ export class PassRunner {
         const connections = this.#env.turnConnections.acquire();
         let run: TurnsRun;
         try {
-          run = await this.#turnsOn(connections.sql, consumer, continueWhileMore, cursor);
+          run = await this.#turnsOn(connections, consumer, continueWhileMore, cursor);
         } finally {
           this.#env.turnConnections.release(connections);
         }
@@ -444,8 +450,22 @@ export class PassRunner {
   }
 
   /** Turns `consumer` while it has more (with `continueWhileMore`) and no other consumer waits for a slot. */
+  /**
+   * How long one turn of `consumer` may take at the most: its turn start, row lock, fetch, writes
+   * and commit (a statement's time each, four of them and the turn start outside), and its handler
+   * calls (maxTurnMs, the last one up to handlerTimeoutMs).
+   */
+  #turnBoundMs(consumer: ResolvedConsumer): number {
+    const { options } = this.#env;
+    // A timer's longest delay: a longer one would fire at once.
+    return Math.min(
+      options.maxTurnMs + consumer.handlerTimeoutMs + 5 * options.statementTimeoutMs,
+      2 ** 31 - 1,
+    );
+  }
+
   async #turnsOn(
-    turnSql: Sql,
+    connections: OwnConnections,
     consumer: ResolvedConsumer,
     continueWhileMore: boolean,
     firstCursor: bigint | undefined,
@@ -464,13 +484,33 @@ export class PassRunner {
         // The batch its next turn would read, fetched ahead while this one delivers. A read-ahead
         // takes a pool connection beyond the turns': only while a turn slot is free.
         const readAhead = this.#slots.running < this.#slots.size ? this.#grown(consumer, limit) : undefined;
-        outcome = await runTurn(
-          this.#turnEnvironment(turnSql, readAhead),
-          consumer,
-          limit,
-          expectedCursor,
-          progress,
-        );
+        // Every step of a turn is bounded (its statements by statementTimeoutMs on the server, its
+        // handler calls by maxTurnMs and handlerTimeoutMs), but not a statement that never gets an
+        // answer: a connection gone silent (packets dropped without a close, a frozen server or
+        // pooler). A turn past all of its bounds together is on one: its connection is cut, and it
+        // fails as at a connection's loss (rolled back, delivered again).
+        const watchdog = setTimeout(() => {
+          this.#env.logger.warn(
+            {
+              consumer: consumer.name,
+              instanceId: consumer.instanceId,
+              waitedMs: this.#turnBoundMs(consumer),
+            },
+            'a turn outlived its bounds (maxTurnMs, handlerTimeoutMs, statementTimeoutMs): a connection gone silent? Its connection is cut',
+          );
+          connections.cut();
+        }, this.#turnBoundMs(consumer));
+        try {
+          outcome = await runTurn(
+            this.#turnEnvironment(connections.sql, readAhead),
+            consumer,
+            limit,
+            expectedCursor,
+            progress,
+          );
+        } finally {
+          clearTimeout(watchdog);
+        }
       } catch (error) {
         this.#limits.delete(consumer.unit);
         this.#known.forget(consumer.unit);
