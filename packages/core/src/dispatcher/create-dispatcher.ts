@@ -394,6 +394,10 @@ export function createDispatcher(input: DispatcherOptions): Dispatcher {
       if (stopAsked()) return Promise.reject(new DispatcherStoppedError());
       starting ??= doStart().catch((error: unknown) => {
         starting = undefined;
+        // Refused (a schema not migrated, a setting Sluice cannot run with…): the connections it
+        // opened to find out are closed, so that a process that gives up can exit. A later start()
+        // opens them again.
+        if (!started) own.cut();
         throw error;
       });
       return starting;

@@ -19,6 +19,7 @@ import { append, transaction } from '../append.js';
 import type { Consumer, HandlerContext } from '../consumers/consumer.js';
 import type { EventRecord } from '../events.js';
 import { testDispatcher } from '../test-support.js';
+import { migrate } from '../schema/migrate.js';
 import { DispatcherNotRegisteredError, DispatcherStoppedError } from '../errors.js';
 
 const db = await useTestDatabase();
@@ -528,6 +529,24 @@ describe('lifecycle', () => {
       code: 'SLUICE_SCHEMA_NOT_MIGRATED',
       schema: 'never_migrated_here',
     });
+  });
+
+  test('start() refused on a schema never migrated leaves no connection of its own open; once migrated, start() works', async () => {
+    const schema = `never_migrated_${Math.random().toString(36).slice(2, 8)}`;
+    const instanceId = `refused-${schema}`;
+    const dispatcher = testDispatcher(db.sql, schema, [recordingConsumer('c').consumer], { instanceId });
+    const sessions = async () =>
+      (
+        await db.sql<{ n: number }[]>`
+          select count(*)::int as n from pg_stat_activity where application_name = ${`sluice:${instanceId}`}`
+      )[0]?.n;
+    for (let attempt = 0; attempt < 2; attempt++) {
+      await expect(dispatcher.start()).rejects.toMatchObject({ code: 'SLUICE_SCHEMA_NOT_MIGRATED' });
+      await until(async () => (await sessions()) === 0, 5_000, 'the refused start closes its connections');
+    }
+    await migrate(db.sql, { schema });
+    await dispatcher.start();
+    expect(dispatcher.running).toBe(true);
   });
 
   test("a per-instance consumer's slow handler holds up no other consumer when the heartbeat falls due: the heartbeat skips the row its turn holds", async () => {
