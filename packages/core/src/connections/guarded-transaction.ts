@@ -223,15 +223,17 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness, readText: b
       if (live.isEnded) throw new TransactionAbandonedError();
       const last = args.length - 1;
       const body = args[last];
+      /** The callback's own run, once the driver has called it. */
+      let running: Promise<unknown> | undefined;
       if (typeof body === 'function') {
         // A savepoint's callback settles only while the transaction is live: the driver's
         // ROLLBACK TO after a failed callback must not go to a dead connection either.
-        args[last] = (savepoint: TransactionSql) =>
-          settleWhileLive(
-            Promise.resolve().then(() => (body as AnyFunction)(guardTransaction(savepoint, live, true))),
-            live,
-            savepoint,
+        args[last] = (savepoint: TransactionSql) => {
+          running = Promise.resolve().then(() =>
+            (body as AnyFunction)(guardTransaction(savepoint, live, true)),
           );
+          return settleWhileLive(running, live, savepoint);
+        };
       }
       const done = Reflect.apply(Reflect.get(tx, 'savepoint') as AnyFunction, tx, args) as Promise<unknown>;
       // The callback's own error (a handler's ECONNRESET) ends nothing while a pipelined
@@ -240,7 +242,15 @@ function guardTransaction(tx: TransactionSql, live: GuardedLiveness, readText: b
         if (!isConnectionLoss(error) || connectionGone(tx, error)) return live.failed(error);
         throw error;
       };
-      return Promise.race([done.then(undefined, failed), live.abandoned]);
+      // Once the transaction has ended, the savepoint fails, but not before its callback has
+      // returned: a transactional handler running in it when the connection died finishes first,
+      // and the turn that awaits it (and stop() behind the turn) with it. Its statements fail at
+      // once; the handler's own work is bounded by its caller (handlerTimeoutMs).
+      const abandoned = live.abandoned.catch(async (error: unknown) => {
+        await running?.catch(() => undefined);
+        throw error;
+      });
+      return Promise.race([done.then(undefined, failed), abandoned]);
     },
   });
   const guardedTx = wrapper as unknown as TransactionSql;

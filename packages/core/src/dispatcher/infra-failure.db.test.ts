@@ -185,6 +185,39 @@ test("a transactional turn whose connection dies while its handler awaits a call
   expect(rows).toEqual([{ n: '1' }]);
 });
 
+test('a transactional turn whose connection dies under its running handler ends only once the handler has returned, and stop() waits for it', async () => {
+  const schema = await freshSchema(db.sql);
+  const application = 'sluice:tx-handler-runs-on';
+  const pool = db.connect({ max: 4 });
+  onTestFinished(() => pool.end({ timeout: 1 }));
+  let called = 0;
+  let returned = 0;
+  const consumer = recordingConsumer('writer', {
+    transactional: true,
+    handler: async () => {
+      called += 1;
+      try {
+        // The turn's backend dies under this call, which goes on with work of its own.
+        await db.sql`
+          select pg_terminate_backend(pid) from pg_stat_activity
+          where application_name = ${application} and backend_xid is not null`;
+        await new Promise((resolve) => setTimeout(resolve, 300));
+      } finally {
+        returned += 1;
+      }
+    },
+  });
+  const dispatcher = await retryingAtOnce(pool, schema, consumer.consumer, 'tx-handler-runs-on', 1);
+  expect((await dispatcher.runOnce()).byConsumer['writer']?.skipped).toBe('failed');
+  expect(returned).toBe(1);
+  // Once more, under stop(): it returns once the handler has.
+  const again = dispatcher.runOnce().catch(() => undefined);
+  await until(() => called === 2, 10_000, 'the second call');
+  await dispatcher.stop();
+  expect(returned).toBe(2);
+  await again;
+});
+
 test("a turn whose connection dies under a running handler takes its start back at once: another instance's turn meanwhile counts no crash", async () => {
   const schema = await freshSchema(db.sql);
   const aHolds = gate();
