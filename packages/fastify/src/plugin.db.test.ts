@@ -351,6 +351,28 @@ describe('plugin lifecycle', () => {
     expect(forwarded.statusCode).toBe(403);
   });
 
+  test('ready() and close() called in the same tick both resolve, and leave no connection of Sluice open', async () => {
+    for (const closeFirst of [false, true]) {
+      const schema = await freshSchema(db.sql, 'tick');
+      const instanceId = `tick${Number(closeFirst)}-${Math.random().toString(36).slice(2, 8)}`;
+      const app = Fastify({ logger: false });
+      await app.register(sluice, {
+        sql: db.sql,
+        schema,
+        instanceId,
+        consumers: [recordingConsumer('a').consumer],
+        listen: false,
+        logger: silentLogger,
+      });
+      const both = closeFirst ? [app.close(), app.ready()] : [app.ready(), app.close()];
+      const settled = await Promise.allSettled(both);
+      expect(settled.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled']);
+      const [open] = await db.sql<{ n: number }[]>`
+        select count(*)::int as n from pg_stat_activity where application_name like ${`%${instanceId}`}`;
+      expect(open?.n).toBe(0);
+    }
+  });
+
   test('migrates and starts in onReady, appends through the decorator, and stops in onClose', async () => {
     const c = recordingConsumer('projection');
     const { app, schema } = await build([c.consumer]);

@@ -95,7 +95,16 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
   };
   app.decorate('sluice', decorator);
 
+  /** onReady's work while it runs; onClose waits for it. */
+  let readying: Promise<void> | undefined;
+  let closing = false;
   app.addHook('onReady', async () => {
+    // A close() called in the same tick as ready() may run its onClose first: nothing to start.
+    if (closing) return;
+    readying = ready();
+    await readying;
+  });
+  const ready = async () => {
     // Against a port where something other than PostgreSQL answers, the migration's first
     // statement would wait for ever: fail with SLUICE_CONNECT_TIMEOUT after connect_timeout, or
     // sooner when Fastify would give up on this hook first (its pluginTimeout, 10 s by default,
@@ -109,9 +118,12 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
     if (migrate) await runMigrations(adminConnections.sql, { schema, logger });
     await dispatcher.start();
     running = true;
-  });
+  };
   app.addHook('onClose', async () => {
+    closing = true;
     running = false;
+    // A ready() under way (its migration, the dispatcher's start) ends first: then it is stopped.
+    await readying?.catch(() => undefined);
     await dispatcher.stop();
     await adminConnections.end();
   });
