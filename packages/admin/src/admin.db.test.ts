@@ -1,7 +1,8 @@
 import postgres from 'postgres';
-import { prune, type Consumer, type Dispatcher } from '@sluice/core';
+import { append, prune, transaction, type Consumer, type Dispatcher } from '@sluice/core';
 import {
   appendEvents,
+  capturingLogger,
   consumerRow,
   drainUntilIdle,
   failingOn,
@@ -859,6 +860,52 @@ describe('actions', () => {
       await both.stop();
     },
   );
+
+  test('a turn that replays many parked keys, longer in all than its silence bound but answered throughout, is not cut', async () => {
+    const schema = await freshSchema(db.sql, 'adm');
+    let failing = true;
+    let calls = 0;
+    const logger = capturingLogger();
+    // Silence bound: 300 + 2 × 300 + 2 × 200 = 1.3 s; eight keys of five 100 ms calls each take 4 s.
+    const dispatcher = testDispatcher(
+      db.sql,
+      schema,
+      [
+        {
+          name: 'pk',
+          errorPolicy: { parkKey: true, maxAttempts: 1 },
+          handler: async () => {
+            calls += 1;
+            if (failing) throw new Error('down');
+            await new Promise((resolve) => setTimeout(resolve, 100));
+          },
+        },
+      ],
+      { maxTurnMs: 300, handlerTimeoutMs: 300, statementTimeoutMs: 200, logger },
+    );
+    await dispatcher.ensureRegistered();
+    const events = Array.from({ length: 40 }, (_, i) => ({
+      streamId: `k${Math.floor(i / 5)}`,
+      type: 't',
+      data: {},
+    }));
+    await transaction(db.sql, (tx) => append(tx, events, { schema }));
+    await drainUntilIdle(dispatcher);
+    const admin = createAdmin({ sql: db.sql, schema });
+    expect(await admin.listParkedKeys('pk')).toHaveLength(8);
+    failing = false;
+    for (let k = 0; k < 8; k++) await admin.replayParkedKey('pk', { key: `k${k}` });
+    calls = 0;
+    const startedAt = performance.now();
+    await dispatcher.runOnce();
+    // The first pass's replays, of 100 ms calls one after the other, outlast the silence bound.
+    expect(performance.now() - startedAt).toBeGreaterThan(1_300);
+    await drainUntilIdle(dispatcher);
+    // Each event once: no turn was cut and delivered again.
+    expect(calls).toBe(40);
+    expect(await admin.listParkedKeys('pk')).toEqual([]);
+    expect(logger.lines.filter((l) => /connection is cut/.test(l.message))).toEqual([]);
+  });
 
   test('names with SQL meta-characters are just names', async () => {
     const name = `x'; drop table events; --"`;

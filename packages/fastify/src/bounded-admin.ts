@@ -24,14 +24,20 @@ export class DatabaseSilentError extends OpsRequestError {
 /**
  * `admin` with every action bounded by `ms` (ops.requestTimeoutMs): one whose database does not
  * answer by then (a network that drops packets: neither an error nor an answer ever comes) fails
- * with a {@link DatabaseSilentError}, and the ops request gets its 503, and `onSilent` is told
- * (the admin's connections are replaced). How the action ends after that is logged.
+ * with a {@link DatabaseSilentError}, and the ops request gets its 503, and `connections` (the
+ * admin's) are replaced. How the action ends after that is logged.
  */
-export function boundedAdmin(admin: Admin, ms: number, logger: Logger, onSilent: () => void): Admin {
+export function boundedAdmin(
+  admin: Admin,
+  ms: number,
+  logger: Logger,
+  connections: { readonly generation: number; replace(generation: number): void },
+): Admin {
   const bounded: Record<string, unknown> = { ...admin };
   for (const [name, action] of Object.entries(admin)) {
     if (typeof action !== 'function') continue;
     bounded[name] = async (...args: unknown[]) => {
+      const generation = connections.generation;
       const running = (action as (...a: unknown[]) => Promise<unknown>)(...args);
       const outcome = await settleWithin(running, ms);
       if (outcome !== TIMED_OUT) return outcome;
@@ -40,8 +46,9 @@ export function boundedAdmin(admin: Admin, ms: number, logger: Logger, onSilent:
         'sluice ops: the database did not answer in time; answered 503',
       );
       // Its connection may be gone silent (packets dropped without a close): the next requests go
-      // to fresh connections, and this one is cut once it has had its time.
-      onSilent();
+      // to fresh connections, and this one is cut once it has had its time. Once for the pool the
+      // action began on, however many of its requests time out.
+      connections.replace(generation);
       const ended = running.then(
         () => {
           logger.warn(

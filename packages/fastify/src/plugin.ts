@@ -143,9 +143,7 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
     }
     await app.register(opsRoutes, {
       prefix: ops.prefix,
-      admin: boundedAdmin(admin, ops.requestTimeoutMs, logger, () => {
-        adminConnections.replace();
-      }),
+      admin: boundedAdmin(admin, ops.requestTimeoutMs, logger, adminConnections),
       dispatcher,
       ops,
       // Not once the application stopped the dispatcher itself (app.sluice.dispatcher.stop()).

@@ -29,6 +29,8 @@ import { transactionEndIn } from './transaction-end.js';
 export interface Liveness {
   readonly isEnded: boolean;
   readonly ended: Promise<void>;
+  /** When (performance.now()) a statement of the transaction last got its answer; when it began before that. */
+  readonly answeredAt: number;
   /** Ends the transaction: later statements throw, pending awaits reject. */
   end(): void;
 }
@@ -38,6 +40,8 @@ interface GuardedLiveness extends Liveness {
   readonly abandoned: Promise<never>;
   /** A statement failed: a connection loss ends the transaction. Passes the error on. */
   readonly failed: (error: unknown) => never;
+  /** A statement got its answer: passes its value on. */
+  readonly answered: (value: unknown) => unknown;
   /** The statements of the transaction that failed otherwise (refused by the server or the driver), the last one's error. */
   readonly refused: { count: number; last: unknown };
 }
@@ -62,6 +66,7 @@ function liveness(): GuardedLiveness {
   const live: GuardedLiveness = {
     isEnded: false,
     ended,
+    answeredAt: performance.now(),
     abandoned,
     end() {
       if (live.isEnded) return;
@@ -69,7 +74,12 @@ function liveness(): GuardedLiveness {
       resolve();
       reject(ABANDONED);
     },
+    answered: (value: unknown) => {
+      (live as { answeredAt: number }).answeredAt = performance.now();
+      return value;
+    },
     failed: (error: unknown) => {
+      (live as { answeredAt: number }).answeredAt = performance.now();
       if (isConnectionLoss(error)) live.end();
       else {
         live.refused.count += 1;
@@ -343,7 +353,7 @@ function guardedThen(this: GuardedQuery, onValue?: Handler, onError?: Handler): 
   const live = this[LIVE];
   if (live.isEnded) return live.abandoned.then(onValue, onError);
   // The query's own then (postgres.js' Query.prototype): it sends the query.
-  const settled = (Object.getPrototypeOf(this) as GuardedQuery).then.call(this, undefined, live.failed);
+  const settled = (Object.getPrototypeOf(this) as GuardedQuery).then.call(this, live.answered, live.failed);
   return Promise.race([settled, live.abandoned]).then(onValue, onError);
 }
 

@@ -94,11 +94,15 @@ export interface OwnConnections {
    * connection's loss (a turn that outlived every bound it has, waiting on a connection gone silent).
    */
   cut(): void;
+  /** Counts the pools: it grows each time the current pool is replaced, renewed or cut. */
+  readonly generation: number;
   /**
-   * Replaces the pool: what runs on the old one gets `retireAfterMs` to settle before its
-   * connections are cut (a statement that got no answer in time: its connection may be gone silent).
+   * Replaces the pool, when it is still the one of `generation` (the current one when left out):
+   * what runs on the old one gets `retireAfterMs` to settle before its connections are cut (a
+   * statement that got no answer in time: its connection may be gone silent). Several requests
+   * that met the same silent pool replace it once.
    */
-  replace(): void;
+  replace(generation?: number): void;
   /** Ends the current pool and every replaced one still settling. */
   end(): Promise<void>;
 }
@@ -275,10 +279,12 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   };
 
   let current = create();
+  let generation = 0;
 
   function replace(): void {
     const old = current;
     current = create();
+    generation += 1;
     replacements += 1;
     retire(old, settings.retireAfterMs);
   }
@@ -295,6 +301,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   function renew(pool: Pool): void {
     if (pool !== current || ended) return;
     current = create();
+    generation += 1;
     renewals += 1;
     retire(pool, settings.retireAfterMs);
   }
@@ -438,6 +445,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       } catch (error) {
         if (error instanceof ConnectTimeoutError && pool === current && !ended) {
           current = create();
+          generation += 1;
           retire(pool, 0);
         }
         throw error;
@@ -453,13 +461,17 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
           "without closing, a frozen server or pooler)? Sluice's connections are replaced",
       );
     },
-    replace() {
-      if (!ended) replace();
+    get generation() {
+      return generation;
+    },
+    replace(of?: number) {
+      if (!ended && (of === undefined || of === generation)) replace();
     },
     cut() {
       if (ended) return;
       const old = current;
       current = create();
+      generation += 1;
       replacements += 1;
       retire(old, 0);
     },

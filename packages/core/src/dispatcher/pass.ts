@@ -345,11 +345,20 @@ export class PassRunner {
       );
       if (answer !== TIMED_OUT && answer !== undefined) return answer;
     }
-    return this.#env.own.answered(options.statementTimeoutMs, 'the idle pre-check', currentSnapshot);
+    return this.#env.own.answered(this.#precheckWaitMs(), 'the idle pre-check', currentSnapshot);
+  }
+
+  /**
+   * How long the pre-check waits for its answer before its pool is taken for gone silent: its own
+   * statement's time and that of one it may queue behind (the pool's two connections also serve
+   * turn starts, read-aheads and bookkeeping, each bounded by statementTimeoutMs).
+   */
+  #precheckWaitMs(): number {
+    return 2 * this.#env.options.statementTimeoutMs;
   }
 
   async #readPrecheck(woken: boolean): Promise<{ precheck: Precheck; standing: boolean }> {
-    const { options, tables, metrics } = this.#env;
+    const { tables, metrics } = this.#env;
     const standing = this.#known.standing;
     if (standing && !woken && (await this.#snapshotNow()) === standing.snapshot) {
       // Nothing changed but the clock: the gauges stand too (gap ages grow as they are read).
@@ -357,7 +366,7 @@ export class PassRunner {
       return { precheck: standing, standing: true };
     }
     // Bounded here: a pass waiting for ever on a connection gone silent would deliver nothing more.
-    const precheck = await this.#env.own.answered(options.statementTimeoutMs, 'the idle pre-check', (sql) =>
+    const precheck = await this.#env.own.answered(this.#precheckWaitMs(), 'the idle pre-check', (sql) =>
       precheckConsumers(sql, tables, this.#precheckKeys),
     );
     if (precheck.dispatchers !== null) this.#dispatchers = Math.max(1, precheck.dispatchers);
@@ -449,21 +458,40 @@ export class PassRunner {
     return held.size > Math.ceil(consumer.lane.count / this.#dispatchers);
   }
 
-  /** Turns `consumer` while it has more (with `continueWhileMore`) and no other consumer waits for a slot. */
   /**
-   * How long one turn of `consumer` may take at the most: its turn start, row lock, fetch, writes
-   * and commit (a statement's time each, four of them and the turn start outside), and its handler
-   * calls (maxTurnMs, the last one up to handlerTimeoutMs).
+   * Watches a turn of `consumer` on `connections` for silence (see #turnsOn): cuts its connection
+   * once neither its start nor any statement of its transaction has had an answer for its handler
+   * calls' time (maxTurnMs, then up to two handlerTimeoutMs: a failed batchHandler's call and the
+   * one-by-one call after it) and two statements' (statementTimeoutMs).
    */
-  #turnBoundMs(consumer: ResolvedConsumer): number {
-    const { options } = this.#env;
-    // A timer's longest delay: a longer one would fire at once.
-    return Math.min(
-      options.maxTurnMs + consumer.handlerTimeoutMs + 5 * options.statementTimeoutMs,
-      2 ** 31 - 1,
-    );
+  #silenceWatch(consumer: ResolvedConsumer, connections: OwnConnections, progress: TurnProgress) {
+    const { options, logger } = this.#env;
+    const boundMs = options.maxTurnMs + 2 * consumer.handlerTimeoutMs + 2 * options.statementTimeoutMs;
+    const startedAt = performance.now();
+    let timer: NodeJS.Timeout | undefined;
+    const check = () => {
+      const quietMs = performance.now() - Math.max(startedAt, progress.liveness?.answeredAt ?? 0);
+      if (quietMs < boundMs) {
+        // A timer's longest delay is 2³¹ − 1 ms: a longer one would fire at once.
+        timer = setTimeout(check, Math.min(boundMs - quietMs + 1, 2 ** 31 - 1));
+        return;
+      }
+      logger.warn(
+        { consumer: consumer.name, instanceId: consumer.instanceId, quietMs: Math.round(quietMs) },
+        "a turn's transaction has had no answer for longer than its bounds (maxTurnMs, handlerTimeoutMs, " +
+          'statementTimeoutMs): a connection gone silent? Its connection is cut',
+      );
+      connections.cut();
+    };
+    timer = setTimeout(check, Math.min(boundMs, 2 ** 31 - 1));
+    return {
+      stop: () => {
+        clearTimeout(timer);
+      },
+    };
   }
 
+  /** Turns `consumer` while it has more (with `continueWhileMore`) and no other consumer waits for a slot. */
   async #turnsOn(
     connections: OwnConnections,
     consumer: ResolvedConsumer,
@@ -484,22 +512,13 @@ export class PassRunner {
         // The batch its next turn would read, fetched ahead while this one delivers. A read-ahead
         // takes a pool connection beyond the turns': only while a turn slot is free.
         const readAhead = this.#slots.running < this.#slots.size ? this.#grown(consumer, limit) : undefined;
-        // Every step of a turn is bounded (its statements by statementTimeoutMs on the server, its
-        // handler calls by maxTurnMs and handlerTimeoutMs), but not a statement that never gets an
-        // answer: a connection gone silent (packets dropped without a close, a frozen server or
-        // pooler). A turn past all of its bounds together is on one: its connection is cut, and it
-        // fails as at a connection's loss (rolled back, delivered again).
-        const watchdog = setTimeout(() => {
-          this.#env.logger.warn(
-            {
-              consumer: consumer.name,
-              instanceId: consumer.instanceId,
-              waitedMs: this.#turnBoundMs(consumer),
-            },
-            'a turn outlived its bounds (maxTurnMs, handlerTimeoutMs, statementTimeoutMs): a connection gone silent? Its connection is cut',
-          );
-          connections.cut();
-        }, this.#turnBoundMs(consumer));
+        // A turn's statements are bounded on the server (statementTimeoutMs), its handler calls by
+        // maxTurnMs and handlerTimeoutMs, but a statement that never gets an answer is not: a
+        // connection gone silent (packets dropped without a close, a frozen server or pooler).
+        // A turn whose transaction has had no answer for longer than all of those together is on
+        // one: its connection is cut, and it fails as at a connection's loss (rolled back,
+        // delivered again). A turn that works gets answers: its time in all does not count.
+        const watchdog = this.#silenceWatch(consumer, connections, progress);
         try {
           outcome = await runTurn(
             this.#turnEnvironment(connections.sql, readAhead),
@@ -509,7 +528,7 @@ export class PassRunner {
             progress,
           );
         } finally {
-          clearTimeout(watchdog);
+          watchdog.stop();
         }
       } catch (error) {
         this.#limits.delete(consumer.unit);

@@ -1,5 +1,5 @@
 import type { Span, Tracer } from '@opentelemetry/api';
-import { guardedBegin } from '../connections/guarded-transaction.js';
+import { guardedBegin, type Liveness } from '../connections/guarded-transaction.js';
 import {
   choiceOvertaken,
   cleanViewOf,
@@ -147,6 +147,8 @@ export interface TurnProgress {
   lost?: Promise<void>;
   /** Out: the turn start's statement, once sent (settles when it is recorded, or failed). */
   startRecording?: Promise<void>;
+  /** Out: the turn's transaction, once begun: when a statement of it last got its answer. */
+  liveness?: Liveness;
 }
 
 /**
@@ -197,6 +199,7 @@ export async function runTurn(
     // A guarded transaction: once its connection is lost, nothing of the turn runs on it any more
     // (see connections/guarded-transaction.ts).
     const outcome = await guardedBegin(env.turnSql, (tx, live) => {
+      progress.liveness = live;
       endTurn = () => {
         live.end();
       };
