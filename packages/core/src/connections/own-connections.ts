@@ -194,6 +194,8 @@ function secondsOption(value: unknown): number | undefined {
 export function openOwnConnections(template: Sql, settings: OwnConnectionsSettings): OwnConnections {
   const base = template.options as unknown as Record<string, unknown>;
   const retiring = new Set<Promise<void>>();
+  /** Cuts each retiring pool now (end() does: what still runs on one waits for an answer that may never come). */
+  const cutters = new Set<() => void>();
   let replacements = 0;
   let renewals = 0;
   let ended = false;
@@ -309,6 +311,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   function retire(pool: Pool, afterMs: number): void {
     clearTimeout(pool.idleTimer);
     clearTimeout(pool.lifeTimer);
+    let cutter: () => void = () => undefined;
     const done = new Promise<void>((resolve) => {
       let cut = false;
       const cutNow = () => {
@@ -321,12 +324,15 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       };
       const timer = setTimeout(cutNow, afterMs);
       timer.unref();
+      cutter = cutNow;
       if (pool.inFlight === 0) cutNow();
       else pool.whenIdle.push(cutNow);
     });
     retiring.add(done);
+    cutters.add(cutter);
     void done.then(() => {
       retiring.delete(done);
+      cutters.delete(cutter);
     });
   }
 
@@ -481,6 +487,9 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
         stopListening();
         retire(current, 0);
       }
+      // A pool replaced earlier may still wait for its retireAfterMs (a statement on a connection
+      // gone silent): ended now, it does not hold the end up.
+      for (const cutNow of [...cutters]) cutNow();
       while (retiring.size > 0) await Promise.all([...retiring]);
     },
   };
