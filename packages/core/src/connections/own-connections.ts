@@ -91,7 +91,7 @@ export interface OwnConnections {
   answered<T>(ms: number, what: string, make: (sql: Sql) => Promise<T>): Promise<T>;
   /**
    * Replaces the pool and cuts the old one's connections now: what runs on it fails as at a
-   * connection's loss (a turn that outlived every bound it has, waiting on a connection gone silent).
+   * connection's loss (a turn whose transaction has had no answer for longer than its bounds).
    */
   cut(): void;
   /** Counts the pools: it grows each time the current pool is replaced, renewed or cut. */
