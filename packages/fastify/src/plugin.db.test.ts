@@ -92,7 +92,8 @@ async function build(
 /**
  * A TCP relay to the test server that can go silent as a network that drops packets does: it keeps
  * the connections open and forwards nothing, on every connection (silenceAll) or only on those open
- * now (silenceExisting: later ones get through). `heal` cuts the silent ones and lets all through.
+ * now (silenceExisting: later ones get through). `heal` cuts every connection open now and lets
+ * new ones through.
  */
 async function silentRelay() {
   const target = new URL(db.url);
@@ -116,11 +117,6 @@ async function silentRelay() {
       upstream.on('close', () => client.destroy());
     }),
   );
-  const heal = () => {
-    all = false;
-    for (const socket of silent) socket.destroy();
-    silent.clear();
-  };
   onTestFinished(() => {
     for (const socket of sockets) socket.destroy();
   });
@@ -143,7 +139,8 @@ async function silentRelay() {
       for (const socket of sockets) if (!socket.destroyed) silent.add(socket);
     },
     heal() {
-      heal();
+      all = false;
+      silent.clear();
       for (const socket of sockets) socket.destroy();
     },
   };

@@ -84,7 +84,6 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
     rearmCooldownMs: dispatcherOptions.rearmCooldownMs ?? ADMIN_DEFAULTS.rearmCooldownMs,
     maxRearmCount: dispatcherOptions.maxRearmCount ?? ADMIN_DEFAULTS.maxRearmCount,
   });
-  let running = false;
 
   const decorator: SluiceDecorator = {
     dispatcher,
@@ -117,11 +116,9 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
     await adminConnections.checkConnection(timeoutMs);
     if (migrate) await runMigrations(adminConnections.sql, { schema, logger });
     await dispatcher.start();
-    running = true;
   };
   app.addHook('onClose', async () => {
     closing = true;
-    running = false;
     // A ready() under way (its migration, the dispatcher's start) ends first: then it is stopped.
     await readying?.catch(() => undefined);
     await dispatcher.stop();
@@ -146,8 +143,9 @@ export async function sluicePlugin(app: FastifyInstance, options: SluicePluginOp
       admin: boundedAdmin(admin, ops.requestTimeoutMs, logger, adminConnections),
       dispatcher,
       ops,
-      // Not once the application stopped the dispatcher itself (app.sluice.dispatcher.stop()).
-      isRunning: () => running && dispatcher.running,
+      // Not once the app is closing, nor once it stopped the dispatcher itself
+      // (app.sluice.dispatcher.stop()).
+      isRunning: () => !closing && dispatcher.running,
       listenExpected: dispatcherOptions.listen !== false,
       writeSlots: ADMIN_CONNECTIONS - 1,
     });

@@ -283,12 +283,17 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   let current = create();
   let generation = 0;
 
-  function replace(): void {
+  /** A fresh pool becomes current; the old one is retired, cut after `afterMs` at the latest. */
+  function swap(afterMs: number): void {
     const old = current;
     current = create();
     generation += 1;
+    retire(old, afterMs);
+  }
+
+  function replace(): void {
     replacements += 1;
-    retire(old, settings.retireAfterMs);
+    swap(settings.retireAfterMs);
   }
 
   /** A statement or transaction on `pool` failed: a prepared statement missing means a pooler. */
@@ -302,10 +307,8 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
   /** A planned renewal of `pool`, when it is still the current one. */
   function renew(pool: Pool): void {
     if (pool !== current || ended) return;
-    current = create();
-    generation += 1;
     renewals += 1;
-    retire(pool, settings.retireAfterMs);
+    swap(settings.retireAfterMs);
   }
 
   function retire(pool: Pool, afterMs: number): void {
@@ -449,11 +452,7 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
       try {
         await checkConnection(pool.sql, timeoutMs);
       } catch (error) {
-        if (error instanceof ConnectTimeoutError && pool === current && !ended) {
-          current = create();
-          generation += 1;
-          retire(pool, 0);
-        }
+        if (error instanceof ConnectTimeoutError && pool === current && !ended) swap(0);
         throw error;
       }
     },
@@ -475,11 +474,8 @@ export function openOwnConnections(template: Sql, settings: OwnConnectionsSettin
     },
     cut() {
       if (ended) return;
-      const old = current;
-      current = create();
-      generation += 1;
       replacements += 1;
-      retire(old, 0);
+      swap(0);
     },
     async end() {
       if (!ended) {
